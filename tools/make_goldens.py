@@ -143,13 +143,13 @@ def golden(name, spec, out):
                   f"min top-2 margin={(srt[:, 0] - srt[:, 1]).min().item():.2e}")
         for j, (P, D) in enumerate(spec["decodes"]):
             ids = torch.randint(0, V, (P + D,), generator=g)
-            out = ref(input_ids=ids[None, :P], use_cache=True)
-            cache = out.past_key_values
+            res = ref(input_ids=ids[None, :P], use_cache=True)
+            cache = res.past_key_values
             rows = []
             for t in range(P, P + D):
-                out = ref(input_ids=ids[None, t:t + 1], past_key_values=cache, use_cache=True)
-                cache = out.past_key_values
-                rows.append(out.logits[0, -1].float())
+                res = ref(input_ids=ids[None, t:t + 1], past_key_values=cache, use_cache=True)
+                cache = res.past_key_values
+                rows.append(res.logits[0, -1].float())
             dec = torch.stack(rows)
             full = ref(input_ids=ids[None]).logits[0, P:].float()
             print(f"  decode {j}: P={P} D={D} max|decode-full|={(dec - full).abs().max().item():.2e}")
