@@ -1,0 +1,78 @@
+#include "app/args.h"
+
+#include <cstdint>
+#include <stdexcept>
+
+#include "core/error.h"
+
+namespace deltaserve::app {
+
+Args::Args(const std::vector<std::string>& argv, const std::string& command,
+           const std::set<std::string>& known, const std::set<std::string>& switches)
+    : command_(command) {
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    if (a.rfind("--", 0) != 0) throw Error("deltaserve " + command + ": unexpected argument '" + a + "'");
+    std::string name = a.substr(2), value;
+    const size_t eq = name.find('=');
+    const bool inline_value = eq != std::string::npos;
+    if (inline_value) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    if (switches.count(name)) {
+      values_[name] = inline_value ? value : "1";
+      continue;
+    }
+    if (!known.count(name)) throw Error("deltaserve " + command + ": unknown flag --" + name);
+    if (!inline_value) {
+      if (i + 1 >= argv.size()) throw Error("deltaserve " + command + ": --" + name + " needs a value");
+      value = argv[++i];
+    }
+    values_[name] = value;
+  }
+}
+
+std::string Args::get(const std::string& name, const std::string& fallback) const {
+  const auto it = values_.find(name);
+  return it == values_.end() ? fallback : it->second;
+}
+
+long long Args::get_int(const std::string& name, long long fallback, long long lo, long long hi) const {
+  const auto it = values_.find(name);
+  if (it == values_.end()) return fallback;
+  size_t pos = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(it->second, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  if (pos == 0 || pos != it->second.size() || v < lo || v > hi)
+    throw Error("deltaserve " + command_ + ": --" + name + " must be an integer in [" + std::to_string(lo) +
+                ", " + std::to_string(hi) + "], got '" + it->second + "'");
+  return v;
+}
+
+std::vector<int32_t> parse_ids(const std::string& s, long long vocab) {
+  std::vector<int32_t> ids;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t end = std::min(s.find(',', start), s.size());
+    const std::string tok = s.substr(start, end - start);
+    size_t pos = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(tok, &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    if (pos == 0 || pos != tok.size() || v < 0 || v >= vocab)
+      throw Error("--ids: '" + tok + "' is not a token id in [0, " + std::to_string(vocab) + ")");
+    ids.push_back(static_cast<int32_t>(v));
+    start = end + 1;
+  }
+  return ids;
+}
+
+}  // namespace deltaserve::app

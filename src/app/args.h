@@ -1,0 +1,30 @@
+// Command-line flags: "--name value" or "--name=value", checked against the flags a command knows.
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace deltaserve::app {
+
+class Args {
+ public:
+  // Throws deltaserve::Error for an unknown flag, a missing value or a stray argument.
+  Args(const std::vector<std::string>& argv, const std::string& command,
+       const std::set<std::string>& known, const std::set<std::string>& switches = {});
+
+  bool has(const std::string& name) const { return values_.count(name) > 0; }
+  std::string get(const std::string& name, const std::string& fallback) const;
+  // Integer flag in [lo, hi]; throws deltaserve::Error otherwise.
+  long long get_int(const std::string& name, long long fallback, long long lo, long long hi) const;
+
+ private:
+  std::string command_;
+  std::map<std::string, std::string> values_;
+};
+
+// Parses "1,2,3" into ids in [0, vocab); throws deltaserve::Error naming the bad entry.
+std::vector<int32_t> parse_ids(const std::string& s, long long vocab);
+
+}  // namespace deltaserve::app

@@ -1,0 +1,142 @@
+// deltaserve: the command-line entry point (generate, logits).
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "app/args.h"
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "model/loader.h"
+#include "model/safetensors.h"
+
+namespace deltaserve::app {
+namespace {
+
+constexpr const char* kUsage = R"(usage: deltaserve <command> [flags]
+
+commands:
+  generate  greedy generation from token ids, printing the tokens and tokens/s
+            --model DIR (default: the embedded random model)  --ids 1,2,3  --max-tokens N
+            --load-format auto|safetensors|dummy  --device cpu  --ignore-eos
+  logits    write the f32 logits of a full prefill (tensor "logits", [tokens, vocab])
+            --model DIR --ids 1,2,3 --out FILE.safetensors  [--load-format ...] [--device cpu]
+)";
+
+constexpr int32_t kPageSize = 64;
+
+void check_device(const Args& a) {
+  const std::string d = a.get("device", "cpu");
+  if (d == "cpu") return;
+  if (d == "cuda") throw Error("--device cuda: the CUDA backend is not available in this build yet");
+  throw Error("--device must be cpu or cuda, got '" + d + "'");
+}
+
+int32_t pages_for(int64_t tokens) { return static_cast<int32_t>((tokens + kPageSize - 1) / kPageSize); }
+
+model::ForwardBatch one_sequence(const std::vector<int32_t>& ids, int32_t start_pos, bool all_logits) {
+  model::ForwardBatch b;
+  b.token_ids = ids;
+  backend::SeqDesc s;
+  s.num_tokens = static_cast<int32_t>(ids.size());
+  s.start_pos = start_pos;
+  for (int32_t p = 0; p < pages_for(start_pos + s.num_tokens); ++p) s.pages.push_back(p);
+  b.seqs.push_back(s);
+  if (all_logits)
+    for (int32_t i = 0; i < s.num_tokens; ++i) b.logits_rows.push_back(i);
+  else
+    b.logits_rows.push_back(s.num_tokens - 1);
+  return b;
+}
+
+int32_t argmax(const float* x, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  return static_cast<int32_t>(best);
+}
+
+int cmd_generate(const std::vector<std::string>& argv) {
+  Args a(argv, "generate", {"model", "ids", "max-tokens", "load-format", "device"}, {"ignore-eos"});
+  check_device(a);
+  backend::CpuBackend be;
+  auto m = model::load_model(a.get("model", ""), model::parse_load_format(a.get("load-format", "auto")),
+                             be, true);
+  const model::ModelConfig& cfg = m->config();
+  std::vector<int32_t> ids = parse_ids(a.get("ids", "1,2,3,4,5,6,7,8"), cfg.vocab_size);
+  const long long max_tokens = a.get_int("max-tokens", 16, 1, cfg.max_position_embeddings);
+  if (static_cast<long long>(ids.size()) + max_tokens > cfg.max_position_embeddings)
+    throw Error("prompt + --max-tokens exceeds max_position_embeddings");
+  m->allocate_cache(pages_for(static_cast<int64_t>(ids.size()) + max_tokens), kPageSize, 1);
+
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  std::vector<float> logits = m->forward(one_sequence(ids, 0, false));
+  const auto t1 = clock::now();
+  std::vector<int32_t> out{argmax(logits.data(), cfg.vocab_size)};
+  std::printf("prompt (%zu tokens): %s\ngenerated:", ids.size(), a.get("ids", "1,2,3,4,5,6,7,8").c_str());
+  std::printf(" %d", out.back());
+  std::fflush(stdout);
+  const bool ignore_eos = a.has("ignore-eos");
+  auto is_eos = [&](int32_t t) {
+    for (int32_t e : cfg.eos_token_ids)
+      if (e == t) return !ignore_eos;
+    return false;
+  };
+  while (static_cast<long long>(out.size()) < max_tokens && !is_eos(out.back())) {
+    const int32_t pos = static_cast<int32_t>(ids.size() + out.size() - 1);
+    logits = m->forward(one_sequence({out.back()}, pos, false));
+    out.push_back(argmax(logits.data(), cfg.vocab_size));
+    std::printf(" %d", out.back());
+    std::fflush(stdout);
+  }
+  const auto t2 = clock::now();
+  const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
+  const double decode_s = std::chrono::duration<double>(t2 - t1).count();
+  std::printf("\nprefill: %zu tokens in %.3f s (%.1f tok/s); decode: %zu tokens in %.3f s (%.1f tok/s)\n",
+              ids.size(), prefill_s, static_cast<double>(ids.size()) / prefill_s, out.size() - 1, decode_s,
+              out.size() > 1 ? static_cast<double>(out.size() - 1) / decode_s : 0.0);
+  return 0;
+}
+
+int cmd_logits(const std::vector<std::string>& argv) {
+  Args a(argv, "logits", {"model", "ids", "out", "load-format", "device"});
+  check_device(a);
+  if (!a.has("model") || !a.has("ids") || !a.has("out"))
+    throw Error("deltaserve logits needs --model DIR --ids 1,2,3 --out FILE.safetensors");
+  backend::CpuBackend be;
+  auto m = model::load_model(a.get("model", ""), model::parse_load_format(a.get("load-format", "auto")),
+                             be, true);
+  const std::vector<int32_t> ids = parse_ids(a.get("ids", ""), m->config().vocab_size);
+  m->allocate_cache(pages_for(static_cast<int64_t>(ids.size())), kPageSize, 1);
+  const std::vector<float> logits = m->forward(one_sequence(ids, 0, true));
+  model::write_safetensors(a.get("out", ""),
+                           {{"logits", DType::kF32,
+                             {static_cast<int64_t>(ids.size()), m->config().vocab_size}, logits.data()}});
+  std::fprintf(stderr, "wrote logits [%zu, %lld] to %s\n", ids.size(),
+               static_cast<long long>(m->config().vocab_size), a.get("out", "").c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace deltaserve::app
+
+int main(int argc, char** argv) {
+  using namespace deltaserve;
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    std::fputs(app::kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  const std::vector<std::string> rest(argv + 2, argv + argc);
+  try {
+    if (cmd == "generate") return app::cmd_generate(rest);
+    if (cmd == "logits") return app::cmd_logits(rest);
+    std::fprintf(stderr, "deltaserve: unknown command '%s'\n\n%s", cmd.c_str(), app::kUsage);
+    return 2;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

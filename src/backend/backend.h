@@ -1,0 +1,105 @@
+// Backend: the coarse, batched ops the Qwen3.5 forward is written against (DESIGN.md decision 1).
+// Every op works on a flattened batch of tokens ("varlen") described by the current BatchDesc.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace deltaserve::backend {
+
+// One sequence's share of a step: `num_tokens` new tokens starting at absolute position
+// `start_pos` (the tokens already in its KV cache / recurrent state). start_pos == 0 means a fresh
+// sequence: its state slot is ignored on read and overwritten.
+struct SeqDesc {
+  int32_t token_begin = 0;  // first row of this sequence in the step's flattened token array
+  int32_t num_tokens = 0;
+  int32_t start_pos = 0;
+  int32_t slot = 0;            // GDN conv + recurrent state slot
+  std::vector<int32_t> pages;  // KV pages covering positions [0, start_pos + num_tokens)
+};
+
+struct BatchDesc {
+  std::vector<SeqDesc> seqs;
+  int32_t num_tokens = 0;
+  int32_t page_size = 0;
+};
+
+// Shapes of the Gated DeltaNet heads.
+struct GdnDims {
+  int32_t nk, nv, dk, dv, conv_kernel;
+};
+
+// Shapes and RoPE parameters of full attention.
+struct AttnDims {
+  int32_t nh, nkv, hd, rotary_dim;
+  double rope_theta;
+  float eps;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual Device device() const = 0;
+  // Zero-filled memory on this backend's device.
+  virtual Buffer alloc(DType t, std::initializer_list<int64_t> dims) = 0;
+  // Copies `n` elements of a host float array of type `src_type` into `dst` (converting to dst's
+  // dtype). Precondition: dst.numel() == n.
+  virtual void upload(DType src_type, const void* src, size_t n, const Tensor& dst) = 0;
+  // Copies `src` (any float dtype) to host f32 `dst` of src.numel() elements.
+  virtual void download_f32(const Tensor& src, float* dst) = 0;
+  virtual void upload_i32(const int32_t* src, const Tensor& dst) = 0;
+  virtual void synchronize() = 0;
+
+  // Describes the step the following ops run on; valid until the next call.
+  virtual void set_batch(const BatchDesc& batch) = 0;
+
+  // out[t] = table[ids[t]]. ids [T] i32, table [V, H], out [T, H].
+  virtual void embedding(const Tensor& ids, const Tensor& table, const Tensor& out) = 0;
+  // out = x * rsqrt(mean(x^2) + eps) * (1 + w), row-wise over the last dim of x. w [last dim].
+  virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& out) = 0;
+  // residual += x; out = rms_norm(residual). residual, x, out [T, H].
+  virtual void add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& w, float eps,
+                            const Tensor& out) = 0;
+  // y = x . w^T. x [T, in], w [out, in], y [T, out].
+  virtual void linear(const Tensor& x, const Tensor& w, const Tensor& y) = 0;
+  // out = silu(gate) * up, all [T, I].
+  virtual void silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
+  // out[i] = x[rows[i]]. rows [R] i32, x [T, H], out [R, H].
+  virtual void gather_rows(const Tensor& x, const Tensor& rows, const Tensor& out) = 0;
+
+  // Full attention, before the cache: splits qg [T, nh, 2*hd] (per-head [q | gate]) into q
+  // [T, nh, hd] and gate [T, nh, hd]; applies the zero-centred q/k norms and partial NeoX RoPE at
+  // each token's absolute position to q and, in place, to k [T, nkv, hd]; then writes k and
+  // v [T, nkv, hd] into the paged caches k_cache/v_cache [pages, page_size, nkv, hd].
+  virtual void attn_prep_and_cache(const Tensor& qg, const Tensor& k, const Tensor& v,
+                                   const Tensor& q_norm, const Tensor& k_norm, const AttnDims& d,
+                                   const Tensor& q, const Tensor& gate, const Tensor& k_cache,
+                                   const Tensor& v_cache) = 0;
+  // Causal GQA attention of q [T, nh, hd] over each sequence's cached keys/values, times
+  // sigmoid(gate [T, nh, hd]); out [T, nh, hd].
+  virtual void paged_attention(const Tensor& q, const Tensor& gate, const Tensor& k_cache,
+                               const Tensor& v_cache, const AttnDims& d, const Tensor& out) = 0;
+
+  // GDN causal depthwise conv + SiLU: u [T, C] pre-conv inputs, w [C, K], conv_state
+  // [slots, C, K-1] (the last K-1 inputs, oldest first; read unless start_pos == 0, then
+  // updated). y [T, C].
+  virtual void gdn_conv(const Tensor& u, const Tensor& w, const Tensor& conv_state, int32_t K,
+                        const Tensor& y) = 0;
+  // Gated delta rule over y [T, conv_dim] = [q | k | v] (head-major), with a, b [T, nv] raw gate
+  // projections, A_log, dt_bias [nv]; state [slots, nv, dk, dv] f32 (read unless start_pos == 0,
+  // then updated). Applies L2 norms (q scaled by dk^-1/2), beta = sigmoid(b),
+  // g = -exp(A_log) * softplus(a + dt_bias). Chunkwise (64) for prefill, recurrent for one token.
+  // out [T, nv, dv].
+  virtual void gated_delta_rule(const Tensor& y, const Tensor& a, const Tensor& b,
+                                const Tensor& A_log, const Tensor& dt_bias, const Tensor& state,
+                                const GdnDims& d, const Tensor& out) = 0;
+  // In place on o [T, nv, dv]: o = o * rsqrt(mean(o^2) + eps) * w * silu(z); z [T, nv*dv], w [dv]
+  // (plain weight, no +1).
+  virtual void gated_rms_norm(const Tensor& o, const Tensor& z, const Tensor& w, float eps) = 0;
+};
+
+}  // namespace deltaserve::backend

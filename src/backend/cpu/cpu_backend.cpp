@@ -1,0 +1,123 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <cmath>
+#include <cstring>
+
+namespace deltaserve::backend {
+
+Buffer CpuBackend::alloc(DType t, std::initializer_list<int64_t> dims) { return host_buffer(t, dims); }
+
+void CpuBackend::upload(DType src_type, const void* src, size_t n, const Tensor& dst) {
+  DS_CHECK(dst.dtype == DType::kF32 && static_cast<size_t>(dst.numel()) == n, "upload shape");
+  convert_to_f32(src_type, src, dst.f32(), n);
+}
+
+void CpuBackend::download_f32(const Tensor& src, float* dst) {
+  convert_to_f32(src.dtype, src.data, dst, static_cast<size_t>(src.numel()));
+}
+
+void CpuBackend::upload_i32(const int32_t* src, const Tensor& dst) {
+  std::memcpy(dst.i32(), src, dst.nbytes());
+}
+
+void CpuBackend::set_batch(const BatchDesc& batch) {
+  batch_ = batch;
+  token_pos_.assign(static_cast<size_t>(batch.num_tokens), -1);
+  token_seq_.assign(static_cast<size_t>(batch.num_tokens), -1);
+  for (size_t s = 0; s < batch.seqs.size(); ++s) {
+    const SeqDesc& q = batch.seqs[s];
+    DS_CHECK(q.token_begin >= 0 && q.num_tokens > 0 && q.token_begin + q.num_tokens <= batch.num_tokens,
+             "sequence rows out of range");
+    DS_CHECK(static_cast<int64_t>(q.pages.size()) * batch.page_size >= q.start_pos + q.num_tokens,
+             "page table too short");
+    for (int32_t i = 0; i < q.num_tokens; ++i) {
+      DS_CHECK(token_seq_[q.token_begin + i] == -1, "sequences overlap");
+      token_pos_[q.token_begin + i] = q.start_pos + i;
+      token_seq_[q.token_begin + i] = static_cast<int32_t>(s);
+    }
+  }
+}
+
+void CpuBackend::embedding(const Tensor& ids, const Tensor& table, const Tensor& out) {
+  const int64_t T = ids.numel(), H = table.dim(1), V = table.dim(0);
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t id = ids.i32()[t];
+    DS_CHECK(id >= 0 && id < V, "token id out of range");
+    std::memcpy(out.f32() + t * H, table.f32() + id * H, sizeof(float) * static_cast<size_t>(H));
+  }
+}
+
+namespace {
+
+void rms_row(const float* x, const float* w, float eps, int64_t n, float* out) {
+  float ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
+  const float r = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * r * (1.0f + w[i]);
+}
+
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+}  // namespace
+
+void CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& out) {
+  const int64_t n = x.dim(-1), rows = x.numel() / n;
+#pragma omp parallel for
+  for (int64_t r = 0; r < rows; ++r) rms_row(x.f32() + r * n, w.f32(), eps, n, out.f32() + r * n);
+}
+
+void CpuBackend::add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& w, float eps,
+                              const Tensor& out) {
+  const int64_t n = x.dim(-1), rows = x.numel() / n;
+#pragma omp parallel for
+  for (int64_t r = 0; r < rows; ++r) {
+    float* res = residual.f32() + r * n;
+    const float* xr = x.f32() + r * n;
+    for (int64_t i = 0; i < n; ++i) res[i] += xr[i];
+    rms_row(res, w.f32(), eps, n, out.f32() + r * n);
+  }
+}
+
+void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor& y) {
+  const int64_t T = x.dim(0), in = x.dim(1), outd = w.dim(0);
+  DS_CHECK(w.dim(1) == in && y.dim(0) == T && y.dim(1) == outd,
+           "linear shapes x" + x.shape_str() + " w" + w.shape_str() + " y" + y.shape_str());
+  if (T == 0) return;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(outd),
+              static_cast<int>(in), 1.0f, x.f32(), static_cast<int>(in), w.f32(),
+              static_cast<int>(in), 0.0f, y.f32(), static_cast<int>(outd));
+}
+
+void CpuBackend::silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  const int64_t n = gate.numel();
+  const float *g = gate.f32(), *u = up.f32();
+  float* o = out.f32();
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) o[i] = silu(g[i]) * u[i];
+}
+
+void CpuBackend::gather_rows(const Tensor& x, const Tensor& rows, const Tensor& out) {
+  const int64_t H = x.dim(-1);
+  for (int64_t i = 0; i < rows.numel(); ++i) {
+    const int32_t r = rows.i32()[i];
+    DS_CHECK(r >= 0 && r < x.dim(0), "gather row out of range");
+    std::memcpy(out.f32() + i * H, x.f32() + r * H, sizeof(float) * static_cast<size_t>(H));
+  }
+}
+
+void CpuBackend::gated_rms_norm(const Tensor& o, const Tensor& z, const Tensor& w, float eps) {
+  const int64_t dv = o.dim(-1), rows = o.numel() / dv;
+#pragma omp parallel for
+  for (int64_t r = 0; r < rows; ++r) {
+    float* x = o.f32() + r * dv;
+    const float* zr = z.f32() + r * dv;
+    float ss = 0;
+    for (int64_t i = 0; i < dv; ++i) ss += x[i] * x[i];
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dv) + eps);
+    for (int64_t i = 0; i < dv; ++i) x[i] = x[i] * inv * w.f32()[i] * silu(zr[i]);
+  }
+}
+
+}  // namespace deltaserve::backend

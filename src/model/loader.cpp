@@ -1,0 +1,69 @@
+#include "model/loader.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace deltaserve::model {
+
+LoadFormat parse_load_format(const std::string& s) {
+  if (s == "auto") return LoadFormat::kAuto;
+  if (s == "safetensors") return LoadFormat::kSafetensors;
+  if (s == "dummy") return LoadFormat::kDummy;
+  throw Error("--load-format must be auto, safetensors or dummy, got '" + s + "'");
+}
+
+const std::string& embedded_default_config_json() {
+  // Vocabulary sized for the Qwen3 tokenizer (151,936 embedding rows as in Qwen3 checkpoints).
+  static const std::string kJson = R"({
+  "architectures": ["Qwen3_5ForConditionalGeneration"],
+  "model_type": "qwen3_5",
+  "tie_word_embeddings": true,
+  "text_config": {
+    "model_type": "qwen3_5_text",
+    "vocab_size": 151936, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
+    "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+    "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 256,
+    "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+    "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+    "rms_norm_eps": 1e-6, "max_position_embeddings": 32768, "hidden_act": "silu",
+    "tie_word_embeddings": true, "eos_token_id": 151645,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0,
+                        "partial_rotary_factor": 0.25, "mrope_section": [11, 11, 10],
+                        "mrope_interleaved": true}
+  }
+})";
+  return kJson;
+}
+
+std::unique_ptr<Qwen35Model> load_model(const std::string& dir, LoadFormat format,
+                                        backend::Backend& be, bool verbose) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ModelConfig cfg;
+  ModelWeights w;
+  if (dir.empty()) {
+    cfg = parse_model_config(embedded_default_config_json(), "embedded default config");
+    w = dummy_weights(cfg, be, 0);
+  } else {
+    cfg = load_model_config(dir);
+    if (format == LoadFormat::kDummy) {
+      w = dummy_weights(cfg, be, 0);
+    } else {
+      Checkpoint ckpt(dir);
+      w = load_weights(ckpt, cfg, be);
+    }
+  }
+  if (verbose) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "loaded %s (%s): %lld layers, hidden %lld, vocab %lld, %.1f MiB of weights in %.2f s\n",
+                 dir.empty() ? "the embedded default model" : dir.c_str(),
+                 dir.empty() || format == LoadFormat::kDummy ? "random weights" : "checkpoint",
+                 static_cast<long long>(cfg.num_layers), static_cast<long long>(cfg.hidden_size),
+                 static_cast<long long>(cfg.vocab_size), static_cast<double>(w.total_bytes) / (1 << 20), s);
+  }
+  return std::make_unique<Qwen35Model>(cfg, be, std::move(w));
+}
+
+}  // namespace deltaserve::model

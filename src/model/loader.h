@@ -1,0 +1,26 @@
+// Model loading for the CLI and server: an HF checkpoint directory, random weights from a config
+// (--load-format dummy), or the embedded default model when no directory is given.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "model/qwen35.h"
+
+namespace deltaserve::model {
+
+enum class LoadFormat { kAuto, kSafetensors, kDummy };
+
+// Parses "auto" | "safetensors" | "dummy"; throws deltaserve::Error otherwise.
+LoadFormat parse_load_format(const std::string& s);
+
+// config.json of the embedded default model: a small random-weight Qwen3.5 (real head dims).
+const std::string& embedded_default_config_json();
+
+// Loads the model at `dir` (empty: the embedded default, always dummy weights). Throws
+// deltaserve::Error for a bad directory, config or checkpoint.
+std::unique_ptr<Qwen35Model> load_model(const std::string& dir, LoadFormat format,
+                                        backend::Backend& be, bool verbose);
+
+}  // namespace deltaserve::model

@@ -1,0 +1,58 @@
+// Qwen35Model: the Qwen3.5 text forward, written once against backend::Backend. One call runs one
+// step: a batch of sequences, each a prefill chunk or a decode token at its own position with its
+// own KV pages and state slot.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace deltaserve::model {
+
+struct ForwardBatch {
+  std::vector<int32_t> token_ids;         // [T], the sequences' new tokens back to back
+  std::vector<backend::SeqDesc> seqs;     // token_begin/num_tokens index token_ids
+  std::vector<int32_t> logits_rows;       // rows of token_ids whose logits are returned
+};
+
+class Qwen35Model {
+ public:
+  Qwen35Model(const ModelConfig& cfg, backend::Backend& be, ModelWeights weights);
+
+  // Allocates the paged KV cache of the full-attention layers and the GDN state slots.
+  void allocate_cache(int32_t num_pages, int32_t page_size, int32_t num_slots);
+
+  // Runs one step. Preconditions: allocate_cache was called; every sequence's pages cover
+  // [0, start_pos + num_tokens); slots are distinct; ids < vocab. Returns logits
+  // [logits_rows.size(), vocab] in f32, row-major.
+  std::vector<float> forward(const ForwardBatch& batch);
+
+  const ModelConfig& config() const { return cfg_; }
+  const ModelWeights& weights() const { return w_; }
+  int32_t page_size() const { return page_size_; }
+  int32_t num_pages() const { return num_pages_; }
+  int32_t num_slots() const { return num_slots_; }
+
+ private:
+  struct LayerCache {
+    Buffer k, v;          // full attention: [pages, page_size, nkv, hd]
+    Buffer conv, state;   // GDN: [slots, conv_dim, K-1], [slots, nv, dk, dv]
+  };
+  struct Scratch;
+
+  void full_attention(int64_t i, const Tensor& h, Scratch& s, const Tensor& out);
+  void gated_deltanet(int64_t i, const Tensor& h, Scratch& s, const Tensor& out);
+
+  ModelConfig cfg_;
+  backend::Backend& be_;
+  ModelWeights w_;
+  backend::AttnDims attn_dims_{};
+  backend::GdnDims gdn_dims_{};
+  std::vector<LayerCache> cache_;
+  int32_t page_size_ = 0, num_pages_ = 0, num_slots_ = 0;
+};
+
+}  // namespace deltaserve::model

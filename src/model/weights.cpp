@@ -1,0 +1,142 @@
+#include "model/weights.h"
+
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+#include "core/error.h"
+
+namespace deltaserve::model {
+
+std::vector<WeightSpec> weight_specs(const ModelConfig& c, ModelWeights& w) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  std::vector<WeightSpec> s;
+  auto add = [&s](std::string name, std::vector<int64_t> shape, Tensor* dst,
+                  std::vector<int64_t> stored = {}) {
+    if (stored.empty()) stored = shape;
+    s.push_back({std::move(name), std::move(shape), std::move(stored), dst});
+  };
+  w.layers.assign(static_cast<size_t>(c.num_layers), {});
+  add("embed_tokens.weight", {V, H}, &w.embed);
+  add("norm.weight", {H}, &w.final_norm);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    LayerWeights& l = w.layers[static_cast<size_t>(i)];
+    l.type = c.layer_types[static_cast<size_t>(i)];
+    const std::string p = "layers." + std::to_string(i) + ".";
+    add(p + "input_layernorm.weight", {H}, &l.input_norm);
+    add(p + "post_attention_layernorm.weight", {H}, &l.post_norm);
+    add(p + "mlp.gate_proj.weight", {I, H}, &l.gate_proj);
+    add(p + "mlp.up_proj.weight", {I, H}, &l.up_proj);
+    add(p + "mlp.down_proj.weight", {H, I}, &l.down_proj);
+    if (l.type == LayerType::kFullAttention) {
+      const std::string a = p + "self_attn.";
+      const int64_t hd = c.head_dim;
+      add(a + "q_proj.weight", {2 * c.num_heads * hd, H}, &l.attn.q_proj);
+      add(a + "k_proj.weight", {c.num_kv_heads * hd, H}, &l.attn.k_proj);
+      add(a + "v_proj.weight", {c.num_kv_heads * hd, H}, &l.attn.v_proj);
+      add(a + "o_proj.weight", {H, c.num_heads * hd}, &l.attn.o_proj);
+      add(a + "q_norm.weight", {hd}, &l.attn.q_norm);
+      add(a + "k_norm.weight", {hd}, &l.attn.k_norm);
+    } else {
+      const std::string a = p + "linear_attn.";
+      const int64_t nv = c.lin_num_v_heads, K = c.conv_kernel;
+      add(a + "in_proj_qkv.weight", {c.conv_dim(), H}, &l.gdn.in_proj_qkv);
+      add(a + "in_proj_z.weight", {c.value_dim(), H}, &l.gdn.in_proj_z);
+      add(a + "in_proj_b.weight", {nv, H}, &l.gdn.in_proj_b);
+      add(a + "in_proj_a.weight", {nv, H}, &l.gdn.in_proj_a);
+      add(a + "conv1d.weight", {c.conv_dim(), 1, K}, &l.gdn.conv1d, {c.conv_dim(), K});
+      add(a + "dt_bias", {nv}, &l.gdn.dt_bias);
+      add(a + "A_log", {nv}, &l.gdn.A_log);
+      add(a + "norm.weight", {c.lin_v_dim}, &l.gdn.norm);
+      add(a + "out_proj.weight", {H, c.value_dim()}, &l.gdn.out_proj);
+    }
+  }
+  if (!c.tie_word_embeddings) add("lm_head.weight", {V, H}, &w.lm_head);
+  return s;
+}
+
+namespace {
+
+Tensor alloc_into(ModelWeights& w, backend::Backend& be, const std::vector<int64_t>& shape) {
+  Buffer b;
+  switch (shape.size()) {
+    case 1: b = be.alloc(DType::kF32, {shape[0]}); break;
+    case 2: b = be.alloc(DType::kF32, {shape[0], shape[1]}); break;
+    default: DS_CHECK(false, "unexpected weight rank");
+  }
+  w.total_bytes += static_cast<int64_t>(b.tensor().nbytes());
+  w.storage.push_back(std::move(b));
+  return w.storage.back().tensor();
+}
+
+std::string text_prefix(const Checkpoint& ckpt) {
+  if (ckpt.find("model.language_model.embed_tokens.weight")) return "model.language_model.";
+  if (ckpt.find("model.embed_tokens.weight")) return "model.";
+  throw Error(ckpt.dir().string() +
+              ": missing tensor 'model.language_model.embed_tokens.weight' (not a Qwen3.5 checkpoint?)");
+}
+
+std::string full_name(const std::string& prefix, const std::string& name) {
+  return name == "lm_head.weight" ? name : prefix + name;
+}
+
+}  // namespace
+
+ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& cfg, backend::Backend& be) {
+  ModelWeights w;
+  const std::string prefix = text_prefix(ckpt);
+  std::vector<WeightSpec> specs = weight_specs(cfg, w);
+  std::set<std::string> used;
+  for (const WeightSpec& s : specs) {
+    const std::string name = full_name(prefix, s.name);
+    const TensorInfo& t = ckpt.get(name);
+    if (t.shape != s.shape)
+      throw Error(t.file + ": tensor '" + name + "' has shape " + t.shape_str() + ", expected " +
+                  TensorInfo{"", DType::kF32, s.shape, nullptr, 0, ""}.shape_str() +
+                  " from config.json");
+    if (t.dtype != DType::kF32 && t.dtype != DType::kBF16 && t.dtype != DType::kF16)
+      throw Error(t.file + ": tensor '" + name + "' has dtype " + std::string(dtype_name(t.dtype)) +
+                  "; weights must be BF16, F16 or F32");
+    *s.dst = alloc_into(w, be, s.stored);
+    be.upload(t.dtype, t.data, static_cast<size_t>(t.numel()), *s.dst);
+    used.insert(name);
+  }
+  if (cfg.tie_word_embeddings) w.lm_head = w.embed;
+  int unexpected = 0;
+  for (const std::string& n : ckpt.names()) {
+    if (used.count(n) || n.rfind("model.visual.", 0) == 0 || n.rfind("mtp.", 0) == 0) continue;
+    if (n == "lm_head.weight" && cfg.tie_word_embeddings) continue;
+    if (unexpected++ < 5) std::fprintf(stderr, "warning: unused checkpoint tensor '%s'\n", n.c_str());
+  }
+  return w;
+}
+
+ModelWeights dummy_weights(const ModelConfig& cfg, backend::Backend& be, uint64_t seed) {
+  ModelWeights w;
+  std::vector<WeightSpec> specs = weight_specs(cfg, w);
+  uint64_t st = seed * 0x9E3779B97F4A7C15ull + 1;
+  auto uniform = [&st]() {  // xorshift64*, in [-1, 1)
+    st ^= st >> 12;
+    st ^= st << 25;
+    st ^= st >> 27;
+    return static_cast<float>((st * 0x2545F4914F6CDD1Dull) >> 40) / static_cast<float>(1 << 23) - 1.0f;
+  };
+  std::vector<float> host;
+  for (const WeightSpec& s : specs) {
+    *s.dst = alloc_into(w, be, s.stored);
+    host.resize(static_cast<size_t>(s.dst->numel()));
+    const bool is_matrix = s.stored.size() == 2 && s.name.find("conv1d") == std::string::npos;
+    // Matrices ~ U(-a, a) with variance 1/fan_in; norms near 0 (1 + w), A_log = log(1..16).
+    const float a = is_matrix ? std::sqrt(3.0f / static_cast<float>(s.stored[1])) : 0.5f;
+    for (float& v : host) v = a * uniform();
+    if (s.name.ends_with("A_log"))
+      for (float& v : host) v = std::log(1.0f + 7.5f * (v / a + 1.0f));
+    if (s.name.ends_with("linear_attn.norm.weight"))
+      for (float& v : host) v = 1.0f + 0.1f * v;
+    be.upload(DType::kF32, host.data(), host.size(), *s.dst);
+  }
+  if (cfg.tie_word_embeddings) w.lm_head = w.embed;
+  return w;
+}
+
+}  // namespace deltaserve::model

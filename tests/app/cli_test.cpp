@@ -1,0 +1,92 @@
+// The deltaserve binary end to end: `logits` reproduces the HF goldens, `generate` runs, and bad
+// flags fail with a clear message and exit code 1.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "model/safetensors.h"
+#include "test_util.h"
+
+namespace deltaserve {
+namespace {
+
+using deltaserve::testing::TempDir;
+using deltaserve::testing::test_data;
+
+struct Result {
+  int code;
+  std::string output;
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string(DS_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+TEST(Cli, LogitsMatchesHfGolden) {
+  TempDir d;
+  model::SafetensorsFile golden(test_data() / "goldens" / "tiny_odd.safetensors");
+  const model::TensorInfo& ids_t = golden.tensors().at("prompt.1.ids");
+  std::vector<int32_t> ids(static_cast<size_t>(ids_t.numel()));
+  std::memcpy(ids.data(), ids_t.data, ids_t.nbytes);
+  std::string list;
+  for (int32_t id : ids) list += (list.empty() ? "" : ",") + std::to_string(id);
+  const auto out = d.path() / "l.safetensors";
+  const Result r = run("logits --model " + (test_data() / "tiny_odd").string() + " --ids " + list + " --out " +
+                       out.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  model::SafetensorsFile f(out);
+  const model::TensorInfo& l = f.tensors().at("logits");
+  const model::TensorInfo& ref = golden.tensors().at("prompt.1.logits");
+  ASSERT_EQ(l.shape, ref.shape);
+  const float* a = reinterpret_cast<const float*>(l.data);
+  const float* b = reinterpret_cast<const float*>(ref.data);
+  float err = 0, scale = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    err = std::max(err, std::abs(a[i] - b[i]));
+    scale = std::max(scale, std::abs(b[i]));
+  }
+  EXPECT_LE(err, 1e-4f * scale);
+}
+
+TEST(Cli, GenerateRunsOnCheckpointAndDummy) {
+  Result r = run("generate --model " + (test_data() / "tiny_real").string() + " --ids 1,2,3 --max-tokens 5 --ignore-eos");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("tok/s"), std::string::npos) << r.output;
+  r = run("generate --model " + (test_data() / "tiny_real").string() + " --load-format dummy --max-tokens 3");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("random weights"), std::string::npos) << r.output;
+}
+
+TEST(Cli, BadInputFailsClearly) {
+  const std::string m = "--model " + (test_data() / "tiny_real").string();
+  struct Case {
+    std::string args, message;
+  } cases[] = {
+      {"generate --bogus 1", "unknown flag --bogus"},
+      {"generate " + m + " --ids 1,x,3", "'x' is not a token id"},
+      {"generate " + m + " --ids 99999", "'99999' is not a token id in [0, 384)"},
+      {"generate " + m + " --max-tokens -3", "--max-tokens must be an integer"},
+      {"generate " + m + " --device tpu", "--device must be cpu or cuda"},
+      {"generate " + m + " --load-format pt", "--load-format must be"},
+      {"generate --model /nonexistent", "/nonexistent/config.json: cannot open"},
+      {"logits " + m + " --ids 1", "needs --model DIR --ids 1,2,3 --out"},
+      {"frobnicate", "unknown command 'frobnicate'"},
+  };
+  for (const Case& c : cases) {
+    const Result r = run(c.args);
+    EXPECT_NE(r.code, 0) << c.args;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << "\n" << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace deltaserve

@@ -1,0 +1,134 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "backend/cpu/cpu_backend.h"
+#include "test_util.h"
+
+namespace deltaserve::backend {
+namespace {
+
+using deltaserve::testing::max_abs;
+using deltaserve::testing::max_abs_diff;
+using deltaserve::testing::random_vec;
+
+void l2(std::vector<float>& x, int T, int d, float scale) {
+  for (int t = 0; t < T; ++t) {
+    float ss = 0;
+    for (int i = 0; i < d; ++i) ss += x[t * d + i] * x[t * d + i];
+    for (int i = 0; i < d; ++i) x[t * d + i] *= scale / std::sqrt(ss + 1e-6f);
+  }
+}
+
+struct DeltaCase {
+  int T, dk, dv, chunk;
+};
+
+class DeltaRule : public ::testing::TestWithParam<DeltaCase> {};
+
+TEST_P(DeltaRule, ChunkedEqualsRecurrent) {
+  const auto [T, dk, dv, chunk] = GetParam();
+  std::vector<float> q = random_vec(T * dk, 1), k = random_vec(T * dk, 2), v = random_vec(T * dv, 3);
+  l2(q, T, dk, 1.0f / std::sqrt(static_cast<float>(dk)));
+  l2(k, T, dk, 1.0f);
+  std::vector<float> g(T), beta(T);
+  std::vector<float> r = random_vec(2 * T, 4);
+  for (int t = 0; t < T; ++t) {
+    g[t] = -std::abs(r[t]) * 0.3f;
+    beta[t] = 1.0f / (1.0f + std::exp(-r[T + t]));
+  }
+  std::vector<float> S1 = random_vec(dk * dv, 5, 0.5f), S2 = S1, o1(T * dv), o2(T * dv);
+  cpu::delta_rule_recurrent(T, dk, dv, q.data(), k.data(), v.data(), g.data(), beta.data(), S1.data(), o1.data());
+  cpu::delta_rule_chunked(T, dk, dv, q.data(), k.data(), v.data(), g.data(), beta.data(), S2.data(), o2.data(),
+                          chunk);
+  EXPECT_LE(max_abs_diff(o1.data(), o2.data(), o1.size()), 1e-5f * max_abs(o1));
+  EXPECT_LE(max_abs_diff(S1.data(), S2.data(), S1.size()), 1e-5f * max_abs(S1));
+  EXPECT_GT(max_abs(o1), 0.01f);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, DeltaRule,
+                         ::testing::Values(DeltaCase{130, 16, 24, 64}, DeltaCase{70, 128, 128, 64},
+                                           DeltaCase{33, 16, 24, 7}, DeltaCase{1, 8, 8, 64}));
+
+// A one-sequence batch with pages 0..n-1 and the given slot.
+BatchDesc one_seq(int32_t n, int32_t start, int32_t slot, int32_t page_size = 4) {
+  SeqDesc s{0, n, start, slot, {}};
+  for (int32_t p = 0; p * page_size < start + n; ++p) s.pages.push_back(p);
+  return BatchDesc{{s}, n, page_size};
+}
+
+TEST(GdnConv, SplitWithStateEqualsWholeAndMatchesFormula) {
+  CpuBackend be;
+  const int C = 5, K = 4, T = 10;
+  std::vector<float> u = random_vec(T * C, 7), w = random_vec(C * K, 8);
+  Tensor ut(u.data(), DType::kF32, {T, C}), wt(w.data(), DType::kF32, {C, K});
+  std::vector<float> state(2 * C * (K - 1), 123.0f);  // garbage: start_pos 0 must ignore it
+  Tensor st(state.data(), DType::kF32, {2, C, K - 1});
+  std::vector<float> y_whole(T * C), y_split(T * C);
+  be.set_batch(one_seq(T, 0, 1));
+  be.gdn_conv(ut, wt, st, K, Tensor(y_whole.data(), DType::kF32, {T, C}));
+  for (int t = 0; t < T; ++t)
+    for (int c = 0; c < C; ++c) {
+      float acc = 0;
+      for (int i = 0; i < K; ++i) {
+        const int src = t - K + 1 + i;
+        if (src >= 0) acc += w[c * K + i] * u[src * C + c];
+      }
+      EXPECT_NEAR(y_whole[t * C + c], acc / (1 + std::exp(-acc)), 1e-5f);
+    }
+  be.set_batch(one_seq(3, 0, 0));
+  be.gdn_conv(ut.rows(0, 3), wt, st, K, Tensor(y_split.data(), DType::kF32, {3, C}));
+  be.set_batch(one_seq(7, 3, 0));
+  be.gdn_conv(ut.rows(3, T), wt, st, K, Tensor(y_split.data() + 3 * C, DType::kF32, {7, C}));
+  EXPECT_LE(max_abs_diff(y_whole.data(), y_split.data(), y_whole.size()), 1e-6f);
+  // Both slots now hold the last K-1 inputs, oldest first.
+  for (int c = 0; c < C; ++c)
+    for (int i = 0; i < K - 1; ++i) {
+      EXPECT_EQ(state[(0 * C + c) * (K - 1) + i], u[(T - K + 1 + i) * C + c]);
+      EXPECT_EQ(state[(1 * C + c) * (K - 1) + i], u[(T - K + 1 + i) * C + c]);
+    }
+}
+
+TEST(Rope, MatchesAnglesAndIdentityAtZero) {
+  float c[8], s[8];
+  cpu::rope_cos_sin(0, 8, 1e4, c, s);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(c[i], 1.0f);
+    EXPECT_EQ(s[i], 0.0f);
+  }
+  cpu::rope_cos_sin(5, 8, 1e4, c, s);
+  for (int i = 0; i < 4; ++i) {
+    const double ang = 5.0 * std::pow(1e4, -2.0 * i / 8);
+    EXPECT_NEAR(c[i], std::cos(ang), 1e-5);
+    EXPECT_NEAR(s[i + 4], std::sin(ang), 1e-5);
+  }
+}
+
+TEST(PagedAttention, ScatteredPagesEqualContiguous) {
+  CpuBackend be;
+  const int nh = 4, nkv = 2, hd = 8, T = 11, ps = 4;
+  AttnDims d{nh, nkv, hd, 4, 1e4, 1e-6f};
+  std::vector<float> qg0 = random_vec(T * nh * 2 * hd, 11), k0 = random_vec(T * nkv * hd, 12),
+                     v0 = random_vec(T * nkv * hd, 13), qn = random_vec(hd, 14, 0.3f), kn = random_vec(hd, 15, 0.3f);
+  auto run = [&](std::vector<int32_t> pages) {
+    std::vector<float> qg = qg0, k = k0, v = v0, q(T * nh * hd), gate(T * nh * hd), out(T * nh * hd);
+    std::vector<float> kc(8 * ps * nkv * hd), vc(kc.size());
+    be.set_batch(BatchDesc{{SeqDesc{0, T, 0, 0, pages}}, T, ps});
+    Tensor kt(k.data(), DType::kF32, {T, nkv, hd});
+    be.attn_prep_and_cache(Tensor(qg.data(), DType::kF32, {T, nh * 2 * hd}), kt,
+                           Tensor(v.data(), DType::kF32, {T, nkv, hd}), Tensor(qn.data(), DType::kF32, {hd}),
+                           Tensor(kn.data(), DType::kF32, {hd}), d, Tensor(q.data(), DType::kF32, {T, nh, hd}),
+                           Tensor(gate.data(), DType::kF32, {T, nh, hd}), Tensor(kc.data(), DType::kF32, {8, ps, nkv, hd}),
+                           Tensor(vc.data(), DType::kF32, {8, ps, nkv, hd}));
+    be.paged_attention(Tensor(q.data(), DType::kF32, {T, nh, hd}), Tensor(gate.data(), DType::kF32, {T, nh, hd}),
+                       Tensor(kc.data(), DType::kF32, {8, ps, nkv, hd}), Tensor(vc.data(), DType::kF32, {8, ps, nkv, hd}),
+                       d, Tensor(out.data(), DType::kF32, {T, nh, hd}));
+    return out;
+  };
+  const std::vector<float> a = run({0, 1, 2}), b = run({6, 2, 4});
+  EXPECT_LE(max_abs_diff(a.data(), b.data(), a.size()), 1e-6f);
+  EXPECT_GT(max_abs(a), 0.01f);
+}
+
+}  // namespace
+}  // namespace deltaserve::backend

@@ -1,0 +1,56 @@
+// Helpers shared by the tests: test data location, temporary directories, golden access.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace deltaserve::testing {
+
+// test_data/ (DS_TEST_DATA env var overrides the compiled-in path, e.g. on another machine).
+inline std::filesystem::path test_data() {
+  const char* env = std::getenv("DS_TEST_DATA");
+  return env ? std::filesystem::path(env) : std::filesystem::path(DS_TEST_DATA);
+}
+
+// A fresh temporary directory removed when the object dies.
+class TempDir {
+ public:
+  TempDir() {
+    std::random_device rd;
+    path_ = std::filesystem::temp_directory_path() / ("ds_test_" + std::to_string(rd()) + std::to_string(rd()));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+inline std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+inline float max_abs(const std::vector<float>& a) {
+  float m = 0;
+  for (float x : a) m = std::max(m, std::abs(x));
+  return m;
+}
+
+inline float max_abs_diff(const float* a, const float* b, size_t n) {
+  float m = 0;
+  for (size_t i = 0; i < n; ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  return m;
+}
+
+}  // namespace deltaserve::testing
