@@ -12,7 +12,8 @@ Args::Args(const std::vector<std::string>& argv, const std::string& command,
     : command_(command) {
   for (size_t i = 0; i < argv.size(); ++i) {
     const std::string& a = argv[i];
-    if (a.rfind("--", 0) != 0) throw Error("deltaserve " + command + ": unexpected argument '" + a + "'");
+    if (a.rfind("--", 0) != 0)
+      throw Error("deltaserve " + command + ": unexpected argument '" + a + "'");
     std::string name = a.substr(2), value;
     const size_t eq = name.find('=');
     const bool inline_value = eq != std::string::npos;
@@ -26,7 +27,8 @@ Args::Args(const std::vector<std::string>& argv, const std::string& command,
     }
     if (!known.count(name)) throw Error("deltaserve " + command + ": unknown flag --" + name);
     if (!inline_value) {
-      if (i + 1 >= argv.size()) throw Error("deltaserve " + command + ": --" + name + " needs a value");
+      if (i + 1 >= argv.size())
+        throw Error("deltaserve " + command + ": --" + name + " needs a value");
       value = argv[++i];
     }
     values_[name] = value;
@@ -38,7 +40,8 @@ std::string Args::get(const std::string& name, const std::string& fallback) cons
   return it == values_.end() ? fallback : it->second;
 }
 
-long long Args::get_int(const std::string& name, long long fallback, long long lo, long long hi) const {
+long long Args::get_int(const std::string& name, long long fallback, long long lo,
+                        long long hi) const {
   const auto it = values_.find(name);
   if (it == values_.end()) return fallback;
   size_t pos = 0;
@@ -49,8 +52,8 @@ long long Args::get_int(const std::string& name, long long fallback, long long l
     pos = 0;
   }
   if (pos == 0 || pos != it->second.size() || v < lo || v > hi)
-    throw Error("deltaserve " + command_ + ": --" + name + " must be an integer in [" + std::to_string(lo) +
-                ", " + std::to_string(hi) + "], got '" + it->second + "'");
+    throw Error("deltaserve " + command_ + ": --" + name + " must be an integer in [" +
+                std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + it->second + "'");
   return v;
 }
 

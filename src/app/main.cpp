@@ -29,13 +29,17 @@ constexpr int32_t kPageSize = 64;
 void check_device(const Args& a) {
   const std::string d = a.get("device", "cpu");
   if (d == "cpu") return;
-  if (d == "cuda") throw Error("--device cuda: the CUDA backend is not available in this build yet");
+  if (d == "cuda")
+    throw Error("--device cuda: the CUDA backend is not available in this build yet");
   throw Error("--device must be cpu or cuda, got '" + d + "'");
 }
 
-int32_t pages_for(int64_t tokens) { return static_cast<int32_t>((tokens + kPageSize - 1) / kPageSize); }
+int32_t pages_for(int64_t tokens) {
+  return static_cast<int32_t>((tokens + kPageSize - 1) / kPageSize);
+}
 
-model::ForwardBatch one_sequence(const std::vector<int32_t>& ids, int32_t start_pos, bool all_logits) {
+model::ForwardBatch one_sequence(const std::vector<int32_t>& ids, int32_t start_pos,
+                                 bool all_logits) {
   model::ForwardBatch b;
   b.token_ids = ids;
   backend::SeqDesc s;
@@ -61,8 +65,8 @@ int cmd_generate(const std::vector<std::string>& argv) {
   Args a(argv, "generate", {"model", "ids", "max-tokens", "load-format", "device"}, {"ignore-eos"});
   check_device(a);
   backend::CpuBackend be;
-  auto m = model::load_model(a.get("model", ""), model::parse_load_format(a.get("load-format", "auto")),
-                             be, true);
+  auto m = model::load_model(a.get("model", ""),
+                             model::parse_load_format(a.get("load-format", "auto")), be, true);
   const model::ModelConfig& cfg = m->config();
   std::vector<int32_t> ids = parse_ids(a.get("ids", "1,2,3,4,5,6,7,8"), cfg.vocab_size);
   const long long max_tokens = a.get_int("max-tokens", 16, 1, cfg.max_position_embeddings);
@@ -75,7 +79,8 @@ int cmd_generate(const std::vector<std::string>& argv) {
   std::vector<float> logits = m->forward(one_sequence(ids, 0, false));
   const auto t1 = clock::now();
   std::vector<int32_t> out{argmax(logits.data(), cfg.vocab_size)};
-  std::printf("prompt (%zu tokens): %s\ngenerated:", ids.size(), a.get("ids", "1,2,3,4,5,6,7,8").c_str());
+  std::printf("prompt (%zu tokens): %s\ngenerated:", ids.size(),
+              a.get("ids", "1,2,3,4,5,6,7,8").c_str());
   std::printf(" %d", out.back());
   std::fflush(stdout);
   const bool ignore_eos = a.has("ignore-eos");
@@ -94,9 +99,10 @@ int cmd_generate(const std::vector<std::string>& argv) {
   const auto t2 = clock::now();
   const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
   const double decode_s = std::chrono::duration<double>(t2 - t1).count();
-  std::printf("\nprefill: %zu tokens in %.3f s (%.1f tok/s); decode: %zu tokens in %.3f s (%.1f tok/s)\n",
-              ids.size(), prefill_s, static_cast<double>(ids.size()) / prefill_s, out.size() - 1, decode_s,
-              out.size() > 1 ? static_cast<double>(out.size() - 1) / decode_s : 0.0);
+  std::printf(
+      "\nprefill: %zu tokens in %.3f s (%.1f tok/s); decode: %zu tokens in %.3f s (%.1f tok/s)\n",
+      ids.size(), prefill_s, static_cast<double>(ids.size()) / prefill_s, out.size() - 1, decode_s,
+      out.size() > 1 ? static_cast<double>(out.size() - 1) / decode_s : 0.0);
   return 0;
 }
 
@@ -106,14 +112,16 @@ int cmd_logits(const std::vector<std::string>& argv) {
   if (!a.has("model") || !a.has("ids") || !a.has("out"))
     throw Error("deltaserve logits needs --model DIR --ids 1,2,3 --out FILE.safetensors");
   backend::CpuBackend be;
-  auto m = model::load_model(a.get("model", ""), model::parse_load_format(a.get("load-format", "auto")),
-                             be, true);
+  auto m = model::load_model(a.get("model", ""),
+                             model::parse_load_format(a.get("load-format", "auto")), be, true);
   const std::vector<int32_t> ids = parse_ids(a.get("ids", ""), m->config().vocab_size);
   m->allocate_cache(pages_for(static_cast<int64_t>(ids.size())), kPageSize, 1);
   const std::vector<float> logits = m->forward(one_sequence(ids, 0, true));
   model::write_safetensors(a.get("out", ""),
-                           {{"logits", DType::kF32,
-                             {static_cast<int64_t>(ids.size()), m->config().vocab_size}, logits.data()}});
+                           {{"logits",
+                             DType::kF32,
+                             {static_cast<int64_t>(ids.size()), m->config().vocab_size},
+                             logits.data()}});
   std::fprintf(stderr, "wrote logits [%zu, %lld] to %s\n", ids.size(),
                static_cast<long long>(m->config().vocab_size), a.get("out", "").c_str());
   return 0;

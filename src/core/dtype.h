@@ -17,7 +17,9 @@ std::string_view dtype_name(DType t);
 // Parses a safetensors dtype string ("BF16", "F32", ...); nullopt when unsupported.
 std::optional<DType> parse_safetensors_dtype(std::string_view s);
 
-inline float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+inline float bf16_to_f32(uint16_t h) {
+  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+}
 
 // Round to nearest even; NaN stays NaN.
 inline uint16_t f32_to_bf16(float f) {

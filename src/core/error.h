@@ -23,7 +23,7 @@ class Error : public std::runtime_error {
 }  // namespace deltaserve
 
 // Aborts with file/line when an invariant is broken (a bug, never bad input).
-#define DS_CHECK(cond, ...)                                                       \
-  do {                                                                            \
+#define DS_CHECK(cond, ...)                                                                       \
+  do {                                                                                            \
     if (!(cond)) ::deltaserve::check_failed(#cond, __FILE__, __LINE__, std::string{__VA_ARGS__}); \
   } while (0)

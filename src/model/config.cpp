@@ -58,7 +58,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   const json top = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (top.is_discarded() || !top.is_object()) throw Error(source + ": bad JSON (not an object)");
   const bool nested = top.contains("text_config");
-  if (nested && !top["text_config"].is_object()) throw Error(source + ": text_config is not an object");
+  if (nested && !top["text_config"].is_object())
+    throw Error(source + ": text_config is not an object");
   const json& tj = nested ? top["text_config"] : top;
   Reader r(tj, source + (nested ? " (text_config)" : ""));
 
@@ -92,8 +93,10 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   const std::string rope_type = rp.value("rope_type", std::string("default"));
   if (rope_type != "default") r.fail("unsupported rope_type \"" + rope_type + "\"");
   c.rope_theta = r.number(rp, "rope_theta", r.number(tj, "rope_theta", 0));
-  if (!(c.rope_theta > 0)) r.fail("missing or non-positive rope_theta (rope_parameters.rope_theta)");
-  const double prf = r.number(rp, "partial_rotary_factor", r.number(tj, "partial_rotary_factor", 1.0));
+  if (!(c.rope_theta > 0))
+    r.fail("missing or non-positive rope_theta (rope_parameters.rope_theta)");
+  const double prf =
+      r.number(rp, "partial_rotary_factor", r.number(tj, "partial_rotary_factor", 1.0));
   c.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * prf);
   if (!(prf > 0 && prf <= 1) || c.rotary_dim % 2 != 0 || c.rotary_dim == 0)
     r.fail("partial_rotary_factor " + std::to_string(prf) + " gives rotary dim " +
@@ -103,15 +106,19 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     if (!tj["layer_types"].is_array()) r.fail("layer_types must be a list");
     for (const json& v : tj["layer_types"]) {
       const std::string s = v.is_string() ? v.get<std::string>() : v.dump();
-      if (s == "linear_attention") c.layer_types.push_back(LayerType::kLinearAttention);
-      else if (s == "full_attention") c.layer_types.push_back(LayerType::kFullAttention);
-      else r.fail("unknown layer type " + s);
+      if (s == "linear_attention")
+        c.layer_types.push_back(LayerType::kLinearAttention);
+      else if (s == "full_attention")
+        c.layer_types.push_back(LayerType::kFullAttention);
+      else
+        r.fail("unknown layer type " + s);
     }
     if (static_cast<int64_t>(c.layer_types.size()) != c.num_layers)
-      r.fail("layer_types has " + std::to_string(c.layer_types.size()) + " entries but num_hidden_layers is " +
-             std::to_string(c.num_layers));
+      r.fail("layer_types has " + std::to_string(c.layer_types.size()) +
+             " entries but num_hidden_layers is " + std::to_string(c.num_layers));
   } else {
-    const int64_t interval = tj.contains("full_attention_interval") ? r.positive_int("full_attention_interval") : 4;
+    const int64_t interval =
+        tj.contains("full_attention_interval") ? r.positive_int("full_attention_interval") : 4;
     for (int64_t i = 0; i < c.num_layers; ++i)
       c.layer_types.push_back((i + 1) % interval == 0 ? LayerType::kFullAttention
                                                       : LayerType::kLinearAttention);
@@ -129,14 +136,16 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   if (act != "silu") r.fail("unsupported hidden_act \"" + act + "\" (only silu)");
   if (tj.value("attention_bias", false)) r.fail("attention_bias = true is not supported");
   if (c.num_heads % c.num_kv_heads != 0)
-    r.fail("num_attention_heads " + std::to_string(c.num_heads) + " is not a multiple of num_key_value_heads " +
-           std::to_string(c.num_kv_heads));
+    r.fail("num_attention_heads " + std::to_string(c.num_heads) +
+           " is not a multiple of num_key_value_heads " + std::to_string(c.num_kv_heads));
   if (c.lin_num_v_heads % c.lin_num_k_heads != 0)
     r.fail("linear_num_value_heads " + std::to_string(c.lin_num_v_heads) +
-           " is not a multiple of linear_num_key_heads " + std::to_string(c.lin_num_k_heads) + " (nv % nk != 0)");
+           " is not a multiple of linear_num_key_heads " + std::to_string(c.lin_num_k_heads) +
+           " (nv % nk != 0)");
   if (c.conv_kernel > 8) r.fail("linear_conv_kernel_dim > 8 is not supported");
   for (int32_t e : c.eos_token_ids)
-    if (e < 0 || e >= c.vocab_size) r.fail("eos_token_id " + std::to_string(e) + " is outside the vocabulary");
+    if (e < 0 || e >= c.vocab_size)
+      r.fail("eos_token_id " + std::to_string(e) + " is outside the vocabulary");
   return c;
 }
 

@@ -57,11 +57,13 @@ std::unique_ptr<Qwen35Model> load_model(const std::string& dir, LoadFormat forma
   }
   if (verbose) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::fprintf(stderr, "loaded %s (%s): %lld layers, hidden %lld, vocab %lld, %.1f MiB of weights in %.2f s\n",
-                 dir.empty() ? "the embedded default model" : dir.c_str(),
-                 dir.empty() || format == LoadFormat::kDummy ? "random weights" : "checkpoint",
-                 static_cast<long long>(cfg.num_layers), static_cast<long long>(cfg.hidden_size),
-                 static_cast<long long>(cfg.vocab_size), static_cast<double>(w.total_bytes) / (1 << 20), s);
+    std::fprintf(
+        stderr,
+        "loaded %s (%s): %lld layers, hidden %lld, vocab %lld, %.1f MiB of weights in %.2f s\n",
+        dir.empty() ? "the embedded default model" : dir.c_str(),
+        dir.empty() || format == LoadFormat::kDummy ? "random weights" : "checkpoint",
+        static_cast<long long>(cfg.num_layers), static_cast<long long>(cfg.hidden_size),
+        static_cast<long long>(cfg.vocab_size), static_cast<double>(w.total_bytes) / (1 << 20), s);
   }
   return std::make_unique<Qwen35Model>(cfg, be, std::move(w));
 }

@@ -14,9 +14,12 @@ struct Qwen35Model::Scratch {
 
 Qwen35Model::Qwen35Model(const ModelConfig& cfg, Backend& be, ModelWeights weights)
     : cfg_(cfg), be_(be), w_(std::move(weights)) {
-  attn_dims_ = {static_cast<int32_t>(cfg.num_heads), static_cast<int32_t>(cfg.num_kv_heads),
-                static_cast<int32_t>(cfg.head_dim), static_cast<int32_t>(cfg.rotary_dim),
-                cfg.rope_theta, static_cast<float>(cfg.rms_norm_eps)};
+  attn_dims_ = {static_cast<int32_t>(cfg.num_heads),
+                static_cast<int32_t>(cfg.num_kv_heads),
+                static_cast<int32_t>(cfg.head_dim),
+                static_cast<int32_t>(cfg.rotary_dim),
+                cfg.rope_theta,
+                static_cast<float>(cfg.rms_norm_eps)};
   gdn_dims_ = {static_cast<int32_t>(cfg.lin_num_k_heads), static_cast<int32_t>(cfg.lin_num_v_heads),
                static_cast<int32_t>(cfg.lin_k_dim), static_cast<int32_t>(cfg.lin_v_dim),
                static_cast<int32_t>(cfg.conv_kernel)};
@@ -36,8 +39,8 @@ void Qwen35Model::allocate_cache(int32_t num_pages, int32_t page_size, int32_t n
       c.v = be_.alloc(DType::kF32, {num_pages, page_size, cfg_.num_kv_heads, cfg_.head_dim});
     } else {
       c.conv = be_.alloc(DType::kF32, {num_slots, cfg_.conv_dim(), cfg_.conv_kernel - 1});
-      c.state = be_.alloc(DType::kF32,
-                          {num_slots, cfg_.lin_num_v_heads, cfg_.lin_k_dim, cfg_.lin_v_dim});
+      c.state =
+          be_.alloc(DType::kF32, {num_slots, cfg_.lin_num_v_heads, cfg_.lin_k_dim, cfg_.lin_v_dim});
     }
   }
 }
@@ -48,8 +51,8 @@ void Qwen35Model::full_attention(int64_t i, const Tensor& h, Scratch& s, const T
   be_.linear(h, w.q_proj, s.qg.tensor());
   be_.linear(h, w.k_proj, s.k.tensor());
   be_.linear(h, w.v_proj, s.v.tensor());
-  be_.attn_prep_and_cache(s.qg.tensor(), s.k.tensor(), s.v.tensor(), w.q_norm, w.k_norm,
-                          attn_dims_, s.q.tensor(), s.gate.tensor(), c.k.tensor(), c.v.tensor());
+  be_.attn_prep_and_cache(s.qg.tensor(), s.k.tensor(), s.v.tensor(), w.q_norm, w.k_norm, attn_dims_,
+                          s.q.tensor(), s.gate.tensor(), c.k.tensor(), c.v.tensor());
   be_.paged_attention(s.q.tensor(), s.gate.tensor(), c.k.tensor(), c.v.tensor(), attn_dims_,
                       s.attn.tensor());
   be_.linear(s.attn.tensor(), w.o_proj, out);

@@ -13,9 +13,9 @@
 namespace deltaserve::model {
 
 struct ForwardBatch {
-  std::vector<int32_t> token_ids;         // [T], the sequences' new tokens back to back
-  std::vector<backend::SeqDesc> seqs;     // token_begin/num_tokens index token_ids
-  std::vector<int32_t> logits_rows;       // rows of token_ids whose logits are returned
+  std::vector<int32_t> token_ids;      // [T], the sequences' new tokens back to back
+  std::vector<backend::SeqDesc> seqs;  // token_begin/num_tokens index token_ids
+  std::vector<int32_t> logits_rows;    // rows of token_ids whose logits are returned
 };
 
 class Qwen35Model {
@@ -38,8 +38,8 @@ class Qwen35Model {
 
  private:
   struct LayerCache {
-    Buffer k, v;          // full attention: [pages, page_size, nkv, hd]
-    Buffer conv, state;   // GDN: [slots, conv_dim, K-1], [slots, nv, dk, dv]
+    Buffer k, v;         // full attention: [pages, page_size, nkv, hd]
+    Buffer conv, state;  // GDN: [slots, conv_dim, K-1], [slots, nv, dk, dv]
   };
   struct Scratch;
 

@@ -43,7 +43,8 @@ void parse_entry(const std::string& file, const std::string& name, const json& e
   if (!e.contains("dtype") || !e["dtype"].is_string()) fail(file, where + "missing dtype");
   const std::string ds = e["dtype"].get<std::string>();
   const auto dt = parse_safetensors_dtype(ds);
-  if (!dt) fail(file, where + "unsupported dtype '" + ds + "' (supported: F32, BF16, F16, I32, I64)");
+  if (!dt)
+    fail(file, where + "unsupported dtype '" + ds + "' (supported: F32, BF16, F16, I32, I64)");
   if (!e.contains("shape") || !e["shape"].is_array()) fail(file, where + "missing shape");
   info.name = name;
   info.dtype = *dt;
@@ -151,7 +152,8 @@ Checkpoint::Checkpoint(const fs::path& dir) : dir_(dir) {
       throw Error(index.string() + ": bad JSON or no \"weight_map\" object");
     std::vector<std::string> shard_names;
     for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-      if (!it.value().is_string()) throw Error(index.string() + ": weight_map values must be file names");
+      if (!it.value().is_string())
+        throw Error(index.string() + ": weight_map values must be file names");
       const std::string f = it.value().get<std::string>();
       if (f.find('/') != std::string::npos || f == "..")
         throw Error(index.string() + ": shard name '" + f + "' is not a plain file name");

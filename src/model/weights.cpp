@@ -60,9 +60,14 @@ namespace {
 Tensor alloc_into(ModelWeights& w, backend::Backend& be, const std::vector<int64_t>& shape) {
   Buffer b;
   switch (shape.size()) {
-    case 1: b = be.alloc(DType::kF32, {shape[0]}); break;
-    case 2: b = be.alloc(DType::kF32, {shape[0], shape[1]}); break;
-    default: DS_CHECK(false, "unexpected weight rank");
+    case 1:
+      b = be.alloc(DType::kF32, {shape[0]});
+      break;
+    case 2:
+      b = be.alloc(DType::kF32, {shape[0], shape[1]});
+      break;
+    default:
+      DS_CHECK(false, "unexpected weight rank");
   }
   w.total_bytes += static_cast<int64_t>(b.tensor().nbytes());
   w.storage.push_back(std::move(b));
@@ -72,8 +77,9 @@ Tensor alloc_into(ModelWeights& w, backend::Backend& be, const std::vector<int64
 std::string text_prefix(const Checkpoint& ckpt) {
   if (ckpt.find("model.language_model.embed_tokens.weight")) return "model.language_model.";
   if (ckpt.find("model.embed_tokens.weight")) return "model.";
-  throw Error(ckpt.dir().string() +
-              ": missing tensor 'model.language_model.embed_tokens.weight' (not a Qwen3.5 checkpoint?)");
+  throw Error(
+      ckpt.dir().string() +
+      ": missing tensor 'model.language_model.embed_tokens.weight' (not a Qwen3.5 checkpoint?)");
 }
 
 std::string full_name(const std::string& prefix, const std::string& name) {
@@ -106,7 +112,8 @@ ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& cfg, backen
   for (const std::string& n : ckpt.names()) {
     if (used.count(n) || n.rfind("model.visual.", 0) == 0 || n.rfind("mtp.", 0) == 0) continue;
     if (n == "lm_head.weight" && cfg.tie_word_embeddings) continue;
-    if (unexpected++ < 5) std::fprintf(stderr, "warning: unused checkpoint tensor '%s'\n", n.c_str());
+    if (unexpected++ < 5)
+      std::fprintf(stderr, "warning: unused checkpoint tensor '%s'\n", n.c_str());
   }
   return w;
 }
@@ -119,7 +126,8 @@ ModelWeights dummy_weights(const ModelConfig& cfg, backend::Backend& be, uint64_
     st ^= st >> 12;
     st ^= st << 25;
     st ^= st >> 27;
-    return static_cast<float>((st * 0x2545F4914F6CDD1Dull) >> 40) / static_cast<float>(1 << 23) - 1.0f;
+    return static_cast<float>((st * 0x2545F4914F6CDD1Dull) >> 40) / static_cast<float>(1 << 23) -
+           1.0f;
   };
   std::vector<float> host;
   for (const WeightSpec& s : specs) {

@@ -40,8 +40,8 @@ TEST(Cli, LogitsMatchesHfGolden) {
   std::string list;
   for (int32_t id : ids) list += (list.empty() ? "" : ",") + std::to_string(id);
   const auto out = d.path() / "l.safetensors";
-  const Result r = run("logits --model " + (test_data() / "tiny_odd").string() + " --ids " + list + " --out " +
-                       out.string());
+  const Result r = run("logits --model " + (test_data() / "tiny_odd").string() + " --ids " + list +
+                       " --out " + out.string());
   ASSERT_EQ(r.code, 0) << r.output;
   model::SafetensorsFile f(out);
   const model::TensorInfo& l = f.tensors().at("logits");
@@ -58,10 +58,12 @@ TEST(Cli, LogitsMatchesHfGolden) {
 }
 
 TEST(Cli, GenerateRunsOnCheckpointAndDummy) {
-  Result r = run("generate --model " + (test_data() / "tiny_real").string() + " --ids 1,2,3 --max-tokens 5 --ignore-eos");
+  Result r = run("generate --model " + (test_data() / "tiny_real").string() +
+                 " --ids 1,2,3 --max-tokens 5 --ignore-eos");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("tok/s"), std::string::npos) << r.output;
-  r = run("generate --model " + (test_data() / "tiny_real").string() + " --load-format dummy --max-tokens 3");
+  r = run("generate --model " + (test_data() / "tiny_real").string() +
+          " --load-format dummy --max-tokens 3");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("random weights"), std::string::npos) << r.output;
 }

@@ -28,7 +28,8 @@ class DeltaRule : public ::testing::TestWithParam<DeltaCase> {};
 
 TEST_P(DeltaRule, ChunkedEqualsRecurrent) {
   const auto [T, dk, dv, chunk] = GetParam();
-  std::vector<float> q = random_vec(T * dk, 1), k = random_vec(T * dk, 2), v = random_vec(T * dv, 3);
+  std::vector<float> q = random_vec(T * dk, 1), k = random_vec(T * dk, 2),
+                     v = random_vec(T * dv, 3);
   l2(q, T, dk, 1.0f / std::sqrt(static_cast<float>(dk)));
   l2(k, T, dk, 1.0f);
   std::vector<float> g(T), beta(T);
@@ -38,9 +39,10 @@ TEST_P(DeltaRule, ChunkedEqualsRecurrent) {
     beta[t] = 1.0f / (1.0f + std::exp(-r[T + t]));
   }
   std::vector<float> S1 = random_vec(dk * dv, 5, 0.5f), S2 = S1, o1(T * dv), o2(T * dv);
-  cpu::delta_rule_recurrent(T, dk, dv, q.data(), k.data(), v.data(), g.data(), beta.data(), S1.data(), o1.data());
-  cpu::delta_rule_chunked(T, dk, dv, q.data(), k.data(), v.data(), g.data(), beta.data(), S2.data(), o2.data(),
-                          chunk);
+  cpu::delta_rule_recurrent(T, dk, dv, q.data(), k.data(), v.data(), g.data(), beta.data(),
+                            S1.data(), o1.data());
+  cpu::delta_rule_chunked(T, dk, dv, q.data(), k.data(), v.data(), g.data(), beta.data(), S2.data(),
+                          o2.data(), chunk);
   EXPECT_LE(max_abs_diff(o1.data(), o2.data(), o1.size()), 1e-5f * max_abs(o1));
   EXPECT_LE(max_abs_diff(S1.data(), S2.data(), S1.size()), 1e-5f * max_abs(S1));
   EXPECT_GT(max_abs(o1), 0.01f);
@@ -109,20 +111,26 @@ TEST(PagedAttention, ScatteredPagesEqualContiguous) {
   const int nh = 4, nkv = 2, hd = 8, T = 11, ps = 4;
   AttnDims d{nh, nkv, hd, 4, 1e4, 1e-6f};
   std::vector<float> qg0 = random_vec(T * nh * 2 * hd, 11), k0 = random_vec(T * nkv * hd, 12),
-                     v0 = random_vec(T * nkv * hd, 13), qn = random_vec(hd, 14, 0.3f), kn = random_vec(hd, 15, 0.3f);
+                     v0 = random_vec(T * nkv * hd, 13), qn = random_vec(hd, 14, 0.3f),
+                     kn = random_vec(hd, 15, 0.3f);
   auto run = [&](std::vector<int32_t> pages) {
-    std::vector<float> qg = qg0, k = k0, v = v0, q(T * nh * hd), gate(T * nh * hd), out(T * nh * hd);
+    std::vector<float> qg = qg0, k = k0, v = v0, q(T * nh * hd), gate(T * nh * hd),
+                       out(T * nh * hd);
     std::vector<float> kc(8 * ps * nkv * hd), vc(kc.size());
     be.set_batch(BatchDesc{{SeqDesc{0, T, 0, 0, pages}}, T, ps});
     Tensor kt(k.data(), DType::kF32, {T, nkv, hd});
-    be.attn_prep_and_cache(Tensor(qg.data(), DType::kF32, {T, nh * 2 * hd}), kt,
-                           Tensor(v.data(), DType::kF32, {T, nkv, hd}), Tensor(qn.data(), DType::kF32, {hd}),
-                           Tensor(kn.data(), DType::kF32, {hd}), d, Tensor(q.data(), DType::kF32, {T, nh, hd}),
-                           Tensor(gate.data(), DType::kF32, {T, nh, hd}), Tensor(kc.data(), DType::kF32, {8, ps, nkv, hd}),
-                           Tensor(vc.data(), DType::kF32, {8, ps, nkv, hd}));
-    be.paged_attention(Tensor(q.data(), DType::kF32, {T, nh, hd}), Tensor(gate.data(), DType::kF32, {T, nh, hd}),
-                       Tensor(kc.data(), DType::kF32, {8, ps, nkv, hd}), Tensor(vc.data(), DType::kF32, {8, ps, nkv, hd}),
-                       d, Tensor(out.data(), DType::kF32, {T, nh, hd}));
+    be.attn_prep_and_cache(
+        Tensor(qg.data(), DType::kF32, {T, nh * 2 * hd}), kt,
+        Tensor(v.data(), DType::kF32, {T, nkv, hd}), Tensor(qn.data(), DType::kF32, {hd}),
+        Tensor(kn.data(), DType::kF32, {hd}), d, Tensor(q.data(), DType::kF32, {T, nh, hd}),
+        Tensor(gate.data(), DType::kF32, {T, nh, hd}),
+        Tensor(kc.data(), DType::kF32, {8, ps, nkv, hd}),
+        Tensor(vc.data(), DType::kF32, {8, ps, nkv, hd}));
+    be.paged_attention(Tensor(q.data(), DType::kF32, {T, nh, hd}),
+                       Tensor(gate.data(), DType::kF32, {T, nh, hd}),
+                       Tensor(kc.data(), DType::kF32, {8, ps, nkv, hd}),
+                       Tensor(vc.data(), DType::kF32, {8, ps, nkv, hd}), d,
+                       Tensor(out.data(), DType::kF32, {T, nh, hd}));
     return out;
   };
   const std::vector<float> a = run({0, 1, 2}), b = run({6, 2, 4});

@@ -32,13 +32,14 @@ TEST(CudaRmsNorm, MatchesCpu) {
   cudaMemcpy(dx, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice);
   cudaMemcpy(dw, wb.data(), wb.size() * 2, cudaMemcpyHostToDevice);
   cudaMemset(dout, 0xff, xb.size() * 2);  // poison
-  cuda::launch_rms_norm_bf16(static_cast<__nv_bfloat16*>(dx), static_cast<__nv_bfloat16*>(dw), 1e-6f, rows, n,
-                             static_cast<__nv_bfloat16*>(dout), nullptr);
+  cuda::launch_rms_norm_bf16(static_cast<__nv_bfloat16*>(dx), static_cast<__nv_bfloat16*>(dw),
+                             1e-6f, rows, n, static_cast<__nv_bfloat16*>(dout), nullptr);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   std::vector<uint16_t> out(xb.size());
   ASSERT_EQ(cudaMemcpy(out.data(), dout, out.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
   for (size_t i = 0; i < out.size(); ++i)
-    ASSERT_NEAR(bf16_to_f32(out[i]), ref[i], 1e-2f * (1.0f + std::abs(ref[i]))) << i;  // bf16 output rounding
+    ASSERT_NEAR(bf16_to_f32(out[i]), ref[i], 1e-2f * (1.0f + std::abs(ref[i])))
+        << i;  // bf16 output rounding
   cudaFree(dx);
   cudaFree(dw);
   cudaFree(dout);

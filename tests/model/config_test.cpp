@@ -29,7 +29,8 @@ json text_config() {
               {"max_position_embeddings", 4096},
               {"rms_norm_eps", 1e-6},
               {"eos_token_id", 7},
-              {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1e7}, {"partial_rotary_factor", 0.25}}}};
+              {"rope_parameters",
+               {{"rope_type", "default"}, {"rope_theta", 1e7}, {"partial_rotary_factor", 0.25}}}};
 }
 
 std::string error_of(const json& j) {
@@ -42,7 +43,8 @@ std::string error_of(const json& j) {
 }
 
 TEST(Config, NestedTextConfig) {
-  json top{{"model_type", "qwen3_5"}, {"tie_word_embeddings", true}, {"text_config", text_config()}};
+  json top{
+      {"model_type", "qwen3_5"}, {"tie_word_embeddings", true}, {"text_config", text_config()}};
   top["text_config"]["tie_word_embeddings"] = true;
   const ModelConfig c = parse_model_config(top.dump(), "cfg.json");
   EXPECT_EQ(c.hidden_size, 64);

@@ -3,8 +3,8 @@
 // batch of prefill chunks and decode rows with slot and page reuse.
 //
 // Tolerance: max |ours - HF| <= 1e-4 * max |HF| over each compared block, and identical argmax at
-// every position. Our own re-orderings (chunked vs one-shot, decode vs prefill) must agree to 5e-5 (measured up to 1.7e-5: f32
-// sums over 1,000+ recurrent steps in another order).
+// every position. Our own re-orderings (chunked vs one-shot, decode vs prefill) must agree to 5e-5
+// (measured up to 1.7e-5: f32 sums over 1,000+ recurrent steps in another order).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -39,8 +39,8 @@ std::vector<float> f32_of(const TensorInfo& t) {
 }
 
 // Compares [rows, V] logits; `label` names the case in failures.
-void expect_close(const std::vector<float>& ours, const std::vector<float>& ref, int64_t V, float rel_tol,
-                  const std::string& label) {
+void expect_close(const std::vector<float>& ours, const std::vector<float>& ref, int64_t V,
+                  float rel_tol, const std::string& label) {
   ASSERT_EQ(ours.size(), ref.size()) << label;
   float err = 0, scale = 0;
   int64_t argmax_mismatch = 0;
@@ -55,9 +55,10 @@ void expect_close(const std::vector<float>& ours, const std::vector<float>& ref,
     argmax_mismatch += std::max_element(a, a + V) - a != std::max_element(b, b + V) - b;
   }
   EXPECT_LE(err, rel_tol * scale) << label << ": max abs err " << err << " vs max |ref| " << scale;
-  EXPECT_EQ(argmax_mismatch, 0) << label << ": argmax differs at " << argmax_mismatch << " of " << rows << " positions";
-  std::printf("  %-40s rows %5lld  max|err| %.2e  rel %.2e\n", label.c_str(), static_cast<long long>(rows), err,
-              err / scale);
+  EXPECT_EQ(argmax_mismatch, 0) << label << ": argmax differs at " << argmax_mismatch << " of "
+                                << rows << " positions";
+  std::printf("  %-40s rows %5lld  max|err| %.2e  rel %.2e\n", label.c_str(),
+              static_cast<long long>(rows), err, err / scale);
 }
 
 class Gate : public ::testing::TestWithParam<std::string> {
@@ -68,7 +69,8 @@ class Gate : public ::testing::TestWithParam<std::string> {
     Checkpoint ckpt(dir);
     model_ = std::make_unique<Qwen35Model>(cfg_, be_, load_weights(ckpt, cfg_, be_));
     model_->allocate_cache(kNumPages, kPageSize, 4);
-    golden_ = std::make_unique<SafetensorsFile>(test_data() / "goldens" / (GetParam() + ".safetensors"));
+    golden_ =
+        std::make_unique<SafetensorsFile>(test_data() / "goldens" / (GetParam() + ".safetensors"));
   }
 
   const TensorInfo& g(const std::string& name) const { return golden_->tensors().at(name); }
@@ -111,7 +113,8 @@ TEST_P(Gate, PrefillMatchesHf) {
   for (; has("prompt." + std::to_string(n) + ".ids"); ++n) {
     const std::string p = "prompt." + std::to_string(n);
     const std::vector<int32_t> ids = ids_of(g(p + ".ids"));
-    expect_close(run(ids, static_cast<int32_t>(ids.size())), f32_of(g(p + ".logits")), cfg_.vocab_size, kHfRelTol,
+    expect_close(run(ids, static_cast<int32_t>(ids.size())), f32_of(g(p + ".logits")),
+                 cfg_.vocab_size, kHfRelTol,
                  GetParam() + " prefill T=" + std::to_string(ids.size()));
   }
   EXPECT_GE(n, 4);
@@ -138,7 +141,8 @@ TEST_P(Gate, PrefillThenDecodeMatchesHfAndOneShot) {
       if (start > 0) ours.insert(ours.end(), l.begin(), l.end());
       start += len;
     }
-    expect_close(ours, f32_of(g(p + ".logits")), V, kHfRelTol, GetParam() + " decode after P=" + std::to_string(P));
+    expect_close(ours, f32_of(g(p + ".logits")), V, kHfRelTol,
+                 GetParam() + " decode after P=" + std::to_string(P));
     const std::vector<float> one_shot = run(ids, static_cast<int32_t>(ids.size()));
     expect_close(ours, std::vector<float>(one_shot.begin() + P * V, one_shot.end()), V, kSelfRelTol,
                  GetParam() + " decode vs one-shot P=" + std::to_string(P));
@@ -154,8 +158,10 @@ TEST_P(Gate, ChunkedPrefillEqualsOneShot) {
   const std::vector<float> hf = f32_of(g(p + ".logits"));
   for (int32_t chunk : {1, 7, 64, 100}) {
     const std::vector<float> c = run(ids, chunk, 1);
-    expect_close(c, one_shot, cfg_.vocab_size, kSelfRelTol, GetParam() + " chunk " + std::to_string(chunk) + " vs one-shot");
-    expect_close(c, hf, cfg_.vocab_size, kHfRelTol, GetParam() + " chunk " + std::to_string(chunk) + " vs HF");
+    expect_close(c, one_shot, cfg_.vocab_size, kSelfRelTol,
+                 GetParam() + " chunk " + std::to_string(chunk) + " vs one-shot");
+    expect_close(c, hf, cfg_.vocab_size, kHfRelTol,
+                 GetParam() + " chunk " + std::to_string(chunk) + " vs HF");
   }
 }
 
@@ -198,7 +204,8 @@ TEST_P(Gate, MixedBatchWithSlotAndPageReuse) {
         free_pages.pop_back();
       }
       const int32_t begin = static_cast<int32_t>(batch.token_ids.size());
-      batch.token_ids.insert(batch.token_ids.end(), s->ids.begin() + s->pos, s->ids.begin() + s->pos + n);
+      batch.token_ids.insert(batch.token_ids.end(), s->ids.begin() + s->pos,
+                             s->ids.begin() + s->pos + n);
       batch.seqs.push_back(backend::SeqDesc{begin, n, s->pos, s->slot, s->pages});
       for (int32_t i = 0; i < n; ++i) batch.logits_rows.push_back(begin + i);
     }
@@ -223,9 +230,10 @@ TEST_P(Gate, MixedBatchWithSlotAndPageReuse) {
   EXPECT_GE(mixed_steps, 5);
   const int64_t V = cfg_.vocab_size;
   expect_close(a.logits, f32_of(g(pa + ".logits")), V, kHfRelTol, GetParam() + " mixed: A chunked");
-  expect_close(std::vector<float>(b.logits.begin() + P * V, b.logits.end()), f32_of(g("decode.0.logits")), V,
-               kHfRelTol, GetParam() + " mixed: B decode");
-  expect_close(c.logits, f32_of(g("prompt.2.logits")), V, kHfRelTol, GetParam() + " mixed: C in reused slot");
+  expect_close(std::vector<float>(b.logits.begin() + P * V, b.logits.end()),
+               f32_of(g("decode.0.logits")), V, kHfRelTol, GetParam() + " mixed: B decode");
+  expect_close(c.logits, f32_of(g("prompt.2.logits")), V, kHfRelTol,
+               GetParam() + " mixed: C in reused slot");
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, Gate, ::testing::Values("tiny_real", "tiny_odd"));

@@ -15,7 +15,8 @@ using deltaserve::testing::TempDir;
 namespace fs = std::filesystem;
 
 // Writes a raw file: 8-byte header length, header text, then `data_bytes` zero bytes.
-void write_raw(const fs::path& p, const std::string& header, size_t data_bytes, uint64_t hlen_override = 0) {
+void write_raw(const fs::path& p, const std::string& header, size_t data_bytes,
+               uint64_t hlen_override = 0) {
   std::ofstream f(p, std::ios::binary);
   const uint64_t hlen = hlen_override ? hlen_override : header.size();
   f.write(reinterpret_cast<const char*>(&hlen), 8);
@@ -38,7 +39,8 @@ TEST(Safetensors, WriteReadRoundTrip) {
   const float a[6] = {1, 2, 3, 4, 5, 6};
   const uint16_t b[2] = {0x3f80, 0x4000};
   write_safetensors(d.path() / "x.safetensors",
-                    {{"b", DType::kBF16, {2}, b}, {"a", DType::kF32, {2, 3}, a}}, {{"format", "pt"}});
+                    {{"b", DType::kBF16, {2}, b}, {"a", DType::kF32, {2, 3}, a}},
+                    {{"format", "pt"}});
   SafetensorsFile f(d.path() / "x.safetensors");
   ASSERT_EQ(f.tensors().size(), 2u);
   const TensorInfo& ta = f.tensors().at("a");
@@ -67,12 +69,14 @@ TEST(Safetensors, RejectsHeaderPastEof) {
 TEST(Safetensors, RejectsBadJson) {
   TempDir d;
   write_raw(d.path() / "t.safetensors", "{\"a\": [", 0);
-  EXPECT_NE(error_of(d.path() / "t.safetensors").find("header is not a JSON object"), std::string::npos);
+  EXPECT_NE(error_of(d.path() / "t.safetensors").find("header is not a JSON object"),
+            std::string::npos);
 }
 
 TEST(Safetensors, RejectsOffsetsOutOfRange) {
   TempDir d;
-  write_raw(d.path() / "t.safetensors", R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8);
+  write_raw(d.path() / "t.safetensors",
+            R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8);
   const std::string e = error_of(d.path() / "t.safetensors");
   EXPECT_NE(e.find("tensor 'w'"), std::string::npos) << e;
   EXPECT_NE(e.find("out of range"), std::string::npos) << e;
@@ -80,29 +84,34 @@ TEST(Safetensors, RejectsOffsetsOutOfRange) {
 
 TEST(Safetensors, RejectsSizeMismatch) {
   TempDir d;
-  write_raw(d.path() / "t.safetensors", R"({"w":{"dtype":"BF16","shape":[4],"data_offsets":[0,16]}})", 16);
-  EXPECT_NE(error_of(d.path() / "t.safetensors").find("does not match shape [4] BF16"), std::string::npos);
+  write_raw(d.path() / "t.safetensors",
+            R"({"w":{"dtype":"BF16","shape":[4],"data_offsets":[0,16]}})", 16);
+  EXPECT_NE(error_of(d.path() / "t.safetensors").find("does not match shape [4] BF16"),
+            std::string::npos);
 }
 
 TEST(Safetensors, RejectsOverlap) {
   TempDir d;
-  write_raw(d.path() / "t.safetensors",
-            R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
-            16);
+  write_raw(
+      d.path() / "t.safetensors",
+      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+      16);
   const std::string e = error_of(d.path() / "t.safetensors");
   EXPECT_NE(e.find("'a' and 'b' overlap"), std::string::npos) << e;
 }
 
 TEST(Safetensors, RejectsUnknownDtype) {
   TempDir d;
-  write_raw(d.path() / "t.safetensors", R"({"w":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}})", 2);
+  write_raw(d.path() / "t.safetensors",
+            R"({"w":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}})", 2);
   const std::string e = error_of(d.path() / "t.safetensors");
   EXPECT_NE(e.find("tensor 'w': unsupported dtype 'F8_E4M3'"), std::string::npos) << e;
 }
 
 TEST(Safetensors, RejectsNegativeShapeAndMissingFields) {
   TempDir d;
-  write_raw(d.path() / "t.safetensors", R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,0]}})", 0);
+  write_raw(d.path() / "t.safetensors",
+            R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,0]}})", 0);
   EXPECT_NE(error_of(d.path() / "t.safetensors").find("non-negative"), std::string::npos);
   write_raw(d.path() / "u.safetensors", R"({"w":{"shape":[1],"data_offsets":[0,4]}})", 4);
   EXPECT_NE(error_of(d.path() / "u.safetensors").find("missing dtype"), std::string::npos);

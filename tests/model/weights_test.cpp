@@ -26,8 +26,8 @@ const char* kConfig = R"({"model_type": "qwen3_5", "tie_word_embeddings": false,
 
 // Writes a checkpoint for kConfig with every text tensor (F32 value 0.25 unless `f16` names it),
 // plus visual/mtp tensors, optionally leaving one out or giving one a wrong shape.
-void write_checkpoint(const fs::path& dir, const std::string& omit = "", const std::string& reshape = "",
-                      const std::string& f16 = "") {
+void write_checkpoint(const fs::path& dir, const std::string& omit = "",
+                      const std::string& reshape = "", const std::string& f16 = "") {
   std::ofstream(dir / "config.json") << kConfig;
   const ModelConfig cfg = parse_model_config(kConfig, "cfg");
   ModelWeights w;
@@ -78,7 +78,8 @@ TEST(Weights, LoadsSyntheticCheckpointSkippingVisualAndMtp) {
   const ModelWeights w = load_weights(c, load_model_config(d.path()), be);
   ASSERT_EQ(w.layers.size(), 2u);
   EXPECT_EQ(w.layers[0].gdn.A_log.f32()[1], 0.5f);  // converted from F16
-  EXPECT_EQ(w.layers[0].gdn.conv1d.shape_str(), "[20, 4]");  // [conv_dim, 1, K] stored as [conv_dim, K]
+  EXPECT_EQ(w.layers[0].gdn.conv1d.shape_str(),
+            "[20, 4]");  // [conv_dim, 1, K] stored as [conv_dim, K]
   EXPECT_EQ(w.layers[1].attn.q_proj.shape_str(), "[32, 16]");
   EXPECT_NE(w.lm_head.data, w.embed.data);
 }
@@ -87,7 +88,9 @@ TEST(Weights, MissingTensorNamesIt) {
   TempDir d;
   write_checkpoint(d.path(), "model.language_model.layers.1.self_attn.k_norm.weight");
   const std::string e = load_error(d.path());
-  EXPECT_NE(e.find("missing tensor 'model.language_model.layers.1.self_attn.k_norm.weight'"), std::string::npos) << e;
+  EXPECT_NE(e.find("missing tensor 'model.language_model.layers.1.self_attn.k_norm.weight'"),
+            std::string::npos)
+      << e;
 }
 
 TEST(Weights, UntiedWithoutLmHeadFails) {
@@ -100,7 +103,8 @@ TEST(Weights, ShapeMismatchNamesFileAndTensor) {
   TempDir d;
   write_checkpoint(d.path(), "", "model.language_model.layers.0.linear_attn.in_proj_qkv.weight");
   const std::string e = load_error(d.path());
-  EXPECT_NE(e.find("model.safetensors: tensor 'model.language_model.layers.0.linear_attn.in_proj_qkv.weight' "
+  EXPECT_NE(e.find("model.safetensors: tensor "
+                   "'model.language_model.layers.0.linear_attn.in_proj_qkv.weight' "
                    "has shape [21, 16], expected [20, 16]"),
             std::string::npos)
       << e;
@@ -128,7 +132,8 @@ TEST(Weights, RealTinyCheckpoints) {
 TEST(Weights, DummyWeightsAreDeterministic) {
   backend::CpuBackend be;
   const ModelConfig cfg = parse_model_config(kConfig, "cfg");
-  const ModelWeights a = dummy_weights(cfg, be, 3), b = dummy_weights(cfg, be, 3), c = dummy_weights(cfg, be, 4);
+  const ModelWeights a = dummy_weights(cfg, be, 3), b = dummy_weights(cfg, be, 3),
+                     c = dummy_weights(cfg, be, 4);
   const size_t n = static_cast<size_t>(a.embed.numel());
   EXPECT_EQ(std::memcmp(a.embed.data, b.embed.data, n * 4), 0);
   EXPECT_NE(std::memcmp(a.embed.data, c.embed.data, n * 4), 0);

@@ -25,7 +25,8 @@ void rope_cos_sin(int32_t pos, int rotary_dim, double theta, float* cos_out, flo
 namespace {
 
 // x [hd]: zero-centred RMSNorm, then NeoX rotate-half RoPE on dims [0, rd).
-void norm_rope(float* x, const float* w, float eps, int hd, int rd, const float* c, const float* s) {
+void norm_rope(float* x, const float* w, float eps, int hd, int rd, const float* c,
+               const float* s) {
   float ss = 0;
   for (int i = 0; i < hd; ++i) ss += x[i] * x[i];
   const float r = 1.0f / std::sqrt(ss / static_cast<float>(hd) + eps);
@@ -41,9 +42,9 @@ void norm_rope(float* x, const float* w, float eps, int hd, int rd, const float*
 }  // namespace
 
 void CpuBackend::attn_prep_and_cache(const Tensor& qg, const Tensor& k, const Tensor& v,
-                                     const Tensor& q_norm, const Tensor& k_norm,
-                                     const AttnDims& d, const Tensor& q, const Tensor& gate,
-                                     const Tensor& k_cache, const Tensor& v_cache) {
+                                     const Tensor& q_norm, const Tensor& k_norm, const AttnDims& d,
+                                     const Tensor& q, const Tensor& gate, const Tensor& k_cache,
+                                     const Tensor& v_cache) {
   const int64_t T = batch_.num_tokens;
   const int hd = d.hd, rd = d.rotary_dim, ps = batch_.page_size;
 #pragma omp parallel for

@@ -7,7 +7,9 @@
 
 namespace deltaserve::backend {
 
-Buffer CpuBackend::alloc(DType t, std::initializer_list<int64_t> dims) { return host_buffer(t, dims); }
+Buffer CpuBackend::alloc(DType t, std::initializer_list<int64_t> dims) {
+  return host_buffer(t, dims);
+}
 
 void CpuBackend::upload(DType src_type, const void* src, size_t n, const Tensor& dst) {
   DS_CHECK(dst.dtype == DType::kF32 && static_cast<size_t>(dst.numel()) == n, "upload shape");
@@ -28,8 +30,9 @@ void CpuBackend::set_batch(const BatchDesc& batch) {
   token_seq_.assign(static_cast<size_t>(batch.num_tokens), -1);
   for (size_t s = 0; s < batch.seqs.size(); ++s) {
     const SeqDesc& q = batch.seqs[s];
-    DS_CHECK(q.token_begin >= 0 && q.num_tokens > 0 && q.token_begin + q.num_tokens <= batch.num_tokens,
-             "sequence rows out of range");
+    DS_CHECK(
+        q.token_begin >= 0 && q.num_tokens > 0 && q.token_begin + q.num_tokens <= batch.num_tokens,
+        "sequence rows out of range");
     DS_CHECK(static_cast<int64_t>(q.pages.size()) * batch.page_size >= q.start_pos + q.num_tokens,
              "page table too short");
     for (int32_t i = 0; i < q.num_tokens; ++i) {

@@ -26,9 +26,9 @@ class CpuBackend final : public Backend {
   void silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void gather_rows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
 
-  void attn_prep_and_cache(const Tensor& qg, const Tensor& k, const Tensor& v,
-                           const Tensor& q_norm, const Tensor& k_norm, const AttnDims& d,
-                           const Tensor& q, const Tensor& gate, const Tensor& k_cache,
+  void attn_prep_and_cache(const Tensor& qg, const Tensor& k, const Tensor& v, const Tensor& q_norm,
+                           const Tensor& k_norm, const AttnDims& d, const Tensor& q,
+                           const Tensor& gate, const Tensor& k_cache,
                            const Tensor& v_cache) override;
   void paged_attention(const Tensor& q, const Tensor& gate, const Tensor& k_cache,
                        const Tensor& v_cache, const AttnDims& d, const Tensor& out) override;

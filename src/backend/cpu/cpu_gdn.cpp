@@ -127,7 +127,8 @@ void CpuBackend::gdn_conv(const Tensor& u, const Tensor& w, const Tensor& conv_s
       // window = [state (K-1, oldest first) | this chunk's inputs]
       std::vector<float> win(static_cast<size_t>(km1 + seq.num_tokens));
       for (int i = 0; i < km1; ++i) win[i] = seq.start_pos == 0 ? 0.0f : st[ch * km1 + i];
-      for (int t = 0; t < seq.num_tokens; ++t) win[km1 + t] = u.f32()[(seq.token_begin + t) * C + ch];
+      for (int t = 0; t < seq.num_tokens; ++t)
+        win[km1 + t] = u.f32()[(seq.token_begin + t) * C + ch];
       const float* wc = w.f32() + ch * K;
       for (int t = 0; t < seq.num_tokens; ++t) {
         float acc = 0;
@@ -164,7 +165,8 @@ void CpuBackend::gated_delta_rule(const Tensor& y, const Tensor& a, const Tensor
     for (int h = 0; h < d.nv; ++h) {
       const SeqDesc& seq = batch_.seqs[static_cast<size_t>(s)];
       const int T = seq.num_tokens, kh = h / rep;
-      std::vector<float> q(static_cast<size_t>(T * d.dk)), k(q.size()), v(static_cast<size_t>(T * d.dv));
+      std::vector<float> q(static_cast<size_t>(T * d.dk)), k(q.size()),
+          v(static_cast<size_t>(T * d.dv));
       std::vector<float> g(static_cast<size_t>(T)), beta(g.size());
       for (int t = 0; t < T; ++t) {
         const float* row = y.f32() + (seq.token_begin + t) * C;
@@ -181,11 +183,14 @@ void CpuBackend::gated_delta_rule(const Tensor& y, const Tensor& a, const Tensor
       if (seq.start_pos == 0) std::fill(S, S + d.dk * d.dv, 0.0f);
       std::vector<float> o(static_cast<size_t>(T * d.dv));
       if (T == 1)
-        cpu::delta_rule_recurrent(T, d.dk, d.dv, q.data(), k.data(), v.data(), g.data(), beta.data(), S, o.data());
+        cpu::delta_rule_recurrent(T, d.dk, d.dv, q.data(), k.data(), v.data(), g.data(),
+                                  beta.data(), S, o.data());
       else
-        cpu::delta_rule_chunked(T, d.dk, d.dv, q.data(), k.data(), v.data(), g.data(), beta.data(), S, o.data());
+        cpu::delta_rule_chunked(T, d.dk, d.dv, q.data(), k.data(), v.data(), g.data(), beta.data(),
+                                S, o.data());
       for (int t = 0; t < T; ++t)
-        std::memcpy(out.f32() + ((seq.token_begin + t) * d.nv + h) * d.dv, &o[t * d.dv], sizeof(float) * d.dv);
+        std::memcpy(out.f32() + ((seq.token_begin + t) * d.nv + h) * d.dv, &o[t * d.dv],
+                    sizeof(float) * d.dv);
     }
   }
 }

@@ -1,0 +1,31 @@
+# The README's two set-up commands: `make test` and `make serve`.
+BUILD ?= build
+BUILD_TYPE ?= RelWithDebInfo
+JOBS ?= 2
+
+.PHONY: deps configure build test serve format clean
+
+deps:
+	@tools/install_deps.sh
+
+$(BUILD)/build.ninja:
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+
+configure: deps $(BUILD)/build.ninja
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+# Every CPU test (GPU tests carry the label `gpu` and run on the H200 test machine).
+test: build
+	ctest --test-dir $(BUILD) -L cpu --output-on-failure -j $(JOBS)
+
+# Until the HTTP server exists: greedy generation on the embedded default (random-weight) model.
+serve: build
+	$(BUILD)/deltaserve generate --max-tokens 32
+
+format:
+	clang-format -i $$(git ls-files '*.h' '*.cpp' '*.cu' '*.cuh')
+
+clean:
+	rm -rf $(BUILD)
