@@ -58,6 +58,17 @@ TEST(Safetensors, RejectsTruncatedFile) {
   EXPECT_NE(error_of(d.path() / "t.safetensors").find("truncated file"), std::string::npos);
 }
 
+TEST(Safetensors, RejectsFileCutInTheDataSection) {
+  TempDir d;
+  const fs::path src = deltaserve::testing::test_data() / "tiny_odd" / "model-00001-of-00006.safetensors";
+  const fs::path cut = d.path() / "model-00001-of-00006.safetensors";
+  fs::copy_file(src, cut);
+  fs::resize_file(cut, fs::file_size(src) / 2);
+  const std::string e = error_of(cut);
+  EXPECT_NE(e.find("model-00001-of-00006.safetensors: tensor '"), std::string::npos) << e;
+  EXPECT_NE(e.find("out of range"), std::string::npos) << e;
+}
+
 TEST(Safetensors, RejectsHeaderPastEof) {
   TempDir d;
   write_raw(d.path() / "t.safetensors", "{}", 0, 1000);
