@@ -18,6 +18,12 @@ inline std::filesystem::path test_data() {
   return env ? std::filesystem::path(env) : std::filesystem::path(DS_TEST_DATA);
 }
 
+// The real Qwen3 tokenizer directory (tools/fetch_tokenizer.sh installs it; make test runs that).
+inline std::filesystem::path qwen3_tokenizer() {
+  const char* env = std::getenv("DS_QWEN3_TOKENIZER");
+  return env ? std::filesystem::path(env) : std::filesystem::path(DS_QWEN3_TOKENIZER);
+}
+
 // A fresh temporary directory removed when the object dies.
 class TempDir {
  public:

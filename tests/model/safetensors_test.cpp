@@ -60,7 +60,8 @@ TEST(Safetensors, RejectsTruncatedFile) {
 
 TEST(Safetensors, RejectsFileCutInTheDataSection) {
   TempDir d;
-  const fs::path src = deltaserve::testing::test_data() / "tiny_odd" / "model-00001-of-00006.safetensors";
+  const fs::path src =
+      deltaserve::testing::test_data() / "tiny_odd" / "model-00001-of-00006.safetensors";
   const fs::path cut = d.path() / "model-00001-of-00006.safetensors";
   fs::copy_file(src, cut);
   fs::resize_file(cut, fs::file_size(src) / 2);
