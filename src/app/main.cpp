@@ -2,6 +2,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,6 +12,7 @@
 #include "core/error.h"
 #include "model/loader.h"
 #include "model/safetensors.h"
+#include "tokenizer/tokenizer.h"
 
 namespace deltaserve::app {
 namespace {
@@ -22,6 +25,10 @@ commands:
             --load-format auto|safetensors|dummy  --device cpu  --ignore-eos
   logits    write the f32 logits of a full prefill (tensor "logits", [tokens, vocab])
             --model DIR --ids 1,2,3 --out FILE.safetensors  [--load-format ...] [--device cpu]
+  tokenize  print the token ids of a text as one JSON array
+            --tokenizer DIR (holding tokenizer.json) --text STR  [--no-special]
+  detokenize  print the text of token ids
+            --tokenizer DIR --ids 1,2,3  [--skip-special-tokens]
 )";
 
 constexpr int32_t kPageSize = 64;
@@ -127,6 +134,33 @@ int cmd_logits(const std::vector<std::string>& argv) {
   return 0;
 }
 
+std::unique_ptr<tokenizer::Tokenizer> load_tokenizer(const Args& a) {
+  if (!a.has("tokenizer"))
+    throw Error("--tokenizer DIR is required (the directory holding tokenizer.json)");
+  return tokenizer::Tokenizer::from_file(std::filesystem::path(a.get("tokenizer", "")) /
+                                         "tokenizer.json");
+}
+
+int cmd_tokenize(const std::vector<std::string>& argv) {
+  Args a(argv, "tokenize", {"tokenizer", "text"}, {"no-special"});
+  if (!a.has("text")) throw Error("deltaserve tokenize needs --text STR");
+  const auto tok = load_tokenizer(a);
+  const std::vector<int32_t> ids = tok->encode(a.get("text", ""), !a.has("no-special"));
+  std::string out = "[";
+  for (size_t i = 0; i < ids.size(); ++i) out += (i ? ", " : "") + std::to_string(ids[i]);
+  std::printf("%s]\n", out.c_str());
+  return 0;
+}
+
+int cmd_detokenize(const std::vector<std::string>& argv) {
+  Args a(argv, "detokenize", {"tokenizer", "ids"}, {"skip-special-tokens"});
+  if (!a.has("ids")) throw Error("deltaserve detokenize needs --ids 1,2,3");
+  const auto tok = load_tokenizer(a);
+  const std::vector<int32_t> ids = parse_ids(a.get("ids", ""), tok->vocab_size());
+  std::printf("%s\n", tok->decode(ids, a.has("skip-special-tokens")).c_str());
+  return 0;
+}
+
 }  // namespace
 }  // namespace deltaserve::app
 
@@ -141,6 +175,8 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "generate") return app::cmd_generate(rest);
     if (cmd == "logits") return app::cmd_logits(rest);
+    if (cmd == "tokenize") return app::cmd_tokenize(rest);
+    if (cmd == "detokenize") return app::cmd_detokenize(rest);
     std::fprintf(stderr, "deltaserve: unknown command '%s'\n\n%s", cmd.c_str(), app::kUsage);
     return 2;
   } catch (const Error& e) {

@@ -29,8 +29,10 @@ std::unique_ptr<ChatTemplate> ChatTemplate::from_config(const std::filesystem::p
   for (const char* k : {"bos_token", "eos_token", "pad_token", "unk_token"}) {
     if (!j.contains(k)) continue;
     const Json& v = j[k];
-    if (v.is_string()) special[k] = v;
-    else if (v.is_object() && v.contains("content")) special[k] = v["content"];
+    if (v.is_string())
+      special[k] = v;
+    else if (v.is_object() && v.contains("content"))
+      special[k] = v["content"];
   }
   try {
     return std::make_unique<ChatTemplate>(source, special);
@@ -42,8 +44,8 @@ std::unique_ptr<ChatTemplate> ChatTemplate::from_config(const std::filesystem::p
 ChatTemplate::ChatTemplate(const std::string& source, Json special_tokens)
     : tmpl_(source), special_tokens_(std::move(special_tokens)) {}
 
-std::string ChatTemplate::render(const Json& messages, const Json& tools, bool add_generation_prompt,
-                                 const Json& kwargs) const {
+std::string ChatTemplate::render(const Json& messages, const Json& tools,
+                                 bool add_generation_prompt, const Json& kwargs) const {
   Json vars = special_tokens_;
   for (auto it = kwargs.begin(); it != kwargs.end(); ++it) vars[it.key()] = it.value();
   vars["messages"] = messages;

@@ -14,12 +14,14 @@ class ChatTemplate {
  public:
   // Reads tokenizer_config.json: chat_template (a string, or a list of {name, template} where
   // "default" is used) and the special tokens passed to the template. Throws deltaserve::Error.
-  static std::unique_ptr<ChatTemplate> from_config(const std::filesystem::path& tokenizer_config_json);
+  static std::unique_ptr<ChatTemplate> from_config(
+      const std::filesystem::path& tokenizer_config_json);
   ChatTemplate(const std::string& source, jinja::Json special_tokens);
 
   // messages: [{role, content, ...}]; tools: array or null; kwargs: extra template variables
   // such as {"enable_thinking": false}. Throws deltaserve::Error for template errors.
-  std::string render(const jinja::Json& messages, const jinja::Json& tools, bool add_generation_prompt,
+  std::string render(const jinja::Json& messages, const jinja::Json& tools,
+                     bool add_generation_prompt,
                      const jinja::Json& kwargs = jinja::Json::object()) const;
 
  private:

@@ -69,13 +69,27 @@ void dump_json(const Json& j, int indent, int depth, std::string& out) {
     out += '"';
     for (unsigned char c : j.get_ref<const std::string&>()) {
       switch (c) {
-        case '"': out += "\\\""; break;
-        case '\\': out += "\\\\"; break;
-        case '\n': out += "\\n"; break;
-        case '\r': out += "\\r"; break;
-        case '\t': out += "\\t"; break;
-        case '\b': out += "\\b"; break;
-        case '\f': out += "\\f"; break;
+        case '"':
+          out += "\\\"";
+          break;
+        case '\\':
+          out += "\\\\";
+          break;
+        case '\n':
+          out += "\\n";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
+        case '\b':
+          out += "\\b";
+          break;
+        case '\f':
+          out += "\\f";
+          break;
         default:
           if (c < 0x20) {
             char buf[8];
@@ -124,7 +138,8 @@ std::string py_str(const Json& j, bool nested = false) {
   if (j.is_string()) {
     if (!nested) return j.get<std::string>();
     std::string s = "'";
-    for (char c : j.get_ref<const std::string&>()) s += c == '\'' ? "\\'" : c == '\n' ? "\\n" : std::string(1, c);
+    for (char c : j.get_ref<const std::string&>())
+      s += c == '\'' ? "\\'" : c == '\n' ? "\\n" : std::string(1, c);
     return s + "'";
   }
   if (j.is_boolean()) return j.get<bool>() ? "True" : "False";
@@ -180,14 +195,16 @@ Json py_split(const std::string& s, const Value* sep) {
 
 int64_t to_int(const Value& v, const char* what) {
   if (!v.json().is_number()) fail(std::string(what) + " must be a number");
-  return v.json().is_number_integer() ? v.json().get<int64_t>() : static_cast<int64_t>(v.json().get<double>());
+  return v.json().is_number_integer() ? v.json().get<int64_t>()
+                                      : static_cast<int64_t>(v.json().get<double>());
 }
 
 class Renderer {
  public:
   explicit Renderer(const Json& vars) {
     frames_.emplace_back();
-    for (auto it = vars.begin(); it != vars.end(); ++it) frames_[0][it.key()] = Value::of(it.value());
+    for (auto it = vars.begin(); it != vars.end(); ++it)
+      frames_[0][it.key()] = Value::of(it.value());
   }
 
   enum class Flow { kNormal, kBreak, kContinue };
@@ -219,7 +236,8 @@ class Renderer {
           frames_.back()[n.text] = std::move(v);
         } else {
           Value target = lookup(n.text);
-          if (target.k != Value::K::kNs) fail("cannot set attribute of '" + n.text + "' (not a namespace)");
+          if (target.k != Value::K::kNs)
+            fail("cannot set attribute of '" + n.text + "' (not a namespace)");
           (*target.ns)[n.attr] = v.json();
         }
         return Flow::kNormal;
@@ -265,9 +283,13 @@ class Renderer {
     const size_t len = items.size();
     for (size_t i = 0; i < len; ++i) {
       bind(n, items[i]);
-      frames_.back()["loop"] = Value::of(Json{{"index0", i}, {"index", i + 1}, {"first", i == 0},
-                                              {"last", i + 1 == len}, {"length", len},
-                                              {"revindex", len - i}, {"revindex0", len - i - 1}});
+      frames_.back()["loop"] = Value::of(Json{{"index0", i},
+                                              {"index", i + 1},
+                                              {"first", i == 0},
+                                              {"last", i + 1 == len},
+                                              {"length", len},
+                                              {"revindex", len - i},
+                                              {"revindex0", len - i - 1}});
       if (exec(*n.children[0], out) == Flow::kBreak) break;
     }
     frames_.pop_back();
@@ -305,20 +327,27 @@ class Renderer {
   Value index(const Value& obj, const Value& key) {
     const Json& j = obj.json();
     const Json& k = key.json();
-    if (j.is_object()) return k.is_string() && j.contains(k.get<std::string>()) ? Value::of(j[k.get<std::string>()]) : Value{};
+    if (j.is_object())
+      return k.is_string() && j.contains(k.get<std::string>()) ? Value::of(j[k.get<std::string>()])
+                                                               : Value{};
     if ((j.is_array() || j.is_string()) && k.is_number_integer()) {
-      const int64_t n = j.is_array() ? static_cast<int64_t>(j.size()) : static_cast<int64_t>(j.get_ref<const std::string&>().size());
+      const int64_t n = j.is_array() ? static_cast<int64_t>(j.size())
+                                     : static_cast<int64_t>(j.get_ref<const std::string&>().size());
       int64_t i = k.get<int64_t>();
       if (i < 0) i += n;
       if (i < 0 || i >= n) return Value{};
-      return j.is_array() ? Value::of(j[static_cast<size_t>(i)]) : Value::of(std::string(1, j.get_ref<const std::string&>()[static_cast<size_t>(i)]));
+      return j.is_array() ? Value::of(j[static_cast<size_t>(i)])
+                          : Value::of(std::string(
+                                1, j.get_ref<const std::string&>()[static_cast<size_t>(i)]));
     }
     return Value{};
   }
 
   Value slice(const Value& obj, const Expr& e) {
     const Json& j = obj.json();
-    const int64_t n = j.is_array() ? static_cast<int64_t>(j.size()) : j.is_string() ? static_cast<int64_t>(j.get_ref<const std::string&>().size()) : -1;
+    const int64_t n = j.is_array()    ? static_cast<int64_t>(j.size())
+                      : j.is_string() ? static_cast<int64_t>(j.get_ref<const std::string&>().size())
+                                      : -1;
     if (n < 0) fail("cannot slice " + py_str(j));
     const int64_t step = e.args[3] ? to_int(eval(*e.args[3]), "slice step") : 1;
     if (step == 0) fail("slice step cannot be zero");
@@ -328,23 +357,29 @@ class Renderer {
       if (v < 0) v += n;
       return step > 0 ? std::clamp<int64_t>(v, 0, n) : std::clamp<int64_t>(v, -1, n - 1);
     };
-    const int64_t b = bound(e.args[1], step > 0 ? 0 : n - 1), en = bound(e.args[2], step > 0 ? n : -1);
+    const int64_t b = bound(e.args[1], step > 0 ? 0 : n - 1),
+                  en = bound(e.args[2], step > 0 ? n : -1);
     Json out = j.is_array() ? Json::array() : Json("");
     for (int64_t i = b; step > 0 ? i < en : i > en; i += step) {
-      if (j.is_array()) out.push_back(j[static_cast<size_t>(i)]);
-      else out.get_ref<std::string&>() += j.get_ref<const std::string&>()[static_cast<size_t>(i)];
+      if (j.is_array())
+        out.push_back(j[static_cast<size_t>(i)]);
+      else
+        out.get_ref<std::string&>() += j.get_ref<const std::string&>()[static_cast<size_t>(i)];
     }
     return Value::of(out);
   }
 
-  Value call_macro(const Node& m, const std::vector<Value>& args, const std::vector<std::pair<std::string, Value>>& kwargs) {
+  Value call_macro(const Node& m, const std::vector<Value>& args,
+                   const std::vector<std::pair<std::string, Value>>& kwargs) {
     const size_t saved_barrier = barrier_;
     frames_.emplace_back();
     barrier_ = frames_.size() - 1;
     for (size_t i = 0; i < m.vars.size(); ++i) {
       Value v;
-      if (i < args.size()) v = args[i];
-      else if (m.exprs[i]) v = eval(*m.exprs[i]);
+      if (i < args.size())
+        v = args[i];
+      else if (m.exprs[i])
+        v = eval(*m.exprs[i]);
       for (const auto& [k, kv] : kwargs)
         if (k == m.vars[i]) v = kv;
       frames_.back()[m.vars[i]] = v;
@@ -378,8 +413,10 @@ class Renderer {
     if (f == "raise_exception") fail(args.empty() ? "raise_exception" : to_str(args[0]));
     if (f == "range") {
       int64_t a = 0, b = 0, s = 1;
-      if (args.size() == 1) b = to_int(args[0], "range");
-      else if (args.size() >= 2) a = to_int(args[0], "range"), b = to_int(args[1], "range");
+      if (args.size() == 1)
+        b = to_int(args[0], "range");
+      else if (args.size() >= 2)
+        a = to_int(args[0], "range"), b = to_int(args[1], "range");
       if (args.size() == 3) s = to_int(args[2], "range");
       if (s == 0) fail("range step cannot be zero");
       Json out = Json::array();
@@ -394,7 +431,8 @@ class Renderer {
     if (j.is_string()) {
       const std::string& s = j.get_ref<const std::string&>();
       auto arg_str = [&](size_t i) {
-        if (i >= args.size() || !args[i].is_string()) fail("str." + name + " needs a string argument");
+        if (i >= args.size() || !args[i].is_string())
+          fail("str." + name + " needs a string argument");
         return args[i].json().get<std::string>();
       };
       if (name == "startswith") return Value::of(s.rfind(arg_str(0), 0) == 0);
@@ -403,13 +441,16 @@ class Renderer {
         return Value::of(s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0);
       }
       if (name == "strip" || name == "lstrip" || name == "rstrip") {
-        const std::string chars = args.empty() || args[0].json().is_null() ? std::string(" \t\n\r\v\f") : arg_str(0);
+        const std::string chars =
+            args.empty() || args[0].json().is_null() ? std::string(" \t\n\r\v\f") : arg_str(0);
         return Value::of(strip_chars(s, chars, name != "rstrip", name != "lstrip"));
       }
       if (name == "split") return Value::of(py_split(s, args.empty() ? nullptr : &args[0]));
       if (name == "upper" || name == "lower") {
         std::string r = s;
-        for (char& c : r) c = static_cast<char>(name == "upper" ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
+        for (char& c : r)
+          c = static_cast<char>(name == "upper" ? std::toupper(static_cast<unsigned char>(c))
+                                                : std::tolower(static_cast<unsigned char>(c)));
         return Value::of(r);
       }
       if (name == "replace") {
@@ -417,7 +458,8 @@ class Renderer {
         if (a.empty()) return Value::of(s);
         std::string r;
         size_t i = 0;
-        for (size_t k; (k = s.find(a, i)) != std::string::npos; i = k + a.size()) r += s.substr(i, k - i) + b;
+        for (size_t k; (k = s.find(a, i)) != std::string::npos; i = k + a.size())
+          r += s.substr(i, k - i) + b;
         return Value::of(r + s.substr(i));
       }
     }
@@ -430,7 +472,8 @@ class Renderer {
       if (name == "items") return filter("items", obj, {});
       if (name == "keys" || name == "values") {
         Json out = Json::array();
-        for (auto it = j.begin(); it != j.end(); ++it) out.push_back(name == "keys" ? Json(it.key()) : it.value());
+        for (auto it = j.begin(); it != j.end(); ++it)
+          out.push_back(name == "keys" ? Json(it.key()) : it.value());
         return Value::of(out);
       }
     }
@@ -456,12 +499,14 @@ class Renderer {
     }
     if (f == "string") return Value::of(to_str(v));
     if (f == "trim") return Value::of(strip_chars(to_str(v), " \t\n\r\v\f", true, true));
-    if (f == "safe" || f == "e" || f == "escape") return v;  // chat templates render without autoescape
+    if (f == "safe" || f == "e" || f == "escape")
+      return v;  // chat templates render without autoescape
     if (f == "upper" || f == "lower") return method(Value::of(to_str(v)), f, {});
     if (f == "items") {
       Json out = Json::array();
       if (j.is_object())
-        for (auto it = j.begin(); it != j.end(); ++it) out.push_back(Json::array({it.key(), it.value()}));
+        for (auto it = j.begin(); it != j.end(); ++it)
+          out.push_back(Json::array({it.key(), it.value()}));
       return Value::of(out);
     }
     if (f == "join") {
@@ -495,7 +540,8 @@ class Renderer {
       return Value::of(out);
     }
     if (f == "reverse") {
-      if (j.is_string()) return Value::of(std::string(j.get<std::string>().rbegin(), j.get<std::string>().rend()));
+      if (j.is_string())
+        return Value::of(std::string(j.get<std::string>().rbegin(), j.get<std::string>().rend()));
       Json out = Json::array();
       for (auto it = j.rbegin(); it != j.rend(); ++it) out.push_back(*it);
       return Value::of(out);
@@ -522,14 +568,16 @@ class Renderer {
     if (t == "none") return v.k == Value::K::kJson && j.is_null();
     if (t == "string") return v.is_string();
     if (t == "mapping") return v.k == Value::K::kNs || (v.k == Value::K::kJson && j.is_object());
-    if (t == "sequence" || t == "iterable") return v.k == Value::K::kJson && (j.is_array() || j.is_string() || j.is_object());
+    if (t == "sequence" || t == "iterable")
+      return v.k == Value::K::kJson && (j.is_array() || j.is_string() || j.is_object());
     if (t == "number") return v.k == Value::K::kJson && j.is_number();
     if (t == "integer") return v.k == Value::K::kJson && j.is_number_integer();
     if (t == "float") return v.k == Value::K::kJson && j.is_number_float();
     if (t == "boolean") return v.k == Value::K::kJson && j.is_boolean();
     if (t == "true") return v.k == Value::K::kJson && j.is_boolean() && j.get<bool>();
     if (t == "false") return v.k == Value::K::kJson && j.is_boolean() && !j.get<bool>();
-    if (t == "even" || t == "odd") return j.is_number_integer() && (j.get<int64_t>() % 2 == 0) == (t == "even");
+    if (t == "even" || t == "odd")
+      return j.is_number_integer() && (j.get<int64_t>() % 2 == 0) == (t == "even");
     fail("unknown test '" + t + "'");
   }
 
@@ -555,12 +603,16 @@ class Renderer {
     if (op == "~") return Value::of(to_str(l) + to_str(r));
     if (op == "in" || op == "not in") {
       bool found = false;
-      if (b.is_string() && a.is_string()) found = b.get_ref<const std::string&>().find(a.get<std::string>()) != std::string::npos;
-      else if (b.is_array()) found = std::find(b.begin(), b.end(), a) != b.end();
-      else if (b.is_object() && a.is_string()) found = b.contains(a.get<std::string>());
+      if (b.is_string() && a.is_string())
+        found = b.get_ref<const std::string&>().find(a.get<std::string>()) != std::string::npos;
+      else if (b.is_array())
+        found = std::find(b.begin(), b.end(), a) != b.end();
+      else if (b.is_object() && a.is_string())
+        found = b.contains(a.get<std::string>());
       return Value::of(found == (op == "in"));
     }
-    if (op == "+" && a.is_string() && b.is_string()) return Value::of(a.get<std::string>() + b.get<std::string>());
+    if (op == "+" && a.is_string() && b.is_string())
+      return Value::of(a.get<std::string>() + b.get<std::string>());
     if (op == "+" && a.is_array() && b.is_array()) {
       Json out = a;
       out.insert(out.end(), b.begin(), b.end());
@@ -640,7 +692,8 @@ class Renderer {
       }
       case Expr::Kind::kDict: {
         Json out = Json::object();
-        for (size_t i = 0; i + 1 < e.args.size(); i += 2) out[to_str(eval(*e.args[i]))] = eval(*e.args[i + 1]).json();
+        for (size_t i = 0; i + 1 < e.args.size(); i += 2)
+          out[to_str(eval(*e.args[i]))] = eval(*e.args[i + 1]).json();
         return Value::of(out);
       }
     }

@@ -15,26 +15,40 @@ using ExprPtr = std::unique_ptr<Expr>;
 
 struct Expr {
   enum class Kind {
-    kLiteral, kName, kAttr, kIndex, kSlice, kCall, kFilter, kTest, kNot, kNeg, kBinary, kCond,
-    kList, kDict
+    kLiteral,
+    kName,
+    kAttr,
+    kIndex,
+    kSlice,
+    kCall,
+    kFilter,
+    kTest,
+    kNot,
+    kNeg,
+    kBinary,
+    kCond,
+    kList,
+    kDict
   };
   Kind kind;
-  Json literal;              // kLiteral
-  std::string name;          // kName, kAttr attribute, kFilter/kTest name, kBinary operator
-  std::vector<ExprPtr> args; // operands / call args / list items / dict k,v pairs
+  Json literal;               // kLiteral
+  std::string name;           // kName, kAttr attribute, kFilter/kTest name, kBinary operator
+  std::vector<ExprPtr> args;  // operands / call args / list items / dict k,v pairs
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
-  bool negated = false;      // kTest: "is not"
+  bool negated = false;  // kTest: "is not"
   explicit Expr(Kind k) : kind(k) {}
 };
 
 struct Node {
   enum class Kind { kBody, kText, kOutput, kIf, kFor, kSet, kMacro, kBreak, kContinue };
   Kind kind;
-  std::string text;                  // kText; kSet/kMacro target name
-  std::string attr;                  // kSet: namespace attribute ("ns.attr")
-  std::vector<std::string> vars;     // kFor loop variables; kMacro parameter names
-  std::vector<ExprPtr> exprs;        // kOutput/kSet value; kIf conditions; kFor iterable (+ filter); kMacro defaults
-  std::vector<std::unique_ptr<Node>> children;  // kBody statements; kIf branch bodies; kFor body (+ else); kMacro body
+  std::string text;               // kText; kSet/kMacro target name
+  std::string attr;               // kSet: namespace attribute ("ns.attr")
+  std::vector<std::string> vars;  // kFor loop variables; kMacro parameter names
+  std::vector<ExprPtr>
+      exprs;  // kOutput/kSet value; kIf conditions; kFor iterable (+ filter); kMacro defaults
+  std::vector<std::unique_ptr<Node>>
+      children;  // kBody statements; kIf branch bodies; kFor body (+ else); kMacro body
   explicit Node(Kind k) : kind(k) {}
 };
 

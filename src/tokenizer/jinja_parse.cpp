@@ -27,7 +27,8 @@ std::vector<Segment> split_segments(const std::string& src) {
   size_t i = 0;
   for (;;) {
     size_t open = src.find('{', i);
-    while (open != std::string::npos && (open + 1 >= src.size() || std::strchr("{%#", src[open + 1]) == nullptr))
+    while (open != std::string::npos &&
+           (open + 1 >= src.size() || std::strchr("{%#", src[open + 1]) == nullptr))
       open = src.find('{', open + 1);
     std::string text = src.substr(i, (open == std::string::npos ? src.size() : open) - i);
     bool line_start = i == 0 || src[i - 1] == '\n';
@@ -54,7 +55,8 @@ std::vector<Segment> split_segments(const std::string& src) {
     } else if (kind != '{' && !plus) {
       // lstrip_blocks: drop spaces/tabs between the start of the line and a block tag.
       const size_t l = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
-      if ((l > 0 || line_start) && text.find_first_not_of(" \t", l) == std::string::npos) text.erase(l);
+      if ((l > 0 || line_start) && text.find_first_not_of(" \t", l) == std::string::npos)
+        text.erase(l);
     }
     if (!text.empty()) segs.push_back({Segment::kText, text});
     const std::string close = kind == '{' ? "}}" : kind == '%' ? "%}" : "#}";
@@ -91,7 +93,8 @@ std::vector<Tok> lex(const std::string& s) {
     } else if (std::isdigit(static_cast<unsigned char>(c))) {
       size_t j = i;
       while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
-      bool is_float = j + 1 < s.size() && s[j] == '.' && std::isdigit(static_cast<unsigned char>(s[j + 1]));
+      bool is_float =
+          j + 1 < s.size() && s[j] == '.' && std::isdigit(static_cast<unsigned char>(s[j + 1]));
       if (is_float) {
         ++j;
         while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
@@ -113,8 +116,9 @@ std::vector<Tok> lex(const std::string& s) {
       out.push_back({Tok::kString, v});
       i = j + 1;
     } else {
-      static const char* kOps[] = {"**", "//", "==", "!=", "<=", ">=", "(", ")", "[", "]", "{", "}", ".", ",",
-                                   ":", "|", "~", "+", "-", "*", "/", "%", "<", ">", "="};
+      static const char* kOps[] = {"**", "//", "==", "!=", "<=", ">=", "(", ")", "[",
+                                   "]",  "{",  "}",  ".",  ",",  ":",  "|", "~", "+",
+                                   "-",  "*",  "/",  "%",  "<",  ">",  "="};
       bool found = false;
       for (const char* op : kOps) {
         if (s.compare(i, std::strlen(op), op) == 0) {
@@ -199,8 +203,8 @@ class ExprParser {
   ExprPtr parse_compare() {
     ExprPtr e = parse_concat();
     for (;;) {
-      if (peek().type == Tok::kOp && (peek().s == "==" || peek().s == "!=" || peek().s == "<" || peek().s == ">" ||
-                                      peek().s == "<=" || peek().s == ">=")) {
+      if (peek().type == Tok::kOp && (peek().s == "==" || peek().s == "!=" || peek().s == "<" ||
+                                      peek().s == ">" || peek().s == "<=" || peek().s == ">=")) {
         const std::string op = next().s;
         e = binary(op, std::move(e), parse_concat());
       } else if (at_name("in")) {

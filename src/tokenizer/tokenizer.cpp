@@ -57,13 +57,15 @@ std::string byte_level_decode(std::string_view token) {
   return out;
 }
 
-uint64_t pair_key(int32_t a, int32_t b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
+uint64_t pair_key(int32_t a, int32_t b) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+}
 
 std::string nfc(std::string_view s) {
   utf8proc_uint8_t* out = nullptr;
-  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
-                                          static_cast<utf8proc_ssize_t>(s.size()), &out,
-                                          static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  const utf8proc_ssize_t n = utf8proc_map(
+      reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()),
+      &out, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
   if (n < 0) return std::string(s);  // cannot happen on valid UTF-8; keep the text as is
   std::string r(reinterpret_cast<char*>(out), static_cast<size_t>(n));
   std::free(out);
@@ -100,10 +102,13 @@ std::unique_ptr<Tokenizer> Tokenizer::from_file(const std::filesystem::path& pat
   const json& norm = j.value("normalizer", json());
   if (!norm.is_null()) {
     const std::string type = norm.value("type", "");
-    if (type == "NFC") t->nfc_ = true;
-    else if (type == "Sequence" && norm["normalizers"].size() == 1 && norm["normalizers"][0].value("type", "") == "NFC")
+    if (type == "NFC")
       t->nfc_ = true;
-    else throw fail("unsupported normalizer " + norm.dump());
+    else if (type == "Sequence" && norm["normalizers"].size() == 1 &&
+             norm["normalizers"][0].value("type", "") == "NFC")
+      t->nfc_ = true;
+    else
+      throw fail("unsupported normalizer " + norm.dump());
   }
 
   // Pre-tokenizer: Sequence[Split(Regex, Isolated), ByteLevel(use_regex = false)].
@@ -113,7 +118,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_file(const std::filesystem::path& pat
     for (const json& p : pre["pretokenizers"]) {
       const std::string type = p.value("type", "");
       if (type == "Split") {
-        if (!p.contains("pattern") || !p["pattern"].contains("Regex")) throw fail("Split without a Regex pattern");
+        if (!p.contains("pattern") || !p["pattern"].contains("Regex"))
+          throw fail("Split without a Regex pattern");
         if (p.value("behavior", "") != "Isolated" || p.value("invert", false))
           throw fail("only Split behavior Isolated (not inverted) is supported");
         pattern = p["pattern"]["Regex"].get<std::string>();
@@ -134,9 +140,11 @@ std::unique_ptr<Tokenizer> Tokenizer::from_file(const std::filesystem::path& pat
   if (!t->regex_->code) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof msg);
-    throw fail("pre-tokenizer regex rejected at offset " + std::to_string(off) + ": " + reinterpret_cast<char*>(msg));
+    throw fail("pre-tokenizer regex rejected at offset " + std::to_string(off) + ": " +
+               reinterpret_cast<char*>(msg));
   }
-  pcre2_jit_compile(t->regex_->code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter if JIT is unavailable
+  pcre2_jit_compile(t->regex_->code,
+                    PCRE2_JIT_COMPLETE);  // falls back to the interpreter if JIT is unavailable
 
   // Model: BPE over byte-level tokens.
   const json& model = j.value("model", json());
@@ -145,10 +153,12 @@ std::unique_ptr<Tokenizer> Tokenizer::from_file(const std::filesystem::path& pat
     throw fail("BPE model without vocab or merges");
   int32_t max_id = -1;
   for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
-    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0) throw fail("vocab ids must be non-negative");
+    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0)
+      throw fail("vocab ids must be non-negative");
     max_id = std::max(max_id, it.value().get<int32_t>());
   }
-  for (const json& a : j.value("added_tokens", json::array())) max_id = std::max(max_id, a.value("id", -1));
+  for (const json& a : j.value("added_tokens", json::array()))
+    max_id = std::max(max_id, a.value("id", -1));
   t->token_bytes_.assign(static_cast<size_t>(max_id + 1), std::string());
   t->special_.assign(static_cast<size_t>(max_id + 1), 0);
   for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
@@ -178,7 +188,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_file(const std::filesystem::path& pat
       throw fail("bad merge entry " + m.dump());
     }
     const std::string ab = byte_level_decode(a), bb = byte_level_decode(b);
-    const auto ia = t->bytes_to_id_.find(ab), ib = t->bytes_to_id_.find(bb), im = t->bytes_to_id_.find(ab + bb);
+    const auto ia = t->bytes_to_id_.find(ab), ib = t->bytes_to_id_.find(bb),
+               im = t->bytes_to_id_.find(ab + bb);
     if (ia == t->bytes_to_id_.end() || ib == t->bytes_to_id_.end() || im == t->bytes_to_id_.end())
       throw fail("merge '" + a + " " + b + "' uses a token missing from the vocab");
     t->merges_.emplace(pair_key(ia->second, ib->second), std::make_pair(rank++, im->second));
@@ -193,22 +204,27 @@ std::unique_ptr<Tokenizer> Tokenizer::from_file(const std::filesystem::path& pat
     t->added_first_byte_[static_cast<unsigned char>(at.content[0])] = true;
     t->added_.push_back(std::move(at));
   }
-  std::sort(t->added_.begin(), t->added_.end(),
-            [](const AddedToken& x, const AddedToken& y) { return x.content.size() > y.content.size(); });
+  std::sort(t->added_.begin(), t->added_.end(), [](const AddedToken& x, const AddedToken& y) {
+    return x.content.size() > y.content.size();
+  });
   return t;
 }
 
 int32_t Tokenizer::token_to_id(std::string_view token) const {
-  const auto it = token_to_id_.find(std::string(token));
+  const auto it = token_to_id_.find(token);
   return it == token_to_id_.end() ? -1 : it->second;
 }
 
 const std::string& Tokenizer::token_bytes(int32_t id) const {
-  if (id < 0 || id >= vocab_size()) throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(vocab_size()) + ")");
+  if (id < 0 || id >= vocab_size())
+    throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                std::to_string(vocab_size()) + ")");
   return token_bytes_[static_cast<size_t>(id)];
 }
 
-bool Tokenizer::is_special(int32_t id) const { return id >= 0 && id < vocab_size() && special_[static_cast<size_t>(id)]; }
+bool Tokenizer::is_special(int32_t id) const {
+  return id >= 0 && id < vocab_size() && special_[static_cast<size_t>(id)];
+}
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
   std::string bytes;
@@ -238,7 +254,9 @@ void Tokenizer::bpe(std::string_view word, std::vector<int32_t>& out) const {
   std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
   auto consider = [&](int32_t pos) {
     if (pos < 0 || syms[static_cast<size_t>(pos)].next < 0) return;
-    const auto it = merges_.find(pair_key(syms[static_cast<size_t>(pos)].id, syms[static_cast<size_t>(syms[static_cast<size_t>(pos)].next)].id));
+    const auto it =
+        merges_.find(pair_key(syms[static_cast<size_t>(pos)].id,
+                              syms[static_cast<size_t>(syms[static_cast<size_t>(pos)].next)].id));
     if (it != merges_.end()) heap.push({it->second.first, pos});
   };
   for (int32_t i = 0; i + 1 < static_cast<int32_t>(word.size()); ++i) consider(i);
@@ -257,7 +275,8 @@ void Tokenizer::bpe(std::string_view word, std::vector<int32_t>& out) const {
     consider(s.prev);
     consider(c.pos);
   }
-  for (int32_t i = 0; i >= 0; i = syms[static_cast<size_t>(i)].next) out.push_back(syms[static_cast<size_t>(i)].id);
+  for (int32_t i = 0; i >= 0; i = syms[static_cast<size_t>(i)].next)
+    out.push_back(syms[static_cast<size_t>(i)].id);
 }
 
 void Tokenizer::encode_segment(std::string_view text, std::vector<int32_t>& out) const {
@@ -276,7 +295,7 @@ void Tokenizer::encode_segment(std::string_view text, std::vector<int32_t>& out)
     }
     {
       std::lock_guard<std::mutex> lock(cache_mu_);
-      const auto it = cache_.find(std::string(w));
+      const auto it = cache_.find(w);
       if (it != cache_.end()) {
         out.insert(out.end(), it->second.begin(), it->second.end());
         return;
@@ -286,12 +305,13 @@ void Tokenizer::encode_segment(std::string_view text, std::vector<int32_t>& out)
     bpe(w, out);
     std::lock_guard<std::mutex> lock(cache_mu_);
     if (cache_.size() > 200000) cache_.clear();
-    cache_.emplace(std::string(w), std::vector<int32_t>(out.begin() + static_cast<int64_t>(start), out.end()));
+    cache_.emplace(std::string(w),
+                   std::vector<int32_t>(out.begin() + static_cast<int64_t>(start), out.end()));
   };
   size_t pos = 0, last = 0;
   while (pos <= text.size()) {
-    const int rc = pcre2_match(regex_->code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), pos,
-                               PCRE2_NO_UTF_CHECK, md, nullptr);
+    const int rc = pcre2_match(regex_->code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(),
+                               pos, PCRE2_NO_UTF_CHECK, md, nullptr);
     if (rc < 0) break;
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     const size_t b = ov[0], e = ov[1];

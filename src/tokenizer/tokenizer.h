@@ -21,6 +21,14 @@ struct AddedToken {
   bool special = false;
 };
 
+// Hash for unordered maps keyed by std::string that are looked up with std::string_view.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+template <class V>
+using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
+
 class Tokenizer {
  public:
   // Loads tokenizer.json; throws deltaserve::Error naming the file for anything unsupported
@@ -51,9 +59,10 @@ class Tokenizer {
 
   struct Regex;
   std::unique_ptr<Regex> regex_;
-  std::unordered_map<std::string, int32_t> bytes_to_id_;  // raw bytes of a vocab token -> id
-  std::unordered_map<std::string, int32_t> token_to_id_;  // byte-level form / added content -> id
-  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges_;  // (left, right) -> (rank, merged)
+  StringMap<int32_t> bytes_to_id_;  // raw bytes of a vocab token -> id
+  StringMap<int32_t> token_to_id_;  // byte-level form / added content -> id
+  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>>
+      merges_;                            // (left, right) -> (rank, merged)
   std::vector<std::string> token_bytes_;  // id -> bytes for decode
   std::vector<uint8_t> special_;          // id -> special added token
   std::vector<AddedToken> added_;         // longest first within each first byte
@@ -62,7 +71,7 @@ class Tokenizer {
   bool nfc_ = false;
 
   mutable std::mutex cache_mu_;
-  mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
+  mutable StringMap<std::vector<int32_t>> cache_;
 };
 
 }  // namespace deltaserve::tokenizer

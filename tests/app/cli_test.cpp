@@ -68,6 +68,25 @@ TEST(Cli, GenerateRunsOnCheckpointAndDummy) {
   EXPECT_NE(r.output.find("random weights"), std::string::npos) << r.output;
 }
 
+TEST(Cli, TokenizeAndDetokenize) {
+  const std::string tk = "--tokenizer " + deltaserve::testing::qwen3_tokenizer().string();
+  Result r = run("tokenize " + tk + " --text '<|im_start|>Hello world'");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output, "[151644, 9707, 1879]\n");
+  r = run("detokenize " + tk + " --ids 151644,9707,1879");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output, "<|im_start|>Hello world\n");
+  r = run("detokenize " + tk + " --ids 151644,9707,1879 --skip-special-tokens");
+  EXPECT_EQ(r.output, "Hello world\n");
+  r = run("detokenize " + tk + " --ids 999999");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("not a token id"), std::string::npos) << r.output;
+  r = run("tokenize --tokenizer /nonexistent --text x");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("/nonexistent/tokenizer.json: cannot open"), std::string::npos)
+      << r.output;
+}
+
 TEST(Cli, BadInputFailsClearly) {
   const std::string m = "--model " + (test_data() / "tiny_real").string();
   struct Case {

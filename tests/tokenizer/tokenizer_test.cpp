@@ -102,7 +102,8 @@ TEST_F(Qwen3Tokenizer, StreamingEqualsFullDecodeForEveryPrefix) {
         const std::string full = tok_->decode(prefix, skip);
         for (int32_t id : prefix) {
           streamed += d.push(id);
-          ASSERT_EQ(full.compare(0, streamed.size(), streamed), 0) << "emitted text that is not a prefix";
+          ASSERT_EQ(full.compare(0, streamed.size(), streamed), 0)
+              << "emitted text that is not a prefix";
           ASSERT_TRUE(is_valid_utf8(streamed));
         }
         streamed += d.finish();
@@ -120,8 +121,9 @@ TEST_F(Qwen3Tokenizer, StreamingEqualsFullDecodeForEveryPrefix) {
 }
 
 TEST(Utf8, LossyFollowsMaximalSubpartRule) {
-  EXPECT_EQ(utf8_lossy("a\xE2\x82z"), "a\xEF\xBF\xBDz");                    // truncated 3-byte: one U+FFFD
-  EXPECT_EQ(utf8_lossy("\xF0\x80\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong: per byte
+  EXPECT_EQ(utf8_lossy("a\xE2\x82z"), "a\xEF\xBF\xBDz");  // truncated 3-byte: one U+FFFD
+  EXPECT_EQ(utf8_lossy("\xF0\x80\x80"),
+            "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong: per byte
   EXPECT_EQ(utf8_lossy("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
   std::string out;
   EXPECT_EQ(append_utf8_lossy("ab\xE4\xB8", false, out), 2u);  // incomplete tail held back
@@ -152,12 +154,15 @@ TEST(TokenizerFile, RejectsUnsupportedFiles) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("regex rejected"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(Tokenizer::from_file(with("\\\\s+", R"({"type": "WordPiece", "vocab": {}})")), Error);
-  EXPECT_THROW(Tokenizer::from_file(with("\\\\s+", R"({"type": "BPE", "vocab": {"a": 0}, "merges": [["a", "b"]]})")),
+  EXPECT_THROW(Tokenizer::from_file(with("\\\\s+", R"({"type": "WordPiece", "vocab": {}})")),
+               Error);
+  EXPECT_THROW(Tokenizer::from_file(
+                   with("\\\\s+", R"({"type": "BPE", "vocab": {"a": 0}, "merges": [["a", "b"]]})")),
                Error);
   // A minimal valid one: merges apply by rank.
-  auto t = Tokenizer::from_file(with("\\\\p{L}+|\\\\s+",
-                                     R"({"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "c": 3, "abc": 4, "bc": 5},
+  auto t = Tokenizer::from_file(
+      with("\\\\p{L}+|\\\\s+",
+           R"({"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "c": 3, "abc": 4, "bc": 5},
                                         "merges": [["a", "b"], ["b", "c"], ["ab", "c"]]})"));
   EXPECT_EQ(t->encode("abc"), (std::vector<int32_t>{4}));
   EXPECT_EQ(t->encode("cab"), (std::vector<int32_t>{3, 2}));
