@@ -72,6 +72,31 @@ std::string nfc(std::string_view s) {
   return r;
 }
 
+// NFC of text, normalising only its non-ASCII runs (each with the ASCII character before it,
+// which a combining mark may compose with). Exact: ASCII characters are starters that never
+// compose with what precedes them, so NFC distributes over such boundaries.
+std::string nfc_non_ascii_runs(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 16);
+  size_t i = 0;
+  while (i < s.size()) {
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
+      out.push_back(s[i++]);
+      continue;
+    }
+    size_t b = i;
+    if (b > 0) {  // the preceding ASCII character joins the run
+      --b;
+      out.pop_back();
+    }
+    size_t e = i;
+    while (e < s.size() && static_cast<unsigned char>(s[e]) >= 0x80) ++e;
+    out += nfc(s.substr(b, e - b));
+    i = e;
+  }
+  return out;
+}
+
 bool is_ascii(std::string_view s) {
   for (char c : s)
     if (static_cast<unsigned char>(c) >= 0x80) return false;
@@ -283,7 +308,7 @@ void Tokenizer::encode_segment(std::string_view text, std::vector<int32_t>& out)
   if (text.empty()) return;
   std::string normalized;
   if (nfc_ && !is_ascii(text)) {
-    normalized = nfc(text);
+    normalized = nfc_non_ascii_runs(text);
     text = normalized;
   }
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(regex_->code, nullptr);
