@@ -1,0 +1,245 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "engine/sampler.h"
+#include "tokenizer/detokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deltaserve::engine {
+
+using clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds(clock::time_point a, clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+EngineConfig resolve(EngineConfig c, const model::Qwen35Model& m, const tokenizer::Tokenizer* tok) {
+  const auto& mc = m.config();
+  if (c.max_model_len <= 0) c.max_model_len = static_cast<int32_t>(mc.max_position_embeddings);
+  if (c.max_model_len > mc.max_position_embeddings)
+    throw Error("max_model_len " + std::to_string(c.max_model_len) + " exceeds the model's max_position_embeddings " +
+                std::to_string(mc.max_position_embeddings));
+  if (c.page_size <= 0 || c.max_num_seqs <= 0 || c.max_num_batched_tokens <= 0)
+    throw Error("page_size, max_num_seqs and max_num_batched_tokens must be positive");
+  const int32_t per_request = (c.max_model_len + c.page_size - 1) / c.page_size;
+  if (c.num_pages <= 0) c.num_pages = per_request * std::min(c.max_num_seqs, 4);
+  if (c.num_pages < per_request)
+    throw Error("the KV cache (" + std::to_string(c.num_pages) + " pages of " + std::to_string(c.page_size) +
+                " tokens) cannot hold one request of max_model_len " + std::to_string(c.max_model_len) +
+                " tokens; lower max_model_len or give more memory");
+  const int32_t model_vocab = static_cast<int32_t>(mc.vocab_size);
+  if (c.sample_vocab <= 0) c.sample_vocab = tok ? std::min(tok->vocab_size(), model_vocab) : model_vocab;
+  c.sample_vocab = std::min(c.sample_vocab, model_vocab);
+  return c;
+}
+
+}  // namespace
+
+Engine::Engine(model::Qwen35Model& model, EngineConfig cfg, const tokenizer::Tokenizer* tok)
+    : model_(model),
+      cfg_(resolve(cfg, model, tok)),
+      tok_(tok),
+      pages_(cfg_.num_pages, cfg_.page_size),
+      slots_(cfg_.max_num_seqs),
+      scheduler_({cfg_.max_num_seqs, cfg_.max_num_batched_tokens}, pages_, slots_) {
+  model_.allocate_cache(cfg_.num_pages, cfg_.page_size, cfg_.max_num_seqs);
+  metrics_.update([this](MetricsSnapshot& s) { s.kv_pages_total = cfg_.num_pages; });
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+std::shared_ptr<RequestStream> Engine::submit(GenerateRequest req) {
+  if (const std::string e = req.params.validate(); !e.empty()) throw Error(e);
+  if (req.prompt_ids.empty()) throw Error("the prompt is empty");
+  for (int32_t id : req.prompt_ids)
+    if (id < 0 || id >= model_.config().vocab_size) throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary");
+  const int64_t total = static_cast<int64_t>(req.prompt_ids.size()) + req.params.max_tokens;
+  if (total > cfg_.max_model_len)
+    throw Error("prompt (" + std::to_string(req.prompt_ids.size()) + " tokens) + max_tokens (" +
+                std::to_string(req.params.max_tokens) + ") exceeds max_model_len " + std::to_string(cfg_.max_model_len));
+  if (!req.params.stop.empty() && !tok_) throw Error("stop strings need a tokenizer");
+
+  auto r = std::make_unique<Request>();
+  r->id = next_id_++;
+  r->num_prompt = static_cast<int32_t>(req.prompt_ids.size());
+  r->tokens = std::move(req.prompt_ids);
+  r->params = std::move(req.params);
+  r->rng.seed(r->params.seed ? *r->params.seed : std::random_device{}() ^ (r->id * 0x9E3779B97F4A7C15ull));
+  r->stream = std::make_shared<RequestStream>(r->id);
+  if (tok_) r->detok = std::make_unique<tokenizer::IncrementalDetokenizer>(*tok_, r->params.skip_special_tokens);
+  r->arrival = clock::now();
+  auto stream = r->stream;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    inbox_.added.push_back(std::move(r));
+  }
+  cv_.notify_all();
+  return stream;
+}
+
+void Engine::abort(uint64_t id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    inbox_.aborted.push_back(id);
+  }
+  cv_.notify_all();
+}
+
+void Engine::loop() {
+  for (;;) {
+    Inbox in;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] {
+        return stop_ || !inbox_.added.empty() || !inbox_.aborted.empty() || !requests_.empty();
+      });
+      if (stop_) break;
+      std::swap(in, inbox_);
+    }
+    for (auto& r : in.added) {
+      metrics_.update([&](MetricsSnapshot& s) { s.prompt_tokens += r->num_prompt; });
+      scheduler_.add(r.get());
+      const uint64_t id = r->id;
+      requests_[id] = std::move(r);
+    }
+    for (uint64_t id : in.aborted) {
+      const auto it = requests_.find(id);
+      if (it != requests_.end()) finish(*it->second, FinishReason::kAbort, OutputDelta{});
+    }
+    const StepPlan plan = scheduler_.schedule();
+    metrics_.update([&](MetricsSnapshot& s) {
+      s.running = static_cast<int64_t>(scheduler_.num_running());
+      s.waiting = static_cast<int64_t>(scheduler_.num_waiting());
+      s.kv_pages_used = pages_.num_pages() - pages_.num_free();
+      s.preemptions += static_cast<int64_t>(plan.preempted.size());
+    });
+    if (!plan.empty()) run_step(plan);
+  }
+  for (auto& [id, r] : requests_) {
+    OutputDelta d;
+    d.finished = true;
+    d.finish_reason = FinishReason::kAbort;
+    d.prompt_tokens = r->num_prompt;
+    d.completion_tokens = r->num_outputs();
+    r->stream->push(std::move(d));
+  }
+}
+
+void Engine::run_step(const StepPlan& plan) {
+  model::ForwardBatch batch;
+  std::vector<Request*> reqs;
+  std::vector<std::pair<Request*, int32_t>> to_sample;  // request, row of its logits
+  for (const StepSeq& s : plan.seqs) {
+    Request* r = requests_.at(s.request_id).get();
+    reqs.push_back(r);
+    const int32_t begin = static_cast<int32_t>(batch.token_ids.size());
+    batch.token_ids.insert(batch.token_ids.end(), s.token_ids.begin(), s.token_ids.end());
+    batch.seqs.push_back({begin, static_cast<int32_t>(s.token_ids.size()), s.start_pos, s.slot, s.pages});
+    if (s.sample) {
+      to_sample.emplace_back(r, static_cast<int32_t>(batch.logits_rows.size()));
+      batch.logits_rows.push_back(begin + static_cast<int32_t>(s.token_ids.size()) - 1);
+    }
+  }
+  const std::vector<float> logits = model_.forward(batch);
+  scheduler_.commit(plan, reqs);
+  metrics_.update([](MetricsSnapshot& s) { ++s.steps; });
+  const int64_t V = model_.config().vocab_size;
+  for (auto& [r, row] : to_sample) {
+    const std::span<const float> lrow(logits.data() + row * V, static_cast<size_t>(V));
+    SampleResult sr = sample(lrow, cfg_.sample_vocab, r->params, r->tokens, r->num_prompt, banned_tokens(*r), r->rng);
+    on_token(*r, sr.token, std::move(sr.logprob));
+  }
+}
+
+std::vector<int32_t> Engine::banned_tokens(const Request& r) const {
+  if (r.num_outputs() >= r.params.min_tokens) return {};
+  std::vector<int32_t> b = r.params.stop_token_ids;
+  if (!r.params.ignore_eos) b.insert(b.end(), model_.config().eos_token_ids.begin(), model_.config().eos_token_ids.end());
+  return b;
+}
+
+void Engine::on_token(Request& r, int32_t token, TokenLogprob lp) {
+  const auto now = clock::now();
+  metrics_.update([&](MetricsSnapshot& s) {
+    ++s.generation_tokens;
+    if (!r.has_first_token) s.ttft.observe(seconds(r.arrival, now));
+    else s.itl.observe(seconds(r.last_token, now));
+  });
+  r.has_first_token = true;
+  r.last_token = now;
+  r.tokens.push_back(token);
+
+  OutputDelta d;
+  d.token_ids.push_back(token);
+  if (r.params.logprobs || r.params.top_logprobs > 0) d.logprobs.push_back(std::move(lp));
+  FinishReason why = FinishReason::kNone;
+  const auto& eos = model_.config().eos_token_ids;
+  const auto& stops = r.params.stop_token_ids;
+  if ((!r.params.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) ||
+      std::find(stops.begin(), stops.end(), token) != stops.end())
+    why = FinishReason::kStop;
+  else if (r.num_outputs() >= r.params.max_tokens || static_cast<int32_t>(r.tokens.size()) >= cfg_.max_model_len)
+    why = FinishReason::kLength;
+
+  if (r.detok) {
+    r.text += r.detok->push(token);
+    if (why != FinishReason::kNone) r.text += r.detok->finish();
+    size_t hold = 0;  // bytes held back: they may begin a stop string
+    for (const std::string& s : r.params.stop) {
+      const size_t from = r.text_emitted >= s.size() ? r.text_emitted - s.size() + 1 : 0;
+      const size_t pos = r.text.find(s, from);
+      if (pos != std::string::npos) {
+        r.text.resize(pos);
+        why = FinishReason::kStop;
+      }
+      hold = std::max(hold, s.size() - 1);
+    }
+    size_t end = r.text.size();
+    if (why == FinishReason::kNone) end = end > r.text_emitted + hold ? end - hold : r.text_emitted;
+    // Never split a UTF-8 character when holding back.
+    while (end > r.text_emitted && end < r.text.size() && (static_cast<unsigned char>(r.text[end]) & 0xC0) == 0x80) --end;
+    if (end > r.text_emitted) {
+      d.text = r.text.substr(r.text_emitted, end - r.text_emitted);
+      r.text_emitted = end;
+    }
+  }
+  if (why != FinishReason::kNone) {
+    finish(r, why, std::move(d));
+    return;
+  }
+  d.prompt_tokens = r.num_prompt;
+  d.completion_tokens = r.num_outputs();
+  r.stream->push(std::move(d));
+}
+
+void Engine::finish(Request& r, FinishReason why, OutputDelta d) {
+  d.finished = true;
+  d.finish_reason = why;
+  d.prompt_tokens = r.num_prompt;
+  d.completion_tokens = r.num_outputs();
+  const auto now = clock::now();
+  scheduler_.remove(&r);
+  // Gauges first, so a client that sees the final delta also sees the freed pages.
+  metrics_.update([&](MetricsSnapshot& s) {
+    if (why == FinishReason::kAbort) ++s.requests_aborted;
+    else ++s.requests_finished;
+    s.e2e.observe(seconds(r.arrival, now));
+    s.running = static_cast<int64_t>(scheduler_.num_running());
+    s.waiting = static_cast<int64_t>(scheduler_.num_waiting());
+    s.kv_pages_used = pages_.num_pages() - pages_.num_free();
+  });
+  r.stream->push(std::move(d));
+  requests_.erase(r.id);
+}
+
+}  // namespace deltaserve::engine

@@ -1,0 +1,87 @@
+// Engine: continuous batching around one model. Any thread may submit() and abort(); one engine
+// thread owns all scheduling state and runs the loop: take new requests and aborts, plan a step
+// (Scheduler), run it as one batched forward, sample, stream deltas, free what finished.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "cache/page_pool.h"
+#include "engine/metrics.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "model/qwen35.h"
+
+namespace deltaserve::tokenizer {
+class Tokenizer;
+}
+
+namespace deltaserve::engine {
+
+struct EngineConfig {
+  int32_t max_num_seqs = 16;
+  int32_t max_num_batched_tokens = 1024;
+  int32_t page_size = 16;
+  int32_t num_pages = 0;      // 0: room for min(max_num_seqs, 4) requests of max_model_len
+  int32_t max_model_len = 0;  // 0: the model's max_position_embeddings
+  int32_t sample_vocab = 0;   // ids >= this are never sampled; 0: the tokenizer's (else model's) vocab
+};
+
+class Engine {
+ public:
+  // Allocates the model's cache and starts the engine thread. `tok` (optional) enables text
+  // output and stop strings. Throws deltaserve::Error when one request of max_model_len tokens
+  // cannot fit the KV pages (fail closed at startup).
+  Engine(model::Qwen35Model& model, EngineConfig cfg, const tokenizer::Tokenizer* tok = nullptr);
+  // Stops the thread; requests still in flight get a final kAbort delta.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request. Throws deltaserve::Error for bad parameters, an empty prompt, ids outside the
+  // vocabulary, or prompt + max_tokens over max_model_len.
+  std::shared_ptr<RequestStream> submit(GenerateRequest req);
+  // Ends a request (client gone or cancelled): its stream gets a final kAbort delta and its pages
+  // and slot are freed. Unknown or finished ids are ignored.
+  void abort(uint64_t id);
+
+  MetricsSnapshot metrics() const { return metrics_.snapshot(); }
+  const EngineConfig& config() const { return cfg_; }
+
+ private:
+  struct Inbox {
+    std::vector<std::unique_ptr<Request>> added;
+    std::vector<uint64_t> aborted;
+  };
+
+  void loop();
+  void run_step(const StepPlan& plan);
+  // Appends a sampled token, streams it and finishes the request when a stop condition holds.
+  void on_token(Request& r, int32_t token, TokenLogprob lp);
+  void finish(Request& r, FinishReason why, OutputDelta d);
+  std::vector<int32_t> banned_tokens(const Request& r) const;
+
+  model::Qwen35Model& model_;
+  EngineConfig cfg_;
+  const tokenizer::Tokenizer* tok_;
+  cache::PagePool pages_;
+  cache::StateSlots slots_;
+  Scheduler scheduler_;
+  Metrics metrics_;
+  std::map<uint64_t, std::unique_ptr<Request>> requests_;  // engine thread only
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  Inbox inbox_;
+  bool stop_ = false;
+  std::atomic<uint64_t> next_id_{1};
+  std::thread thread_;
+};
+
+}  // namespace deltaserve::engine

@@ -1,0 +1,55 @@
+#include "engine/request.h"
+
+#include <cmath>
+
+namespace deltaserve::engine {
+
+std::string SamplingParams::validate() const {
+  if (!(temperature >= 0) || !std::isfinite(temperature)) return "temperature must be >= 0";
+  if (!(top_p > 0 && top_p <= 1)) return "top_p must be in (0, 1]";
+  if (!(min_p >= 0 && min_p <= 1)) return "min_p must be in [0, 1]";
+  if (top_k < -1) return "top_k must be -1 (off), 0 (off) or positive";
+  if (!(repetition_penalty > 0) || !std::isfinite(repetition_penalty)) return "repetition_penalty must be > 0";
+  if (!(presence_penalty >= -2 && presence_penalty <= 2)) return "presence_penalty must be in [-2, 2]";
+  if (!(frequency_penalty >= -2 && frequency_penalty <= 2)) return "frequency_penalty must be in [-2, 2]";
+  if (max_tokens < 1) return "max_tokens must be >= 1";
+  if (min_tokens < 0 || min_tokens > max_tokens) return "min_tokens must be in [0, max_tokens]";
+  if (top_logprobs < 0 || top_logprobs > 20) return "top_logprobs must be in [0, 20]";
+  for (const std::string& s : stop)
+    if (s.empty()) return "stop strings must not be empty";
+  return "";
+}
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+    case FinishReason::kError:
+      return "error";
+    case FinishReason::kNone:
+      break;
+  }
+  return "";
+}
+
+bool RequestStream::next(OutputDelta& out, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [this] { return !q_.empty(); })) return false;
+  out = std::move(q_.front());
+  q_.pop_front();
+  return true;
+}
+
+void RequestStream::push(OutputDelta d) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    q_.push_back(std::move(d));
+  }
+  cv_.notify_all();
+}
+
+}  // namespace deltaserve::engine

@@ -1,0 +1,109 @@
+// What a client submits (GenerateRequest with SamplingParams), what it gets back (a stream of
+// OutputDelta), and the engine's own per-request state (Request).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tokenizer/detokenizer.h"
+
+
+namespace deltaserve::engine {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // < 1e-5: greedy
+  int32_t top_k = 0;         // <= 0: off
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;  // HF style, over prompt and output
+  float presence_penalty = 0.0f;    // OpenAI style, over output
+  float frequency_penalty = 0.0f;
+  std::optional<uint64_t> seed;
+  int32_t max_tokens = 16;
+  int32_t min_tokens = 0;
+  std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS set
+  std::vector<std::string> stop;        // stop strings (needs the engine's tokenizer)
+  bool ignore_eos = false;
+  bool logprobs = false;     // logprob of each chosen token
+  int32_t top_logprobs = 0;  // and of the top n alternatives
+  bool skip_special_tokens = true;
+
+  // Empty when valid, else what is wrong (the server answers 400 with it).
+  std::string validate() const;
+};
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt_ids;
+  SamplingParams params;
+};
+
+enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
+const char* finish_reason_name(FinishReason r);
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // most likely first
+};
+
+struct OutputDelta {
+  std::vector<int32_t> token_ids;       // new tokens
+  std::vector<TokenLogprob> logprobs;   // one per new token when requested
+  std::string text;                     // new text (when the engine has a tokenizer)
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string error;                    // with kError
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;        // so far
+};
+
+// The client's end of a request: deltas in order, the last one with finished = true.
+class RequestStream {
+ public:
+  explicit RequestStream(uint64_t id) : id_(id) {}
+  uint64_t id() const { return id_; }
+  // Waits up to `timeout` for the next delta; false on timeout.
+  bool next(OutputDelta& out, std::chrono::milliseconds timeout);
+  // Engine side.
+  void push(OutputDelta d);
+
+ private:
+  uint64_t id_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<OutputDelta> q_;
+};
+
+enum class RequestStatus { kWaiting, kRunning, kFinished };
+
+// Engine-internal state of one request. Owned by the engine thread only.
+struct Request {
+  uint64_t id = 0;
+  SamplingParams params;
+  int32_t num_prompt = 0;
+  std::vector<int32_t> tokens;  // prompt followed by the outputs so far
+  int32_t num_computed = 0;     // tokens whose KV / state is in the cache
+  std::vector<int32_t> pages;   // KV page table
+  int32_t slot = -1;            // GDN state slot, -1 when none
+  RequestStatus status = RequestStatus::kWaiting;
+  int32_t num_preemptions = 0;
+  std::mt19937_64 rng;
+  std::shared_ptr<RequestStream> stream;
+  std::unique_ptr<tokenizer::IncrementalDetokenizer> detok;
+  std::string text;          // decoded output text so far
+  size_t text_emitted = 0;   // bytes of `text` already sent
+  std::chrono::steady_clock::time_point arrival, last_token;
+  bool has_first_token = false;
+
+  int32_t num_outputs() const { return static_cast<int32_t>(tokens.size()) - num_prompt; }
+};
+
+}  // namespace deltaserve::engine

@@ -1,0 +1,136 @@
+// Scheduler traces as tables: arrivals -> the rows of every step ("A:p8@0" = request A, a prefill
+// chunk of 8 tokens from position 0; "d1" = a decode row; "!B" = B preempted while planning).
+#include "engine/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "cache/page_pool.h"
+
+namespace deltaserve::engine {
+namespace {
+
+struct Arrival {
+  int step;  // 1-based step before which it arrives
+  char name;
+  int prompt;
+  int max_tokens;
+};
+
+std::vector<std::string> trace(SchedulerConfig cfg, int num_pages, int page_size, std::vector<Arrival> arrivals,
+                               int max_steps = 50) {
+  cache::PagePool pages(num_pages, page_size);
+  cache::StateSlots slots(cfg.max_num_seqs);
+  Scheduler s(cfg, pages, slots);
+  std::map<uint64_t, std::unique_ptr<Request>> reqs;
+  std::map<uint64_t, char> names;
+  std::vector<std::string> out;
+  uint64_t next_id = 1;
+  for (int step = 1; step <= max_steps; ++step) {
+    for (const Arrival& a : arrivals) {
+      if (a.step != step) continue;
+      auto r = std::make_unique<Request>();
+      r->id = next_id++;
+      r->num_prompt = a.prompt;
+      r->tokens.assign(static_cast<size_t>(a.prompt), 5);
+      r->params.max_tokens = a.max_tokens;
+      names[r->id] = a.name;
+      s.add(r.get());
+      reqs[r->id] = std::move(r);
+    }
+    const StepPlan plan = s.schedule();
+    if (plan.empty() && reqs.empty()) break;
+    std::string row;
+    std::vector<Request*> in_plan;
+    for (const StepSeq& q : plan.seqs) {
+      Request* r = reqs.at(q.request_id).get();
+      in_plan.push_back(r);
+      const bool decode = q.token_ids.size() == 1 && r->num_computed == static_cast<int32_t>(r->tokens.size()) - 1 &&
+                          r->num_outputs() > 0;
+      row += std::string(row.empty() ? "" : " ") + names[q.request_id] + ":" + (decode ? "d" : "p") +
+             std::to_string(q.token_ids.size()) + "@" + std::to_string(q.start_pos);
+      EXPECT_EQ(static_cast<int64_t>(q.pages.size()) * page_size >= q.start_pos + static_cast<int64_t>(q.token_ids.size()),
+                true);
+    }
+    for (uint64_t id : plan.preempted) row += std::string(" !") + names[id];
+    out.push_back(row);
+    s.commit(plan, in_plan);
+    for (size_t i = 0; i < plan.seqs.size(); ++i) {
+      if (!plan.seqs[i].sample) continue;
+      Request* r = in_plan[i];
+      r->tokens.push_back(7);
+      if (r->num_outputs() >= r->params.max_tokens) {
+        s.remove(r);
+        reqs.erase(r->id);
+      }
+    }
+    EXPECT_LE(pages.num_free(), num_pages);
+  }
+  EXPECT_TRUE(reqs.empty()) << "unfinished requests";
+  EXPECT_EQ(pages.num_free(), num_pages);
+  EXPECT_EQ(slots.num_free(), cfg.max_num_seqs);
+  return out;
+}
+
+TEST(Scheduler, ChunkedPrefillThenDecodeRowsFirst) {
+  const auto t = trace({4, 8}, 32, 4, {{1, 'A', 10, 3}, {1, 'B', 3, 2}});
+  EXPECT_EQ(t, (std::vector<std::string>{
+                   "A:p8@0",            // budget 8: A's first chunk; B waits
+                   "A:p2@8 B:p3@0",     // A finishes its prompt (samples), B is admitted
+                   "A:d1@10 B:d1@3",    // decode rows; B reaches max_tokens
+                   "A:d1@11",
+               }));
+}
+
+TEST(Scheduler, DecodeRowsBeforePrefillAndSeqLimit) {
+  // max_num_seqs 2: C waits for a slot until A finishes.
+  const auto t = trace({2, 6}, 64, 4, {{1, 'A', 2, 2}, {1, 'B', 9, 1}, {2, 'C', 4, 1}});
+  EXPECT_EQ(t, (std::vector<std::string>{
+                   "A:p2@0 B:p4@0",
+                   "A:d1@2 B:p5@4",  // A's decode row comes first; A done, B samples and is done
+                   "C:p4@0",
+               }));
+}
+
+TEST(Scheduler, PreemptsYoungestAndRecomputes) {
+  // 4 pages of 4 tokens: two requests of 6 + 6 tokens cannot both finish.
+  const auto t = trace({4, 16}, 4, 4, {{1, 'A', 6, 6}, {1, 'B', 6, 6}});
+  EXPECT_EQ(t, (std::vector<std::string>{
+                   "A:p6@0 B:p6@0",
+                   "A:d1@6 B:d1@6",
+                   "A:d1@7 B:d1@7",
+                   "A:d1@8 !B",      // A needs a 3rd page: B (younger) is preempted
+                   "A:d1@9 B:p4@0",  // B recomputes its 6 prompt + 3 output tokens in the free page
+                   "A:d1@10",        // A finishes; B cannot grow while A holds the pages
+                   "B:p5@4",
+                   "B:d1@9",
+                   "B:d1@10",
+               }));
+}
+
+TEST(PagePool, GrowReleaseAndLowestFirst) {
+  cache::PagePool p(5, 16);
+  std::vector<int32_t> a, b;
+  EXPECT_TRUE(p.grow(a, 17));  // 2 pages
+  EXPECT_EQ(a, (std::vector<int32_t>{0, 1}));
+  EXPECT_TRUE(p.grow(b, 48));
+  EXPECT_EQ(p.num_free(), 0);
+  EXPECT_FALSE(p.grow(a, 33));
+  EXPECT_EQ(a.size(), 2u);  // unchanged on failure
+  p.release(a);
+  EXPECT_TRUE(a.empty());
+  EXPECT_EQ(p.num_free(), 2);
+  std::vector<int32_t> c;
+  EXPECT_TRUE(p.grow(c, 1));
+  EXPECT_EQ(c, (std::vector<int32_t>{0}));
+  cache::StateSlots s(2);
+  EXPECT_EQ(s.acquire(), 0);
+  EXPECT_EQ(s.acquire(), 1);
+  EXPECT_EQ(s.acquire(), -1);
+  s.release(0);
+  EXPECT_EQ(s.acquire(), 0);
+}
+
+}  // namespace
+}  // namespace deltaserve::engine
