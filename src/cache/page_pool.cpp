@@ -18,7 +18,8 @@ int32_t IdPool::take() {
 }
 
 void IdPool::give_back(int32_t id) {
-  DS_CHECK(id >= 0 && id < capacity_ && !is_free_[static_cast<size_t>(id)], "double free of id " + std::to_string(id));
+  DS_CHECK(id >= 0 && id < capacity_ && !is_free_[static_cast<size_t>(id)],
+           "double free of id " + std::to_string(id));
   is_free_[static_cast<size_t>(id)] = 1;
   free_.push(id);
 }

@@ -33,7 +33,9 @@ class PagePool {
   int32_t page_size() const { return page_size_; }
   int32_t num_pages() const { return ids_.capacity(); }
   int32_t num_free() const { return ids_.num_free(); }
-  int32_t pages_for(int64_t tokens) const { return static_cast<int32_t>((tokens + page_size_ - 1) / page_size_); }
+  int32_t pages_for(int64_t tokens) const {
+    return static_cast<int32_t>((tokens + page_size_ - 1) / page_size_);
+  }
   // Grows `table` to cover `tokens` positions; false (table unchanged) when pages run out.
   bool grow(std::vector<int32_t>& table, int64_t tokens);
   // Frees every page of `table` and clears it.

@@ -13,24 +13,29 @@ using clock = std::chrono::steady_clock;
 
 namespace {
 
-double seconds(clock::time_point a, clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double seconds(clock::time_point a, clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 EngineConfig resolve(EngineConfig c, const model::Qwen35Model& m, const tokenizer::Tokenizer* tok) {
   const auto& mc = m.config();
   if (c.max_model_len <= 0) c.max_model_len = static_cast<int32_t>(mc.max_position_embeddings);
   if (c.max_model_len > mc.max_position_embeddings)
-    throw Error("max_model_len " + std::to_string(c.max_model_len) + " exceeds the model's max_position_embeddings " +
+    throw Error("max_model_len " + std::to_string(c.max_model_len) +
+                " exceeds the model's max_position_embeddings " +
                 std::to_string(mc.max_position_embeddings));
   if (c.page_size <= 0 || c.max_num_seqs <= 0 || c.max_num_batched_tokens <= 0)
     throw Error("page_size, max_num_seqs and max_num_batched_tokens must be positive");
   const int32_t per_request = (c.max_model_len + c.page_size - 1) / c.page_size;
   if (c.num_pages <= 0) c.num_pages = per_request * std::min(c.max_num_seqs, 4);
   if (c.num_pages < per_request)
-    throw Error("the KV cache (" + std::to_string(c.num_pages) + " pages of " + std::to_string(c.page_size) +
-                " tokens) cannot hold one request of max_model_len " + std::to_string(c.max_model_len) +
+    throw Error("the KV cache (" + std::to_string(c.num_pages) + " pages of " +
+                std::to_string(c.page_size) + " tokens) cannot hold one request of max_model_len " +
+                std::to_string(c.max_model_len) +
                 " tokens; lower max_model_len or give more memory");
   const int32_t model_vocab = static_cast<int32_t>(mc.vocab_size);
-  if (c.sample_vocab <= 0) c.sample_vocab = tok ? std::min(tok->vocab_size(), model_vocab) : model_vocab;
+  if (c.sample_vocab <= 0)
+    c.sample_vocab = tok ? std::min(tok->vocab_size(), model_vocab) : model_vocab;
   c.sample_vocab = std::min(c.sample_vocab, model_vocab);
   return c;
 }
@@ -62,11 +67,13 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest req) {
   if (const std::string e = req.params.validate(); !e.empty()) throw Error(e);
   if (req.prompt_ids.empty()) throw Error("the prompt is empty");
   for (int32_t id : req.prompt_ids)
-    if (id < 0 || id >= model_.config().vocab_size) throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary");
+    if (id < 0 || id >= model_.config().vocab_size)
+      throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary");
   const int64_t total = static_cast<int64_t>(req.prompt_ids.size()) + req.params.max_tokens;
   if (total > cfg_.max_model_len)
     throw Error("prompt (" + std::to_string(req.prompt_ids.size()) + " tokens) + max_tokens (" +
-                std::to_string(req.params.max_tokens) + ") exceeds max_model_len " + std::to_string(cfg_.max_model_len));
+                std::to_string(req.params.max_tokens) + ") exceeds max_model_len " +
+                std::to_string(cfg_.max_model_len));
   if (!req.params.stop.empty() && !tok_) throw Error("stop strings need a tokenizer");
 
   auto r = std::make_unique<Request>();
@@ -74,9 +81,12 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest req) {
   r->num_prompt = static_cast<int32_t>(req.prompt_ids.size());
   r->tokens = std::move(req.prompt_ids);
   r->params = std::move(req.params);
-  r->rng.seed(r->params.seed ? *r->params.seed : std::random_device{}() ^ (r->id * 0x9E3779B97F4A7C15ull));
+  r->rng.seed(r->params.seed ? *r->params.seed
+                             : std::random_device{}() ^ (r->id * 0x9E3779B97F4A7C15ull));
   r->stream = std::make_shared<RequestStream>(r->id);
-  if (tok_) r->detok = std::make_unique<tokenizer::IncrementalDetokenizer>(*tok_, r->params.skip_special_tokens);
+  if (tok_)
+    r->detok =
+        std::make_unique<tokenizer::IncrementalDetokenizer>(*tok_, r->params.skip_special_tokens);
   r->arrival = clock::now();
   auto stream = r->stream;
   {
@@ -144,7 +154,8 @@ void Engine::run_step(const StepPlan& plan) {
     reqs.push_back(r);
     const int32_t begin = static_cast<int32_t>(batch.token_ids.size());
     batch.token_ids.insert(batch.token_ids.end(), s.token_ids.begin(), s.token_ids.end());
-    batch.seqs.push_back({begin, static_cast<int32_t>(s.token_ids.size()), s.start_pos, s.slot, s.pages});
+    batch.seqs.push_back(
+        {begin, static_cast<int32_t>(s.token_ids.size()), s.start_pos, s.slot, s.pages});
     if (s.sample) {
       to_sample.emplace_back(r, static_cast<int32_t>(batch.logits_rows.size()));
       batch.logits_rows.push_back(begin + static_cast<int32_t>(s.token_ids.size()) - 1);
@@ -156,7 +167,8 @@ void Engine::run_step(const StepPlan& plan) {
   const int64_t V = model_.config().vocab_size;
   for (auto& [r, row] : to_sample) {
     const std::span<const float> lrow(logits.data() + row * V, static_cast<size_t>(V));
-    SampleResult sr = sample(lrow, cfg_.sample_vocab, r->params, r->tokens, r->num_prompt, banned_tokens(*r), r->rng);
+    SampleResult sr = sample(lrow, cfg_.sample_vocab, r->params, r->tokens, r->num_prompt,
+                             banned_tokens(*r), r->rng);
     on_token(*r, sr.token, std::move(sr.logprob));
   }
 }
@@ -164,7 +176,8 @@ void Engine::run_step(const StepPlan& plan) {
 std::vector<int32_t> Engine::banned_tokens(const Request& r) const {
   if (r.num_outputs() >= r.params.min_tokens) return {};
   std::vector<int32_t> b = r.params.stop_token_ids;
-  if (!r.params.ignore_eos) b.insert(b.end(), model_.config().eos_token_ids.begin(), model_.config().eos_token_ids.end());
+  if (!r.params.ignore_eos)
+    b.insert(b.end(), model_.config().eos_token_ids.begin(), model_.config().eos_token_ids.end());
   return b;
 }
 
@@ -172,8 +185,10 @@ void Engine::on_token(Request& r, int32_t token, TokenLogprob lp) {
   const auto now = clock::now();
   metrics_.update([&](MetricsSnapshot& s) {
     ++s.generation_tokens;
-    if (!r.has_first_token) s.ttft.observe(seconds(r.arrival, now));
-    else s.itl.observe(seconds(r.last_token, now));
+    if (!r.has_first_token)
+      s.ttft.observe(seconds(r.arrival, now));
+    else
+      s.itl.observe(seconds(r.last_token, now));
   });
   r.has_first_token = true;
   r.last_token = now;
@@ -188,7 +203,8 @@ void Engine::on_token(Request& r, int32_t token, TokenLogprob lp) {
   if ((!r.params.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) ||
       std::find(stops.begin(), stops.end(), token) != stops.end())
     why = FinishReason::kStop;
-  else if (r.num_outputs() >= r.params.max_tokens || static_cast<int32_t>(r.tokens.size()) >= cfg_.max_model_len)
+  else if (r.num_outputs() >= r.params.max_tokens ||
+           static_cast<int32_t>(r.tokens.size()) >= cfg_.max_model_len)
     why = FinishReason::kLength;
 
   if (r.detok) {
@@ -207,7 +223,9 @@ void Engine::on_token(Request& r, int32_t token, TokenLogprob lp) {
     size_t end = r.text.size();
     if (why == FinishReason::kNone) end = end > r.text_emitted + hold ? end - hold : r.text_emitted;
     // Never split a UTF-8 character when holding back.
-    while (end > r.text_emitted && end < r.text.size() && (static_cast<unsigned char>(r.text[end]) & 0xC0) == 0x80) --end;
+    while (end > r.text_emitted && end < r.text.size() &&
+           (static_cast<unsigned char>(r.text[end]) & 0xC0) == 0x80)
+      --end;
     if (end > r.text_emitted) {
       d.text = r.text.substr(r.text_emitted, end - r.text_emitted);
       r.text_emitted = end;
@@ -231,8 +249,10 @@ void Engine::finish(Request& r, FinishReason why, OutputDelta d) {
   scheduler_.remove(&r);
   // Gauges first, so a client that sees the final delta also sees the freed pages.
   metrics_.update([&](MetricsSnapshot& s) {
-    if (why == FinishReason::kAbort) ++s.requests_aborted;
-    else ++s.requests_finished;
+    if (why == FinishReason::kAbort)
+      ++s.requests_aborted;
+    else
+      ++s.requests_finished;
     s.e2e.observe(seconds(r.arrival, now));
     s.running = static_cast<int64_t>(scheduler_.num_running());
     s.waiting = static_cast<int64_t>(scheduler_.num_waiting());

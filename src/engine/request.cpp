@@ -9,9 +9,12 @@ std::string SamplingParams::validate() const {
   if (!(top_p > 0 && top_p <= 1)) return "top_p must be in (0, 1]";
   if (!(min_p >= 0 && min_p <= 1)) return "min_p must be in [0, 1]";
   if (top_k < -1) return "top_k must be -1 (off), 0 (off) or positive";
-  if (!(repetition_penalty > 0) || !std::isfinite(repetition_penalty)) return "repetition_penalty must be > 0";
-  if (!(presence_penalty >= -2 && presence_penalty <= 2)) return "presence_penalty must be in [-2, 2]";
-  if (!(frequency_penalty >= -2 && frequency_penalty <= 2)) return "frequency_penalty must be in [-2, 2]";
+  if (!(repetition_penalty > 0) || !std::isfinite(repetition_penalty))
+    return "repetition_penalty must be > 0";
+  if (!(presence_penalty >= -2 && presence_penalty <= 2))
+    return "presence_penalty must be in [-2, 2]";
+  if (!(frequency_penalty >= -2 && frequency_penalty <= 2))
+    return "frequency_penalty must be in [-2, 2]";
   if (max_tokens < 1) return "max_tokens must be >= 1";
   if (min_tokens < 0 || min_tokens > max_tokens) return "min_tokens must be in [0, max_tokens]";
   if (top_logprobs < 0 || top_logprobs > 20) return "top_logprobs must be in [0, 20]";

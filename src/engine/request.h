@@ -15,7 +15,6 @@
 
 #include "tokenizer/detokenizer.h"
 
-
 namespace deltaserve::engine {
 
 struct SamplingParams {
@@ -55,14 +54,14 @@ struct TokenLogprob {
 };
 
 struct OutputDelta {
-  std::vector<int32_t> token_ids;       // new tokens
-  std::vector<TokenLogprob> logprobs;   // one per new token when requested
-  std::string text;                     // new text (when the engine has a tokenizer)
+  std::vector<int32_t> token_ids;      // new tokens
+  std::vector<TokenLogprob> logprobs;  // one per new token when requested
+  std::string text;                    // new text (when the engine has a tokenizer)
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
-  std::string error;                    // with kError
+  std::string error;  // with kError
   int32_t prompt_tokens = 0;
-  int32_t completion_tokens = 0;        // so far
+  int32_t completion_tokens = 0;  // so far
 };
 
 // The client's end of a request: deltas in order, the last one with finished = true.
@@ -98,8 +97,8 @@ struct Request {
   std::mt19937_64 rng;
   std::shared_ptr<RequestStream> stream;
   std::unique_ptr<tokenizer::IncrementalDetokenizer> detok;
-  std::string text;          // decoded output text so far
-  size_t text_emitted = 0;   // bytes of `text` already sent
+  std::string text;         // decoded output text so far
+  size_t text_emitted = 0;  // bytes of `text` already sent
   std::chrono::steady_clock::time_point arrival, last_token;
   bool has_first_token = false;
 

@@ -16,7 +16,8 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 std::vector<float> log_softmax(std::span<const float> x, int32_t n) {
   const float mx = *std::max_element(x.begin(), x.begin() + n);
   double sum = 0;
-  for (int32_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[static_cast<size_t>(i)] - mx));
+  for (int32_t i = 0; i < n; ++i)
+    sum += std::exp(static_cast<double>(x[static_cast<size_t>(i)] - mx));
   const float lse = mx + static_cast<float>(std::log(sum));
   std::vector<float> out(static_cast<size_t>(n));
   for (int32_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = x[static_cast<size_t>(i)] - lse;
@@ -30,7 +31,9 @@ std::vector<int32_t> top_candidates(const std::vector<float>& x, int32_t k) {
   std::vector<int32_t> idx(static_cast<size_t>(n));
   std::iota(idx.begin(), idx.end(), 0);
   auto by_logit = [&x](int32_t a, int32_t b) {
-    return x[static_cast<size_t>(a)] != x[static_cast<size_t>(b)] ? x[static_cast<size_t>(a)] > x[static_cast<size_t>(b)] : a < b;
+    return x[static_cast<size_t>(a)] != x[static_cast<size_t>(b)]
+               ? x[static_cast<size_t>(a)] > x[static_cast<size_t>(b)]
+               : a < b;
   };
   if (k > 0 && k < n) {
     std::nth_element(idx.begin(), idx.begin() + k, idx.end(), by_logit);
@@ -43,8 +46,8 @@ std::vector<int32_t> top_candidates(const std::vector<float>& x, int32_t k) {
 }  // namespace
 
 SampleResult sample(std::span<const float> logits, int32_t vocab, const SamplingParams& p,
-                    std::span<const int32_t> tokens, int32_t num_prompt, std::span<const int32_t> banned,
-                    std::mt19937_64& rng) {
+                    std::span<const int32_t> tokens, int32_t num_prompt,
+                    std::span<const int32_t> banned, std::mt19937_64& rng) {
   std::vector<float> x(logits.begin(), logits.begin() + vocab);
   for (int32_t b : banned)
     if (b >= 0 && b < vocab) x[static_cast<size_t>(b)] = kNegInf;
@@ -55,14 +58,17 @@ SampleResult sample(std::span<const float> logits, int32_t vocab, const Sampling
       if (t >= 0 && t < vocab) seen[static_cast<size_t>(t)] = 1;
     for (int32_t t = 0; t < vocab; ++t) {
       float& v = x[static_cast<size_t>(t)];
-      if (seen[static_cast<size_t>(t)]) v = v > 0 ? v / p.repetition_penalty : v * p.repetition_penalty;
+      if (seen[static_cast<size_t>(t)])
+        v = v > 0 ? v / p.repetition_penalty : v * p.repetition_penalty;
     }
   }
   if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
     std::unordered_map<int32_t, int32_t> counts;
     for (size_t i = static_cast<size_t>(num_prompt); i < tokens.size(); ++i) ++counts[tokens[i]];
     for (const auto& [t, c] : counts)
-      if (t >= 0 && t < vocab) x[static_cast<size_t>(t)] -= p.frequency_penalty * static_cast<float>(c) + p.presence_penalty;
+      if (t >= 0 && t < vocab)
+        x[static_cast<size_t>(t)] -=
+            p.frequency_penalty * static_cast<float>(c) + p.presence_penalty;
   }
 
   SampleResult r;
@@ -127,7 +133,8 @@ SampleResult sample(std::span<const float> logits, int32_t vocab, const Sampling
     r.logprob.token = r.token;
     r.logprob.logprob = lp[static_cast<size_t>(r.token)];
     if (p.top_logprobs > 0)
-      for (int32_t t : top_candidates(lp, p.top_logprobs)) r.logprob.top.emplace_back(t, lp[static_cast<size_t>(t)]);
+      for (int32_t t : top_candidates(lp, p.top_logprobs))
+        r.logprob.top.emplace_back(t, lp[static_cast<size_t>(t)]);
   }
   return r;
 }

@@ -21,7 +21,7 @@ struct SampleResult {
 // tokens/num_prompt: the request's history for penalties; banned: ids that must not be chosen
 // (EOS and stop ids before min_tokens). Uses `rng` only when sampling (not greedy).
 SampleResult sample(std::span<const float> logits, int32_t vocab, const SamplingParams& params,
-                    std::span<const int32_t> tokens, int32_t num_prompt, std::span<const int32_t> banned,
-                    std::mt19937_64& rng);
+                    std::span<const int32_t> tokens, int32_t num_prompt,
+                    std::span<const int32_t> banned, std::mt19937_64& rng);
 
 }  // namespace deltaserve::engine

@@ -10,7 +10,9 @@ namespace {
 
 bool by_id(const Request* a, const Request* b) { return a->id < b->id; }
 
-int32_t remaining(const Request* r) { return static_cast<int32_t>(r->tokens.size()) - r->num_computed; }
+int32_t remaining(const Request* r) {
+  return static_cast<int32_t>(r->tokens.size()) - r->num_computed;
+}
 
 }  // namespace
 
@@ -103,7 +105,8 @@ StepPlan Scheduler::schedule() {
     if (!reserve(r, r->num_computed + n, true, plan)) {
       // Take what the free pages allow (possibly nothing this step).
       const int64_t coverable =
-          static_cast<int64_t>(r->pages.size() + static_cast<size_t>(pages_.num_free())) * pages_.page_size() -
+          static_cast<int64_t>(r->pages.size() + static_cast<size_t>(pages_.num_free())) *
+              pages_.page_size() -
           r->num_computed;
       n = static_cast<int32_t>(std::min<int64_t>(n, coverable));
       if (n <= 0 || !reserve(r, r->num_computed + n, false, plan)) continue;
@@ -114,11 +117,13 @@ StepPlan Scheduler::schedule() {
   }
 
   // 3. Admit waiting requests (FCFS) while a slot, sequence room, budget and pages remain.
-  while (!waiting_.empty() && budget > 0 && static_cast<int32_t>(running_.size()) < cfg_.max_num_seqs) {
+  while (!waiting_.empty() && budget > 0 &&
+         static_cast<int32_t>(running_.size()) < cfg_.max_num_seqs) {
     Request* r = waiting_.front();
     const int64_t coverable = static_cast<int64_t>(pages_.num_free()) * pages_.page_size();
     const int32_t n = static_cast<int32_t>(std::min<int64_t>({remaining(r), budget, coverable}));
-    const bool just_preempted = std::find(plan.preempted.begin(), plan.preempted.end(), r->id) != plan.preempted.end();
+    const bool just_preempted =
+        std::find(plan.preempted.begin(), plan.preempted.end(), r->id) != plan.preempted.end();
     if (n <= 0 || slots_.num_free() == 0 || just_preempted) break;
     r->slot = slots_.acquire();
     DS_CHECK(pages_.grow(r->pages, r->num_computed + n), "pages counted free");
@@ -136,7 +141,8 @@ StepPlan Scheduler::schedule() {
 
 void Scheduler::commit(const StepPlan& plan, const std::vector<Request*>& reqs) {
   DS_CHECK(plan.seqs.size() == reqs.size(), "commit: plan and requests differ");
-  for (size_t i = 0; i < reqs.size(); ++i) reqs[i]->num_computed += static_cast<int32_t>(plan.seqs[i].token_ids.size());
+  for (size_t i = 0; i < reqs.size(); ++i)
+    reqs[i]->num_computed += static_cast<int32_t>(plan.seqs[i].token_ids.size());
 }
 
 }  // namespace deltaserve::engine

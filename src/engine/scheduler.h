@@ -26,7 +26,8 @@ struct StepSeq {
   int32_t start_pos = 0;
   int32_t slot = 0;
   std::vector<int32_t> pages;
-  bool sample = false;  // the chunk reaches the end of the request's tokens: sample from its last row
+  bool sample =
+      false;  // the chunk reaches the end of the request's tokens: sample from its last row
 };
 
 struct StepPlan {
@@ -63,8 +64,8 @@ class Scheduler {
   SchedulerConfig cfg_;
   cache::PagePool& pages_;
   cache::StateSlots& slots_;
-  std::vector<Request*> running_;  // ascending id
-  std::deque<Request*> waiting_;   // ascending id
+  std::vector<Request*> running_;    // ascending id
+  std::deque<Request*> waiting_;     // ascending id
   std::vector<Request*> scheduled_;  // this step's requests (not preemptible)
 };
 

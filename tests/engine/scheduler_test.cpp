@@ -18,8 +18,8 @@ struct Arrival {
   int max_tokens;
 };
 
-std::vector<std::string> trace(SchedulerConfig cfg, int num_pages, int page_size, std::vector<Arrival> arrivals,
-                               int max_steps = 50) {
+std::vector<std::string> trace(SchedulerConfig cfg, int num_pages, int page_size,
+                               std::vector<Arrival> arrivals, int max_steps = 50) {
   cache::PagePool pages(num_pages, page_size);
   cache::StateSlots slots(cfg.max_num_seqs);
   Scheduler s(cfg, pages, slots);
@@ -46,11 +46,14 @@ std::vector<std::string> trace(SchedulerConfig cfg, int num_pages, int page_size
     for (const StepSeq& q : plan.seqs) {
       Request* r = reqs.at(q.request_id).get();
       in_plan.push_back(r);
-      const bool decode = q.token_ids.size() == 1 && r->num_computed == static_cast<int32_t>(r->tokens.size()) - 1 &&
+      const bool decode = q.token_ids.size() == 1 &&
+                          r->num_computed == static_cast<int32_t>(r->tokens.size()) - 1 &&
                           r->num_outputs() > 0;
-      row += std::string(row.empty() ? "" : " ") + names[q.request_id] + ":" + (decode ? "d" : "p") +
-             std::to_string(q.token_ids.size()) + "@" + std::to_string(q.start_pos);
-      EXPECT_EQ(static_cast<int64_t>(q.pages.size()) * page_size >= q.start_pos + static_cast<int64_t>(q.token_ids.size()),
+      row += std::string(row.empty() ? "" : " ") + names[q.request_id] + ":" +
+             (decode ? "d" : "p") + std::to_string(q.token_ids.size()) + "@" +
+             std::to_string(q.start_pos);
+      EXPECT_EQ(static_cast<int64_t>(q.pages.size()) * page_size >=
+                    q.start_pos + static_cast<int64_t>(q.token_ids.size()),
                 true);
     }
     for (uint64_t id : plan.preempted) row += std::string(" !") + names[id];
@@ -76,9 +79,9 @@ std::vector<std::string> trace(SchedulerConfig cfg, int num_pages, int page_size
 TEST(Scheduler, ChunkedPrefillThenDecodeRowsFirst) {
   const auto t = trace({4, 8}, 32, 4, {{1, 'A', 10, 3}, {1, 'B', 3, 2}});
   EXPECT_EQ(t, (std::vector<std::string>{
-                   "A:p8@0",            // budget 8: A's first chunk; B waits
-                   "A:p2@8 B:p3@0",     // A finishes its prompt (samples), B is admitted
-                   "A:d1@10 B:d1@3",    // decode rows; B reaches max_tokens
+                   "A:p8@0",          // budget 8: A's first chunk; B waits
+                   "A:p2@8 B:p3@0",   // A finishes its prompt (samples), B is admitted
+                   "A:d1@10 B:d1@3",  // decode rows; B reaches max_tokens
                    "A:d1@11",
                }));
 }

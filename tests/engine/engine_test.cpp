@@ -1,0 +1,283 @@
+// The engine end to end on the CPU backend with the tiny_real checkpoint (and, for text and stop
+// strings, the embedded default model with the real Qwen3 tokenizer).
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "model/loader.h"
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deltaserve::engine {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Result {
+  std::vector<int32_t> tokens;
+  std::vector<TokenLogprob> logprobs;
+  std::string text;
+  FinishReason reason = FinishReason::kNone;
+  int deltas = 0;
+};
+
+Result collect(RequestStream& s) {
+  Result r;
+  OutputDelta d;
+  while (true) {
+    EXPECT_TRUE(s.next(d, 60s)) << "engine stalled";
+    ++r.deltas;
+    r.tokens.insert(r.tokens.end(), d.token_ids.begin(), d.token_ids.end());
+    r.logprobs.insert(r.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+    r.text += d.text;
+    if (d.finished) {
+      r.reason = d.finish_reason;
+      return r;
+    }
+  }
+}
+
+std::vector<int32_t> random_prompt(int n, uint32_t seed, int vocab) {
+  std::mt19937 g(seed);
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (int32_t& x : v) x = static_cast<int32_t>(g() % static_cast<uint32_t>(vocab));
+  return v;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = model::load_model((deltaserve::testing::test_data() / "tiny_real").string(), model::LoadFormat::kAuto,
+                               be_, false);
+  }
+  // Runs each request alone (one at a time through one engine) and returns the results.
+  std::vector<Result> alone(const std::vector<GenerateRequest>& reqs, EngineConfig cfg = {}) {
+    std::vector<Result> out;
+    Engine e(*model_, cfg);
+    for (const GenerateRequest& r : reqs) out.push_back(collect(*e.submit(r)));
+    return out;
+  }
+  std::vector<Result> together(const std::vector<GenerateRequest>& reqs, EngineConfig cfg, MetricsSnapshot* m = nullptr) {
+    Engine e(*model_, cfg);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const GenerateRequest& r : reqs) streams.push_back(e.submit(r));
+    std::vector<Result> out;
+    for (auto& s : streams) out.push_back(collect(*s));
+    if (m) *m = e.metrics();
+    return out;
+  }
+
+  backend::CpuBackend be_;
+  std::unique_ptr<model::Qwen35Model> model_;
+};
+
+std::vector<GenerateRequest> mixed_requests(const SamplingParams& p) {
+  std::vector<GenerateRequest> reqs;
+  int i = 0;
+  for (int len : {5, 40, 130, 3, 77, 200, 1, 64}) {
+    GenerateRequest r{random_prompt(len, 100 + static_cast<uint32_t>(i), 384), p};
+    r.params.max_tokens = 6 + i % 5;
+    if (p.seed) r.params.seed = *p.seed + static_cast<uint64_t>(i);
+    reqs.push_back(r);
+    ++i;
+  }
+  return reqs;
+}
+
+TEST_F(EngineTest, GreedyIsBatchInvariantAndMixedLogitsMatchAlone) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.ignore_eos = true;
+  p.top_logprobs = 5;
+  const auto reqs = mixed_requests(p);
+  const auto ref = alone(reqs);
+  EngineConfig busy;
+  busy.max_num_batched_tokens = 48;  // long prompts chunk-prefill while others decode
+  busy.max_num_seqs = 3;             // slots are reused
+  MetricsSnapshot m;
+  const auto got = together(reqs, busy, &m);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(got[i].tokens, ref[i].tokens) << "request " << i;
+    EXPECT_EQ(got[i].reason, FinishReason::kLength);
+    ASSERT_EQ(got[i].logprobs.size(), ref[i].logprobs.size());
+    for (size_t t = 0; t < got[i].logprobs.size(); ++t)
+      for (size_t k = 0; k < 5; ++k) {
+        EXPECT_EQ(got[i].logprobs[t].top[k].first, ref[i].logprobs[t].top[k].first);
+        EXPECT_NEAR(got[i].logprobs[t].top[k].second, ref[i].logprobs[t].top[k].second, 1e-4);
+      }
+  }
+  EXPECT_GT(m.steps, 10);
+  EXPECT_EQ(m.requests_finished, static_cast<int64_t>(reqs.size()));
+  EXPECT_EQ(m.kv_pages_used, 0);
+}
+
+TEST_F(EngineTest, SeededSamplingIsReproducibleAcrossBatchCompositions) {
+  SamplingParams p;
+  p.temperature = 0.9f;
+  p.top_p = 0.9f;
+  p.top_k = 50;
+  p.ignore_eos = true;
+  p.seed = 1234;
+  const auto reqs = mixed_requests(p);
+  const auto ref = alone(reqs);
+  EngineConfig busy;
+  busy.max_num_batched_tokens = 32;
+  busy.max_num_seqs = 4;
+  const auto got = together(reqs, busy);
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got[i].tokens, ref[i].tokens) << "request " << i;
+  // A different seed changes the output (the test can fail).
+  auto other = reqs;
+  for (auto& r : other) r.params.seed = *r.params.seed + 1000;
+  const auto diff = together(other, busy);
+  int same = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) same += diff[i].tokens == ref[i].tokens;
+  EXPECT_LT(same, static_cast<int>(reqs.size()));
+}
+
+TEST_F(EngineTest, MorePressureThanPagesStillCompletesCorrectly) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.ignore_eos = true;
+  std::vector<GenerateRequest> reqs;
+  for (int i = 0; i < 8; ++i) {
+    GenerateRequest r{random_prompt(60 + 10 * i, 500 + static_cast<uint32_t>(i), 384), p};
+    r.params.max_tokens = 40;
+    reqs.push_back(r);
+  }
+  EngineConfig cfg;
+  cfg.max_model_len = 256;
+  cfg.page_size = 16;
+  cfg.num_pages = 20;  // one request needs up to 10 pages; eight want ~60
+  cfg.max_num_seqs = 8;
+  cfg.max_num_batched_tokens = 256;
+  const auto ref = alone(reqs, cfg);
+  MetricsSnapshot m;
+  const auto got = together(reqs, cfg, &m);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(got[i].tokens, ref[i].tokens) << "request " << i;
+    EXPECT_EQ(got[i].tokens.size(), 40u);
+  }
+  EXPECT_GT(m.preemptions, 0);
+  EXPECT_EQ(m.kv_pages_used, 0);
+}
+
+TEST_F(EngineTest, AbortMidPrefillAndMidDecodeFreesEverything) {
+  EngineConfig cfg;
+  cfg.max_num_batched_tokens = 16;  // a 1,000-token prompt takes ~60 steps to prefill
+  Engine e(*model_, cfg);
+  SamplingParams p;
+  p.ignore_eos = true;
+  p.max_tokens = 2000;
+  auto decoding = e.submit({random_prompt(8, 2, 384), p});  // first: FCFS admits it first
+  auto prefilling = e.submit({random_prompt(1000, 1, 384), p});
+  OutputDelta d;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(decoding->next(d, 60s));  // decoding for sure
+  EXPECT_FALSE(d.finished);
+  e.abort(prefilling->id());
+  e.abort(decoding->id());
+  const Result a = collect(*prefilling), b = collect(*decoding);
+  EXPECT_EQ(a.reason, FinishReason::kAbort);
+  EXPECT_TRUE(a.tokens.empty());  // aborted before its first token
+  EXPECT_EQ(b.reason, FinishReason::kAbort);
+  const MetricsSnapshot m = e.metrics();
+  EXPECT_EQ(m.kv_pages_used, 0);
+  EXPECT_EQ(m.running + m.waiting, 0);
+  EXPECT_EQ(m.requests_aborted, 2);
+  e.abort(12345);  // unknown ids are ignored
+  // The engine still serves, and a reused slot shows no stale state.
+  SamplingParams g;
+  g.temperature = 0;
+  g.ignore_eos = true;
+  g.max_tokens = 8;
+  const GenerateRequest probe{random_prompt(30, 3, 384), g};
+  EXPECT_EQ(collect(*e.submit(probe)).tokens, alone({probe})[0].tokens);
+}
+
+TEST_F(EngineTest, RejectsBadRequestsUpFront) {
+  EngineConfig cfg;
+  cfg.max_model_len = 64;
+  Engine e(*model_, cfg);
+  SamplingParams p;
+  p.max_tokens = 10;
+  EXPECT_THROW(e.submit({random_prompt(60, 1, 384), p}), Error);  // 60 + 10 > 64
+  EXPECT_THROW(e.submit({{}, p}), Error);
+  EXPECT_THROW(e.submit({{1, 384}, p}), Error);
+  p.top_p = 2;
+  EXPECT_THROW(e.submit({{1, 2}, p}), Error);
+  p = SamplingParams{};
+  p.stop = {"x"};
+  EXPECT_THROW(e.submit({{1, 2}, p}), Error);  // no tokenizer
+  EngineConfig tiny;
+  tiny.max_model_len = 256;
+  tiny.num_pages = 3;
+  tiny.page_size = 16;
+  EXPECT_THROW(Engine(*model_, tiny), Error);  // one request of 256 tokens needs 16 pages
+}
+
+TEST_F(EngineTest, MaxTokensEosAndMetrics) {
+  Engine e(*model_, {});
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = 5;
+  p.ignore_eos = true;
+  const auto prompt = random_prompt(12, 9, 384);
+  const Result r = collect(*e.submit({prompt, p}));
+  ASSERT_EQ(r.tokens.size(), 5u);
+  // Make the 3rd generated token a stop token: generation ends there, the token included.
+  p.stop_token_ids = {r.tokens[2]};
+  p.max_tokens = 50;
+  const Result s = collect(*e.submit({prompt, p}));
+  EXPECT_EQ(s.reason, FinishReason::kStop);
+  EXPECT_EQ(s.tokens, std::vector<int32_t>(r.tokens.begin(), r.tokens.begin() + 3));
+  // min_tokens keeps it from stopping early.
+  p.stop_token_ids = {r.tokens[0]};
+  p.min_tokens = 4;
+  p.max_tokens = 4;
+  const Result t = collect(*e.submit({prompt, p}));
+  EXPECT_EQ(t.tokens.size(), 4u);
+  EXPECT_NE(t.tokens[0], r.tokens[0]);
+  const MetricsSnapshot m = e.metrics();
+  EXPECT_EQ(m.requests_finished, 3);
+  EXPECT_EQ(m.prompt_tokens, 36);
+  EXPECT_EQ(m.generation_tokens, 5 + 3 + 4);
+  EXPECT_EQ(m.ttft.count, 3u);
+  EXPECT_EQ(m.itl.count, 4u + 2u + 3u);
+}
+
+TEST(EngineText, StopStringsAndStreamingTextWithRealTokenizer) {
+  backend::CpuBackend be;
+  auto m = model::load_model("", model::LoadFormat::kDummy, be, false);  // embedded default
+  const auto tok = tokenizer::Tokenizer::from_file(deltaserve::testing::qwen3_tokenizer() / "tokenizer.json");
+  EngineConfig cfg;
+  cfg.max_model_len = 512;
+  Engine e(*m, cfg, tok.get());
+  SamplingParams p;
+  p.temperature = 0;
+  p.ignore_eos = true;
+  p.max_tokens = 24;
+  const std::vector<int32_t> prompt = tok->encode("Hello there, how are you today?");
+  const Result full = collect(*e.submit({prompt, p}));
+  ASSERT_EQ(full.tokens.size(), 24u);
+  EXPECT_EQ(full.text, tok->decode(full.tokens, true));  // streamed pieces == full decode
+  EXPECT_GT(full.deltas, 1);
+  // A stop string taken from the middle of that text.
+  const std::string& text = full.text;
+  size_t cut = text.size() / 2;
+  while (cut < text.size() && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) ++cut;
+  size_t len = 1;
+  while (cut + len < text.size() && (static_cast<unsigned char>(text[cut + len]) & 0xC0) == 0x80) ++len;
+  const std::string stop = text.substr(cut, len + 1 <= text.size() - cut ? len + 1 : len);
+  p.stop = {stop};
+  const Result s = collect(*e.submit({prompt, p}));
+  EXPECT_EQ(s.reason, FinishReason::kStop);
+  EXPECT_EQ(s.text, text.substr(0, text.find(stop)));
+  EXPECT_EQ(s.text.find(stop), std::string::npos);
+}
+
+}  // namespace
+}  // namespace deltaserve::engine
