@@ -57,6 +57,14 @@ long long Args::get_int(const std::string& name, long long fallback, long long l
   return v;
 }
 
+void check_device(const Args& a) {
+  const std::string d = a.get("device", "cpu");
+  if (d == "cpu") return;
+  if (d == "cuda")
+    throw Error("--device cuda: the CUDA backend is not available in this build yet");
+  throw Error("--device must be cpu or cuda, got '" + d + "'");
+}
+
 std::vector<int32_t> parse_ids(const std::string& s, long long vocab) {
   std::vector<int32_t> ids;
   size_t start = 0;

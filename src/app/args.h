@@ -24,6 +24,9 @@ class Args {
   std::map<std::string, std::string> values_;
 };
 
+// Accepts --device cpu; --device cuda and anything else fail with a clear message.
+void check_device(const Args& a);
+
 // Parses "1,2,3" into ids in [0, vocab); throws deltaserve::Error naming the bad entry.
 std::vector<int32_t> parse_ids(const std::string& s, long long vocab);
 

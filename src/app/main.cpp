@@ -1,4 +1,4 @@
-// deltaserve: the command-line entry point (generate, logits).
+// deltaserve: the command-line entry point (generate, logits, tokenize, detokenize, bench).
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "app/args.h"
+#include "app/commands.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "model/loader.h"
@@ -29,17 +30,13 @@ commands:
             --tokenizer DIR (holding tokenizer.json) --text STR  [--no-special]
   detokenize  print the text of token ids
             --tokenizer DIR --ids 1,2,3  [--skip-special-tokens]
+  bench offline  N random requests through the engine; one JSON line of throughput and latency
+            [--model DIR] [--load-format ...] --num-prompts N --input-len I --output-len O
+            [--max-num-seqs S] [--max-num-batched-tokens B] [--max-model-len L] [--num-pages P]
+            [--seed X]
 )";
 
 constexpr int32_t kPageSize = 64;
-
-void check_device(const Args& a) {
-  const std::string d = a.get("device", "cpu");
-  if (d == "cpu") return;
-  if (d == "cuda")
-    throw Error("--device cuda: the CUDA backend is not available in this build yet");
-  throw Error("--device must be cpu or cuda, got '" + d + "'");
-}
 
 int32_t pages_for(int64_t tokens) {
   return static_cast<int32_t>((tokens + kPageSize - 1) / kPageSize);
@@ -177,6 +174,7 @@ int main(int argc, char** argv) {
     if (cmd == "logits") return app::cmd_logits(rest);
     if (cmd == "tokenize") return app::cmd_tokenize(rest);
     if (cmd == "detokenize") return app::cmd_detokenize(rest);
+    if (cmd == "bench") return app::cmd_bench(rest);
     std::fprintf(stderr, "deltaserve: unknown command '%s'\n\n%s", cmd.c_str(), app::kUsage);
     return 2;
   } catch (const Error& e) {

@@ -87,6 +87,19 @@ TEST(Cli, TokenizeAndDetokenize) {
       << r.output;
 }
 
+TEST(Cli, BenchOfflinePrintsOneJsonLine) {
+  const Result r = run("bench offline --model " + (test_data() / "tiny_real").string() +
+                       " --num-prompts 6 --input-len 20 --output-len 5 --max-num-seqs 4");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const size_t at = r.output.find("{\"bench\": \"offline\"");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const std::string line = r.output.substr(at, r.output.find('\n', at) - at);
+  EXPECT_NE(line.find("\"num_prompts\": 6,"), std::string::npos) << line;
+  EXPECT_NE(line.find("\"output_tok_per_s\""), std::string::npos);
+  EXPECT_NE(line.find("\"ttft_ms\": {\"mean\""), std::string::npos);
+  EXPECT_EQ(line.back(), '}');
+}
+
 TEST(Cli, BadInputFailsClearly) {
   const std::string m = "--model " + (test_data() / "tiny_real").string();
   struct Case {
@@ -101,6 +114,8 @@ TEST(Cli, BadInputFailsClearly) {
       {"generate --model /nonexistent", "/nonexistent/config.json: cannot open"},
       {"logits " + m + " --ids 1", "needs --model DIR --ids 1,2,3 --out"},
       {"frobnicate", "unknown command 'frobnicate'"},
+      {"bench online", "usage: deltaserve bench offline"},
+      {"bench offline --num-prompts 0", "--num-prompts must be an integer"},
   };
   for (const Case& c : cases) {
     const Result r = run(c.args);

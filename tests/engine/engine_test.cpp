@@ -52,8 +52,8 @@ std::vector<int32_t> random_prompt(int n, uint32_t seed, int vocab) {
 class EngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    model_ = model::load_model((deltaserve::testing::test_data() / "tiny_real").string(), model::LoadFormat::kAuto,
-                               be_, false);
+    model_ = model::load_model((deltaserve::testing::test_data() / "tiny_real").string(),
+                               model::LoadFormat::kAuto, be_, false);
   }
   // Runs each request alone (one at a time through one engine) and returns the results.
   std::vector<Result> alone(const std::vector<GenerateRequest>& reqs, EngineConfig cfg = {}) {
@@ -62,7 +62,8 @@ class EngineTest : public ::testing::Test {
     for (const GenerateRequest& r : reqs) out.push_back(collect(*e.submit(r)));
     return out;
   }
-  std::vector<Result> together(const std::vector<GenerateRequest>& reqs, EngineConfig cfg, MetricsSnapshot* m = nullptr) {
+  std::vector<Result> together(const std::vector<GenerateRequest>& reqs, EngineConfig cfg,
+                               MetricsSnapshot* m = nullptr) {
     Engine e(*model_, cfg);
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (const GenerateRequest& r : reqs) streams.push_back(e.submit(r));
@@ -129,7 +130,8 @@ TEST_F(EngineTest, SeededSamplingIsReproducibleAcrossBatchCompositions) {
   busy.max_num_batched_tokens = 32;
   busy.max_num_seqs = 4;
   const auto got = together(reqs, busy);
-  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got[i].tokens, ref[i].tokens) << "request " << i;
+  for (size_t i = 0; i < reqs.size(); ++i)
+    EXPECT_EQ(got[i].tokens, ref[i].tokens) << "request " << i;
   // A different seed changes the output (the test can fail).
   auto other = reqs;
   for (auto& r : other) r.params.seed = *r.params.seed + 1000;
@@ -252,7 +254,8 @@ TEST_F(EngineTest, MaxTokensEosAndMetrics) {
 TEST(EngineText, StopStringsAndStreamingTextWithRealTokenizer) {
   backend::CpuBackend be;
   auto m = model::load_model("", model::LoadFormat::kDummy, be, false);  // embedded default
-  const auto tok = tokenizer::Tokenizer::from_file(deltaserve::testing::qwen3_tokenizer() / "tokenizer.json");
+  const auto tok =
+      tokenizer::Tokenizer::from_file(deltaserve::testing::qwen3_tokenizer() / "tokenizer.json");
   EngineConfig cfg;
   cfg.max_model_len = 512;
   Engine e(*m, cfg, tok.get());
@@ -270,7 +273,8 @@ TEST(EngineText, StopStringsAndStreamingTextWithRealTokenizer) {
   size_t cut = text.size() / 2;
   while (cut < text.size() && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) ++cut;
   size_t len = 1;
-  while (cut + len < text.size() && (static_cast<unsigned char>(text[cut + len]) & 0xC0) == 0x80) ++len;
+  while (cut + len < text.size() && (static_cast<unsigned char>(text[cut + len]) & 0xC0) == 0x80)
+    ++len;
   const std::string stop = text.substr(cut, len + 1 <= text.size() - cut ? len + 1 : len);
   p.stop = {stop};
   const Result s = collect(*e.submit({prompt, p}));

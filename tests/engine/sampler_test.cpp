@@ -13,11 +13,13 @@ std::vector<float> logits_of(std::vector<double> probs) {
   return l;
 }
 
-std::vector<int> histogram(const std::vector<float>& logits, const SamplingParams& p, int n, uint64_t seed = 1) {
+std::vector<int> histogram(const std::vector<float>& logits, const SamplingParams& p, int n,
+                           uint64_t seed = 1) {
   std::mt19937_64 rng(seed);
   std::vector<int> h(logits.size());
   for (int i = 0; i < n; ++i)
-    ++h[static_cast<size_t>(sample(logits, static_cast<int32_t>(logits.size()), p, {}, 0, {}, rng).token)];
+    ++h[static_cast<size_t>(
+        sample(logits, static_cast<int32_t>(logits.size()), p, {}, 0, {}, rng).token)];
   return h;
 }
 
@@ -87,7 +89,7 @@ TEST(Sampler, Penalties) {
   p.temperature = 0;
   const std::vector<float> l{2.0f, 1.5f, -1.0f};
   const std::vector<int32_t> hist{0, 0};  // prompt [0], output [0]
-  p.repetition_penalty = 2.0f;  // 2.0 -> 1.0 < 1.5
+  p.repetition_penalty = 2.0f;            // 2.0 -> 1.0 < 1.5
   EXPECT_EQ(sample(l, 3, p, hist, 1, {}, rng).token, 1);
   p = SamplingParams{};
   p.temperature = 0;

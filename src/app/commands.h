@@ -1,0 +1,12 @@
+// Subcommands of the deltaserve binary that live outside main.cpp.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace deltaserve::app {
+
+// `deltaserve bench offline ...`: requests through the engine, one JSON line of results.
+int cmd_bench(const std::vector<std::string>& argv);
+
+}  // namespace deltaserve::app
