@@ -9,4 +9,7 @@ namespace deltaserve::app {
 // `deltaserve bench offline ...`: requests through the engine, one JSON line of results.
 int cmd_bench(const std::vector<std::string>& argv);
 
+// `deltaserve serve ...`: the OpenAI-compatible HTTP server.
+int cmd_serve(const std::vector<std::string>& argv);
+
 }  // namespace deltaserve::app

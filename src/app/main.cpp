@@ -21,6 +21,12 @@ namespace {
 constexpr const char* kUsage = R"(usage: deltaserve <command> [flags]
 
 commands:
+  serve     the OpenAI-compatible HTTP server (without --model: the embedded random model)
+            [--model DIR] [--tokenizer DIR] [--host 127.0.0.1] [--port 8000]
+            [--served-model-name NAME] [--max-num-seqs 64] [--max-model-len L]
+            [--max-num-batched-tokens 2048] [--api-key KEY] [--load-format auto|safetensors|dummy]
+            [--device cpu] [--tensor-parallel-size 1] [--gpu-memory-utilization 0.9]
+            [--kv-cache-gib 2] [--max-pending 512] [--max-body-bytes N] [--http-threads 2]
   generate  greedy generation from token ids, printing the tokens and tokens/s
             --model DIR (default: the embedded random model)  --ids 1,2,3  --max-tokens N
             --load-format auto|safetensors|dummy  --device cpu  --ignore-eos
@@ -175,6 +181,7 @@ int main(int argc, char** argv) {
     if (cmd == "tokenize") return app::cmd_tokenize(rest);
     if (cmd == "detokenize") return app::cmd_detokenize(rest);
     if (cmd == "bench") return app::cmd_bench(rest);
+    if (cmd == "serve") return app::cmd_serve(rest);
     std::fprintf(stderr, "deltaserve: unknown command '%s'\n\n%s", cmd.c_str(), app::kUsage);
     return 2;
   } catch (const Error& e) {

@@ -37,6 +37,7 @@ EngineConfig resolve(EngineConfig c, const model::Qwen35Model& m, const tokenize
   if (c.sample_vocab <= 0)
     c.sample_vocab = tok ? std::min(tok->vocab_size(), model_vocab) : model_vocab;
   c.sample_vocab = std::min(c.sample_vocab, model_vocab);
+  if (c.eos_token_ids.empty()) c.eos_token_ids = mc.eos_token_ids;
   return c;
 }
 
@@ -198,7 +199,7 @@ void Engine::on_token(Request& r, int32_t token, TokenLogprob lp) {
   d.token_ids.push_back(token);
   if (r.params.logprobs || r.params.top_logprobs > 0) d.logprobs.push_back(std::move(lp));
   FinishReason why = FinishReason::kNone;
-  const auto& eos = model_.config().eos_token_ids;
+  const auto& eos = cfg_.eos_token_ids;
   const auto& stops = r.params.stop_token_ids;
   if ((!r.params.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) ||
       std::find(stops.begin(), stops.end(), token) != stops.end())

@@ -30,8 +30,9 @@ struct EngineConfig {
   int32_t page_size = 16;
   int32_t num_pages = 0;      // 0: room for min(max_num_seqs, 4) requests of max_model_len
   int32_t max_model_len = 0;  // 0: the model's max_position_embeddings
-  int32_t sample_vocab =
-      0;  // ids >= this are never sampled; 0: the tokenizer's (else model's) vocab
+  // Ids >= sample_vocab are never sampled; 0: the tokenizer's (else the model's) vocabulary.
+  int32_t sample_vocab = 0;
+  std::vector<int32_t> eos_token_ids;  // stop ids unless ignore_eos; empty: the model config's
 };
 
 class Engine {

@@ -47,12 +47,33 @@ bool RequestStream::next(OutputDelta& out, std::chrono::milliseconds timeout) {
   return true;
 }
 
+bool RequestStream::try_next(OutputDelta& out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (q_.empty()) return false;
+  out = std::move(q_.front());
+  q_.pop_front();
+  return true;
+}
+
+void RequestStream::set_listener(std::function<void()> f) {
+  bool pending;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    listener_ = f;
+    pending = !q_.empty();
+  }
+  if (pending && f) f();
+}
+
 void RequestStream::push(OutputDelta d) {
+  std::function<void()> listener;
   {
     std::lock_guard<std::mutex> lock(mu_);
     q_.push_back(std::move(d));
+    listener = listener_;
   }
   cv_.notify_all();
+  if (listener) listener();
 }
 
 }  // namespace deltaserve::engine

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -71,6 +72,11 @@ class RequestStream {
   uint64_t id() const { return id_; }
   // Waits up to `timeout` for the next delta; false on timeout.
   bool next(OutputDelta& out, std::chrono::milliseconds timeout);
+  // Takes the next delta if one is queued (never blocks).
+  bool try_next(OutputDelta& out);
+  // Calls `f` after every push (on the engine thread; keep it short, e.g. post to an executor),
+  // and at once if deltas are already queued. For asynchronous readers.
+  void set_listener(std::function<void()> f);
   // Engine side.
   void push(OutputDelta d);
 
@@ -79,6 +85,7 @@ class RequestStream {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<OutputDelta> q_;
+  std::function<void()> listener_;
 };
 
 enum class RequestStatus { kWaiting, kRunning, kFinished };

@@ -29,7 +29,7 @@ const std::string& embedded_default_config_json() {
     "linear_num_key_heads": 2, "linear_num_value_heads": 4,
     "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
     "rms_norm_eps": 1e-6, "max_position_embeddings": 32768, "hidden_act": "silu",
-    "tie_word_embeddings": true, "eos_token_id": 151645,
+    "tie_word_embeddings": true, "eos_token_id": [151645, 151643],
     "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0,
                         "partial_rotary_factor": 0.25, "mrope_section": [11, 11, 10],
                         "mrope_interleaved": true}
@@ -52,7 +52,16 @@ std::unique_ptr<Qwen35Model> load_model(const std::string& dir, LoadFormat forma
       w = dummy_weights(cfg, be, 0);
     } else {
       Checkpoint ckpt(dir);
-      w = load_weights(ckpt, cfg, be);
+      int last_tenth = -1;
+      w = load_weights(ckpt, cfg, be, [&](size_t done, size_t total) {
+        const int tenth = total ? static_cast<int>(10 * done / total) : 10;
+        if (verbose && tenth != last_tenth) {
+          std::fprintf(stderr, "loading weights: %3d%% (%.1f of %.1f MiB)\n", 10 * tenth,
+                       static_cast<double>(done) / (1 << 20),
+                       static_cast<double>(total) / (1 << 20));
+          last_tenth = tenth;
+        }
+      });
     }
   }
   if (verbose) {

@@ -20,6 +20,7 @@ const std::string& embedded_default_config_json();
 
 // Loads the model at `dir` (empty: the embedded default, always dummy weights). Throws
 // deltaserve::Error for a bad directory, config or checkpoint.
+// With `verbose`, prints what it loads and the weight-loading progress to stderr.
 std::unique_ptr<Qwen35Model> load_model(const std::string& dir, LoadFormat format,
                                         backend::Backend& be, bool verbose);
 

@@ -88,11 +88,15 @@ std::string full_name(const std::string& prefix, const std::string& name) {
 
 }  // namespace
 
-ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& cfg, backend::Backend& be) {
+ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& cfg, backend::Backend& be,
+                          const std::function<void(size_t, size_t)>& progress) {
   ModelWeights w;
   const std::string prefix = text_prefix(ckpt);
   std::vector<WeightSpec> specs = weight_specs(cfg, w);
   std::set<std::string> used;
+  size_t total = 0, done = 0;
+  for (const WeightSpec& s : specs)
+    if (const TensorInfo* t = ckpt.find(full_name(prefix, s.name))) total += t->nbytes;
   for (const WeightSpec& s : specs) {
     const std::string name = full_name(prefix, s.name);
     const TensorInfo& t = ckpt.get(name);
@@ -106,6 +110,8 @@ ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& cfg, backen
     *s.dst = alloc_into(w, be, s.stored);
     be.upload(t.dtype, t.data, static_cast<size_t>(t.numel()), *s.dst);
     used.insert(name);
+    done += t.nbytes;
+    if (progress) progress(done, total);
   }
   if (cfg.tie_word_embeddings) w.lm_head = w.embed;
   int unexpected = 0;

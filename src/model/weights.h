@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -66,7 +67,9 @@ std::vector<WeightSpec> weight_specs(const ModelConfig& cfg, ModelWeights& w);
 
 // Loads every text tensor from `ckpt` onto `be`, checking names and shapes; tensors under
 // model.visual.* and mtp.* are skipped. Throws deltaserve::Error naming the file and tensor.
-ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& cfg, backend::Backend& be);
+// `progress` (optional) is called after each tensor with (bytes loaded, bytes in all).
+ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& cfg, backend::Backend& be,
+                          const std::function<void(size_t, size_t)>& progress = {});
 
 // Random weights for `cfg` (deterministic in `seed`), for benchmarks and the embedded default.
 ModelWeights dummy_weights(const ModelConfig& cfg, backend::Backend& be, uint64_t seed);

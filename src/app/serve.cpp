@@ -1,0 +1,141 @@
+// `deltaserve serve`: loads the model, tokenizer and chat template, starts the engine and the
+// OpenAI-compatible HTTP server, and drains in-flight requests on SIGINT/SIGTERM.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "app/args.h"
+#include "app/commands.h"
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "model/loader.h"
+#include "server/http_server.h"
+#include "server/openai_api.h"
+
+namespace deltaserve::app {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// EOS ids: the model config's, generation_config.json's and the tokenizer's eos_token.
+std::vector<int32_t> eos_ids(const model::ModelConfig& cfg, const std::string& model_dir, const fs::path& tok_dir,
+                             const tokenizer::Tokenizer& tok) {
+  std::vector<int32_t> ids = cfg.eos_token_ids;
+  auto add = [&ids](int64_t id) {
+    if (id >= 0 && std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(static_cast<int32_t>(id));
+  };
+  if (!model_dir.empty()) {
+    std::ifstream in(fs::path(model_dir) / "generation_config.json");
+    const nlohmann::json g = in ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
+    if (g.is_object() && g.contains("eos_token_id")) {
+      const auto& e = g["eos_token_id"];
+      if (e.is_number_integer()) add(e.get<int64_t>());
+      if (e.is_array())
+        for (const auto& x : e)
+          if (x.is_number_integer()) add(x.get<int64_t>());
+    }
+  }
+  std::ifstream in(tok_dir / "tokenizer_config.json");
+  const nlohmann::json t = in ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
+  if (t.is_object() && t.contains("eos_token")) {
+    const auto& e = t["eos_token"];
+    const std::string s = e.is_string() ? e.get<std::string>() : e.is_object() ? e.value("content", "") : "";
+    if (!s.empty()) add(tok.token_to_id(s));
+  }
+  return ids;
+}
+
+}  // namespace
+
+int cmd_serve(const std::vector<std::string>& argv) {
+  Args a(argv, "serve",
+         {"model", "tokenizer", "host", "port", "served-model-name", "tensor-parallel-size", "max-num-seqs",
+          "max-model-len", "max-num-batched-tokens", "gpu-memory-utilization", "load-format", "api-key", "device",
+          "kv-cache-gib", "max-pending", "max-body-bytes", "http-threads"});
+  check_device(a);
+  if (a.get_int("tensor-parallel-size", 1, 1, 1024) != 1)
+    throw Error("--tensor-parallel-size > 1 is not available in this build yet (tensor parallelism comes later)");
+  const double util = std::stod(a.get("gpu-memory-utilization", "0.9"));
+  if (!(util > 0 && util <= 1)) throw Error("--gpu-memory-utilization must be in (0, 1]");
+  const std::string model_dir = a.get("model", "");
+  fs::path tok_dir = a.get("tokenizer", model_dir.empty() ? std::string(DS_DEFAULT_TOKENIZER_DIR) : model_dir);
+  if (!fs::exists(tok_dir / "tokenizer.json"))
+    throw Error((tok_dir / "tokenizer.json").string() + " not found: pass --tokenizer DIR" +
+                (model_dir.empty() ? " (make serve fetches the Qwen3 tokenizer with tools/fetch_tokenizer.sh)" : ""));
+
+  engine::EngineConfig ecfg;
+  ecfg.max_num_seqs = static_cast<int32_t>(a.get_int("max-num-seqs", 64, 1, 65536));
+  ecfg.max_num_batched_tokens = static_cast<int32_t>(a.get_int("max-num-batched-tokens", 2048, 1, 1 << 24));
+  server::HttpServerConfig hcfg;
+  hcfg.host = a.get("host", "127.0.0.1");
+  hcfg.port = static_cast<uint16_t>(a.get_int("port", 8000, 0, 65535));
+  hcfg.max_body_bytes = static_cast<size_t>(a.get_int("max-body-bytes", 32 << 20, 1024, 1LL << 34));
+  hcfg.threads = static_cast<int>(a.get_int("http-threads", 2, 1, 256));
+  server::ApiConfig acfg;
+  acfg.api_key = a.get("api-key", "");
+  acfg.max_pending = a.get_int("max-pending", 512, 1, 1 << 24);
+  acfg.served_model_name = a.get("served-model-name", model_dir.empty() ? "deltaserve-default" : model_dir);
+  const double kv_gib = std::stod(a.get("kv-cache-gib", "2"));
+
+  std::fprintf(stderr, "deltaserve: loading %s\n", model_dir.empty() ? "the embedded default model" : model_dir.c_str());
+  backend::CpuBackend be;
+  auto model = model::load_model(model_dir, model::parse_load_format(a.get("load-format", "auto")), be, true);
+  const model::ModelConfig& mc = model->config();
+  ecfg.max_model_len = static_cast<int32_t>(a.get_int("max-model-len", std::min<int64_t>(mc.max_position_embeddings, 8192), 1,
+                                                      mc.max_position_embeddings));
+  // KV pages: room for max_num_seqs requests of max_model_len, within --kv-cache-gib.
+  const int64_t page_bytes = mc.num_layers_of(model::LayerType::kFullAttention) * 2 * mc.num_kv_heads * mc.head_dim *
+                             ecfg.page_size * static_cast<int64_t>(sizeof(float));
+  const int64_t per_request = (ecfg.max_model_len + ecfg.page_size - 1) / ecfg.page_size;
+  const int64_t budget_pages = page_bytes ? static_cast<int64_t>(kv_gib * (1 << 30)) / page_bytes : per_request * ecfg.max_num_seqs;
+  ecfg.num_pages = static_cast<int32_t>(std::max<int64_t>(1, std::min(per_request * ecfg.max_num_seqs, budget_pages)));
+
+  std::fprintf(stderr, "deltaserve: loading tokenizer %s\n", tok_dir.c_str());
+  const auto tok = tokenizer::Tokenizer::from_file(tok_dir / "tokenizer.json");
+  std::unique_ptr<tokenizer::ChatTemplate> chat;
+  if (fs::exists(tok_dir / "tokenizer_config.json")) {
+    try {
+      chat = tokenizer::ChatTemplate::from_config(tok_dir / "tokenizer_config.json");
+    } catch (const Error& e) {
+      std::fprintf(stderr, "deltaserve: no chat template (%s); /v1/chat/completions will answer 400\n", e.what());
+    }
+  }
+  ecfg.eos_token_ids = eos_ids(mc, model_dir, tok_dir, *tok);
+  engine::Engine eng(*model, ecfg, tok.get());
+  server::OpenAiApi api(acfg, eng, *tok, chat.get());
+  server::HttpServer http(hcfg, [&api](const server::Request& r) { return api.handle(r); });
+
+  const std::string base = "http://" + hcfg.host + ":" + std::to_string(http.port());
+  std::printf(
+      "deltaserve: ready — serving '%s' on %s (device cpu, max_model_len %d, %d KV pages)%s\n"
+      "  try: curl %s/v1/chat/completions -H 'Content-Type: application/json' \\\n"
+      "         -d '{\"model\": \"%s\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}], \"max_tokens\": 32}'\n",
+      acfg.served_model_name.c_str(), base.c_str(), eng.config().max_model_len, eng.config().num_pages,
+      model_dir.empty() ? " — the embedded default model has RANDOM weights: its text is meaningless" : "",
+      base.c_str(), acfg.served_model_name.c_str());
+  std::fflush(stdout);
+
+  std::thread drainer;
+  http.run([&] {
+    std::fprintf(stderr, "deltaserve: signal received, draining %lld in-flight requests\n",
+                 static_cast<long long>(api.in_flight()));
+    api.set_draining();
+    drainer = std::thread([&] {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while ((api.in_flight() > 0 || http.open_replies() > 0) && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      http.stop();
+    });
+  });
+  if (drainer.joinable()) drainer.join();
+  std::fprintf(stderr, "deltaserve: stopped\n");
+  return 0;
+}
+
+}  // namespace deltaserve::app

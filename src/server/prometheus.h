@@ -1,0 +1,12 @@
+// Prometheus text exposition of the engine metrics (GET /metrics).
+#pragma once
+
+#include <string>
+
+#include "engine/metrics.h"
+
+namespace deltaserve::server {
+
+std::string prometheus_text(const engine::MetricsSnapshot& m, const std::string& model_name, int64_t http_requests);
+
+}  // namespace deltaserve::server
