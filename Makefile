@@ -21,9 +21,10 @@ build: configure
 test: build
 	ctest --test-dir $(BUILD) -L cpu --output-on-failure -j $(JOBS)
 
-# Until the HTTP server exists: greedy generation on the embedded default (random-weight) model.
+# The OpenAI-compatible server on 127.0.0.1:8000: the embedded default (random-weight) model with
+# the real Qwen3 tokenizer, on the CPU.
 serve: build
-	$(BUILD)/deltaserve generate --max-tokens 32
+	$(BUILD)/deltaserve serve --host 127.0.0.1 --port 8000 --tokenizer $$(tools/fetch_tokenizer.sh)
 
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cpp' '*.cu' '*.cuh')

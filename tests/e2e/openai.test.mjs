@@ -1,0 +1,204 @@
+// End-to-end tests of deltaserve's OpenAI-compatible server with the official `openai` client.
+// run_e2e.sh starts the servers and sets DS_URL (main, with API key DS_KEY) and DS_URL_SMALL
+// (--max-pending 1, no key).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+
+const URL = process.env.DS_URL;
+const URL_SMALL = process.env.DS_URL_SMALL;
+const KEY = process.env.DS_KEY;
+const client = new OpenAI({ baseURL: `${URL}/v1`, apiKey: KEY, maxRetries: 0 });
+const models = await client.models.list();
+const MODEL = models.data[0].id;
+
+async function metric(name, base = URL) {
+  const text = await (await fetch(`${base}/metrics`)).text();
+  const line = text.split('\n').find((l) => l.startsWith(name + '{'));
+  assert.ok(line, `metric ${name} missing`);
+  return Number(line.split(' ').pop());
+}
+
+async function expectStatus(promise, status) {
+  await assert.rejects(promise, (e) => {
+    assert.equal(e.status, status, `expected ${status}, got ${e.status}: ${e.message}`);
+    assert.ok(e.error?.message || e.message, 'error has a message');
+    return true;
+  });
+}
+
+test('models list', () => {
+  assert.equal(models.data.length, 1);
+  assert.equal(models.data[0].object, 'model');
+});
+
+test('completion, not streamed, with usage', async () => {
+  const r = await client.completions.create({ model: MODEL, prompt: 'Hello, my name is', max_tokens: 7, ignore_eos: true });
+  assert.equal(r.object, 'text_completion');
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.ok(r.choices[0].text.length > 0);
+  assert.equal(r.usage.completion_tokens, 7);
+  assert.ok(r.usage.prompt_tokens > 0);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + 7);
+});
+
+test('completion streamed equals the same completion not streamed (greedy)', async () => {
+  const params = { model: MODEL, prompt: 'The capital of France is', max_tokens: 10, temperature: 0, ignore_eos: true };
+  const full = await client.completions.create(params);
+  const stream = await client.completions.create({ ...params, stream: true, stream_options: { include_usage: true } });
+  let text = '';
+  let usage = null;
+  let finish = null;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      text += c.text;
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  assert.equal(text, full.choices[0].text);
+  assert.equal(finish, 'length');
+  assert.equal(usage.completion_tokens, 10);
+});
+
+test('chat, not streamed and streamed, with usage', async () => {
+  const messages = [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Say hi' }];
+  const r = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 6, temperature: 0, ignore_eos: true,
+    chat_template_kwargs: { enable_thinking: false } });
+  assert.equal(r.object, 'chat.completion');
+  assert.equal(r.choices[0].message.role, 'assistant');
+  assert.equal(r.usage.completion_tokens, 6);
+  const stream = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 6, temperature: 0,
+    ignore_eos: true, chat_template_kwargs: { enable_thinking: false }, stream: true, stream_options: { include_usage: true } });
+  let text = '';
+  let role = null;
+  let usage = null;
+  for await (const chunk of stream) {
+    assert.equal(chunk.object, 'chat.completion.chunk');
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      if (c.delta.role) role = c.delta.role;
+      text += c.delta.content ?? '';
+    }
+  }
+  assert.equal(role, 'assistant');
+  assert.equal(text, r.choices[0].message.content);
+  assert.deepEqual(usage, r.usage);
+});
+
+test('logprobs on completions and chat', async () => {
+  const c = await client.completions.create({ model: MODEL, prompt: 'a b c', max_tokens: 4, logprobs: 2, ignore_eos: true });
+  const lp = c.choices[0].logprobs;
+  assert.equal(lp.tokens.length, 4);
+  assert.equal(lp.token_logprobs.length, 4);
+  for (const v of lp.token_logprobs) assert.ok(v <= 0);
+  for (const t of lp.top_logprobs) assert.equal(Object.keys(t).length, 2);
+  const r = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'x' }], max_tokens: 3,
+    logprobs: true, top_logprobs: 3, ignore_eos: true });
+  const content = r.choices[0].logprobs.content;
+  assert.equal(content.length, 3);
+  for (const e of content) {
+    assert.equal(e.top_logprobs.length, 3);
+    assert.ok(e.top_logprobs[0].logprob >= e.top_logprobs[2].logprob);
+    assert.ok(e.logprob <= 0);
+  }
+});
+
+test('stop strings end the text before the match', async () => {
+  const params = { model: MODEL, prompt: 'Once upon a time', max_tokens: 16, temperature: 0, ignore_eos: true };
+  const full = (await client.completions.create(params)).choices[0].text;
+  const chars = [...full];
+  const mid = Math.floor(chars.length / 2);
+  const stop = chars.slice(mid, mid + 2).join('');
+  const expected = full.slice(0, full.indexOf(stop));
+  const r = await client.completions.create({ ...params, stop: [stop] });
+  assert.equal(r.choices[0].text, expected);
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  let streamed = '';
+  for await (const chunk of await client.completions.create({ ...params, stop, stream: true })) streamed += chunk.choices[0]?.text ?? '';
+  assert.equal(streamed, expected);
+});
+
+test('seed makes sampling reproducible', async () => {
+  const params = { model: MODEL, prompt: 'Random:', max_tokens: 8, temperature: 1.0, top_p: 0.95, seed: 7, ignore_eos: true };
+  const a = await client.completions.create(params);
+  const b = await client.completions.create(params);
+  assert.equal(a.choices[0].text, b.choices[0].text);
+});
+
+test('errors: 400 classes, 401, 413 and 503', async () => {
+  const bad = await fetch(`${URL}/v1/completions`, { method: 'POST', headers: { Authorization: `Bearer ${KEY}`, 'Content-Type': 'application/json' }, body: '{"prompt": ' });
+  assert.equal(bad.status, 400);
+  assert.match((await bad.json()).error.message, /Malformed JSON/);
+  await expectStatus(client.completions.create({ model: MODEL, prompt: 'x', max_tokens: 'ten' }), 400);
+  await expectStatus(client.completions.create({ model: 'no-such-model', prompt: 'x', max_tokens: 2 }), 400);
+  await expectStatus(client.completions.create({ model: MODEL, prompt: 'x', max_tokens: 100000 }), 400);
+  await expectStatus(client.completions.create({ model: MODEL, prompt: 'x', max_tokens: 2, temperature: -1 }), 400);
+  await expectStatus(client.completions.create({ model: MODEL, prompt: 'x', max_tokens: 2, top_p: 7 }), 400);
+  await expectStatus(client.chat.completions.create({ model: MODEL, messages: 'hi', max_tokens: 2 }), 400);
+  const wrongKey = new OpenAI({ baseURL: `${URL}/v1`, apiKey: 'wrong', maxRetries: 0 });
+  await expectStatus(wrongKey.models.list(), 401);
+  const big = await fetch(`${URL}/v1/completions`, { method: 'POST', headers: { Authorization: `Bearer ${KEY}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ model: MODEL, prompt: 'x'.repeat(300000) }) });
+  assert.equal(big.status, 413);
+  // The small server admits one request at a time: concurrent ones get 503.
+  const small = new OpenAI({ baseURL: `${URL_SMALL}/v1`, apiKey: 'none', maxRetries: 0 });
+  const results = await Promise.allSettled(Array.from({ length: 6 }, () =>
+    small.completions.create({ model: MODEL, prompt: 'busy', max_tokens: 24, ignore_eos: true })));
+  const ok = results.filter((r) => r.status === 'fulfilled').length;
+  const unavailable = results.filter((r) => r.status === 'rejected' && r.reason.status === 503).length;
+  assert.ok(ok >= 1, 'at least one request served');
+  assert.ok(unavailable >= 1, 'at least one request refused with 503');
+  assert.equal(ok + unavailable, 6);
+});
+
+test('64 concurrent streams all complete', async () => {
+  const runs = Array.from({ length: 64 }, async (_, i) => {
+    const stream = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: `request ${i}` }],
+      max_tokens: 8, ignore_eos: true, stream: true, stream_options: { include_usage: true } });
+    let finish = null;
+    let usage = null;
+    for await (const chunk of stream) {
+      if (chunk.usage) usage = chunk.usage;
+      for (const c of chunk.choices) if (c.finish_reason) finish = c.finish_reason;
+    }
+    return { finish, usage };
+  });
+  const out = await Promise.all(runs);
+  for (const r of out) {
+    assert.equal(r.finish, 'length');
+    assert.equal(r.usage.completion_tokens, 8);
+  }
+});
+
+test('a client that disconnects mid-stream has its request aborted', async () => {
+  const before = await metric('deltaserve_request_aborted_total');
+  const stream = await client.completions.create({ model: MODEL, prompt: 'long story', max_tokens: 400, ignore_eos: true, stream: true });
+  let n = 0;
+  for await (const chunk of stream) {
+    if (++n === 2) break;  // leaving the loop aborts the HTTP request
+  }
+  const deadline = Date.now() + 10000;
+  let aborted = before;
+  let running = 1;
+  while (Date.now() < deadline) {
+    aborted = await metric('deltaserve_request_aborted_total');
+    running = await metric('deltaserve_num_requests_running');
+    if (aborted > before && running === 0) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.equal(aborted, before + 1);
+  assert.equal(running, 0);
+  assert.equal(await metric('deltaserve_kv_cache_pages_used'), 0);
+});
+
+test('tokenize, detokenize and health', async () => {
+  const t = await (await fetch(`${URL}/tokenize`, { method: 'POST', body: JSON.stringify({ prompt: 'Hello world' }) })).json();
+  assert.deepEqual(t.tokens, [9707, 1879]);
+  assert.equal(t.count, 2);
+  const d = await (await fetch(`${URL}/detokenize`, { method: 'POST', body: JSON.stringify({ tokens: [9707, 1879] }) })).json();
+  assert.equal(d.prompt, 'Hello world');
+  assert.equal((await fetch(`${URL}/health`)).status, 200);
+  const m = await (await fetch(`${URL}/metrics`)).text();
+  assert.match(m, /deltaserve_time_to_first_token_seconds_bucket/);
+});

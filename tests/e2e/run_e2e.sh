@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Starts two deltaserve servers on free ports (the embedded default model with the real Qwen3
+# tokenizer), runs the openai-client e2e tests against them, and stops the servers with SIGTERM
+# (checking that they exit cleanly). Usage: run_e2e.sh DELTASERVE_BINARY
+set -euo pipefail
+bin=$1
+here=$(cd "$(dirname "$0")" && pwd)
+if [ ! -d "$here/node_modules/openai" ]; then
+  npm ci --prefix "$here" --no-audit --no-fund --silent
+fi
+logs=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$logs"; }
+trap cleanup EXIT
+
+start() {  # name, extra flags...
+  local name=$1; shift
+  "$bin" serve --port 0 --max-model-len 512 --kv-cache-gib 0.25 "$@" >"$logs/$name.out" 2>"$logs/$name.err" &
+  pids+=($!)
+  for _ in $(seq 1 300); do
+    if grep -q "ready" "$logs/$name.out" 2>/dev/null; then break; fi
+    sleep 0.1
+  done
+  grep -o 'http://127.0.0.1:[0-9]*' "$logs/$name.out" | head -1
+}
+url=$(start main --api-key sk-e2e --max-num-seqs 64 --max-body-bytes 200000)
+small=$(start small --max-pending 1 --max-num-seqs 4)
+if [ -z "$url" ] || [ -z "$small" ]; then
+  echo "a server did not start:"; cat "$logs"/*.err; exit 1
+fi
+status=0
+DS_URL=$url DS_URL_SMALL=$small DS_KEY=sk-e2e node --test "$here/openai.test.mjs" || status=$?
+for p in "${pids[@]}"; do
+  kill -TERM "$p"
+  if ! wait "$p"; then echo "server $p did not exit cleanly"; status=1; fi
+done
+pids=()
+exit $status
