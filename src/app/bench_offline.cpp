@@ -1,10 +1,14 @@
+// `deltaserve bench offline`: N random-prompt requests straight into the engine (no HTTP), at
+// most --max-concurrency in flight, measured like `bench serve` so the two can be compared.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <random>
 #include <thread>
 
 #include "app/args.h"
+#include "app/bench_stats.h"
 #include "app/commands.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
@@ -17,42 +21,47 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 
-struct Stats {
-  double mean = 0, p50 = 0, p99 = 0;
+struct Outcome {
+  double ttft = 0, e2e = 0;
+  std::vector<double> itl;
+  int64_t output_tokens = 0;
 };
 
-Stats stats_ms(std::vector<double> v) {
-  Stats s;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  double sum = 0;
-  for (double x : v) sum += x;
-  s.mean = 1e3 * sum / static_cast<double>(v.size());
-  auto pct = [&v](double q) {
-    return 1e3 * v[std::min(v.size() - 1,
-                            static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
-  };
-  s.p50 = pct(0.5);
-  s.p99 = pct(0.99);
-  return s;
-}
-
-std::string json(const char* name, const Stats& s) {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "\"%s\": {\"mean\": %.3f, \"p50\": %.3f, \"p99\": %.3f}", name,
-                s.mean, s.p50, s.p99);
-  return buf;
+Outcome run_one(engine::Engine& eng, const engine::GenerateRequest& req) {
+  Outcome o;
+  const auto start = clock::now();
+  auto stream = eng.submit(req);
+  auto last = start;
+  bool first = true;
+  engine::OutputDelta d;
+  while (stream->next(d, std::chrono::hours(1))) {
+    const auto now = clock::now();
+    if (!d.token_ids.empty()) {
+      if (first)
+        o.ttft = std::chrono::duration<double>(now - start).count();
+      else
+        o.itl.push_back(std::chrono::duration<double>(now - last).count());
+      first = false;
+      last = now;
+    }
+    o.output_tokens = d.completion_tokens;
+    if (d.finished) break;
+  }
+  o.e2e = std::chrono::duration<double>(clock::now() - start).count();
+  return o;
 }
 
 }  // namespace
 
 int cmd_bench(const std::vector<std::string>& argv) {
+  if (!argv.empty() && argv[0] == "serve") return cmd_bench_serve({argv.begin() + 1, argv.end()});
   if (argv.empty() || argv[0] != "offline")
-    throw Error("usage: deltaserve bench offline [flags] (see --help)");
+    throw Error("usage: deltaserve bench offline|serve [flags] (see --help)");
   const std::vector<std::string> rest(argv.begin() + 1, argv.end());
   Args a(rest, "bench offline",
          {"model", "load-format", "device", "num-prompts", "input-len", "output-len",
-          "max-num-seqs", "max-num-batched-tokens", "max-model-len", "num-pages", "seed"});
+          "max-concurrency", "max-num-seqs", "max-num-batched-tokens", "max-model-len", "num-pages",
+          "seed"});
   check_device(a);
   const int n = static_cast<int>(a.get_int("num-prompts", 32, 1, 100000));
   const int in_len = static_cast<int>(a.get_int("input-len", 128, 1, 1 << 20));
@@ -70,6 +79,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   const int64_t per_request = (cfg.max_model_len + cfg.page_size - 1) / cfg.page_size;
   cfg.num_pages =
       static_cast<int32_t>(a.get_int("num-pages", per_request * cfg.max_num_seqs, 1, 1 << 30));
+  const int concurrency = static_cast<int>(a.get_int("max-concurrency", n, 1, 100000));
   engine::Engine eng(*m, cfg);
 
   std::mt19937 g(static_cast<uint32_t>(a.get_int("seed", 0, 0, 1LL << 32)));
@@ -84,60 +94,41 @@ int cmd_bench(const std::vector<std::string>& argv) {
     r.params.max_tokens = out_len;
     reqs.push_back(std::move(r));
   }
-  std::vector<double> ttft(static_cast<size_t>(n)), e2e(static_cast<size_t>(n)), tpot;
-  std::vector<std::vector<double>> itl(static_cast<size_t>(n));
-  std::vector<int> out_tokens(static_cast<size_t>(n));
+  std::vector<Outcome> outcomes(static_cast<size_t>(n));
+  std::atomic<int> next{0};
   const auto t0 = clock::now();
-  std::vector<std::thread> readers;
-  for (int i = 0; i < n; ++i) {
-    auto stream = eng.submit(reqs[static_cast<size_t>(i)]);
-    readers.emplace_back([&, i, stream, start = clock::now()] {
-      auto last = start;
-      engine::OutputDelta d;
-      bool first = true;
-      while (stream->next(d, std::chrono::hours(1))) {
-        const auto now = clock::now();
-        if (!d.token_ids.empty()) {
-          if (first)
-            ttft[static_cast<size_t>(i)] = std::chrono::duration<double>(now - start).count();
-          else
-            itl[static_cast<size_t>(i)].push_back(
-                std::chrono::duration<double>(now - last).count());
-          first = false;
-          last = now;
-        }
-        out_tokens[static_cast<size_t>(i)] = d.completion_tokens;
-        if (d.finished) break;
-      }
-      e2e[static_cast<size_t>(i)] = std::chrono::duration<double>(clock::now() - start).count();
+  std::vector<std::thread> workers;
+  for (int w = 0; w < std::min(concurrency, n); ++w)
+    workers.emplace_back([&] {
+      for (int i; (i = next++) < n;)
+        outcomes[static_cast<size_t>(i)] = run_one(eng, reqs[static_cast<size_t>(i)]);
     });
-  }
-  for (auto& t : readers) t.join();
+  for (auto& t : workers) t.join();
   const double dur = std::chrono::duration<double>(clock::now() - t0).count();
-  std::vector<double> all_itl;
+  std::vector<double> ttft, tpot, itl, e2e;
   int64_t total_out = 0;
-  for (int i = 0; i < n; ++i) {
-    all_itl.insert(all_itl.end(), itl[static_cast<size_t>(i)].begin(),
-                   itl[static_cast<size_t>(i)].end());
-    total_out += out_tokens[static_cast<size_t>(i)];
-    if (out_tokens[static_cast<size_t>(i)] > 1)
-      tpot.push_back((e2e[static_cast<size_t>(i)] - ttft[static_cast<size_t>(i)]) /
-                     (out_tokens[static_cast<size_t>(i)] - 1));
+  for (const Outcome& o : outcomes) {
+    ttft.push_back(o.ttft);
+    e2e.push_back(o.e2e);
+    itl.insert(itl.end(), o.itl.begin(), o.itl.end());
+    total_out += o.output_tokens;
+    if (o.output_tokens > 1)
+      tpot.push_back((o.e2e - o.ttft) / static_cast<double>(o.output_tokens - 1));
   }
   const engine::MetricsSnapshot ms = eng.metrics();
   std::printf(
       "{\"bench\": \"offline\", \"device\": \"cpu\", \"num_prompts\": %d, \"input_len\": %d, "
       "\"output_len\": %d, "
-      "\"max_num_seqs\": %d, \"max_num_batched_tokens\": %d, \"duration_s\": %.3f, "
-      "\"requests_per_s\": %.3f, "
-      "\"input_tok_per_s\": %.1f, \"output_tok_per_s\": %.1f, \"total_tok_per_s\": %.1f, %s, %s, "
-      "%s, %s, "
-      "\"steps\": %lld, \"preemptions\": %lld}\n",
-      n, in_len, out_len, cfg.max_num_seqs, cfg.max_num_batched_tokens, dur, n / dur,
+      "\"max_concurrency\": %d, \"max_num_seqs\": %d, \"max_num_batched_tokens\": %d, "
+      "\"duration_s\": %.3f, "
+      "\"requests_per_s\": %.3f, \"input_tok_per_s\": %.1f, \"output_tok_per_s\": %.1f, "
+      "\"total_tok_per_s\": %.1f, "
+      "%s, %s, %s, %s, \"steps\": %lld, \"preemptions\": %lld}\n",
+      n, in_len, out_len, concurrency, cfg.max_num_seqs, cfg.max_num_batched_tokens, dur, n / dur,
       static_cast<double>(n) * in_len / dur, static_cast<double>(total_out) / dur,
       (static_cast<double>(n) * in_len + static_cast<double>(total_out)) / dur,
-      json("ttft_ms", stats_ms(ttft)).c_str(), json("tpot_ms", stats_ms(tpot)).c_str(),
-      json("itl_ms", stats_ms(all_itl)).c_str(), json("e2e_ms", stats_ms(e2e)).c_str(),
+      stats_json("ttft_ms", ttft).c_str(), stats_json("tpot_ms", tpot).c_str(),
+      stats_json("itl_ms", itl).c_str(), stats_json("e2e_ms", e2e).c_str(),
       static_cast<long long>(ms.steps), static_cast<long long>(ms.preemptions));
   return 0;
 }

@@ -38,8 +38,12 @@ commands:
             --tokenizer DIR --ids 1,2,3  [--skip-special-tokens]
   bench offline  N random requests through the engine; one JSON line of throughput and latency
             [--model DIR] [--load-format ...] --num-prompts N --input-len I --output-len O
+            [--max-concurrency C]
             [--max-num-seqs S] [--max-num-batched-tokens B] [--max-model-len L] [--num-pages P]
             [--seed X]
+  bench serve  a streaming load client against a running server (like `vllm bench serve`)
+            [--host 127.0.0.1] [--port 8000] [--model NAME] [--api-key KEY] --num-prompts N
+            --input-len I --output-len O [--max-concurrency C | --request-rate R] [--vocab V]
 )";
 
 constexpr int32_t kPageSize = 64;

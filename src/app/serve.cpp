@@ -24,11 +24,12 @@ namespace fs = std::filesystem;
 namespace {
 
 // EOS ids: the model config's, generation_config.json's and the tokenizer's eos_token.
-std::vector<int32_t> eos_ids(const model::ModelConfig& cfg, const std::string& model_dir, const fs::path& tok_dir,
-                             const tokenizer::Tokenizer& tok) {
+std::vector<int32_t> eos_ids(const model::ModelConfig& cfg, const std::string& model_dir,
+                             const fs::path& tok_dir, const tokenizer::Tokenizer& tok) {
   std::vector<int32_t> ids = cfg.eos_token_ids;
   auto add = [&ids](int64_t id) {
-    if (id >= 0 && std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(static_cast<int32_t>(id));
+    if (id >= 0 && std::find(ids.begin(), ids.end(), id) == ids.end())
+      ids.push_back(static_cast<int32_t>(id));
   };
   if (!model_dir.empty()) {
     std::ifstream in(fs::path(model_dir) / "generation_config.json");
@@ -45,7 +46,9 @@ std::vector<int32_t> eos_ids(const model::ModelConfig& cfg, const std::string& m
   const nlohmann::json t = in ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
   if (t.is_object() && t.contains("eos_token")) {
     const auto& e = t["eos_token"];
-    const std::string s = e.is_string() ? e.get<std::string>() : e.is_object() ? e.value("content", "") : "";
+    const std::string s = e.is_string()   ? e.get<std::string>()
+                          : e.is_object() ? e.value("content", "")
+                                          : "";
     if (!s.empty()) add(tok.token_to_id(s));
   }
   return ids;
@@ -55,23 +58,30 @@ std::vector<int32_t> eos_ids(const model::ModelConfig& cfg, const std::string& m
 
 int cmd_serve(const std::vector<std::string>& argv) {
   Args a(argv, "serve",
-         {"model", "tokenizer", "host", "port", "served-model-name", "tensor-parallel-size", "max-num-seqs",
-          "max-model-len", "max-num-batched-tokens", "gpu-memory-utilization", "load-format", "api-key", "device",
-          "kv-cache-gib", "max-pending", "max-body-bytes", "http-threads"});
+         {"model", "tokenizer", "host", "port", "served-model-name", "tensor-parallel-size",
+          "max-num-seqs", "max-model-len", "max-num-batched-tokens", "gpu-memory-utilization",
+          "load-format", "api-key", "device", "kv-cache-gib", "max-pending", "max-body-bytes",
+          "http-threads"});
   check_device(a);
   if (a.get_int("tensor-parallel-size", 1, 1, 1024) != 1)
-    throw Error("--tensor-parallel-size > 1 is not available in this build yet (tensor parallelism comes later)");
+    throw Error(
+        "--tensor-parallel-size > 1 is not available in this build yet (tensor parallelism comes "
+        "later)");
   const double util = std::stod(a.get("gpu-memory-utilization", "0.9"));
   if (!(util > 0 && util <= 1)) throw Error("--gpu-memory-utilization must be in (0, 1]");
   const std::string model_dir = a.get("model", "");
-  fs::path tok_dir = a.get("tokenizer", model_dir.empty() ? std::string(DS_DEFAULT_TOKENIZER_DIR) : model_dir);
+  fs::path tok_dir =
+      a.get("tokenizer", model_dir.empty() ? std::string(DS_DEFAULT_TOKENIZER_DIR) : model_dir);
   if (!fs::exists(tok_dir / "tokenizer.json"))
     throw Error((tok_dir / "tokenizer.json").string() + " not found: pass --tokenizer DIR" +
-                (model_dir.empty() ? " (make serve fetches the Qwen3 tokenizer with tools/fetch_tokenizer.sh)" : ""));
+                (model_dir.empty()
+                     ? " (make serve fetches the Qwen3 tokenizer with tools/fetch_tokenizer.sh)"
+                     : ""));
 
   engine::EngineConfig ecfg;
   ecfg.max_num_seqs = static_cast<int32_t>(a.get_int("max-num-seqs", 64, 1, 65536));
-  ecfg.max_num_batched_tokens = static_cast<int32_t>(a.get_int("max-num-batched-tokens", 2048, 1, 1 << 24));
+  ecfg.max_num_batched_tokens =
+      static_cast<int32_t>(a.get_int("max-num-batched-tokens", 2048, 1, 1 << 24));
   server::HttpServerConfig hcfg;
   hcfg.host = a.get("host", "127.0.0.1");
   hcfg.port = static_cast<uint16_t>(a.get_int("port", 8000, 0, 65535));
@@ -80,21 +90,28 @@ int cmd_serve(const std::vector<std::string>& argv) {
   server::ApiConfig acfg;
   acfg.api_key = a.get("api-key", "");
   acfg.max_pending = a.get_int("max-pending", 512, 1, 1 << 24);
-  acfg.served_model_name = a.get("served-model-name", model_dir.empty() ? "deltaserve-default" : model_dir);
+  acfg.served_model_name =
+      a.get("served-model-name", model_dir.empty() ? "deltaserve-default" : model_dir);
   const double kv_gib = std::stod(a.get("kv-cache-gib", "2"));
 
-  std::fprintf(stderr, "deltaserve: loading %s\n", model_dir.empty() ? "the embedded default model" : model_dir.c_str());
+  std::fprintf(stderr, "deltaserve: loading %s\n",
+               model_dir.empty() ? "the embedded default model" : model_dir.c_str());
   backend::CpuBackend be;
-  auto model = model::load_model(model_dir, model::parse_load_format(a.get("load-format", "auto")), be, true);
+  auto model = model::load_model(model_dir, model::parse_load_format(a.get("load-format", "auto")),
+                                 be, true);
   const model::ModelConfig& mc = model->config();
-  ecfg.max_model_len = static_cast<int32_t>(a.get_int("max-model-len", std::min<int64_t>(mc.max_position_embeddings, 8192), 1,
-                                                      mc.max_position_embeddings));
+  ecfg.max_model_len = static_cast<int32_t>(
+      a.get_int("max-model-len", std::min<int64_t>(mc.max_position_embeddings, 8192), 1,
+                mc.max_position_embeddings));
   // KV pages: room for max_num_seqs requests of max_model_len, within --kv-cache-gib.
-  const int64_t page_bytes = mc.num_layers_of(model::LayerType::kFullAttention) * 2 * mc.num_kv_heads * mc.head_dim *
-                             ecfg.page_size * static_cast<int64_t>(sizeof(float));
+  const int64_t page_bytes = mc.num_layers_of(model::LayerType::kFullAttention) * 2 *
+                             mc.num_kv_heads * mc.head_dim * ecfg.page_size *
+                             static_cast<int64_t>(sizeof(float));
   const int64_t per_request = (ecfg.max_model_len + ecfg.page_size - 1) / ecfg.page_size;
-  const int64_t budget_pages = page_bytes ? static_cast<int64_t>(kv_gib * (1 << 30)) / page_bytes : per_request * ecfg.max_num_seqs;
-  ecfg.num_pages = static_cast<int32_t>(std::max<int64_t>(1, std::min(per_request * ecfg.max_num_seqs, budget_pages)));
+  const int64_t budget_pages = page_bytes ? static_cast<int64_t>(kv_gib * (1 << 30)) / page_bytes
+                                          : per_request * ecfg.max_num_seqs;
+  ecfg.num_pages = static_cast<int32_t>(
+      std::max<int64_t>(1, std::min(per_request * ecfg.max_num_seqs, budget_pages)));
 
   std::fprintf(stderr, "deltaserve: loading tokenizer %s\n", tok_dir.c_str());
   const auto tok = tokenizer::Tokenizer::from_file(tok_dir / "tokenizer.json");
@@ -103,7 +120,9 @@ int cmd_serve(const std::vector<std::string>& argv) {
     try {
       chat = tokenizer::ChatTemplate::from_config(tok_dir / "tokenizer_config.json");
     } catch (const Error& e) {
-      std::fprintf(stderr, "deltaserve: no chat template (%s); /v1/chat/completions will answer 400\n", e.what());
+      std::fprintf(stderr,
+                   "deltaserve: no chat template (%s); /v1/chat/completions will answer 400\n",
+                   e.what());
     }
   }
   ecfg.eos_token_ids = eos_ids(mc, model_dir, tok_dir, *tok);
@@ -115,9 +134,13 @@ int cmd_serve(const std::vector<std::string>& argv) {
   std::printf(
       "deltaserve: ready — serving '%s' on %s (device cpu, max_model_len %d, %d KV pages)%s\n"
       "  try: curl %s/v1/chat/completions -H 'Content-Type: application/json' \\\n"
-      "         -d '{\"model\": \"%s\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}], \"max_tokens\": 32}'\n",
-      acfg.served_model_name.c_str(), base.c_str(), eng.config().max_model_len, eng.config().num_pages,
-      model_dir.empty() ? " — the embedded default model has RANDOM weights: its text is meaningless" : "",
+      "         -d '{\"model\": \"%s\", \"messages\": [{\"role\": \"user\", \"content\": "
+      "\"Hello!\"}], \"max_tokens\": 32}'\n",
+      acfg.served_model_name.c_str(), base.c_str(), eng.config().max_model_len,
+      eng.config().num_pages,
+      model_dir.empty()
+          ? " — the embedded default model has RANDOM weights: its text is meaningless"
+          : "",
       base.c_str(), acfg.served_model_name.c_str());
   std::fflush(stdout);
 
@@ -128,7 +151,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
     api.set_draining();
     drainer = std::thread([&] {
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-      while ((api.in_flight() > 0 || http.open_replies() > 0) && std::chrono::steady_clock::now() < deadline)
+      while ((api.in_flight() > 0 || http.open_replies() > 0) &&
+             std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       http.stop();
     });

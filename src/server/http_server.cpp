@@ -36,15 +36,17 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_.emplace();
     parser_->body_limit(server_.cfg_.max_body_bytes);
     stream_.expires_after(std::chrono::minutes(10));
-    http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Session::on_read, shared_from_this()));
+    http::async_read(stream_, buffer_, *parser_,
+                     beast::bind_front_handler(&Session::on_read, shared_from_this()));
   }
 
   void on_read(beast::error_code ec, size_t) {
     if (ec == http::error::end_of_stream || ec == beast::error::timeout) return close();
     if (ec == http::error::body_limit) {
-      return write_response(json_response(http::status::payload_too_large,
-                                          R"({"error": {"message": "request body exceeds the server's limit", "type": "invalid_request_error", "param": null, "code": 413}})",
-                                          11, false));
+      return write_response(json_response(
+          http::status::payload_too_large,
+          R"({"error": {"message": "request body exceeds the server's limit", "type": "invalid_request_error", "param": null, "code": 413}})",
+          11, false));
     }
     if (ec) return close();
     stream_.expires_never();
@@ -130,14 +132,15 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // A readable socket while replying means the client closed (or sent bytes we discard).
   void watch_disconnect() {
-    stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
-      if (ec || !self->open_) return;
-      char buf[512];
-      beast::error_code rec;
-      const size_t n = self->stream_.socket().read_some(asio::buffer(buf), rec);
-      if (rec || n == 0) return self->client_gone();
-      self->watch_disconnect();
-    });
+    stream_.socket().async_wait(
+        tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
+          if (ec || !self->open_) return;
+          char buf[512];
+          beast::error_code rec;
+          const size_t n = self->stream_.socket().read_some(asio::buffer(buf), rec);
+          if (rec || n == 0) return self->client_gone();
+          self->watch_disconnect();
+        });
   }
 
   void client_gone() {
@@ -167,7 +170,10 @@ class Session : public std::enable_shared_from_this<Session> {
 };
 
 HttpServer::HttpServer(HttpServerConfig cfg, Handler handler)
-    : cfg_(std::move(cfg)), handler_(std::move(handler)), acceptor_(io_), signals_(io_, SIGINT, SIGTERM) {
+    : cfg_(std::move(cfg)),
+      handler_(std::move(handler)),
+      acceptor_(io_),
+      signals_(io_, SIGINT, SIGTERM) {
   beast::error_code ec;
   const auto addr = asio::ip::make_address(cfg_.host, ec);
   if (ec) throw Error("--host '" + cfg_.host + "' is not an IP address");
@@ -176,7 +182,9 @@ HttpServer::HttpServer(HttpServerConfig cfg, Handler handler)
   if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) acceptor_.bind(ep, ec);
   if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) throw Error("cannot listen on " + cfg_.host + ":" + std::to_string(cfg_.port) + ": " + ec.message());
+  if (ec)
+    throw Error("cannot listen on " + cfg_.host + ":" + std::to_string(cfg_.port) + ": " +
+                ec.message());
   port_ = acceptor_.local_endpoint().port();
 }
 

@@ -75,6 +75,7 @@ class HttpServer {
 };
 
 // A JSON response with the given status.
-Response json_response(http::status status, std::string body, unsigned version = 11, bool keep_alive = true);
+Response json_response(http::status status, std::string body, unsigned version = 11,
+                       bool keep_alive = true);
 
 }  // namespace deltaserve::server

@@ -105,9 +105,11 @@ engine::SamplingParams sampling_params(const json& b, bool chat) {
     }
   }
   if (present(b, "stop_token_ids")) {
-    if (!b["stop_token_ids"].is_array()) bad("'stop_token_ids' must be a list of integers", "stop_token_ids");
+    if (!b["stop_token_ids"].is_array())
+      bad("'stop_token_ids' must be a list of integers", "stop_token_ids");
     for (const json& x : b["stop_token_ids"]) {
-      if (!x.is_number_integer()) bad("'stop_token_ids' must be a list of integers", "stop_token_ids");
+      if (!x.is_number_integer())
+        bad("'stop_token_ids' must be a list of integers", "stop_token_ids");
       p.stop_token_ids.push_back(x.get<int32_t>());
     }
   }
@@ -162,7 +164,8 @@ Reply OpenAiApi::handle(const Request& req) {
     const bool get = req.method() == http::verb::get, post = req.method() == http::verb::post;
     if (path.rfind("/v1/", 0) == 0 && !cfg_.api_key.empty()) {
       const auto auth = req[http::field::authorization];
-      if (std::string(auth) != "Bearer " + cfg_.api_key) throw ApiError{http::status::unauthorized, "Unauthorized: a valid API key is required", ""};
+      if (std::string(auth) != "Bearer " + cfg_.api_key)
+        throw ApiError{http::status::unauthorized, "Unauthorized: a valid API key is required", ""};
     }
     if (path == "/health" && get) return json_response(http::status::ok, "");
     if (path == "/metrics" && get) return metrics_text();
@@ -171,7 +174,8 @@ Reply OpenAiApi::handle(const Request& req) {
     if (path == "/v1/chat/completions" && post) return completions(req, true);
     if (path == "/tokenize" && post) return tokenize(req);
     if (path == "/detokenize" && post) return detokenize(req);
-    if (path == "/health" || path == "/metrics" || path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize")
+    if (path == "/health" || path == "/metrics" || path.rfind("/v1/", 0) == 0 ||
+        path == "/tokenize" || path == "/detokenize")
       throw ApiError{http::status::method_not_allowed, "Method not allowed", ""};
     throw ApiError{http::status::not_found, "Not found: " + path, ""};
   } catch (const ApiError& e) {
@@ -179,7 +183,8 @@ Reply OpenAiApi::handle(const Request& req) {
   } catch (const Error& e) {
     return error_response({http::status::bad_request, e.what(), ""});
   } catch (const std::exception& e) {
-    return error_response({http::status::internal_server_error, std::string("internal error: ") + e.what(), ""});
+    return error_response(
+        {http::status::internal_server_error, std::string("internal error: ") + e.what(), ""});
   }
 }
 
@@ -196,7 +201,9 @@ Response OpenAiApi::models() const {
 }
 
 Response OpenAiApi::metrics_text() const {
-  Response r = json_response(http::status::ok, prometheus_text(engine_.metrics(), cfg_.served_model_name, http_requests_.load()));
+  Response r = json_response(
+      http::status::ok,
+      prometheus_text(engine_.metrics(), cfg_.served_model_name, http_requests_.load()));
   r.set(http::field::content_type, "text/plain; version=0.0.4");
   return r;
 }
@@ -211,18 +218,21 @@ Response OpenAiApi::tokenize(const Request& req) {
     if (!chat_) bad("this model has no chat template");
     if (!b["messages"].is_array()) bad("'messages' must be a list", "messages");
     const bool add_gen = get_bool(b, "add_generation_prompt").value_or(true);
-    ids = tok_.encode(chat_->render(b["messages"], present(b, "tools") ? b["tools"] : json(nullptr), add_gen,
-                                    present(b, "chat_template_kwargs") ? b["chat_template_kwargs"] : json::object()));
+    ids = tok_.encode(chat_->render(
+        b["messages"], present(b, "tools") ? b["tools"] : json(nullptr), add_gen,
+        present(b, "chat_template_kwargs") ? b["chat_template_kwargs"] : json::object()));
   } else {
     bad("'prompt' or 'messages' is required");
   }
-  json j = {{"count", ids.size()}, {"max_model_len", engine_.config().max_model_len}, {"tokens", ids}};
+  json j = {
+      {"count", ids.size()}, {"max_model_len", engine_.config().max_model_len}, {"tokens", ids}};
   return json_response(http::status::ok, j.dump());
 }
 
 Response OpenAiApi::detokenize(const Request& req) {
   const json b = parse_body(req);
-  if (!present(b, "tokens") || !b["tokens"].is_array()) bad("'tokens' must be a list of integers", "tokens");
+  if (!present(b, "tokens") || !b["tokens"].is_array())
+    bad("'tokens' must be a list of integers", "tokens");
   std::vector<int32_t> ids;
   for (const json& x : b["tokens"]) {
     if (!x.is_number_integer()) bad("'tokens' must be a list of integers", "tokens");
@@ -248,12 +258,14 @@ Reply OpenAiApi::completions(const Request& req, bool chat) {
       bad("'messages' must be a non-empty list", "messages");
     json messages = json::array();
     for (const json& m : b["messages"]) {
-      if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) bad("each message needs a string 'role'", "messages");
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+        bad("each message needs a string 'role'", "messages");
       json msg = m;
       if (m.contains("content") && m["content"].is_array()) {  // text parts -> one string
         std::string text;
         for (const json& part : m["content"]) {
-          if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+          if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+              !part["text"].is_string())
             bad("only text content parts are supported", "messages");
           text += part["text"].get<std::string>();
         }
@@ -268,7 +280,8 @@ Reply OpenAiApi::completions(const Request& req, bool chat) {
     if (!tools.is_null() && !tools.is_array()) bad("'tools' must be a list", "tools");
     json kwargs = json::object();
     if (present(b, "chat_template_kwargs")) {
-      if (!b["chat_template_kwargs"].is_object()) bad("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+      if (!b["chat_template_kwargs"].is_object())
+        bad("'chat_template_kwargs' must be an object", "chat_template_kwargs");
       kwargs = b["chat_template_kwargs"];
     }
     const bool add_gen = get_bool(b, "add_generation_prompt").value_or(true);
@@ -282,9 +295,11 @@ Reply OpenAiApi::completions(const Request& req, bool chat) {
       gr.prompt_ids = tok_.encode(p[0].get<std::string>());
     } else if (p.is_array() && !p.empty() && p[0].is_number_integer()) {
       for (const json& x : p) {
-        if (!x.is_number_integer()) bad("'prompt' must be a string or a list of token ids", "prompt");
+        if (!x.is_number_integer())
+          bad("'prompt' must be a string or a list of token ids", "prompt");
         const int64_t id = x.get<int64_t>();
-        if (id < 0 || id >= tok_.vocab_size()) bad("prompt token id " + std::to_string(id) + " is out of range", "prompt");
+        if (id < 0 || id >= tok_.vocab_size())
+          bad("prompt token id " + std::to_string(id) + " is out of range", "prompt");
         gr.prompt_ids.push_back(static_cast<int32_t>(id));
       }
     } else {
@@ -298,21 +313,25 @@ Reply OpenAiApi::completions(const Request& req, bool chat) {
   std::optional<int64_t> max_tokens = get_int(b, chat ? "max_completion_tokens" : "max_tokens");
   if (!max_tokens) max_tokens = get_int(b, "max_tokens");
   if (!max_tokens) max_tokens = chat ? max_len - prompt_len : 16;
-  if (*max_tokens < 1 && !(chat && !present(b, "max_tokens") && !present(b, "max_completion_tokens")))
+  if (*max_tokens < 1 &&
+      !(chat && !present(b, "max_tokens") && !present(b, "max_completion_tokens")))
     bad("max_tokens must be at least 1", "max_tokens");
   if (prompt_len + std::max<int64_t>(*max_tokens, 1) > max_len)
-    bad("This model's maximum context length is " + std::to_string(max_len) + " tokens. However, you requested " +
-            std::to_string(prompt_len + *max_tokens) + " tokens (" + std::to_string(prompt_len) + " in the " +
-            (chat ? "messages" : "prompt") + ", " + std::to_string(*max_tokens) + " in the completion).",
+    bad("This model's maximum context length is " + std::to_string(max_len) +
+            " tokens. However, you requested " + std::to_string(prompt_len + *max_tokens) +
+            " tokens (" + std::to_string(prompt_len) + " in the " + (chat ? "messages" : "prompt") +
+            ", " + std::to_string(*max_tokens) + " in the completion).",
         chat ? "messages" : "prompt");
   gr.params.max_tokens = static_cast<int32_t>(*max_tokens);
-  if (gr.params.min_tokens > gr.params.max_tokens) bad("min_tokens must be <= max_tokens", "min_tokens");
+  if (gr.params.min_tokens > gr.params.max_tokens)
+    bad("min_tokens must be <= max_tokens", "min_tokens");
 
   auto g = std::make_shared<Generation>();
   g->chat = chat;
   g->stream = get_bool(b, "stream").value_or(false);
   if (present(b, "stream_options")) {
-    if (!b["stream_options"].is_object()) bad("'stream_options' must be an object", "stream_options");
+    if (!b["stream_options"].is_object())
+      bad("'stream_options' must be an object", "stream_options");
     g->include_usage = get_bool(b["stream_options"], "include_usage").value_or(false);
   }
   g->logprobs = gr.params.logprobs;
@@ -323,9 +342,11 @@ Reply OpenAiApi::completions(const Request& req, bool chat) {
   g->id = (chat ? "chatcmpl-" : "cmpl-") + std::string(idbuf);
   g->prompt_tokens = static_cast<int32_t>(prompt_len);
 
-  if (draining_) throw ApiError{http::status::service_unavailable, "the server is shutting down", ""};
+  if (draining_)
+    throw ApiError{http::status::service_unavailable, "the server is shutting down", ""};
   if (in_flight_.load() >= cfg_.max_pending)
-    throw ApiError{http::status::service_unavailable, "the server is overloaded: too many requests in flight; retry later", ""};
+    throw ApiError{http::status::service_unavailable,
+                   "the server is overloaded: too many requests in flight; retry later", ""};
   auto stream = engine_.submit(std::move(gr));  // throws Error -> 400
   ++in_flight_;
   auto done = std::make_shared<std::atomic<bool>>(false);
@@ -349,7 +370,8 @@ Reply OpenAiApi::completions(const Request& req, bool chat) {
           const std::string ts = tok.decode(std::vector<int32_t>{t});
           top.push_back({{"token", ts}, {"logprob", v}, {"bytes", bytes_of(ts)}});
         }
-        lp_chunk.push_back({{"token", s}, {"logprob", lp.logprob}, {"bytes", bytes_of(s)}, {"top_logprobs", top}});
+        lp_chunk.push_back(
+            {{"token", s}, {"logprob", lp.logprob}, {"bytes", bytes_of(s)}, {"top_logprobs", top}});
       } else {
         json top = json::object();
         for (const auto& [t, v] : lp.top) top[tok.decode(std::vector<int32_t>{t})] = v;
@@ -381,9 +403,11 @@ Reply OpenAiApi::completions(const Request& req, bool chat) {
       choice["logprobs"] = g->logprobs ? json{{"content", lp_chunk}} : json(nullptr);
     } else {
       choice["text"] = d.text;
-      choice["logprobs"] = g->logprobs ? json{{"tokens", ctoks}, {"token_logprobs", clps}, {"top_logprobs", ctop},
-                                               {"text_offset", coff}}
-                                        : json(nullptr);
+      choice["logprobs"] = g->logprobs ? json{{"tokens", ctoks},
+                                              {"token_logprobs", clps},
+                                              {"top_logprobs", ctop},
+                                              {"text_offset", coff}}
+                                       : json(nullptr);
     }
     choice["finish_reason"] = d.finished ? json(g->finish_reason) : json(nullptr);
     g->role_sent = true;
@@ -416,9 +440,11 @@ Reply OpenAiApi::completions(const Request& req, bool chat) {
       choice["logprobs"] = g->logprobs ? json{{"content", g->lp_content}} : json(nullptr);
     } else {
       choice["text"] = g->text;
-      choice["logprobs"] = g->logprobs ? json{{"tokens", g->lp_tokens}, {"token_logprobs", g->lp_token_logprobs},
-                                               {"top_logprobs", g->lp_top}, {"text_offset", g->lp_offsets}}
-                                        : json(nullptr);
+      choice["logprobs"] = g->logprobs ? json{{"tokens", g->lp_tokens},
+                                              {"token_logprobs", g->lp_token_logprobs},
+                                              {"top_logprobs", g->lp_top},
+                                              {"text_offset", g->lp_offsets}}
+                                       : json(nullptr);
     }
     choice["finish_reason"] = g->finish_reason;
     json j = {{"id", g->id},

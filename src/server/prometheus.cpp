@@ -6,11 +6,11 @@ namespace deltaserve::server {
 
 namespace {
 
-void metric(std::string& out, const char* name, const char* type, const char* help, const std::string& labels,
-            double value) {
+void metric(std::string& out, const char* name, const char* type, const char* help,
+            const std::string& labels, double value) {
   char buf[512];
-  std::snprintf(buf, sizeof buf, "# HELP %s %s\n# TYPE %s %s\n%s{%s} %.17g\n", name, help, name, type, name,
-                labels.c_str(), value);
+  std::snprintf(buf, sizeof buf, "# HELP %s %s\n# TYPE %s %s\n%s{%s} %.17g\n", name, help, name,
+                type, name, labels.c_str(), value);
   out += buf;
 }
 
@@ -22,40 +22,53 @@ void histogram(std::string& out, const char* name, const char* help, const std::
   uint64_t cum = 0;
   for (size_t i = 0; i < engine::Histogram::kBounds.size(); ++i) {
     cum += h.counts[i];
-    std::snprintf(buf, sizeof buf, "%s_bucket{%s,le=\"%g\"} %llu\n", name, labels.c_str(), engine::Histogram::kBounds[i],
-                  static_cast<unsigned long long>(cum));
+    std::snprintf(buf, sizeof buf, "%s_bucket{%s,le=\"%g\"} %llu\n", name, labels.c_str(),
+                  engine::Histogram::kBounds[i], static_cast<unsigned long long>(cum));
     out += buf;
   }
-  std::snprintf(buf, sizeof buf, "%s_bucket{%s,le=\"+Inf\"} %llu\n%s_sum{%s} %.17g\n%s_count{%s} %llu\n", name,
-                labels.c_str(), static_cast<unsigned long long>(h.count), name, labels.c_str(), h.sum, name,
-                labels.c_str(), static_cast<unsigned long long>(h.count));
+  std::snprintf(buf, sizeof buf,
+                "%s_bucket{%s,le=\"+Inf\"} %llu\n%s_sum{%s} %.17g\n%s_count{%s} %llu\n", name,
+                labels.c_str(), static_cast<unsigned long long>(h.count), name, labels.c_str(),
+                h.sum, name, labels.c_str(), static_cast<unsigned long long>(h.count));
   out += buf;
 }
 
 }  // namespace
 
-std::string prometheus_text(const engine::MetricsSnapshot& m, const std::string& model_name, int64_t http_requests) {
+std::string prometheus_text(const engine::MetricsSnapshot& m, const std::string& model_name,
+                            int64_t http_requests) {
   const std::string l = "model_name=\"" + model_name + "\"";
   std::string out;
-  metric(out, "deltaserve_num_requests_running", "gauge", "Requests in the running batch.", l, static_cast<double>(m.running));
-  metric(out, "deltaserve_num_requests_waiting", "gauge", "Requests waiting to be scheduled.", l, static_cast<double>(m.waiting));
+  metric(out, "deltaserve_num_requests_running", "gauge", "Requests in the running batch.", l,
+         static_cast<double>(m.running));
+  metric(out, "deltaserve_num_requests_waiting", "gauge", "Requests waiting to be scheduled.", l,
+         static_cast<double>(m.waiting));
   metric(out, "deltaserve_kv_cache_usage_perc", "gauge", "Fraction of KV cache pages in use.", l,
-         m.kv_pages_total ? static_cast<double>(m.kv_pages_used) / static_cast<double>(m.kv_pages_total) : 0.0);
-  metric(out, "deltaserve_kv_cache_pages_used", "gauge", "KV cache pages in use.", l, static_cast<double>(m.kv_pages_used));
-  metric(out, "deltaserve_kv_cache_pages_total", "gauge", "KV cache pages in all.", l, static_cast<double>(m.kv_pages_total));
-  metric(out, "deltaserve_prompt_tokens_total", "counter", "Prompt tokens received.", l, static_cast<double>(m.prompt_tokens));
-  metric(out, "deltaserve_generation_tokens_total", "counter", "Tokens generated.", l, static_cast<double>(m.generation_tokens));
-  metric(out, "deltaserve_request_success_total", "counter", "Requests finished (stop or length).", l,
-         static_cast<double>(m.requests_finished));
-  metric(out, "deltaserve_request_aborted_total", "counter", "Requests aborted (client gone, cancelled).", l,
-         static_cast<double>(m.requests_aborted));
-  metric(out, "deltaserve_num_preemptions_total", "counter", "Requests preempted for lack of KV pages.", l,
-         static_cast<double>(m.preemptions));
-  metric(out, "deltaserve_engine_steps_total", "counter", "Engine steps (batched forwards).", l, static_cast<double>(m.steps));
-  metric(out, "deltaserve_http_requests_total", "counter", "HTTP requests received.", l, static_cast<double>(http_requests));
+         m.kv_pages_total
+             ? static_cast<double>(m.kv_pages_used) / static_cast<double>(m.kv_pages_total)
+             : 0.0);
+  metric(out, "deltaserve_kv_cache_pages_used", "gauge", "KV cache pages in use.", l,
+         static_cast<double>(m.kv_pages_used));
+  metric(out, "deltaserve_kv_cache_pages_total", "gauge", "KV cache pages in all.", l,
+         static_cast<double>(m.kv_pages_total));
+  metric(out, "deltaserve_prompt_tokens_total", "counter", "Prompt tokens received.", l,
+         static_cast<double>(m.prompt_tokens));
+  metric(out, "deltaserve_generation_tokens_total", "counter", "Tokens generated.", l,
+         static_cast<double>(m.generation_tokens));
+  metric(out, "deltaserve_request_success_total", "counter", "Requests finished (stop or length).",
+         l, static_cast<double>(m.requests_finished));
+  metric(out, "deltaserve_request_aborted_total", "counter",
+         "Requests aborted (client gone, cancelled).", l, static_cast<double>(m.requests_aborted));
+  metric(out, "deltaserve_num_preemptions_total", "counter",
+         "Requests preempted for lack of KV pages.", l, static_cast<double>(m.preemptions));
+  metric(out, "deltaserve_engine_steps_total", "counter", "Engine steps (batched forwards).", l,
+         static_cast<double>(m.steps));
+  metric(out, "deltaserve_http_requests_total", "counter", "HTTP requests received.", l,
+         static_cast<double>(http_requests));
   histogram(out, "deltaserve_time_to_first_token_seconds", "Time to first token.", l, m.ttft);
   histogram(out, "deltaserve_inter_token_latency_seconds", "Time between output tokens.", l, m.itl);
-  histogram(out, "deltaserve_e2e_request_latency_seconds", "Request latency, arrival to finish.", l, m.e2e);
+  histogram(out, "deltaserve_e2e_request_latency_seconds", "Request latency, arrival to finish.", l,
+            m.e2e);
   return out;
 }
 

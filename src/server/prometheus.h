@@ -7,6 +7,7 @@
 
 namespace deltaserve::server {
 
-std::string prometheus_text(const engine::MetricsSnapshot& m, const std::string& model_name, int64_t http_requests);
+std::string prometheus_text(const engine::MetricsSnapshot& m, const std::string& model_name,
+                            int64_t http_requests);
 
 }  // namespace deltaserve::server

@@ -1,0 +1,172 @@
+// `deltaserve bench serve`: a load client in the spirit of `vllm bench serve`. Random token-id
+// prompts of a given length go to /v1/completions with streaming, at a fixed concurrency or a
+// Poisson request rate; TTFT, TPOT and ITL are measured from the SSE events. One JSON line.
+#include <utility>
+// clang-format off
+#include <boost/asio.hpp>
+#include <boost/beast/http.hpp>
+// clang-format on
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "app/args.h"
+#include "app/bench_stats.h"
+#include "app/commands.h"
+#include "core/error.h"
+
+namespace deltaserve::app {
+
+namespace {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using clock = std::chrono::steady_clock;
+
+struct Outcome {
+  bool ok = false;
+  double ttft = 0, e2e = 0;
+  std::vector<double> itl;
+  int64_t output_tokens = 0;
+  std::string error;
+};
+
+// One streamed completion over a fresh connection (the server closes SSE replies).
+Outcome run_one(const std::string& host, const std::string& port, const std::string& body, const std::string& key) {
+  Outcome o;
+  const auto start = clock::now();
+  try {
+    asio::io_context io;
+    tcp::resolver res(io);
+    tcp::socket sock(io);
+    asio::connect(sock, res.resolve(host, port));
+    std::string req = "POST /v1/completions HTTP/1.1\r\nHost: " + host + "\r\nContent-Type: application/json\r\n";
+    if (!key.empty()) req += "Authorization: Bearer " + key + "\r\n";
+    req += "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+    asio::write(sock, asio::buffer(req));
+    std::string buf;
+    char chunk[8192];
+    bool header_done = false, first = true;
+    auto last = start;
+    boost::system::error_code ec;
+    for (;;) {
+      const size_t n = sock.read_some(asio::buffer(chunk), ec);
+      if (n == 0 && ec) break;
+      const auto now = clock::now();
+      buf.append(chunk, n);
+      if (!header_done) {
+        const size_t h = buf.find("\r\n\r\n");
+        if (h == std::string::npos) continue;
+        if (buf.compare(0, 12, "HTTP/1.1 200") != 0) {
+          o.error = buf.substr(0, buf.find("\r\n"));
+          return o;
+        }
+        header_done = true;
+        buf.erase(0, h + 4);
+      }
+      for (size_t e; (e = buf.find("\n\n")) != std::string::npos;) {
+        const std::string ev = buf.substr(0, e);
+        buf.erase(0, e + 2);
+        if (ev.rfind("data: ", 0) != 0) continue;
+        if (ev == "data: [DONE]") {
+          o.ok = true;
+          continue;
+        }
+        const auto j = nlohmann::json::parse(ev.substr(6), nullptr, false);
+        if (j.is_discarded()) continue;
+        if (j.contains("usage") && j["usage"].is_object()) o.output_tokens = j["usage"].value("completion_tokens", 0);
+        if (!j.contains("choices") || j["choices"].empty()) continue;
+        if (first) {
+          o.ttft = std::chrono::duration<double>(now - start).count();
+          first = false;
+        } else {
+          o.itl.push_back(std::chrono::duration<double>(now - last).count());
+        }
+        last = now;
+      }
+    }
+  } catch (const std::exception& e) {
+    o.error = e.what();
+  }
+  o.e2e = std::chrono::duration<double>(clock::now() - start).count();
+  return o;
+}
+
+}  // namespace
+
+int cmd_bench_serve(const std::vector<std::string>& argv) {
+  Args a(argv, "bench serve",
+         {"host", "port", "model", "api-key", "num-prompts", "input-len", "output-len", "max-concurrency",
+          "request-rate", "seed", "vocab"});
+  const std::string host = a.get("host", "127.0.0.1"), port = a.get("port", "8000");
+  const int n = static_cast<int>(a.get_int("num-prompts", 64, 1, 1000000));
+  const int in_len = static_cast<int>(a.get_int("input-len", 128, 1, 1 << 20));
+  const int out_len = static_cast<int>(a.get_int("output-len", 32, 1, 1 << 20));
+  const int concurrency = static_cast<int>(a.get_int("max-concurrency", 16, 1, 100000));
+  const double rate = std::stod(a.get("request-rate", "inf"));
+  const int vocab = static_cast<int>(a.get_int("vocab", 100000, 2, 1 << 30));  // ids drawn from [0, vocab)
+  std::mt19937 g(static_cast<uint32_t>(a.get_int("seed", 0, 0, 1LL << 32)));
+  std::vector<std::string> bodies;
+  for (int i = 0; i < n; ++i) {
+    nlohmann::json j = {{"prompt", nlohmann::json::array()}, {"max_tokens", out_len}, {"temperature", 0},
+                        {"ignore_eos", true}, {"stream", true}, {"stream_options", {{"include_usage", true}}}};
+    if (a.has("model")) j["model"] = a.get("model", "");
+    for (int t = 0; t < in_len; ++t) j["prompt"].push_back(static_cast<int>(g() % static_cast<uint32_t>(vocab)));
+    bodies.push_back(j.dump());
+  }
+  std::vector<Outcome> outcomes(static_cast<size_t>(n));
+  std::atomic<int> next{0};
+  std::vector<double> arrival(static_cast<size_t>(n), 0.0);  // seconds after start (Poisson when a rate is set)
+  if (std::isfinite(rate)) {
+    std::exponential_distribution<double> gap(rate);
+    for (int i = 1; i < n; ++i) arrival[static_cast<size_t>(i)] = arrival[static_cast<size_t>(i - 1)] + gap(g);
+  }
+  const auto t0 = clock::now();
+  std::vector<std::thread> workers;
+  for (int w = 0; w < std::min(concurrency, n); ++w) {
+    workers.emplace_back([&] {
+      for (int i; (i = next++) < n;) {
+        std::this_thread::sleep_until(t0 + std::chrono::duration_cast<clock::duration>(
+                                               std::chrono::duration<double>(arrival[static_cast<size_t>(i)])));
+        outcomes[static_cast<size_t>(i)] = run_one(host, port, bodies[static_cast<size_t>(i)], a.get("api-key", ""));
+      }
+    });
+  }
+  for (auto& t : workers) t.join();
+  const double dur = std::chrono::duration<double>(clock::now() - t0).count();
+
+  std::vector<double> ttft, tpot, itl, e2e;
+  int64_t out_tokens = 0;
+  int ok = 0;
+  std::string first_error;
+  for (const Outcome& o : outcomes) {
+    if (!o.ok) {
+      if (first_error.empty()) first_error = o.error;
+      continue;
+    }
+    ++ok;
+    ttft.push_back(o.ttft);
+    e2e.push_back(o.e2e);
+    itl.insert(itl.end(), o.itl.begin(), o.itl.end());
+    out_tokens += o.output_tokens;
+    if (o.output_tokens > 1) tpot.push_back((o.e2e - o.ttft) / static_cast<double>(o.output_tokens - 1));
+  }
+  std::printf(
+      "{\"bench\": \"serve\", \"num_prompts\": %d, \"completed\": %d, \"input_len\": %d, \"output_len\": %d, "
+      "\"max_concurrency\": %d, \"request_rate\": %s, \"duration_s\": %.3f, \"requests_per_s\": %.3f, "
+      "\"input_tok_per_s\": %.1f, \"output_tok_per_s\": %.1f, \"total_tok_per_s\": %.1f, %s, %s, %s, %s%s}\n",
+      n, ok, in_len, out_len, concurrency, std::isfinite(rate) ? std::to_string(rate).c_str() : "\"inf\"", dur,
+      ok / dur, static_cast<double>(ok) * in_len / dur, static_cast<double>(out_tokens) / dur,
+      (static_cast<double>(ok) * in_len + static_cast<double>(out_tokens)) / dur, stats_json("ttft_ms", ttft).c_str(),
+      stats_json("tpot_ms", tpot).c_str(), stats_json("itl_ms", itl).c_str(), stats_json("e2e_ms", e2e).c_str(),
+      first_error.empty() ? "" : (", \"first_error\": " + nlohmann::json(first_error).dump()).c_str());
+  return ok == n ? 0 : 1;
+}
+
+}  // namespace deltaserve::app
