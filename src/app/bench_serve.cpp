@@ -8,8 +8,8 @@
 // clang-format on
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -38,7 +38,8 @@ struct Outcome {
 };
 
 // One streamed completion over a fresh connection (the server closes SSE replies).
-Outcome run_one(const std::string& host, const std::string& port, const std::string& body, const std::string& key) {
+Outcome run_one(const std::string& host, const std::string& port, const std::string& body,
+                const std::string& key) {
   Outcome o;
   const auto start = clock::now();
   try {
@@ -46,9 +47,11 @@ Outcome run_one(const std::string& host, const std::string& port, const std::str
     tcp::resolver res(io);
     tcp::socket sock(io);
     asio::connect(sock, res.resolve(host, port));
-    std::string req = "POST /v1/completions HTTP/1.1\r\nHost: " + host + "\r\nContent-Type: application/json\r\n";
+    std::string req =
+        "POST /v1/completions HTTP/1.1\r\nHost: " + host + "\r\nContent-Type: application/json\r\n";
     if (!key.empty()) req += "Authorization: Bearer " + key + "\r\n";
-    req += "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+    req +=
+        "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
     asio::write(sock, asio::buffer(req));
     std::string buf;
     char chunk[8192];
@@ -80,7 +83,8 @@ Outcome run_one(const std::string& host, const std::string& port, const std::str
         }
         const auto j = nlohmann::json::parse(ev.substr(6), nullptr, false);
         if (j.is_discarded()) continue;
-        if (j.contains("usage") && j["usage"].is_object()) o.output_tokens = j["usage"].value("completion_tokens", 0);
+        if (j.contains("usage") && j["usage"].is_object())
+          o.output_tokens = j["usage"].value("completion_tokens", 0);
         if (!j.contains("choices") || j["choices"].empty()) continue;
         if (first) {
           o.ttft = std::chrono::duration<double>(now - start).count();
@@ -102,39 +106,49 @@ Outcome run_one(const std::string& host, const std::string& port, const std::str
 
 int cmd_bench_serve(const std::vector<std::string>& argv) {
   Args a(argv, "bench serve",
-         {"host", "port", "model", "api-key", "num-prompts", "input-len", "output-len", "max-concurrency",
-          "request-rate", "seed", "vocab"});
+         {"host", "port", "model", "api-key", "num-prompts", "input-len", "output-len",
+          "max-concurrency", "request-rate", "seed", "vocab"});
   const std::string host = a.get("host", "127.0.0.1"), port = a.get("port", "8000");
   const int n = static_cast<int>(a.get_int("num-prompts", 64, 1, 1000000));
   const int in_len = static_cast<int>(a.get_int("input-len", 128, 1, 1 << 20));
   const int out_len = static_cast<int>(a.get_int("output-len", 32, 1, 1 << 20));
   const int concurrency = static_cast<int>(a.get_int("max-concurrency", 16, 1, 100000));
   const double rate = std::stod(a.get("request-rate", "inf"));
-  const int vocab = static_cast<int>(a.get_int("vocab", 100000, 2, 1 << 30));  // ids drawn from [0, vocab)
+  const int vocab =
+      static_cast<int>(a.get_int("vocab", 100000, 2, 1 << 30));  // ids drawn from [0, vocab)
   std::mt19937 g(static_cast<uint32_t>(a.get_int("seed", 0, 0, 1LL << 32)));
   std::vector<std::string> bodies;
   for (int i = 0; i < n; ++i) {
-    nlohmann::json j = {{"prompt", nlohmann::json::array()}, {"max_tokens", out_len}, {"temperature", 0},
-                        {"ignore_eos", true}, {"stream", true}, {"stream_options", {{"include_usage", true}}}};
+    nlohmann::json j = {{"prompt", nlohmann::json::array()},
+                        {"max_tokens", out_len},
+                        {"temperature", 0},
+                        {"ignore_eos", true},
+                        {"stream", true},
+                        {"stream_options", {{"include_usage", true}}}};
     if (a.has("model")) j["model"] = a.get("model", "");
-    for (int t = 0; t < in_len; ++t) j["prompt"].push_back(static_cast<int>(g() % static_cast<uint32_t>(vocab)));
+    for (int t = 0; t < in_len; ++t)
+      j["prompt"].push_back(static_cast<int>(g() % static_cast<uint32_t>(vocab)));
     bodies.push_back(j.dump());
   }
   std::vector<Outcome> outcomes(static_cast<size_t>(n));
   std::atomic<int> next{0};
-  std::vector<double> arrival(static_cast<size_t>(n), 0.0);  // seconds after start (Poisson when a rate is set)
+  std::vector<double> arrival(static_cast<size_t>(n),
+                              0.0);  // seconds after start (Poisson when a rate is set)
   if (std::isfinite(rate)) {
     std::exponential_distribution<double> gap(rate);
-    for (int i = 1; i < n; ++i) arrival[static_cast<size_t>(i)] = arrival[static_cast<size_t>(i - 1)] + gap(g);
+    for (int i = 1; i < n; ++i)
+      arrival[static_cast<size_t>(i)] = arrival[static_cast<size_t>(i - 1)] + gap(g);
   }
   const auto t0 = clock::now();
   std::vector<std::thread> workers;
   for (int w = 0; w < std::min(concurrency, n); ++w) {
     workers.emplace_back([&] {
       for (int i; (i = next++) < n;) {
-        std::this_thread::sleep_until(t0 + std::chrono::duration_cast<clock::duration>(
-                                               std::chrono::duration<double>(arrival[static_cast<size_t>(i)])));
-        outcomes[static_cast<size_t>(i)] = run_one(host, port, bodies[static_cast<size_t>(i)], a.get("api-key", ""));
+        std::this_thread::sleep_until(
+            t0 + std::chrono::duration_cast<clock::duration>(
+                     std::chrono::duration<double>(arrival[static_cast<size_t>(i)])));
+        outcomes[static_cast<size_t>(i)] =
+            run_one(host, port, bodies[static_cast<size_t>(i)], a.get("api-key", ""));
       }
     });
   }
@@ -155,17 +169,24 @@ int cmd_bench_serve(const std::vector<std::string>& argv) {
     e2e.push_back(o.e2e);
     itl.insert(itl.end(), o.itl.begin(), o.itl.end());
     out_tokens += o.output_tokens;
-    if (o.output_tokens > 1) tpot.push_back((o.e2e - o.ttft) / static_cast<double>(o.output_tokens - 1));
+    if (o.output_tokens > 1)
+      tpot.push_back((o.e2e - o.ttft) / static_cast<double>(o.output_tokens - 1));
   }
   std::printf(
-      "{\"bench\": \"serve\", \"num_prompts\": %d, \"completed\": %d, \"input_len\": %d, \"output_len\": %d, "
-      "\"max_concurrency\": %d, \"request_rate\": %s, \"duration_s\": %.3f, \"requests_per_s\": %.3f, "
-      "\"input_tok_per_s\": %.1f, \"output_tok_per_s\": %.1f, \"total_tok_per_s\": %.1f, %s, %s, %s, %s%s}\n",
-      n, ok, in_len, out_len, concurrency, std::isfinite(rate) ? std::to_string(rate).c_str() : "\"inf\"", dur,
-      ok / dur, static_cast<double>(ok) * in_len / dur, static_cast<double>(out_tokens) / dur,
-      (static_cast<double>(ok) * in_len + static_cast<double>(out_tokens)) / dur, stats_json("ttft_ms", ttft).c_str(),
-      stats_json("tpot_ms", tpot).c_str(), stats_json("itl_ms", itl).c_str(), stats_json("e2e_ms", e2e).c_str(),
-      first_error.empty() ? "" : (", \"first_error\": " + nlohmann::json(first_error).dump()).c_str());
+      "{\"bench\": \"serve\", \"num_prompts\": %d, \"completed\": %d, \"input_len\": %d, "
+      "\"output_len\": %d, "
+      "\"max_concurrency\": %d, \"request_rate\": %s, \"duration_s\": %.3f, \"requests_per_s\": "
+      "%.3f, "
+      "\"input_tok_per_s\": %.1f, \"output_tok_per_s\": %.1f, \"total_tok_per_s\": %.1f, %s, %s, "
+      "%s, %s%s}\n",
+      n, ok, in_len, out_len, concurrency,
+      std::isfinite(rate) ? std::to_string(rate).c_str() : "\"inf\"", dur, ok / dur,
+      static_cast<double>(ok) * in_len / dur, static_cast<double>(out_tokens) / dur,
+      (static_cast<double>(ok) * in_len + static_cast<double>(out_tokens)) / dur,
+      stats_json("ttft_ms", ttft).c_str(), stats_json("tpot_ms", tpot).c_str(),
+      stats_json("itl_ms", itl).c_str(), stats_json("e2e_ms", e2e).c_str(),
+      first_error.empty() ? ""
+                          : (", \"first_error\": " + nlohmann::json(first_error).dump()).c_str());
   return ok == n ? 0 : 1;
 }
 

@@ -17,13 +17,16 @@ inline std::string stats_json(const char* name, std::vector<double> seconds) {
     for (double x : seconds) sum += x;
     mean = 1e3 * sum / static_cast<double>(seconds.size());
     auto pct = [&seconds](double q) {
-      return 1e3 * seconds[std::min(seconds.size() - 1, static_cast<size_t>(q * static_cast<double>(seconds.size() - 1) + 0.5))];
+      return 1e3 * seconds[std::min(
+                       seconds.size() - 1,
+                       static_cast<size_t>(q * static_cast<double>(seconds.size() - 1) + 0.5))];
     };
     p50 = pct(0.5);
     p99 = pct(0.99);
   }
   char buf[160];
-  std::snprintf(buf, sizeof buf, "\"%s\": {\"mean\": %.3f, \"p50\": %.3f, \"p99\": %.3f}", name, mean, p50, p99);
+  std::snprintf(buf, sizeof buf, "\"%s\": {\"mean\": %.3f, \"p50\": %.3f, \"p99\": %.3f}", name,
+                mean, p50, p99);
   return buf;
 }
 

@@ -12,8 +12,9 @@ struct Qwen35Model::Scratch {
   Buffer mlp_gate, mlp_up, mlp_act;     // MLP
 };
 
-Qwen35Model::Qwen35Model(const ModelConfig& cfg, Backend& be, ModelWeights weights)
-    : cfg_(cfg), be_(be), w_(std::move(weights)) {
+Qwen35Model::Qwen35Model(const ModelConfig& cfg, Backend& be, ModelWeights weights,
+                         dist::Communicator* comm)
+    : cfg_(cfg), be_(be), w_(std::move(weights)), comm_(comm) {
   attn_dims_ = {static_cast<int32_t>(cfg.num_heads),
                 static_cast<int32_t>(cfg.num_kv_heads),
                 static_cast<int32_t>(cfg.head_dim),
@@ -56,6 +57,7 @@ void Qwen35Model::full_attention(int64_t i, const Tensor& h, Scratch& s, const T
   be_.paged_attention(s.q.tensor(), s.gate.tensor(), c.k.tensor(), c.v.tensor(), attn_dims_,
                       s.attn.tensor());
   be_.linear(s.attn.tensor(), w.o_proj, out);
+  if (comm_) comm_->all_reduce_sum(out);
 }
 
 void Qwen35Model::gated_deltanet(int64_t i, const Tensor& h, Scratch& s, const Tensor& out) {
@@ -71,6 +73,7 @@ void Qwen35Model::gated_deltanet(int64_t i, const Tensor& h, Scratch& s, const T
   be_.gated_rms_norm(s.o.tensor(), s.z.tensor(), w.norm, static_cast<float>(cfg_.rms_norm_eps));
   const int64_t T = h.dim(0);
   be_.linear(s.o.tensor().view({T, cfg_.value_dim()}), w.out_proj, out);
+  if (comm_) comm_->all_reduce_sum(out);
 }
 
 std::vector<float> Qwen35Model::forward(const ForwardBatch& batch) {
@@ -126,6 +129,7 @@ std::vector<float> Qwen35Model::forward(const ForwardBatch& batch) {
     be_.linear(h.tensor(), l.up_proj, s.mlp_up.tensor());
     be_.silu_mul(s.mlp_gate.tensor(), s.mlp_up.tensor(), s.mlp_act.tensor());
     be_.linear(s.mlp_act.tensor(), l.down_proj, s.mix.tensor());
+    if (comm_) comm_->all_reduce_sum(s.mix.tensor());
     const Tensor& next_norm =
         i + 1 < cfg_.num_layers ? w_.layers[static_cast<size_t>(i + 1)].input_norm : w_.final_norm;
     be_.add_rms_norm(x.tensor(), s.mix.tensor(), next_norm, eps, h.tensor());

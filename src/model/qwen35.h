@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "dist/communicator.h"
 #include "model/config.h"
 #include "model/weights.h"
 
@@ -20,7 +21,11 @@ struct ForwardBatch {
 
 class Qwen35Model {
  public:
-  Qwen35Model(const ModelConfig& cfg, backend::Backend& be, ModelWeights weights);
+  // `cfg` is the config the weights have (rank-local under tensor parallelism); `comm` (null for
+  // one rank) all-reduces the outputs of the row-parallel projections o_proj, GDN out_proj and
+  // down_proj — the only collectives of a layer.
+  Qwen35Model(const ModelConfig& cfg, backend::Backend& be, ModelWeights weights,
+              dist::Communicator* comm = nullptr);
 
   // Allocates the paged KV cache of the full-attention layers and the GDN state slots.
   void allocate_cache(int32_t num_pages, int32_t page_size, int32_t num_slots);
@@ -49,6 +54,7 @@ class Qwen35Model {
   ModelConfig cfg_;
   backend::Backend& be_;
   ModelWeights w_;
+  dist::Communicator* comm_;
   backend::AttnDims attn_dims_{};
   backend::GdnDims gdn_dims_{};
   std::vector<LayerCache> cache_;

@@ -89,26 +89,57 @@ std::string full_name(const std::string& prefix, const std::string& name) {
 }  // namespace
 
 ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& cfg, backend::Backend& be,
-                          const std::function<void(size_t, size_t)>& progress) {
-  ModelWeights w;
+                          const std::function<void(size_t, size_t)>& progress,
+                          const TpShard& shard) {
+  ModelWeights w, global;
   const std::string prefix = text_prefix(ckpt);
-  std::vector<WeightSpec> specs = weight_specs(cfg, w);
+  if (shard.size > 1) validate_tp(cfg, shard.size);
+  const std::vector<WeightSpec> gspecs = weight_specs(cfg, global);
+  std::vector<WeightSpec> specs =
+      weight_specs(shard.size > 1 ? rank_local_config(cfg, shard.size) : cfg, w);
+  DS_CHECK(gspecs.size() == specs.size(), "local and global weight tables differ");
   std::set<std::string> used;
+  std::vector<float> staging;
   size_t total = 0, done = 0;
   for (const WeightSpec& s : specs)
     if (const TensorInfo* t = ckpt.find(full_name(prefix, s.name))) total += t->nbytes;
-  for (const WeightSpec& s : specs) {
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const WeightSpec& s = specs[i];
     const std::string name = full_name(prefix, s.name);
     const TensorInfo& t = ckpt.get(name);
-    if (t.shape != s.shape)
+    if (t.shape != gspecs[i].shape)
       throw Error(t.file + ": tensor '" + name + "' has shape " + t.shape_str() + ", expected " +
-                  TensorInfo{"", DType::kF32, s.shape, nullptr, 0, ""}.shape_str() +
+                  TensorInfo{"", DType::kF32, gspecs[i].shape, nullptr, 0, ""}.shape_str() +
                   " from config.json");
     if (t.dtype != DType::kF32 && t.dtype != DType::kBF16 && t.dtype != DType::kF16)
       throw Error(t.file + ": tensor '" + name + "' has dtype " + std::string(dtype_name(t.dtype)) +
                   "; weights must be BF16, F16 or F32");
     *s.dst = alloc_into(w, be, s.stored);
-    be.upload(t.dtype, t.data, static_cast<size_t>(t.numel()), *s.dst);
+    const ShardRule rule = shard_rule(s.name, cfg, shard);
+    if (rule.kind == ShardRule::Kind::kReplicated) {
+      be.upload(t.dtype, t.data, static_cast<size_t>(t.numel()), *s.dst);
+    } else {
+      // Copy only this rank's rows / columns out of the mapped file.
+      const size_t esize = dtype_size(t.dtype);
+      staging.resize(static_cast<size_t>(s.dst->numel()));
+      float* out = staging.data();
+      if (rule.kind == ShardRule::Kind::kRows) {
+        const int64_t row = t.numel() / t.shape[0];
+        for (const auto& [b, e] : rule.ranges) {
+          convert_to_f32(t.dtype, t.data + static_cast<size_t>(b * row) * esize, out,
+                         static_cast<size_t>((e - b) * row));
+          out += (e - b) * row;
+        }
+      } else {
+        const auto [c0, c1] = rule.ranges.at(0);
+        for (int64_t r = 0; r < t.shape[0]; ++r, out += c1 - c0)
+          convert_to_f32(t.dtype, t.data + static_cast<size_t>(r * t.shape[1] + c0) * esize, out,
+                         static_cast<size_t>(c1 - c0));
+      }
+      DS_CHECK(out == staging.data() + staging.size(),
+               "shard of " + name + " does not fill its rank-local shape");
+      be.upload(DType::kF32, staging.data(), staging.size(), *s.dst);
+    }
     used.insert(name);
     done += t.nbytes;
     if (progress) progress(done, total);

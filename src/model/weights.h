@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "model/config.h"
 #include "model/safetensors.h"
+#include "model/tp_shard.h"
 
 namespace deltaserve::model {
 
@@ -67,9 +68,12 @@ std::vector<WeightSpec> weight_specs(const ModelConfig& cfg, ModelWeights& w);
 
 // Loads every text tensor from `ckpt` onto `be`, checking names and shapes; tensors under
 // model.visual.* and mtp.* are skipped. Throws deltaserve::Error naming the file and tensor.
-// `progress` (optional) is called after each tensor with (bytes loaded, bytes in all).
+// `progress` (optional) is called after each tensor with (bytes loaded, bytes in all). With a
+// tensor-parallel `shard`, only the rank's rows / columns are read from the mmapped files (see
+// shard_rule) and the weights have the rank-local shapes of rank_local_config(cfg).
 ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& cfg, backend::Backend& be,
-                          const std::function<void(size_t, size_t)>& progress = {});
+                          const std::function<void(size_t, size_t)>& progress = {},
+                          const TpShard& shard = {});
 
 // Random weights for `cfg` (deterministic in `seed`), for benchmarks and the embedded default.
 ModelWeights dummy_weights(const ModelConfig& cfg, backend::Backend& be, uint64_t seed);

@@ -1,0 +1,317 @@
+// Tensor parallelism on CPU ranks (threads of this process): the in-process communicator, shard
+// loading (every global tensor reconstructs from the rank shards), TP=N logits equal TP=1 for
+// prefill, chunked prefill, decode and mixed steps, refusal of indivisible degrees, and fail-stop.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <thread>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "dist/communicator.h"
+#include "model/qwen35.h"
+#include "model/tp_shard.h"
+#include "test_util.h"
+
+namespace deltaserve {
+namespace {
+
+using deltaserve::testing::TempDir;
+using deltaserve::testing::test_data;
+using model::ForwardBatch;
+
+TEST(LocalGroup, Collectives) {
+  const int N = 4;
+  dist::LocalGroup g(N);
+  std::vector<std::thread> ts;
+  std::vector<std::vector<float>> reduced(N), scattered(N), gathered(N), bcast(N);
+  for (int r = 0; r < N; ++r)
+    ts.emplace_back([&, r] {
+      auto c = g.communicator(r);
+      for (int rep = 0; rep < 3; ++rep) {  // collectives back to back reuse the slots safely
+        std::vector<float> x(10);
+        for (int i = 0; i < 10; ++i) x[i] = static_cast<float>(r * 100 + i + rep);
+        c->all_reduce_sum(Tensor(x.data(), DType::kF32, {10}));
+        reduced[r] = x;
+      }
+      std::vector<float> in(8, static_cast<float>(r + 1)), out(2);
+      c->reduce_scatter_sum(Tensor(in.data(), DType::kF32, {8}), Tensor(out.data(), DType::kF32, {2}));
+      scattered[r] = out;
+      std::vector<float> mine{static_cast<float>(r), static_cast<float>(-r)}, all(8);
+      c->all_gather(Tensor(mine.data(), DType::kF32, {2}), Tensor(all.data(), DType::kF32, {8}));
+      gathered[r] = all;
+      std::vector<float> b(3, static_cast<float>(r));
+      c->broadcast(Tensor(b.data(), DType::kF32, {3}), 2);
+      bcast[r] = b;
+      c->barrier();
+    });
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < N; ++r) {
+    for (int i = 0; i < 10; ++i) EXPECT_EQ(reduced[r][i], 600.0f + 4 * (i + 2));
+    EXPECT_EQ(scattered[r], (std::vector<float>{10, 10}));
+    EXPECT_EQ(gathered[r], (std::vector<float>{0, 0, 1, -1, 2, -2, 3, -3}));
+    EXPECT_EQ(bcast[r], (std::vector<float>{2, 2, 2}));
+  }
+}
+
+TEST(LocalGroup, MissingRankTimesOutAndPoisonStopsEveryone) {
+  dist::LocalGroup g(3, std::chrono::milliseconds(200));
+  std::vector<std::thread> ts;
+  std::atomic<int> errors{0};
+  for (int r = 0; r < 2; ++r)  // rank 2 never arrives
+    ts.emplace_back([&, r] {
+      auto c = g.communicator(r);
+      std::vector<float> x(4, 1.0f);
+      try {
+        c->all_reduce_sum(Tensor(x.data(), DType::kF32, {4}));
+      } catch (const Error&) {
+        ++errors;
+      }
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(errors.load(), 2);
+  EXPECT_TRUE(g.poisoned());
+  auto c = g.communicator(2);
+  EXPECT_THROW(c->barrier(), Error);  // later collectives fail promptly
+}
+
+// A dummy checkpoint whose head counts allow TP4 (KV heads replicated 2x at TP4), untied.
+std::filesystem::path make_tp4_checkpoint(const TempDir& d) {
+  const std::string cfg = R"({"model_type": "qwen3_5", "tie_word_embeddings": false, "text_config": {
+    "model_type": "qwen3_5_text", "vocab_size": 97, "hidden_size": 64, "intermediate_size": 96,
+    "num_hidden_layers": 4, "layer_types": ["linear_attention", "full_attention", "linear_attention", "full_attention"],
+    "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32, "linear_num_key_heads": 4,
+    "linear_num_value_heads": 8, "linear_key_head_dim": 16, "linear_value_head_dim": 24,
+    "linear_conv_kernel_dim": 4, "max_position_embeddings": 1024,
+    "rope_parameters": {"rope_theta": 10000.0, "partial_rotary_factor": 0.5}}})";
+  std::ofstream(d.path() / "config.json") << cfg;
+  const model::ModelConfig c = model::parse_model_config(cfg, "cfg");
+  backend::CpuBackend be;
+  const model::ModelWeights w = model::dummy_weights(c, be, 11);
+  model::ModelWeights names;
+  const auto specs = model::weight_specs(c, names);
+  std::vector<model::TensorToWrite> tw;
+  for (size_t i = 0; i < specs.size(); ++i) {  // dummy_weights allocates storage in spec order
+    const std::string name = specs[i].name == "lm_head.weight" ? specs[i].name : "model.language_model." + specs[i].name;
+    tw.push_back({name, DType::kF32, specs[i].shape, w.storage[i].tensor().data});
+  }
+  model::write_safetensors(d.path() / "model.safetensors", tw);
+  return d.path();
+}
+
+// Runs `steps` on N CPU ranks; returns rank 0's logits of every step.
+std::vector<std::vector<float>> run_tp(const std::filesystem::path& dir, int N, const std::vector<ForwardBatch>& steps,
+                                       int64_t* gdn_weight_bytes = nullptr) {
+  const model::ModelConfig cfg = model::load_model_config(dir);
+  const model::Checkpoint ckpt(dir);
+  dist::LocalGroup g(N);
+  std::vector<std::vector<float>> out;
+  std::vector<std::thread> ts;
+  std::exception_ptr err;
+  std::mutex mu;
+  for (int r = 0; r < N; ++r)
+    ts.emplace_back([&, r] {
+      try {
+        backend::CpuBackend be;
+        auto comm = g.communicator(r);
+        model::ModelWeights w = model::load_weights(ckpt, cfg, be, {}, {N, r});
+        if (r == 0 && gdn_weight_bytes) {
+          *gdn_weight_bytes = 0;
+          for (const auto& l : w.layers)
+            if (l.type == model::LayerType::kLinearAttention)
+              for (const Tensor* t : {&l.gdn.in_proj_qkv, &l.gdn.in_proj_z, &l.gdn.in_proj_b, &l.gdn.in_proj_a,
+                                      &l.gdn.conv1d, &l.gdn.dt_bias, &l.gdn.A_log, &l.gdn.out_proj})
+                *gdn_weight_bytes += static_cast<int64_t>(t->nbytes());
+        }
+        model::Qwen35Model m(N > 1 ? model::rank_local_config(cfg, N) : cfg, be, std::move(w), N > 1 ? comm.get() : nullptr);
+        m.allocate_cache(64, 16, 4);
+        for (const ForwardBatch& b : steps) {
+          std::vector<float> l = m.forward(b);
+          if (r == 0) out.push_back(std::move(l));
+        }
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        err = std::current_exception();
+        g.poison("rank failed");
+      }
+    });
+  for (auto& t : ts) t.join();
+  if (err) std::rethrow_exception(err);
+  return out;
+}
+
+// Prefill chunks, decode rows and mixed steps over three sequences (all rows' logits).
+std::vector<ForwardBatch> scenario(int vocab) {
+  std::mt19937 gen(5);
+  auto ids = [&](int n) {
+    std::vector<int32_t> v(static_cast<size_t>(n));
+    for (auto& x : v) x = static_cast<int32_t>(gen() % static_cast<uint32_t>(vocab));
+    return v;
+  };
+  struct Part {
+    int seq, n, start;
+  };
+  const std::vector<std::vector<Part>> plan = {
+      {{0, 40, 0}, {1, 7, 0}},              // two prefills
+      {{0, 1, 40}, {1, 30, 7}, {2, 5, 0}},  // decode + chunked prefill + new prefill
+      {{0, 1, 41}, {1, 1, 37}, {2, 1, 5}},  // decode rows only
+  };
+  std::vector<ForwardBatch> steps;
+  for (const auto& parts : plan) {
+    ForwardBatch b;
+    for (const Part& p : parts) {
+      const int32_t begin = static_cast<int32_t>(b.token_ids.size());
+      const auto t = ids(p.n);
+      b.token_ids.insert(b.token_ids.end(), t.begin(), t.end());
+      backend::SeqDesc s{begin, p.n, p.start, p.seq, {}};
+      for (int q = 0; q * 16 < p.start + p.n; ++q) s.pages.push_back(p.seq * 16 + q);
+      b.seqs.push_back(s);
+      for (int i = 0; i < p.n; ++i) b.logits_rows.push_back(begin + i);
+    }
+    steps.push_back(b);
+  }
+  return steps;
+}
+
+void expect_same_logits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b,
+                        const std::string& label) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t s = 0; s < a.size(); ++s) {
+    ASSERT_EQ(a[s].size(), b[s].size());
+    const float scale = deltaserve::testing::max_abs(b[s]);
+    EXPECT_LE(deltaserve::testing::max_abs_diff(a[s].data(), b[s].data(), a[s].size()), 1e-5f * scale)
+        << label << " step " << s;
+  }
+}
+
+TEST(TensorParallel, Tp2EqualsTp1OnTinyCheckpoints) {
+  for (const char* name : {"tiny_real", "tiny_odd"}) {
+    const auto dir = test_data() / name;
+    const auto steps = scenario(static_cast<int>(model::load_model_config(dir).vocab_size));
+    int64_t b1 = 0, b2 = 0;
+    const auto tp1 = run_tp(dir, 1, steps, &b1);
+    const auto tp2 = run_tp(dir, 2, steps, &b2);
+    expect_same_logits(tp2, tp1, std::string(name) + " TP2");
+    EXPECT_EQ(b2 * 2, b1) << "GDN weights per rank must be 1/2 of TP1's";
+  }
+}
+
+TEST(TensorParallel, Tp4WithReplicatedKvHeadsEqualsTp1) {
+  TempDir d;
+  const auto dir = make_tp4_checkpoint(d);
+  const auto steps = scenario(97);
+  int64_t b1 = 0, b4 = 0;
+  const auto tp1 = run_tp(dir, 1, steps, &b1);
+  expect_same_logits(run_tp(dir, 2, steps), tp1, "TP2");
+  expect_same_logits(run_tp(dir, 4, steps, &b4), tp1, "TP4");
+  EXPECT_EQ(b4 * 4, b1);
+}
+
+TEST(TensorParallel, ShardsReconstructEveryGlobalTensor) {
+  const auto dir = test_data() / "tiny_real";
+  const model::ModelConfig cfg = model::load_model_config(dir);
+  const model::Checkpoint ckpt(dir);
+  backend::CpuBackend be;
+  const model::ModelWeights full = model::load_weights(ckpt, cfg, be);
+  const int N = 2;
+  std::vector<model::ModelWeights> shards;
+  for (int r = 0; r < N; ++r) shards.push_back(model::load_weights(ckpt, cfg, be, {}, {N, r}));
+  model::ModelWeights gw;
+  const auto gspecs = model::weight_specs(cfg, gw);
+  for (size_t i = 0; i < gspecs.size(); ++i) {
+    const std::string& name = gspecs[i].name;
+    const Tensor& g = full.storage[i].tensor();
+    std::vector<float> rebuilt(static_cast<size_t>(g.numel()), NAN);
+    for (int r = 0; r < N; ++r) {
+      const Tensor& s = shards[static_cast<size_t>(r)].storage[i].tensor();
+      const model::ShardRule rule = model::shard_rule(name, cfg, {N, r});
+      const int64_t row = g.numel() / g.dim(0);
+      const float* src = s.f32();
+      if (rule.kind == model::ShardRule::Kind::kReplicated) {
+        EXPECT_EQ(std::memcmp(src, g.data, g.nbytes()), 0) << name;
+        std::copy(src, src + g.numel(), rebuilt.begin());
+      } else if (rule.kind == model::ShardRule::Kind::kRows) {
+        for (const auto& [b, e] : rule.ranges) {
+          std::copy(src, src + (e - b) * row, rebuilt.begin() + b * row);
+          src += (e - b) * row;
+        }
+      } else {
+        const auto [c0, c1] = rule.ranges[0];
+        for (int64_t rr = 0; rr < g.dim(0); ++rr, src += c1 - c0)
+          std::copy(src, src + (c1 - c0), rebuilt.begin() + rr * g.dim(1) + c0);
+      }
+    }
+    EXPECT_EQ(std::memcmp(rebuilt.data(), g.data, g.nbytes()), 0) << name;
+  }
+}
+
+TEST(TensorParallel, IndivisibleDegreesAreRefusedBeforeLoading) {
+  const model::ModelConfig cfg = model::load_model_config(test_data() / "tiny_real");
+  EXPECT_NO_THROW(model::validate_tp(cfg, 2));
+  try {
+    model::validate_tp(cfg, 3);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not divide num_attention_heads"), std::string::npos) << e.what();
+  }
+  try {
+    model::validate_tp(cfg, 4);  // 2 linear key heads
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("linear_num_key_heads"), std::string::npos) << e.what();
+  }
+}
+
+// A rank that fails mid-step poisons the group: every rank ends with an error, none hangs.
+TEST(TensorParallel, FaultInOneRankEndsCleanly) {
+  class Faulty final : public dist::Communicator {
+   public:
+    Faulty(std::unique_ptr<dist::Communicator> inner, dist::LocalGroup& g, int fail_at)
+        : inner_(std::move(inner)), g_(g), fail_at_(fail_at) {}
+    int rank() const override { return inner_->rank(); }
+    int size() const override { return inner_->size(); }
+    void all_reduce_sum(const Tensor& t) override {
+      if (++calls_ == fail_at_) {
+        g_.poison("injected fault in rank " + std::to_string(rank()));
+        throw Error("injected fault");
+      }
+      inner_->all_reduce_sum(t);
+    }
+    void reduce_scatter_sum(const Tensor& a, const Tensor& b) override { inner_->reduce_scatter_sum(a, b); }
+    void all_gather(const Tensor& a, const Tensor& b) override { inner_->all_gather(a, b); }
+    void broadcast(const Tensor& t, int root) override { inner_->broadcast(t, root); }
+    void barrier() override { inner_->barrier(); }
+
+   private:
+    std::unique_ptr<dist::Communicator> inner_;
+    dist::LocalGroup& g_;
+    int fail_at_, calls_ = 0;
+  };
+  const auto dir = test_data() / "tiny_real";
+  const model::ModelConfig cfg = model::load_model_config(dir);
+  const model::Checkpoint ckpt(dir);
+  dist::LocalGroup g(2, std::chrono::seconds(10));
+  std::atomic<int> errors{0};
+  const auto steps = scenario(384);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 2; ++r)
+    ts.emplace_back([&, r] {
+      backend::CpuBackend be;
+      std::unique_ptr<dist::Communicator> comm = g.communicator(r);
+      if (r == 1) comm = std::make_unique<Faulty>(std::move(comm), g, 3);
+      model::Qwen35Model m(model::rank_local_config(cfg, 2), be, model::load_weights(ckpt, cfg, be, {}, {2, r}), comm.get());
+      m.allocate_cache(64, 16, 4);
+      try {
+        for (const auto& b : steps) m.forward(b);
+      } catch (const Error&) {
+        ++errors;
+      }
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(errors.load(), 2);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));  // poisoned, not timed out
+}
+
+}  // namespace
+}  // namespace deltaserve
