@@ -9,6 +9,7 @@
 
 #include "app/args.h"
 #include "app/commands.h"
+#include "app/runtime.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "model/loader.h"
@@ -32,6 +33,7 @@ commands:
             --load-format auto|safetensors|dummy  --device cpu  --ignore-eos
   logits    write the f32 logits of a full prefill (tensor "logits", [tokens, vocab])
             --model DIR --ids 1,2,3 --out FILE.safetensors  [--load-format ...] [--device cpu]
+            [--tensor-parallel-size N]  (N CPU ranks)
   tokenize  print the token ids of a text as one JSON array
             --tokenizer DIR (holding tokenizer.json) --text STR  [--no-special]
   detokenize  print the text of token ids
@@ -121,23 +123,22 @@ int cmd_generate(const std::vector<std::string>& argv) {
 }
 
 int cmd_logits(const std::vector<std::string>& argv) {
-  Args a(argv, "logits", {"model", "ids", "out", "load-format", "device"});
+  Args a(argv, "logits", {"model", "ids", "out", "load-format", "device", "tensor-parallel-size"});
   check_device(a);
   if (!a.has("model") || !a.has("ids") || !a.has("out"))
     throw Error("deltaserve logits needs --model DIR --ids 1,2,3 --out FILE.safetensors");
-  backend::CpuBackend be;
-  auto m = model::load_model(a.get("model", ""),
-                             model::parse_load_format(a.get("load-format", "auto")), be, true);
-  const std::vector<int32_t> ids = parse_ids(a.get("ids", ""), m->config().vocab_size);
-  m->allocate_cache(pages_for(static_cast<int64_t>(ids.size())), kPageSize, 1);
-  const std::vector<float> logits = m->forward(one_sequence(ids, 0, true));
-  model::write_safetensors(a.get("out", ""),
-                           {{"logits",
-                             DType::kF32,
-                             {static_cast<int64_t>(ids.size()), m->config().vocab_size},
-                             logits.data()}});
+  const int tp = static_cast<int>(a.get_int("tensor-parallel-size", 1, 1, 1024));
+  ModelRuntime rt = make_runtime(a.get("model", ""),
+                                 model::parse_load_format(a.get("load-format", "auto")), tp, true);
+  const std::vector<int32_t> ids = parse_ids(a.get("ids", ""), rt.exec->config().vocab_size);
+  rt.exec->allocate_cache(pages_for(static_cast<int64_t>(ids.size())), kPageSize, 1);
+  const std::vector<float> logits = rt.exec->execute(one_sequence(ids, 0, true));
+  const auto* m = &rt.exec->config();
+  model::write_safetensors(
+      a.get("out", ""),
+      {{"logits", DType::kF32, {static_cast<int64_t>(ids.size()), m->vocab_size}, logits.data()}});
   std::fprintf(stderr, "wrote logits [%zu, %lld] to %s\n", ids.size(),
-               static_cast<long long>(m->config().vocab_size), a.get("out", "").c_str());
+               static_cast<long long>(m->vocab_size), a.get("out", "").c_str());
   return 0;
 }
 

@@ -10,6 +10,7 @@
 
 #include "app/args.h"
 #include "app/commands.h"
+#include "app/runtime.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "engine/engine.h"
@@ -63,10 +64,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
           "load-format", "api-key", "device", "kv-cache-gib", "max-pending", "max-body-bytes",
           "http-threads"});
   check_device(a);
-  if (a.get_int("tensor-parallel-size", 1, 1, 1024) != 1)
-    throw Error(
-        "--tensor-parallel-size > 1 is not available in this build yet (tensor parallelism comes "
-        "later)");
+  const int tp = static_cast<int>(a.get_int("tensor-parallel-size", 1, 1, 1024));
   const double util = std::stod(a.get("gpu-memory-utilization", "0.9"));
   if (!(util > 0 && util <= 1)) throw Error("--gpu-memory-utilization must be in (0, 1]");
   const std::string model_dir = a.get("model", "");
@@ -96,14 +94,14 @@ int cmd_serve(const std::vector<std::string>& argv) {
 
   std::fprintf(stderr, "deltaserve: loading %s\n",
                model_dir.empty() ? "the embedded default model" : model_dir.c_str());
-  backend::CpuBackend be;
-  auto model = model::load_model(model_dir, model::parse_load_format(a.get("load-format", "auto")),
-                                 be, true);
-  const model::ModelConfig& mc = model->config();
+  ModelRuntime rt =
+      make_runtime(model_dir, model::parse_load_format(a.get("load-format", "auto")), tp, true);
+  const model::ModelConfig& mc = rt.exec->config();  // rank-local shapes under TP
   ecfg.max_model_len = static_cast<int32_t>(
       a.get_int("max-model-len", std::min<int64_t>(mc.max_position_embeddings, 8192), 1,
                 mc.max_position_embeddings));
-  // KV pages: room for max_num_seqs requests of max_model_len, within --kv-cache-gib.
+  // KV pages: room for max_num_seqs requests of max_model_len, within --kv-cache-gib per rank (all
+  // CPU ranks hold the same shard sizes, so this is also the minimum across ranks).
   const int64_t page_bytes = mc.num_layers_of(model::LayerType::kFullAttention) * 2 *
                              mc.num_kv_heads * mc.head_dim * ecfg.page_size *
                              static_cast<int64_t>(sizeof(float));
@@ -126,17 +124,18 @@ int cmd_serve(const std::vector<std::string>& argv) {
     }
   }
   ecfg.eos_token_ids = eos_ids(mc, model_dir, tok_dir, *tok);
-  engine::Engine eng(*model, ecfg, tok.get());
+  engine::Engine eng(*rt.exec, ecfg, tok.get());
   server::OpenAiApi api(acfg, eng, *tok, chat.get());
   server::HttpServer http(hcfg, [&api](const server::Request& r) { return api.handle(r); });
 
   const std::string base = "http://" + hcfg.host + ":" + std::to_string(http.port());
   std::printf(
-      "deltaserve: ready — serving '%s' on %s (device cpu, max_model_len %d, %d KV pages)%s\n"
+      "deltaserve: ready — serving '%s' on %s (device cpu, tensor-parallel-size %d, max_model_len "
+      "%d, %d KV pages)%s\n"
       "  try: curl %s/v1/chat/completions -H 'Content-Type: application/json' \\\n"
       "         -d '{\"model\": \"%s\", \"messages\": [{\"role\": \"user\", \"content\": "
       "\"Hello!\"}], \"max_tokens\": 32}'\n",
-      acfg.served_model_name.c_str(), base.c_str(), eng.config().max_model_len,
+      acfg.served_model_name.c_str(), base.c_str(), tp, eng.config().max_model_len,
       eng.config().num_pages,
       model_dir.empty()
           ? " — the embedded default model has RANDOM weights: its text is meaningless"

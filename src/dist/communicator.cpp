@@ -56,8 +56,8 @@ class LocalCommunicator final : public Communicator {
     const int64_t n = t.numel(), N = g_.size();
     float* mine = t.f32();
     publish(mine);
-    // Rank r sums chunk r over all ranks (in rank order, so every rank gets identical bits) into its
-    // own buffer; then every rank copies the other chunks from their owners.
+    // Rank r sums chunk r over all ranks (in rank order, so every rank gets identical bits) into
+    // its own buffer; then every rank copies the other chunks from their owners.
     const auto chunk = [&](int64_t r) { return std::make_pair(n * r / N, n * (r + 1) / N); };
     const auto [b, e] = chunk(rank_);
     for (int64_t i = b; i < e; ++i) {
@@ -69,7 +69,8 @@ class LocalCommunicator final : public Communicator {
     for (int64_t r = 0; r < N; ++r) {
       if (r == rank_) continue;
       const auto [rb, re] = chunk(r);
-      std::memcpy(mine + rb, static_cast<float*>(g_.slots[static_cast<size_t>(r)]) + rb, sizeof(float) * static_cast<size_t>(re - rb));
+      std::memcpy(mine + rb, static_cast<float*>(g_.slots[static_cast<size_t>(r)]) + rb,
+                  sizeof(float) * static_cast<size_t>(re - rb));
     }
     g_.wait();
   }
@@ -80,7 +81,8 @@ class LocalCommunicator final : public Communicator {
     publish(in.f32());
     for (int64_t i = 0; i < n; ++i) {
       float s = 0;
-      for (int64_t r = 0; r < N; ++r) s += static_cast<float*>(g_.slots[static_cast<size_t>(r)])[rank_ * n + i];
+      for (int64_t r = 0; r < N; ++r)
+        s += static_cast<float*>(g_.slots[static_cast<size_t>(r)])[rank_ * n + i];
       out.f32()[i] = s;
     }
     g_.wait();
@@ -91,7 +93,8 @@ class LocalCommunicator final : public Communicator {
     DS_CHECK(out.numel() == n * N, "all_gather: out must be size x in");
     publish(in.f32());
     for (int64_t r = 0; r < N; ++r)
-      std::memcpy(out.f32() + r * n, g_.slots[static_cast<size_t>(r)], sizeof(float) * static_cast<size_t>(n));
+      std::memcpy(out.f32() + r * n, g_.slots[static_cast<size_t>(r)],
+                  sizeof(float) * static_cast<size_t>(n));
     g_.wait();
   }
 

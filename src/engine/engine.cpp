@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "core/error.h"
 #include "engine/sampler.h"
@@ -17,8 +18,8 @@ double seconds(clock::time_point a, clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-EngineConfig resolve(EngineConfig c, const model::Qwen35Model& m, const tokenizer::Tokenizer* tok) {
-  const auto& mc = m.config();
+EngineConfig resolve(EngineConfig c, const model::ModelConfig& mc,
+                     const tokenizer::Tokenizer* tok) {
   if (c.max_model_len <= 0) c.max_model_len = static_cast<int32_t>(mc.max_position_embeddings);
   if (c.max_model_len > mc.max_position_embeddings)
     throw Error("max_model_len " + std::to_string(c.max_model_len) +
@@ -44,13 +45,21 @@ EngineConfig resolve(EngineConfig c, const model::Qwen35Model& m, const tokenize
 }  // namespace
 
 Engine::Engine(model::Qwen35Model& model, EngineConfig cfg, const tokenizer::Tokenizer* tok)
-    : model_(model),
-      cfg_(resolve(cfg, model, tok)),
+    : Engine(std::make_unique<LocalExecutor>(model), nullptr, cfg, tok) {}
+
+Engine::Engine(Executor& exec, EngineConfig cfg, const tokenizer::Tokenizer* tok)
+    : Engine(nullptr, &exec, cfg, tok) {}
+
+Engine::Engine(std::unique_ptr<LocalExecutor> owned, Executor* exec, EngineConfig cfg,
+               const tokenizer::Tokenizer* tok)
+    : owned_exec_(std::move(owned)),
+      exec_(exec ? *exec : *owned_exec_),
+      cfg_(resolve(cfg, exec_.config(), tok)),
       tok_(tok),
       pages_(cfg_.num_pages, cfg_.page_size),
       slots_(cfg_.max_num_seqs),
       scheduler_({cfg_.max_num_seqs, cfg_.max_num_batched_tokens}, pages_, slots_) {
-  model_.allocate_cache(cfg_.num_pages, cfg_.page_size, cfg_.max_num_seqs);
+  exec_.allocate_cache(cfg_.num_pages, cfg_.page_size, cfg_.max_num_seqs);
   metrics_.update([this](MetricsSnapshot& s) { s.kv_pages_total = cfg_.num_pages; });
   thread_ = std::thread([this] { loop(); });
 }
@@ -64,11 +73,17 @@ Engine::~Engine() {
   thread_.join();
 }
 
+std::string Engine::failure() const {
+  std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mu_));
+  return failure_;
+}
+
 std::shared_ptr<RequestStream> Engine::submit(GenerateRequest req) {
+  if (const std::string f = failure(); !f.empty()) throw Error("the engine has failed: " + f);
   if (const std::string e = req.params.validate(); !e.empty()) throw Error(e);
   if (req.prompt_ids.empty()) throw Error("the prompt is empty");
   for (int32_t id : req.prompt_ids)
-    if (id < 0 || id >= model_.config().vocab_size)
+    if (id < 0 || id >= exec_.config().vocab_size)
       throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary");
   const int64_t total = static_cast<int64_t>(req.prompt_ids.size()) + req.params.max_tokens;
   if (total > cfg_.max_model_len)
@@ -118,6 +133,15 @@ void Engine::loop() {
       std::swap(in, inbox_);
     }
     for (auto& r : in.added) {
+      if (!failure().empty()) {  // arrived while failing: one error delta, nothing scheduled
+        OutputDelta d;
+        d.finished = true;
+        d.finish_reason = FinishReason::kError;
+        d.error = "the engine has failed: " + failure();
+        d.prompt_tokens = r->num_prompt;
+        r->stream->push(std::move(d));
+        continue;
+      }
       metrics_.update([&](MetricsSnapshot& s) { s.prompt_tokens += r->num_prompt; });
       scheduler_.add(r.get());
       const uint64_t id = r->id;
@@ -134,7 +158,13 @@ void Engine::loop() {
       s.kv_pages_used = pages_.num_pages() - pages_.num_free();
       s.preemptions += static_cast<int64_t>(plan.preempted.size());
     });
-    if (!plan.empty()) run_step(plan);
+    if (!plan.empty()) {
+      try {
+        run_step(plan);
+      } catch (const Error& e) {
+        fail_all(e.what());
+      }
+    }
   }
   for (auto& [id, r] : requests_) {
     OutputDelta d;
@@ -162,10 +192,10 @@ void Engine::run_step(const StepPlan& plan) {
       batch.logits_rows.push_back(begin + static_cast<int32_t>(s.token_ids.size()) - 1);
     }
   }
-  const std::vector<float> logits = model_.forward(batch);
+  const std::vector<float> logits = exec_.execute(batch);
   scheduler_.commit(plan, reqs);
   metrics_.update([](MetricsSnapshot& s) { ++s.steps; });
-  const int64_t V = model_.config().vocab_size;
+  const int64_t V = exec_.config().vocab_size;
   for (auto& [r, row] : to_sample) {
     const std::span<const float> lrow(logits.data() + row * V, static_cast<size_t>(V));
     SampleResult sr = sample(lrow, cfg_.sample_vocab, r->params, r->tokens, r->num_prompt,
@@ -177,8 +207,7 @@ void Engine::run_step(const StepPlan& plan) {
 std::vector<int32_t> Engine::banned_tokens(const Request& r) const {
   if (r.num_outputs() >= r.params.min_tokens) return {};
   std::vector<int32_t> b = r.params.stop_token_ids;
-  if (!r.params.ignore_eos)
-    b.insert(b.end(), model_.config().eos_token_ids.begin(), model_.config().eos_token_ids.end());
+  if (!r.params.ignore_eos) b.insert(b.end(), cfg_.eos_token_ids.begin(), cfg_.eos_token_ids.end());
   return b;
 }
 
@@ -239,6 +268,20 @@ void Engine::on_token(Request& r, int32_t token, TokenLogprob lp) {
   d.prompt_tokens = r.num_prompt;
   d.completion_tokens = r.num_outputs();
   r.stream->push(std::move(d));
+}
+
+void Engine::fail_all(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failure_.empty()) failure_ = why;
+  }
+  std::fprintf(stderr, "deltaserve: engine step failed, failing %zu requests: %s\n",
+               requests_.size(), why.c_str());
+  while (!requests_.empty()) {
+    OutputDelta d;
+    d.error = why;
+    finish(*requests_.begin()->second, FinishReason::kError, std::move(d));
+  }
 }
 
 void Engine::finish(Request& r, FinishReason why, OutputDelta d) {

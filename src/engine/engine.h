@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cache/page_pool.h"
+#include "engine/executor.h"
 #include "engine/metrics.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
@@ -37,9 +38,11 @@ struct EngineConfig {
 
 class Engine {
  public:
-  // Allocates the model's cache and starts the engine thread. `tok` (optional) enables text
+  // Allocates the cache on every rank and starts the engine thread. `tok` (optional) enables text
   // output and stop strings. Throws deltaserve::Error when one request of max_model_len tokens
   // cannot fit the KV pages (fail closed at startup).
+  Engine(Executor& exec, EngineConfig cfg, const tokenizer::Tokenizer* tok = nullptr);
+  // One model on the engine thread (a LocalExecutor).
   Engine(model::Qwen35Model& model, EngineConfig cfg, const tokenizer::Tokenizer* tok = nullptr);
   // Stops the thread; requests still in flight get a final kAbort delta.
   ~Engine();
@@ -47,13 +50,16 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // Queues a request. Throws deltaserve::Error for bad parameters, an empty prompt, ids outside the
-  // vocabulary, or prompt + max_tokens over max_model_len.
+  // vocabulary, prompt + max_tokens over max_model_len, or when the engine has failed.
   std::shared_ptr<RequestStream> submit(GenerateRequest req);
   // Ends a request (client gone or cancelled): its stream gets a final kAbort delta and its pages
   // and slot are freed. Unknown or finished ids are ignored.
   void abort(uint64_t id);
 
   MetricsSnapshot metrics() const { return metrics_.snapshot(); }
+  // Non-empty once a step failed (fail-stop): every request then in flight got one error delta,
+  // and every later submit() throws.
+  std::string failure() const;
   const EngineConfig& config() const { return cfg_; }
 
  private:
@@ -62,14 +68,19 @@ class Engine {
     std::vector<uint64_t> aborted;
   };
 
+  Engine(std::unique_ptr<LocalExecutor> owned, Executor* exec, EngineConfig cfg,
+         const tokenizer::Tokenizer* tok);
   void loop();
   void run_step(const StepPlan& plan);
   // Appends a sampled token, streams it and finishes the request when a stop condition holds.
   void on_token(Request& r, int32_t token, TokenLogprob lp);
   void finish(Request& r, FinishReason why, OutputDelta d);
+  // Fail-stop: ends every request with one kError delta and refuses new work.
+  void fail_all(const std::string& why);
   std::vector<int32_t> banned_tokens(const Request& r) const;
 
-  model::Qwen35Model& model_;
+  std::unique_ptr<LocalExecutor> owned_exec_;
+  Executor& exec_;
   EngineConfig cfg_;
   const tokenizer::Tokenizer* tok_;
   cache::PagePool pages_;
@@ -82,6 +93,7 @@ class Engine {
   std::condition_variable cv_;
   Inbox inbox_;
   bool stop_ = false;
+  std::string failure_;  // guarded by mu_
   std::atomic<uint64_t> next_id_{1};
   std::thread thread_;
 };

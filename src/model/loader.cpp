@@ -38,43 +38,54 @@ const std::string& embedded_default_config_json() {
   return kJson;
 }
 
+ModelConfig load_config(const std::string& dir) {
+  return dir.empty() ? parse_model_config(embedded_default_config_json(), "embedded default config")
+                     : load_model_config(dir);
+}
+
 std::unique_ptr<Qwen35Model> load_model(const std::string& dir, LoadFormat format,
-                                        backend::Backend& be, bool verbose) {
+                                        backend::Backend& be, bool verbose, const TpShard& shard,
+                                        dist::Communicator* comm) {
   const auto t0 = std::chrono::steady_clock::now();
-  ModelConfig cfg;
+  const ModelConfig cfg = load_config(dir);
+  if (shard.size > 1) validate_tp(cfg, shard.size);
+  const ModelConfig local = shard.size > 1 ? rank_local_config(cfg, shard.size) : cfg;
+  verbose = verbose && shard.rank == 0;
   ModelWeights w;
   if (dir.empty()) {
-    cfg = parse_model_config(embedded_default_config_json(), "embedded default config");
-    w = dummy_weights(cfg, be, 0);
+    w = dummy_weights(cfg, be, 0, shard);
   } else {
-    cfg = load_model_config(dir);
     if (format == LoadFormat::kDummy) {
-      w = dummy_weights(cfg, be, 0);
+      w = dummy_weights(cfg, be, 0, shard);
     } else {
       Checkpoint ckpt(dir);
       int last_tenth = -1;
-      w = load_weights(ckpt, cfg, be, [&](size_t done, size_t total) {
-        const int tenth = total ? static_cast<int>(10 * done / total) : 10;
-        if (verbose && tenth != last_tenth) {
-          std::fprintf(stderr, "loading weights: %3d%% (%.1f of %.1f MiB)\n", 10 * tenth,
-                       static_cast<double>(done) / (1 << 20),
-                       static_cast<double>(total) / (1 << 20));
-          last_tenth = tenth;
-        }
-      });
+      w = load_weights(
+          ckpt, cfg, be,
+          [&](size_t done, size_t total) {
+            const int tenth = total ? static_cast<int>(10 * done / total) : 10;
+            if (verbose && tenth != last_tenth) {
+              std::fprintf(stderr, "loading weights: %3d%% (%.1f of %.1f MiB)\n", 10 * tenth,
+                           static_cast<double>(done) / (1 << 20),
+                           static_cast<double>(total) / (1 << 20));
+              last_tenth = tenth;
+            }
+          },
+          shard);
     }
   }
   if (verbose) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::fprintf(
-        stderr,
-        "loaded %s (%s): %lld layers, hidden %lld, vocab %lld, %.1f MiB of weights in %.2f s\n",
-        dir.empty() ? "the embedded default model" : dir.c_str(),
-        dir.empty() || format == LoadFormat::kDummy ? "random weights" : "checkpoint",
-        static_cast<long long>(cfg.num_layers), static_cast<long long>(cfg.hidden_size),
-        static_cast<long long>(cfg.vocab_size), static_cast<double>(w.total_bytes) / (1 << 20), s);
+    std::fprintf(stderr,
+                 "loaded %s (%s): %lld layers, hidden %lld, vocab %lld, %.1f MiB of weights per "
+                 "rank in %.2f s\n",
+                 dir.empty() ? "the embedded default model" : dir.c_str(),
+                 dir.empty() || format == LoadFormat::kDummy ? "random weights" : "checkpoint",
+                 static_cast<long long>(cfg.num_layers), static_cast<long long>(cfg.hidden_size),
+                 static_cast<long long>(cfg.vocab_size),
+                 static_cast<double>(w.total_bytes) / (1 << 20), s);
   }
-  return std::make_unique<Qwen35Model>(cfg, be, std::move(w));
+  return std::make_unique<Qwen35Model>(local, be, std::move(w), comm);
 }
 
 }  // namespace deltaserve::model

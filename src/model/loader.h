@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "model/qwen35.h"
+#include "model/tp_shard.h"
 
 namespace deltaserve::model {
 
@@ -20,8 +21,15 @@ const std::string& embedded_default_config_json();
 
 // Loads the model at `dir` (empty: the embedded default, always dummy weights). Throws
 // deltaserve::Error for a bad directory, config or checkpoint.
-// With `verbose`, prints what it loads and the weight-loading progress to stderr.
+// With `verbose`, prints what it loads and the weight-loading progress to stderr. With a
+// tensor-parallel `shard` (size > 1) it loads the rank's shard (validating the degree first) and
+// the model all-reduces through `comm`.
 std::unique_ptr<Qwen35Model> load_model(const std::string& dir, LoadFormat format,
-                                        backend::Backend& be, bool verbose);
+                                        backend::Backend& be, bool verbose,
+                                        const TpShard& shard = {},
+                                        dist::Communicator* comm = nullptr);
+
+// The global config the model at `dir` (or the embedded default when empty) has.
+ModelConfig load_config(const std::string& dir);
 
 }  // namespace deltaserve::model

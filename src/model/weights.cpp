@@ -74,6 +74,37 @@ Tensor alloc_into(ModelWeights& w, backend::Backend& be, const std::vector<int64
   return w.storage.back().tensor();
 }
 
+// Uploads a rank's part (`rule`) of a global tensor (`data` of `dtype`, global `shape`) into dst.
+void upload_shard(backend::Backend& be, const ShardRule& rule, DType dtype, const std::byte* data,
+                  const std::vector<int64_t>& shape, const Tensor& dst,
+                  std::vector<float>& staging) {
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  if (rule.kind == ShardRule::Kind::kReplicated) {
+    be.upload(dtype, data, static_cast<size_t>(numel), dst);
+    return;
+  }
+  // Copy only this rank's rows / columns (out of the mapped file, for checkpoints).
+  const size_t esize = dtype_size(dtype);
+  staging.resize(static_cast<size_t>(dst.numel()));
+  float* out = staging.data();
+  if (rule.kind == ShardRule::Kind::kRows) {
+    const int64_t row = numel / shape[0];
+    for (const auto& [b, e] : rule.ranges) {
+      convert_to_f32(dtype, data + static_cast<size_t>(b * row) * esize, out,
+                     static_cast<size_t>((e - b) * row));
+      out += (e - b) * row;
+    }
+  } else {
+    const auto [c0, c1] = rule.ranges.at(0);
+    for (int64_t r = 0; r < shape[0]; ++r, out += c1 - c0)
+      convert_to_f32(dtype, data + static_cast<size_t>(r * shape[1] + c0) * esize, out,
+                     static_cast<size_t>(c1 - c0));
+  }
+  DS_CHECK(out == staging.data() + staging.size(), "a shard does not fill its rank-local shape");
+  be.upload(DType::kF32, staging.data(), staging.size(), dst);
+}
+
 std::string text_prefix(const Checkpoint& ckpt) {
   if (ckpt.find("model.language_model.embed_tokens.weight")) return "model.language_model.";
   if (ckpt.find("model.embed_tokens.weight")) return "model.";
@@ -115,31 +146,7 @@ ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& cfg, backen
       throw Error(t.file + ": tensor '" + name + "' has dtype " + std::string(dtype_name(t.dtype)) +
                   "; weights must be BF16, F16 or F32");
     *s.dst = alloc_into(w, be, s.stored);
-    const ShardRule rule = shard_rule(s.name, cfg, shard);
-    if (rule.kind == ShardRule::Kind::kReplicated) {
-      be.upload(t.dtype, t.data, static_cast<size_t>(t.numel()), *s.dst);
-    } else {
-      // Copy only this rank's rows / columns out of the mapped file.
-      const size_t esize = dtype_size(t.dtype);
-      staging.resize(static_cast<size_t>(s.dst->numel()));
-      float* out = staging.data();
-      if (rule.kind == ShardRule::Kind::kRows) {
-        const int64_t row = t.numel() / t.shape[0];
-        for (const auto& [b, e] : rule.ranges) {
-          convert_to_f32(t.dtype, t.data + static_cast<size_t>(b * row) * esize, out,
-                         static_cast<size_t>((e - b) * row));
-          out += (e - b) * row;
-        }
-      } else {
-        const auto [c0, c1] = rule.ranges.at(0);
-        for (int64_t r = 0; r < t.shape[0]; ++r, out += c1 - c0)
-          convert_to_f32(t.dtype, t.data + static_cast<size_t>(r * t.shape[1] + c0) * esize, out,
-                         static_cast<size_t>(c1 - c0));
-      }
-      DS_CHECK(out == staging.data() + staging.size(),
-               "shard of " + name + " does not fill its rank-local shape");
-      be.upload(DType::kF32, staging.data(), staging.size(), *s.dst);
-    }
+    upload_shard(be, shard_rule(s.name, cfg, shard), t.dtype, t.data, t.shape, *s.dst, staging);
     used.insert(name);
     done += t.nbytes;
     if (progress) progress(done, total);
@@ -155,9 +162,13 @@ ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& cfg, backen
   return w;
 }
 
-ModelWeights dummy_weights(const ModelConfig& cfg, backend::Backend& be, uint64_t seed) {
-  ModelWeights w;
-  std::vector<WeightSpec> specs = weight_specs(cfg, w);
+ModelWeights dummy_weights(const ModelConfig& cfg, backend::Backend& be, uint64_t seed,
+                           const TpShard& shard) {
+  ModelWeights w, global;
+  if (shard.size > 1) validate_tp(cfg, shard.size);
+  const std::vector<WeightSpec> gspecs = weight_specs(cfg, global);
+  std::vector<WeightSpec> specs =
+      weight_specs(shard.size > 1 ? rank_local_config(cfg, shard.size) : cfg, w);
   uint64_t st = seed * 0x9E3779B97F4A7C15ull + 1;
   auto uniform = [&st]() {  // xorshift64*, in [-1, 1)
     st ^= st >> 12;
@@ -166,19 +177,24 @@ ModelWeights dummy_weights(const ModelConfig& cfg, backend::Backend& be, uint64_
     return static_cast<float>((st * 0x2545F4914F6CDD1Dull) >> 40) / static_cast<float>(1 << 23) -
            1.0f;
   };
-  std::vector<float> host;
-  for (const WeightSpec& s : specs) {
-    *s.dst = alloc_into(w, be, s.stored);
-    host.resize(static_cast<size_t>(s.dst->numel()));
-    const bool is_matrix = s.stored.size() == 2 && s.name.find("conv1d") == std::string::npos;
+  std::vector<float> host, staging;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    // The global tensor's values (the same on every rank and for every TP degree), then the shard.
+    const WeightSpec& g = gspecs[i];
+    int64_t n = 1;
+    for (int64_t d : g.shape) n *= d;
+    host.resize(static_cast<size_t>(n));
+    const bool is_matrix = g.stored.size() == 2 && g.name.find("conv1d") == std::string::npos;
     // Matrices ~ U(-a, a) with variance 1/fan_in; norms near 0 (1 + w), A_log = log(1..16).
-    const float a = is_matrix ? std::sqrt(3.0f / static_cast<float>(s.stored[1])) : 0.5f;
+    const float a = is_matrix ? std::sqrt(3.0f / static_cast<float>(g.stored[1])) : 0.5f;
     for (float& v : host) v = a * uniform();
-    if (s.name.ends_with("A_log"))
+    if (g.name.ends_with("A_log"))
       for (float& v : host) v = std::log(1.0f + 7.5f * (v / a + 1.0f));
-    if (s.name.ends_with("linear_attn.norm.weight"))
+    if (g.name.ends_with("linear_attn.norm.weight"))
       for (float& v : host) v = 1.0f + 0.1f * v;
-    be.upload(DType::kF32, host.data(), host.size(), *s.dst);
+    *specs[i].dst = alloc_into(w, be, specs[i].stored);
+    upload_shard(be, shard_rule(g.name, cfg, shard), DType::kF32,
+                 reinterpret_cast<const std::byte*>(host.data()), g.shape, *specs[i].dst, staging);
   }
   if (cfg.tie_word_embeddings) w.lm_head = w.embed;
   return w;

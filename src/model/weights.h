@@ -76,6 +76,8 @@ ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& cfg, backen
                           const TpShard& shard = {});
 
 // Random weights for `cfg` (deterministic in `seed`), for benchmarks and the embedded default.
-ModelWeights dummy_weights(const ModelConfig& cfg, backend::Backend& be, uint64_t seed);
+// With a tensor-parallel `shard`, the rank's part of the same global weights.
+ModelWeights dummy_weights(const ModelConfig& cfg, backend::Backend& be, uint64_t seed,
+                           const TpShard& shard = {});
 
 }  // namespace deltaserve::model

@@ -35,7 +35,8 @@ TEST(LocalGroup, Collectives) {
         reduced[r] = x;
       }
       std::vector<float> in(8, static_cast<float>(r + 1)), out(2);
-      c->reduce_scatter_sum(Tensor(in.data(), DType::kF32, {8}), Tensor(out.data(), DType::kF32, {2}));
+      c->reduce_scatter_sum(Tensor(in.data(), DType::kF32, {8}),
+                            Tensor(out.data(), DType::kF32, {2}));
       scattered[r] = out;
       std::vector<float> mine{static_cast<float>(r), static_cast<float>(-r)}, all(8);
       c->all_gather(Tensor(mine.data(), DType::kF32, {2}), Tensor(all.data(), DType::kF32, {8}));
@@ -77,7 +78,8 @@ TEST(LocalGroup, MissingRankTimesOutAndPoisonStopsEveryone) {
 
 // A dummy checkpoint whose head counts allow TP4 (KV heads replicated 2x at TP4), untied.
 std::filesystem::path make_tp4_checkpoint(const TempDir& d) {
-  const std::string cfg = R"({"model_type": "qwen3_5", "tie_word_embeddings": false, "text_config": {
+  const std::string cfg =
+      R"({"model_type": "qwen3_5", "tie_word_embeddings": false, "text_config": {
     "model_type": "qwen3_5_text", "vocab_size": 97, "hidden_size": 64, "intermediate_size": 96,
     "num_hidden_layers": 4, "layer_types": ["linear_attention", "full_attention", "linear_attention", "full_attention"],
     "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32, "linear_num_key_heads": 4,
@@ -92,7 +94,8 @@ std::filesystem::path make_tp4_checkpoint(const TempDir& d) {
   const auto specs = model::weight_specs(c, names);
   std::vector<model::TensorToWrite> tw;
   for (size_t i = 0; i < specs.size(); ++i) {  // dummy_weights allocates storage in spec order
-    const std::string name = specs[i].name == "lm_head.weight" ? specs[i].name : "model.language_model." + specs[i].name;
+    const std::string name =
+        specs[i].name == "lm_head.weight" ? specs[i].name : "model.language_model." + specs[i].name;
     tw.push_back({name, DType::kF32, specs[i].shape, w.storage[i].tensor().data});
   }
   model::write_safetensors(d.path() / "model.safetensors", tw);
@@ -100,7 +103,8 @@ std::filesystem::path make_tp4_checkpoint(const TempDir& d) {
 }
 
 // Runs `steps` on N CPU ranks; returns rank 0's logits of every step.
-std::vector<std::vector<float>> run_tp(const std::filesystem::path& dir, int N, const std::vector<ForwardBatch>& steps,
+std::vector<std::vector<float>> run_tp(const std::filesystem::path& dir, int N,
+                                       const std::vector<ForwardBatch>& steps,
                                        int64_t* gdn_weight_bytes = nullptr) {
   const model::ModelConfig cfg = model::load_model_config(dir);
   const model::Checkpoint ckpt(dir);
@@ -119,11 +123,13 @@ std::vector<std::vector<float>> run_tp(const std::filesystem::path& dir, int N, 
           *gdn_weight_bytes = 0;
           for (const auto& l : w.layers)
             if (l.type == model::LayerType::kLinearAttention)
-              for (const Tensor* t : {&l.gdn.in_proj_qkv, &l.gdn.in_proj_z, &l.gdn.in_proj_b, &l.gdn.in_proj_a,
-                                      &l.gdn.conv1d, &l.gdn.dt_bias, &l.gdn.A_log, &l.gdn.out_proj})
+              for (const Tensor* t :
+                   {&l.gdn.in_proj_qkv, &l.gdn.in_proj_z, &l.gdn.in_proj_b, &l.gdn.in_proj_a,
+                    &l.gdn.conv1d, &l.gdn.dt_bias, &l.gdn.A_log, &l.gdn.out_proj})
                 *gdn_weight_bytes += static_cast<int64_t>(t->nbytes());
         }
-        model::Qwen35Model m(N > 1 ? model::rank_local_config(cfg, N) : cfg, be, std::move(w), N > 1 ? comm.get() : nullptr);
+        model::Qwen35Model m(N > 1 ? model::rank_local_config(cfg, N) : cfg, be, std::move(w),
+                             N > 1 ? comm.get() : nullptr);
         m.allocate_cache(64, 16, 4);
         for (const ForwardBatch& b : steps) {
           std::vector<float> l = m.forward(b);
@@ -173,13 +179,14 @@ std::vector<ForwardBatch> scenario(int vocab) {
   return steps;
 }
 
-void expect_same_logits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b,
-                        const std::string& label) {
+void expect_same_logits(const std::vector<std::vector<float>>& a,
+                        const std::vector<std::vector<float>>& b, const std::string& label) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t s = 0; s < a.size(); ++s) {
     ASSERT_EQ(a[s].size(), b[s].size());
     const float scale = deltaserve::testing::max_abs(b[s]);
-    EXPECT_LE(deltaserve::testing::max_abs_diff(a[s].data(), b[s].data(), a[s].size()), 1e-5f * scale)
+    EXPECT_LE(deltaserve::testing::max_abs_diff(a[s].data(), b[s].data(), a[s].size()),
+              1e-5f * scale)
         << label << " step " << s;
   }
 }
@@ -252,7 +259,8 @@ TEST(TensorParallel, IndivisibleDegreesAreRefusedBeforeLoading) {
     model::validate_tp(cfg, 3);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("does not divide num_attention_heads"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("does not divide num_attention_heads"), std::string::npos)
+        << e.what();
   }
   try {
     model::validate_tp(cfg, 4);  // 2 linear key heads
@@ -277,7 +285,9 @@ TEST(TensorParallel, FaultInOneRankEndsCleanly) {
       }
       inner_->all_reduce_sum(t);
     }
-    void reduce_scatter_sum(const Tensor& a, const Tensor& b) override { inner_->reduce_scatter_sum(a, b); }
+    void reduce_scatter_sum(const Tensor& a, const Tensor& b) override {
+      inner_->reduce_scatter_sum(a, b);
+    }
     void all_gather(const Tensor& a, const Tensor& b) override { inner_->all_gather(a, b); }
     void broadcast(const Tensor& t, int root) override { inner_->broadcast(t, root); }
     void barrier() override { inner_->barrier(); }
@@ -300,7 +310,8 @@ TEST(TensorParallel, FaultInOneRankEndsCleanly) {
       backend::CpuBackend be;
       std::unique_ptr<dist::Communicator> comm = g.communicator(r);
       if (r == 1) comm = std::make_unique<Faulty>(std::move(comm), g, 3);
-      model::Qwen35Model m(model::rank_local_config(cfg, 2), be, model::load_weights(ckpt, cfg, be, {}, {2, r}), comm.get());
+      model::Qwen35Model m(model::rank_local_config(cfg, 2), be,
+                           model::load_weights(ckpt, cfg, be, {}, {2, r}), comm.get());
       m.allocate_cache(64, 16, 4);
       try {
         for (const auto& b : steps) m.forward(b);
@@ -310,7 +321,8 @@ TEST(TensorParallel, FaultInOneRankEndsCleanly) {
     });
   for (auto& t : ts) t.join();
   EXPECT_EQ(errors.load(), 2);
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));  // poisoned, not timed out
+  EXPECT_LT(std::chrono::steady_clock::now() - t0,
+            std::chrono::seconds(5));  // poisoned, not timed out
 }
 
 }  // namespace

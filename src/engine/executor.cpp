@@ -1,0 +1,102 @@
+#include "engine/executor.h"
+
+#include "core/error.h"
+
+namespace deltaserve::engine {
+
+TpExecutor::TpExecutor(int size, BackendFactory make_backend, ModelFactory make_model,
+                       std::chrono::milliseconds step_timeout)
+    : group_(size, step_timeout), step_timeout_(step_timeout) {
+  DS_CHECK(size >= 1, "tensor-parallel size");
+  for (int r = 0; r < size; ++r) {
+    auto w = std::make_unique<Worker>();
+    w->rank = r;
+    workers_.push_back(std::move(w));
+  }
+  for (auto& w : workers_) w->thread = std::thread([this, wp = w.get()] { worker_loop(*wp); });
+  try {
+    run_on_all([&](Worker& w) {
+      w.be = make_backend(w.rank);
+      w.comm = group_.communicator(w.rank);
+      w.model = make_model(w.rank, *w.be, size > 1 ? w.comm.get() : nullptr);
+    });
+  } catch (...) {
+    shutdown();  // join the workers: a throwing constructor runs no destructor
+    throw;
+  }
+}
+
+TpExecutor::~TpExecutor() { shutdown(); }
+
+void TpExecutor::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return;
+    stop_ = true;
+  }
+  group_.poison("the executor is shutting down");
+  task_cv_.notify_all();
+  for (auto& w : workers_)
+    if (w->thread.joinable()) w->thread.join();
+}
+
+void TpExecutor::worker_loop(Worker& w) {
+  uint64_t seen = 0;
+  for (;;) {
+    std::function<void(Worker&)> task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      task_cv_.wait(lock, [&] { return stop_ || task_gen_ != seen; });
+      if (stop_) return;
+      seen = task_gen_;
+      task = task_;
+    }
+    std::string err;
+    try {
+      task(w);
+    } catch (const std::exception& e) {
+      err = "rank " + std::to_string(w.rank) + ": " + e.what();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!err.empty() && error_.empty()) error_ = err;
+      ++done_;
+    }
+    if (!err.empty()) group_.poison(err);  // release ranks waiting in a collective
+    done_cv_.notify_all();
+  }
+}
+
+void TpExecutor::run_on_all(const std::function<void(Worker&)>& task) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!error_.empty()) throw Error("tensor-parallel executor failed earlier: " + error_);
+  task_ = task;
+  done_ = 0;
+  ++task_gen_;
+  task_cv_.notify_all();
+  const int n = static_cast<int>(workers_.size());
+  if (!done_cv_.wait_for(lock, step_timeout_, [&] { return done_ == n; })) {
+    if (error_.empty()) error_ = "a step did not finish within the step timeout";
+    lock.unlock();
+    group_.poison(error_);
+    lock.lock();
+    done_cv_.wait_for(lock, std::chrono::seconds(10), [&] { return done_ == n; });
+  }
+  if (!error_.empty()) throw Error("tensor-parallel executor failed: " + error_);
+}
+
+const model::ModelConfig& TpExecutor::config() const { return workers_.at(0)->model->config(); }
+
+void TpExecutor::allocate_cache(int32_t pages, int32_t page_size, int32_t slots) {
+  run_on_all([&](Worker& w) { w.model->allocate_cache(pages, page_size, slots); });
+}
+
+std::vector<float> TpExecutor::execute(const model::ForwardBatch& batch) {
+  run_on_all([&](Worker& w) {
+    std::vector<float> l = w.model->forward(batch);
+    if (w.rank == 0) logits_ = std::move(l);
+  });
+  return std::move(logits_);
+}
+
+}  // namespace deltaserve::engine
