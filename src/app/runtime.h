@@ -13,12 +13,13 @@
 namespace deltaserve::app {
 
 struct ModelRuntime {
-  std::unique_ptr<backend::CpuBackend> be;     // TP 1 only
-  std::unique_ptr<model::Qwen35Model> model;   // TP 1 only
+  std::unique_ptr<backend::CpuBackend> be;    // TP 1 only
+  std::unique_ptr<model::Qwen35Model> model;  // TP 1 only
   std::unique_ptr<engine::Executor> exec;
 };
 
-inline ModelRuntime make_runtime(const std::string& dir, model::LoadFormat fmt, int tp, bool verbose) {
+inline ModelRuntime make_runtime(const std::string& dir, model::LoadFormat fmt, int tp,
+                                 bool verbose) {
   ModelRuntime rt;
   if (tp < 1) throw Error("--tensor-parallel-size must be >= 1");
   if (tp == 1) {

@@ -36,8 +36,12 @@ class LocalExecutor final : public Executor {
  public:
   explicit LocalExecutor(model::Qwen35Model& m) : m_(m) {}
   const model::ModelConfig& config() const override { return m_.config(); }
-  void allocate_cache(int32_t pages, int32_t page_size, int32_t slots) override { m_.allocate_cache(pages, page_size, slots); }
-  std::vector<float> execute(const model::ForwardBatch& batch) override { return m_.forward(batch); }
+  void allocate_cache(int32_t pages, int32_t page_size, int32_t slots) override {
+    m_.allocate_cache(pages, page_size, slots);
+  }
+  std::vector<float> execute(const model::ForwardBatch& batch) override {
+    return m_.forward(batch);
+  }
 
  private:
   model::Qwen35Model& m_;
@@ -46,8 +50,8 @@ class LocalExecutor final : public Executor {
 class TpExecutor final : public Executor {
  public:
   using BackendFactory = std::function<std::unique_ptr<backend::Backend>(int rank)>;
-  using ModelFactory =
-      std::function<std::unique_ptr<model::Qwen35Model>(int rank, backend::Backend&, dist::Communicator*)>;
+  using ModelFactory = std::function<std::unique_ptr<model::Qwen35Model>(
+      int rank, backend::Backend&, dist::Communicator*)>;
 
   // Starts `size` workers; each makes its backend and loads its shard on its own thread. Throws the
   // first rank's error. A step that takes longer than `step_timeout` poisons the executor.

@@ -105,7 +105,9 @@ class Session : public std::enable_shared_from_this<Session> {
       if (reply_.sse) {
         bytes += reply_.on_finish();
       } else {
-        Response res = json_response(http::status::ok, reply_.on_finish(), 11, false);
+        std::string body = reply_.on_finish();
+        Response res = json_response(reply_.final_status ? reply_.final_status() : http::status::ok,
+                                     std::move(body), 11, false);
         std::ostringstream os;
         os << res;
         bytes = os.str();

@@ -33,6 +33,8 @@ struct AsyncReply {
   // After the final delta: the closing SSE events, or the whole JSON body.
   std::function<std::string()> on_finish;
   std::function<void()> abort;  // the client went away
+  // Non-SSE replies: the status of the final response (called after on_finish); null = 200.
+  std::function<http::status()> final_status;
 };
 
 using Reply = std::variant<Response, AsyncReply>;

@@ -141,8 +141,14 @@ struct Generation {
   json lp_tokens = json::array(), lp_token_logprobs = json::array(), lp_top = json::array(),
        lp_offsets = json::array();  // completions logprobs
   std::string finish_reason;
+  std::string error;  // the engine failed this request
   int32_t prompt_tokens = 0, completion_tokens = 0;
 };
+
+json error_json(const std::string& message, int code) {
+  return {{"error",
+           {{"message", message}, {"type", "internal_error"}, {"param", nullptr}, {"code", code}}}};
+}
 
 json bytes_of(const std::string& s) {
   json b = json::array();
@@ -383,6 +389,10 @@ Reply OpenAiApi::completions(const Request& req, bool chat) {
     }
     g->text += d.text;
     if (d.finished) g->finish_reason = engine::finish_reason_name(d.finish_reason);
+    if (d.finish_reason == engine::FinishReason::kError) {
+      g->error = d.error.empty() ? "internal error" : d.error;
+      return g->stream ? sse(error_json(g->error, 500)) : "";
+    }
     if (!g->stream) {
       for (auto& x : lp_chunk) g->lp_content.push_back(x);
       for (size_t i = 0; i < ctoks.size(); ++i) {
@@ -418,8 +428,12 @@ Reply OpenAiApi::completions(const Request& req, bool chat) {
                   {"choices", json::array({choice})}};
     return sse(chunk);
   };
+  reply.final_status = [g] {
+    return g->error.empty() ? http::status::ok : http::status::internal_server_error;
+  };
   reply.on_finish = [g, end]() -> std::string {
     end();
+    if (!g->error.empty() && !g->stream) return error_json(g->error, 500).dump();
     const json usage = {{"prompt_tokens", g->prompt_tokens},
                         {"completion_tokens", g->completion_tokens},
                         {"total_tokens", g->prompt_tokens + g->completion_tokens}};

@@ -2,6 +2,7 @@
 # Starts two deltaserve servers on free ports (the embedded default model with the real Qwen3
 # tokenizer), runs the openai-client e2e tests against them, and stops the servers with SIGTERM
 # (checking that they exit cleanly). Usage: run_e2e.sh DELTASERVE_BINARY
+# E2E_SERVER_FLAGS adds flags to both servers (e.g. --tensor-parallel-size 2).
 set -euo pipefail
 bin=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -15,7 +16,9 @@ trap cleanup EXIT
 
 start() {  # name, extra flags...
   local name=$1; shift
-  "$bin" serve --port 0 --max-model-len 512 --kv-cache-gib 0.25 "$@" >"$logs/$name.out" 2>"$logs/$name.err" &
+  # shellcheck disable=SC2086
+  "$bin" serve --port 0 --max-model-len 512 --kv-cache-gib 0.25 ${E2E_SERVER_FLAGS:-} "$@" \
+    >"$logs/$name.out" 2>"$logs/$name.err" &
   pids+=($!)
   for _ in $(seq 1 300); do
     if grep -q "ready" "$logs/$name.out" 2>/dev/null; then break; fi

@@ -285,3 +285,123 @@ TEST(EngineText, StopStringsAndStreamingTextWithRealTokenizer) {
 
 }  // namespace
 }  // namespace deltaserve::engine
+
+namespace deltaserve::engine {
+namespace {
+
+// A communicator that fails on its `fail_at`-th all-reduce (fault injection).
+class FaultyComm final : public dist::Communicator {
+ public:
+  FaultyComm(dist::Communicator* inner, int fail_at) : inner_(inner), fail_at_(fail_at) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  void all_reduce_sum(const Tensor& t) override {
+    if (++calls_ == fail_at_) throw Error("injected fault");
+    inner_->all_reduce_sum(t);
+  }
+  void reduce_scatter_sum(const Tensor& a, const Tensor& b) override {
+    inner_->reduce_scatter_sum(a, b);
+  }
+  void all_gather(const Tensor& a, const Tensor& b) override { inner_->all_gather(a, b); }
+  void broadcast(const Tensor& t, int root) override { inner_->broadcast(t, root); }
+  void barrier() override { inner_->barrier(); }
+
+ private:
+  dist::Communicator* inner_;
+  int fail_at_, calls_ = 0;
+};
+
+// Fault-injecting communicators must outlive the executor's models.
+std::vector<std::unique_ptr<FaultyComm>> g_faults;
+
+std::unique_ptr<TpExecutor> tp_executor(const std::string& dir, int n, int faulty_rank = -1,
+                                        int fail_at = 0) {
+  auto* faults = &g_faults;
+  return std::make_unique<TpExecutor>(
+      n, [](int) { return std::make_unique<backend::CpuBackend>(); },
+      [=](int rank, backend::Backend& be, dist::Communicator* comm) {
+        if (rank == faulty_rank) {
+          faults->push_back(std::make_unique<FaultyComm>(comm, fail_at));
+          comm = faults->back().get();
+        }
+        return model::load_model(dir, model::LoadFormat::kAuto, be, false, {n, rank}, comm);
+      },
+      std::chrono::seconds(20));
+}
+
+// The TP issue's lifecycle scenario on CPU ranks: a long request chunk-prefills while others
+// decode, one is aborted mid-decode, a new request reuses its slot, and every output matches its
+// solo run.
+TEST(EngineTp, MixedLifecycleOnTwoRanksMatchesSoloRuns) {
+  const std::string dir = (deltaserve::testing::test_data() / "tiny_real").string();
+  SamplingParams p;
+  p.temperature = 0;
+  p.ignore_eos = true;
+  p.max_tokens = 10;
+  const GenerateRequest longreq{random_prompt(300, 1, 384), p}, a{random_prompt(9, 2, 384), p},
+      b{random_prompt(17, 3, 384), p}, late{random_prompt(33, 4, 384), p};
+  GenerateRequest doomed{random_prompt(12, 5, 384), p};
+  doomed.params.max_tokens = 500;
+  backend::CpuBackend be;
+  auto solo_model = model::load_model(dir, model::LoadFormat::kAuto, be, false);
+  std::vector<std::vector<int32_t>> solo;
+  {
+    Engine e(*solo_model, {});
+    for (const auto* r : {&longreq, &a, &b, &late}) solo.push_back(collect(*e.submit(*r)).tokens);
+  }
+  auto exec = tp_executor(dir, 2);
+  EngineConfig cfg;
+  cfg.max_num_seqs = 4;
+  cfg.max_num_batched_tokens = 32;
+  Engine e(*exec, cfg);
+  auto sa = e.submit(a), sb = e.submit(b), sd = e.submit(doomed), sl = e.submit(longreq);
+  OutputDelta d;
+  for (int i = 0; i < 4; ++i)
+    ASSERT_TRUE(sd->next(d, 60s));  // decoding while the long one prefills
+  e.abort(sd->id());
+  EXPECT_EQ(collect(*sd).reason, FinishReason::kAbort);
+  auto sn = e.submit(late);  // takes the freed slot
+  EXPECT_EQ(collect(*sl).tokens, solo[0]);
+  EXPECT_EQ(collect(*sa).tokens, solo[1]);
+  EXPECT_EQ(collect(*sb).tokens, solo[2]);
+  EXPECT_EQ(collect(*sn).tokens, solo[3]);
+  EXPECT_EQ(e.metrics().kv_pages_used, 0);
+}
+
+// A rank failing mid-step: every in-flight request gets exactly one error, later submissions fail
+// at once, and shutdown does not hang in a collective.
+TEST(EngineTp, RankFaultFailsEveryRequestOnceAndRefusesNewWork) {
+  const std::string dir = (deltaserve::testing::test_data() / "tiny_real").string();
+  auto exec = tp_executor(dir, 2, /*faulty_rank=*/1, /*fail_at=*/40);  // a few steps in
+  {
+    Engine e(*exec, {});
+    SamplingParams p;
+    p.ignore_eos = true;
+    p.max_tokens = 200;
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (uint32_t i = 0; i < 3; ++i)
+      streams.push_back(e.submit({random_prompt(20, 10 + i, 384), p}));
+    for (auto& s : streams) {
+      int finals = 0;
+      OutputDelta d;
+      FinishReason why = FinishReason::kNone;
+      while (s->next(d, 60s)) {
+        if (d.finished) {
+          ++finals;
+          why = d.finish_reason;
+          EXPECT_NE(d.error.find("injected fault"), std::string::npos) << d.error;
+          break;
+        }
+      }
+      EXPECT_EQ(finals, 1);
+      EXPECT_EQ(why, FinishReason::kError);
+      EXPECT_FALSE(s->next(d, 100ms)) << "more than one final delta";
+    }
+    EXPECT_NE(e.failure(), "");
+    EXPECT_THROW(e.submit({{1, 2, 3}, p}), Error);
+  }
+  EXPECT_THROW(exec->execute({}), Error);  // the executor stays poisoned
+}
+
+}  // namespace
+}  // namespace deltaserve::engine
