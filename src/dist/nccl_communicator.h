@@ -1,0 +1,44 @@
+// NcclCommunicator: the Communicator of GPU ranks, over NCCL. Created inside the worker thread
+// that owns the device; every collective is enqueued on that worker's stream (never synchronised
+// here, except barrier()). NVLink multicast stays off (NCCL_NVLS_ENABLE=0), as on our machines.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <string>
+
+#include "dist/communicator.h"
+
+namespace deltaserve::dist {
+
+// A fresh NCCL unique id: made once, shared by every rank of a group (in one process here).
+ncclUniqueId nccl_unique_id();
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Rank `rank` of `size` on CUDA device `device`, collectives on `stream`. Throws deltaserve::Error
+  // (naming the NCCL or CUDA error) when the device does not exist or NCCL cannot initialise.
+  NcclCommunicator(const ncclUniqueId& id, int size, int rank, int device, cudaStream_t stream);
+  ~NcclCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  // Tensors are device memory of F32, BF16 or F16.
+  void all_reduce_sum(const Tensor& t) override;
+  void reduce_scatter_sum(const Tensor& in, const Tensor& out) override;
+  void all_gather(const Tensor& in, const Tensor& out) override;
+  void broadcast(const Tensor& t, int root) override;
+  // Enqueues a 1-element all-reduce and waits for the stream (a host-side rendezvous).
+  void barrier() override;
+  // Aborts the communicator so that no rank stays blocked in a collective (fail-stop).
+  void abort();
+
+ private:
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_;
+  int rank_, size_, device_;
+  float* scratch_ = nullptr;  // [1] for barrier()
+};
+
+}  // namespace deltaserve::dist
