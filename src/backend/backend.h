@@ -44,6 +44,11 @@ class Backend {
   virtual ~Backend() = default;
 
   virtual Device device() const = 0;
+  // The dtype of activations, KV cache and conv state here (CPU: F32; CUDA: BF16). The GDN
+  // recurrent state is always F32.
+  virtual DType act_dtype() const = 0;
+  // The dtype a weight of `ndims` dims is kept in (CUDA: BF16 matrices, F32 vectors).
+  virtual DType weight_dtype(int ndims) const = 0;
   // Zero-filled memory on this backend's device.
   virtual Buffer alloc(DType t, std::initializer_list<int64_t> dims) = 0;
   // Copies `n` elements of a host float array of type `src_type` into `dst` (converting to dst's

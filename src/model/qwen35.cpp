@@ -33,13 +33,14 @@ void Qwen35Model::allocate_cache(int32_t num_pages, int32_t page_size, int32_t n
   num_slots_ = num_slots;
   cache_.clear();
   cache_.resize(static_cast<size_t>(cfg_.num_layers));
+  const DType act = be_.act_dtype();
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
     LayerCache& c = cache_[static_cast<size_t>(i)];
     if (cfg_.layer_types[static_cast<size_t>(i)] == LayerType::kFullAttention) {
-      c.k = be_.alloc(DType::kF32, {num_pages, page_size, cfg_.num_kv_heads, cfg_.head_dim});
-      c.v = be_.alloc(DType::kF32, {num_pages, page_size, cfg_.num_kv_heads, cfg_.head_dim});
+      c.k = be_.alloc(act, {num_pages, page_size, cfg_.num_kv_heads, cfg_.head_dim});
+      c.v = be_.alloc(act, {num_pages, page_size, cfg_.num_kv_heads, cfg_.head_dim});
     } else {
-      c.conv = be_.alloc(DType::kF32, {num_slots, cfg_.conv_dim(), cfg_.conv_kernel - 1});
+      c.conv = be_.alloc(act, {num_slots, cfg_.conv_dim(), cfg_.conv_kernel - 1});
       c.state =
           be_.alloc(DType::kF32, {num_slots, cfg_.lin_num_v_heads, cfg_.lin_k_dim, cfg_.lin_v_dim});
     }
@@ -82,6 +83,7 @@ std::vector<float> Qwen35Model::forward(const ForwardBatch& batch) {
   DS_CHECK(T > 0, "empty batch");
   const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  const DType act = be_.act_dtype();
 
   backend::BatchDesc desc{batch.seqs, static_cast<int32_t>(T), page_size_};
   for (const auto& sq : desc.seqs)
@@ -90,30 +92,30 @@ std::vector<float> Qwen35Model::forward(const ForwardBatch& batch) {
 
   Buffer ids = be_.alloc(DType::kI32, {T});
   be_.upload_i32(batch.token_ids.data(), ids.tensor());
-  Buffer x = be_.alloc(DType::kF32, {T, H});
-  Buffer h = be_.alloc(DType::kF32, {T, H});
+  Buffer x = be_.alloc(act, {T, H});
+  Buffer h = be_.alloc(act, {T, H});
   Scratch s;
-  s.mix = be_.alloc(DType::kF32, {T, H});
+  s.mix = be_.alloc(act, {T, H});
   if (cfg_.num_layers_of(LayerType::kFullAttention) > 0) {
     const int64_t nh = cfg_.num_heads, nkv = cfg_.num_kv_heads, hd = cfg_.head_dim;
-    s.qg = be_.alloc(DType::kF32, {T, nh * 2 * hd});
-    s.k = be_.alloc(DType::kF32, {T, nkv * hd});
-    s.v = be_.alloc(DType::kF32, {T, nkv * hd});
-    s.q = be_.alloc(DType::kF32, {T, nh * hd});
-    s.gate = be_.alloc(DType::kF32, {T, nh * hd});
-    s.attn = be_.alloc(DType::kF32, {T, nh * hd});
+    s.qg = be_.alloc(act, {T, nh * 2 * hd});
+    s.k = be_.alloc(act, {T, nkv * hd});
+    s.v = be_.alloc(act, {T, nkv * hd});
+    s.q = be_.alloc(act, {T, nh * hd});
+    s.gate = be_.alloc(act, {T, nh * hd});
+    s.attn = be_.alloc(act, {T, nh * hd});
   }
   if (cfg_.num_layers_of(LayerType::kLinearAttention) > 0) {
-    s.u = be_.alloc(DType::kF32, {T, cfg_.conv_dim()});
-    s.y = be_.alloc(DType::kF32, {T, cfg_.conv_dim()});
-    s.z = be_.alloc(DType::kF32, {T, cfg_.value_dim()});
-    s.a = be_.alloc(DType::kF32, {T, cfg_.lin_num_v_heads});
-    s.b = be_.alloc(DType::kF32, {T, cfg_.lin_num_v_heads});
-    s.o = be_.alloc(DType::kF32, {T, cfg_.lin_num_v_heads, cfg_.lin_v_dim});
+    s.u = be_.alloc(act, {T, cfg_.conv_dim()});
+    s.y = be_.alloc(act, {T, cfg_.conv_dim()});
+    s.z = be_.alloc(act, {T, cfg_.value_dim()});
+    s.a = be_.alloc(act, {T, cfg_.lin_num_v_heads});
+    s.b = be_.alloc(act, {T, cfg_.lin_num_v_heads});
+    s.o = be_.alloc(act, {T, cfg_.lin_num_v_heads, cfg_.lin_v_dim});
   }
-  s.mlp_gate = be_.alloc(DType::kF32, {T, I});
-  s.mlp_up = be_.alloc(DType::kF32, {T, I});
-  s.mlp_act = be_.alloc(DType::kF32, {T, I});
+  s.mlp_gate = be_.alloc(act, {T, I});
+  s.mlp_up = be_.alloc(act, {T, I});
+  s.mlp_act = be_.alloc(act, {T, I});
 
   // x: residual stream; h: the normalised input of the next block (the final norm after the last).
   be_.embedding(ids.tensor(), w_.embed, x.tensor());
@@ -140,9 +142,9 @@ std::vector<float> Qwen35Model::forward(const ForwardBatch& batch) {
   if (R == 0) return logits;
   Buffer rows = be_.alloc(DType::kI32, {R});
   be_.upload_i32(batch.logits_rows.data(), rows.tensor());
-  Buffer hr = be_.alloc(DType::kF32, {R, H});
+  Buffer hr = be_.alloc(act, {R, H});
   be_.gather_rows(h.tensor(), rows.tensor(), hr.tensor());
-  Buffer out = be_.alloc(DType::kF32, {R, cfg_.vocab_size});
+  Buffer out = be_.alloc(act, {R, cfg_.vocab_size});
   be_.linear(hr.tensor(), w_.lm_head, out.tensor());
   be_.download_f32(out.tensor(), logits.data());
   return logits;

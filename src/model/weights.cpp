@@ -61,10 +61,10 @@ Tensor alloc_into(ModelWeights& w, backend::Backend& be, const std::vector<int64
   Buffer b;
   switch (shape.size()) {
     case 1:
-      b = be.alloc(DType::kF32, {shape[0]});
+      b = be.alloc(be.weight_dtype(1), {shape[0]});
       break;
     case 2:
-      b = be.alloc(DType::kF32, {shape[0], shape[1]});
+      b = be.alloc(be.weight_dtype(2), {shape[0], shape[1]});
       break;
     default:
       DS_CHECK(false, "unexpected weight rank");

@@ -11,6 +11,8 @@ namespace deltaserve::backend {
 class CpuBackend final : public Backend {
  public:
   Device device() const override { return Device::kCpu; }
+  DType act_dtype() const override { return DType::kF32; }
+  DType weight_dtype(int) const override { return DType::kF32; }
   Buffer alloc(DType t, std::initializer_list<int64_t> dims) override;
   void upload(DType src_type, const void* src, size_t n, const Tensor& dst) override;
   void download_f32(const Tensor& src, float* dst) override;

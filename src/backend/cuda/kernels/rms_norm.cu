@@ -1,3 +1,4 @@
+#include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/rms_norm.cuh"
 
 namespace deltaserve::cuda {
@@ -5,58 +6,41 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ float block_sum(float v) {
-  __shared__ float warp_sums[kThreads / 32];
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) warp_sums[warp] = v;
-  __syncthreads();
-  v = lane < kThreads / 32 ? warp_sums[lane] : 0.0f;
-  if (warp == 0)
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  __shared__ float total;
-  if (threadIdx.x == 0) total = v;
-  __syncthreads();
-  return total;
-}
-
-// One block per row; each thread handles 8 consecutive elements per iteration.
-__global__ void rms_norm_bf16_kernel(const __nv_bfloat16* __restrict__ x,
-                                     const __nv_bfloat16* __restrict__ w, float eps, int n,
-                                     __nv_bfloat16* __restrict__ out) {
+// One block per row. With `add`, residual += x first (rounded to bf16, as the residual stream is).
+template <bool kAdd>
+__global__ void rms_norm_kernel(__nv_bfloat16* __restrict__ residual, const __nv_bfloat16* __restrict__ x,
+                                const float* __restrict__ w, float eps, int n, __nv_bfloat16* __restrict__ out) {
   const size_t row = blockIdx.x;
-  const uint4* xr = reinterpret_cast<const uint4*>(x + row * n);
+  __nv_bfloat16* r = residual + row * n;
+  const __nv_bfloat16* xr = x + row * n;
   float ss = 0.0f;
-  for (int i = threadIdx.x; i < n / 8; i += kThreads) {
-    uint4 v = xr[i];
-    const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&v);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float f = __bfloat162float(e[j]);
-      ss += f * f;
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    float v = __bfloat162float(xr[i]);
+    if (kAdd) {
+      const __nv_bfloat16 sum = __float2bfloat16(__bfloat162float(r[i]) + v);
+      r[i] = sum;
+      v = __bfloat162float(sum);
     }
+    ss += v * v;
   }
-  const float r = rsqrtf(block_sum(ss) / static_cast<float>(n) + eps);
-  uint4* o = reinterpret_cast<uint4*>(out + row * n);
-  const uint4* wr = reinterpret_cast<const uint4*>(w);
-  for (int i = threadIdx.x; i < n / 8; i += kThreads) {
-    uint4 v = xr[i], wv = wr[i], res;
-    const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&v);
-    const __nv_bfloat16* we = reinterpret_cast<const __nv_bfloat16*>(&wv);
-    __nv_bfloat16* oe = reinterpret_cast<__nv_bfloat16*>(&res);
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-      oe[j] = __float2bfloat16(__bfloat162float(e[j]) * r * (1.0f + __bfloat162float(we[j])));
-    o[i] = res;
-  }
+  const float inv = rsqrtf(block_sum<kThreads>(ss) / static_cast<float>(n) + eps);
+  const __nv_bfloat16* src = kAdd ? r : xr;
+  for (int i = threadIdx.x; i < n; i += kThreads)
+    out[row * n + i] = __float2bfloat16(__bfloat162float(src[i]) * inv * (1.0f + w[i]));
 }
 
 }  // namespace
 
-void launch_rms_norm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* w, float eps, int rows,
-                          int n, __nv_bfloat16* out, cudaStream_t stream) {
+void launch_rms_norm_bf16(const __nv_bfloat16* x, const float* w, float eps, int rows, int n, __nv_bfloat16* out,
+                          cudaStream_t stream) {
   if (rows == 0) return;
-  rms_norm_bf16_kernel<<<rows, kThreads, 0, stream>>>(x, w, eps, n, out);
+  rms_norm_kernel<false><<<rows, kThreads, 0, stream>>>(nullptr, x, w, eps, n, out);
+}
+
+void launch_add_rms_norm_bf16(__nv_bfloat16* residual, const __nv_bfloat16* x, const float* w, float eps, int rows,
+                              int n, __nv_bfloat16* out, cudaStream_t stream) {
+  if (rows == 0) return;
+  rms_norm_kernel<true><<<rows, kThreads, 0, stream>>>(residual, x, w, eps, n, out);
 }
 
 }  // namespace deltaserve::cuda

@@ -1,4 +1,5 @@
-// Zero-centred RMSNorm (y = x * rsqrt(mean(x^2) + eps) * (1 + w)) for bf16 rows, f32 accumulation.
+// Zero-centred RMSNorm (y = x * rsqrt(mean(x^2) + eps) * (1 + w)) over bf16 rows with f32
+// accumulation, alone or fused with the residual add.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -6,9 +7,12 @@
 
 namespace deltaserve::cuda {
 
-// x, out: [rows, n] bf16 row-major; w: [n] bf16. Never allocates or syncs.
-// Precondition: n % 8 == 0 (16-byte vector loads), pointers 16-byte aligned.
-void launch_rms_norm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* w, float eps, int rows,
-                          int n, __nv_bfloat16* out, cudaStream_t stream);
+// x, out: [rows, n] bf16; w: [n] f32. Never allocates or syncs.
+void launch_rms_norm_bf16(const __nv_bfloat16* x, const float* w, float eps, int rows, int n,
+                          __nv_bfloat16* out, cudaStream_t stream);
+
+// residual = bf16(residual + x) in place, then out = rms_norm(residual). All [rows, n] bf16.
+void launch_add_rms_norm_bf16(__nv_bfloat16* residual, const __nv_bfloat16* x, const float* w, float eps,
+                              int rows, int n, __nv_bfloat16* out, cudaStream_t stream);
 
 }  // namespace deltaserve::cuda

@@ -1,0 +1,42 @@
+// Linear layers through cuBLASLt: y = x . w^T for row-major bf16 x [T, in], w [out, in],
+// y [T, out], f32 accumulation. The algorithm for each shape is chosen once and cached.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+namespace deltaserve::cuda {
+
+class CublasLtLinear {
+ public:
+  // Throws deltaserve::Error when cuBLASLt cannot be initialised.
+  explicit CublasLtLinear(size_t workspace_bytes = 32 << 20);
+  ~CublasLtLinear();
+  CublasLtLinear(const CublasLtLinear&) = delete;
+  CublasLtLinear& operator=(const CublasLtLinear&) = delete;
+
+  // Enqueues the GEMM on `stream`; never allocates device memory or syncs. Throws
+  // deltaserve::Error when no algorithm supports the shape.
+  void run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int64_t T, int64_t in, int64_t out,
+           cudaStream_t stream);
+
+ private:
+  struct Plan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  const Plan& plan(int64_t T, int64_t in, int64_t out);
+
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, Plan> plans_;
+};
+
+}  // namespace deltaserve::cuda

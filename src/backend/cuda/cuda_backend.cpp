@@ -1,0 +1,142 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include <cuda_bf16.h>
+
+#include <cstring>
+#include <vector>
+
+#include "backend/cuda/kernels/gated_rms_norm.cuh"
+#include "backend/cuda/kernels/gather_rows.cuh"
+#include "backend/cuda/kernels/rms_norm.cuh"
+#include "backend/cuda/kernels/silu_mul.cuh"
+#include "core/error.h"
+
+namespace deltaserve::backend {
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
+}
+
+__nv_bfloat16* bf(const Tensor& t) {
+  DS_CHECK(t.dtype == DType::kBF16 && t.device == Device::kCuda, "expected a bf16 CUDA tensor " + t.shape_str());
+  return static_cast<__nv_bfloat16*>(t.data);
+}
+
+float* f32(const Tensor& t) {
+  DS_CHECK(t.dtype == DType::kF32 && t.device == Device::kCuda, "expected an f32 CUDA tensor " + t.shape_str());
+  return static_cast<float*>(t.data);
+}
+
+[[noreturn]] void not_yet(const char* op) {
+  throw Error(std::string("CudaBackend: ") + op + " is not implemented yet (the CUDA backend is in progress)");
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  int count = 0;
+  check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  if (device < 0 || device >= count)
+    throw Error("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(count) + " visible)");
+  check(cudaSetDevice(device), "cudaSetDevice");
+  check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  gemm_ = std::make_unique<cuda::CublasLtLinear>();
+}
+
+CudaBackend::~CudaBackend() {
+  gemm_.reset();
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+Buffer CudaBackend::alloc(DType t, std::initializer_list<int64_t> dims) {
+  Tensor v(nullptr, t, dims, Device::kCuda);
+  const size_t bytes = v.nbytes() ? v.nbytes() : 16;
+  check(cudaMalloc(&v.data, bytes), "cudaMalloc");
+  check(cudaMemsetAsync(v.data, 0, bytes, stream_), "cudaMemset");
+  return Buffer(v, [](void* p) { cudaFree(p); });
+}
+
+void CudaBackend::upload(DType src_type, const void* src, size_t n, const Tensor& dst) {
+  DS_CHECK(static_cast<size_t>(dst.numel()) == n, "upload size");
+  std::vector<float> f(n);
+  convert_to_f32(src_type, src, f.data(), n);
+  if (dst.dtype == DType::kF32) {
+    check(cudaMemcpyAsync(dst.data, f.data(), n * 4, cudaMemcpyHostToDevice, stream_), "upload");
+  } else {
+    DS_CHECK(dst.dtype == DType::kBF16, "upload: F32 or BF16 destinations");
+    std::vector<uint16_t> b(n);
+    for (size_t i = 0; i < n; ++i) b[i] = f32_to_bf16(f[i]);
+    check(cudaMemcpyAsync(dst.data, b.data(), n * 2, cudaMemcpyHostToDevice, stream_), "upload");
+    check(cudaStreamSynchronize(stream_), "upload sync");  // the host staging dies here
+    return;
+  }
+  check(cudaStreamSynchronize(stream_), "upload sync");
+}
+
+void CudaBackend::download_f32(const Tensor& src, float* dst) {
+  std::vector<char> host(src.nbytes());
+  check(cudaMemcpyAsync(host.data(), src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_), "download");
+  check(cudaStreamSynchronize(stream_), "download sync");
+  convert_to_f32(src.dtype, host.data(), dst, static_cast<size_t>(src.numel()));
+}
+
+void CudaBackend::upload_i32(const int32_t* src, const Tensor& dst) {
+  check(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream_), "upload_i32");
+  check(cudaStreamSynchronize(stream_), "upload_i32 sync");
+}
+
+void CudaBackend::synchronize() { check(cudaStreamSynchronize(stream_), "synchronize"); }
+
+void CudaBackend::embedding(const Tensor& ids, const Tensor& table, const Tensor& out) {
+  cuda::launch_gather_rows_bf16(bf(table), ids.i32(), static_cast<int>(ids.numel()), static_cast<int>(table.dim(1)),
+                                bf(out), stream_);
+}
+
+void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, const Tensor& out) {
+  cuda::launch_gather_rows_bf16(bf(x), rows.i32(), static_cast<int>(rows.numel()), static_cast<int>(x.dim(-1)), bf(out),
+                                stream_);
+}
+
+void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& out) {
+  const int64_t n = x.dim(-1);
+  cuda::launch_rms_norm_bf16(bf(x), f32(w), eps, static_cast<int>(x.numel() / n), static_cast<int>(n), bf(out), stream_);
+}
+
+void CudaBackend::add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& w, float eps, const Tensor& out) {
+  const int64_t n = x.dim(-1);
+  cuda::launch_add_rms_norm_bf16(bf(residual), bf(x), f32(w), eps, static_cast<int>(x.numel() / n),
+                                 static_cast<int>(n), bf(out), stream_);
+}
+
+void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& y) {
+  DS_CHECK(w.dim(1) == x.dim(1) && y.dim(0) == x.dim(0) && y.dim(1) == w.dim(0), "linear shapes");
+  gemm_->run(bf(x), bf(w), bf(y), x.dim(0), x.dim(1), w.dim(0), stream_);
+}
+
+void CudaBackend::silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  cuda::launch_silu_mul_bf16(bf(gate), bf(up), gate.numel(), bf(out), stream_);
+}
+
+void CudaBackend::gated_rms_norm(const Tensor& o, const Tensor& z, const Tensor& w, float eps) {
+  const int64_t dv = o.dim(-1);
+  cuda::launch_gated_rms_norm_bf16(bf(o), bf(z), f32(w), eps, static_cast<int>(o.numel() / dv), static_cast<int>(dv),
+                                   stream_);
+}
+
+void CudaBackend::attn_prep_and_cache(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                      const AttnDims&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  not_yet("attn_prep_and_cache");
+}
+void CudaBackend::paged_attention(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AttnDims&,
+                                  const Tensor&) {
+  not_yet("paged_attention");
+}
+void CudaBackend::gdn_conv(const Tensor&, const Tensor&, const Tensor&, int32_t, const Tensor&) { not_yet("gdn_conv"); }
+void CudaBackend::gated_delta_rule(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                   const Tensor&, const GdnDims&, const Tensor&) {
+  not_yet("gated_delta_rule");
+}
+
+}  // namespace deltaserve::backend

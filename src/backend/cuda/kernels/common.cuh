@@ -1,0 +1,31 @@
+// Shared device helpers for the CUDA kernels (block reductions, bf16 <-> f32).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+namespace deltaserve::cuda {
+
+// Sum over a block of kThreads threads; every thread gets the total. Uses 33 floats of shared memory.
+template <int kThreads>
+__device__ inline float block_sum(float v) {
+  __shared__ float partial[kThreads / 32];
+  __shared__ float total;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < kThreads / 32 ? partial[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0) total = v;
+  }
+  __syncthreads();
+  const float t = total;
+  __syncthreads();  // `partial` / `total` may be reused by a following call
+  return t;
+}
+
+__device__ inline float silu(float x) { return x / (1.0f + __expf(-x)); }
+
+}  // namespace deltaserve::cuda

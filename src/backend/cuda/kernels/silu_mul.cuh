@@ -1,0 +1,15 @@
+// The SiLU-gated MLP product: out = silu(gate) * up, bf16 in and out, f32 math.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace deltaserve::cuda {
+
+// gate, up, out: n bf16 elements. Never allocates or syncs.
+void launch_silu_mul_bf16(const __nv_bfloat16* gate, const __nv_bfloat16* up, int64_t n, __nv_bfloat16* out,
+                          cudaStream_t stream);
+
+}  // namespace deltaserve::cuda
