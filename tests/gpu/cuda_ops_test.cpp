@@ -119,10 +119,90 @@ TEST_F(CudaOps, EmbeddingGatherSiluMulGatedNorm) {
   expect_close(host(dout.tensor()), o, 1e-2f, "gated_rms_norm");
 }
 
-TEST_F(CudaOps, MissingOpsSayNotImplemented) {
-  EXPECT_THROW(gpu_->gdn_conv({}, {}, {}, 4, {}), Error);
-  EXPECT_THROW(CudaBackend(99), Error);
+// A batch of three sequences (fresh prefill, continued prefill, decode) with scattered pages.
+BatchDesc test_batch(int ps) {
+  BatchDesc b;
+  b.page_size = ps;
+  b.seqs = {SeqDesc{0, 20, 0, 0, {7, 3}}, SeqDesc{20, 9, 13, 1, {0, 5, 9}}, SeqDesc{29, 1, 40, 2, {1, 2, 4, 6, 8, 10}}};
+  b.num_tokens = 30;
+  return b;
 }
+
+TEST_F(CudaOps, AttentionPrepAndPagedAttention) {
+  const int ps = 16, pages = 12;
+  for (auto [nh, nkv, hd, rd] : {std::tuple{4, 2, 256, 64}, std::tuple{4, 2, 32, 16}}) {
+    const BatchDesc batch = test_batch(ps);
+    const int T = batch.num_tokens;
+    AttnDims d{nh, nkv, hd, rd, 1e6, 1e-6f};
+    auto qg = rnd(static_cast<size_t>(T) * nh * 2 * hd, 20), k = rnd(static_cast<size_t>(T) * nkv * hd, 21),
+         v = rnd(static_cast<size_t>(T) * nkv * hd, 22), qn = rnd(hd, 23, 0.3f), kn = rnd(hd, 24, 0.3f);
+    const size_t cache = static_cast<size_t>(pages) * ps * nkv * hd;
+    // Earlier positions of sequences 1 and 2 are already in the caches (same values on both sides).
+    auto kc = rnd(cache, 25), vc = rnd(cache, 26);
+    auto dqg = dev(qg, DType::kBF16, {T, nh * 2 * hd}), dk = dev(k, DType::kBF16, {T, nkv, hd}),
+         dv = dev(v, DType::kBF16, {T, nkv, hd}), dqn = dev(qn, DType::kF32, {hd}), dkn = dev(kn, DType::kF32, {hd}),
+         dkc = dev(kc, DType::kBF16, {pages, ps, nkv, hd}), dvc = dev(vc, DType::kBF16, {pages, ps, nkv, hd});
+    auto dq = gpu_->alloc(DType::kBF16, {T, nh, hd}), dgate = gpu_->alloc(DType::kBF16, {T, nh, hd}),
+         dout = gpu_->alloc(DType::kBF16, {T, nh, hd});
+    gpu_->set_batch(batch);
+    gpu_->attn_prep_and_cache(dqg.tensor(), dk.tensor(), dv.tensor(), dqn.tensor(), dkn.tensor(), d, dq.tensor(),
+                              dgate.tensor(), dkc.tensor(), dvc.tensor());
+    gpu_->paged_attention(dq.tensor(), dgate.tensor(), dkc.tensor(), dvc.tensor(), d, dout.tensor());
+    std::vector<float> q(static_cast<size_t>(T) * nh * hd), gate(q.size()), out(q.size());
+    cpu_.set_batch(batch);
+    cpu_.attn_prep_and_cache(Tensor(qg.data(), DType::kF32, {T, nh * 2 * hd}), Tensor(k.data(), DType::kF32, {T, nkv, hd}),
+                             Tensor(v.data(), DType::kF32, {T, nkv, hd}), Tensor(qn.data(), DType::kF32, {hd}),
+                             Tensor(kn.data(), DType::kF32, {hd}), d, Tensor(q.data(), DType::kF32, {T, nh, hd}),
+                             Tensor(gate.data(), DType::kF32, {T, nh, hd}),
+                             Tensor(kc.data(), DType::kF32, {pages, ps, nkv, hd}),
+                             Tensor(vc.data(), DType::kF32, {pages, ps, nkv, hd}));
+    cpu_.paged_attention(Tensor(q.data(), DType::kF32, {T, nh, hd}), Tensor(gate.data(), DType::kF32, {T, nh, hd}),
+                         Tensor(kc.data(), DType::kF32, {pages, ps, nkv, hd}),
+                         Tensor(vc.data(), DType::kF32, {pages, ps, nkv, hd}), d, Tensor(out.data(), DType::kF32, {T, nh, hd}));
+    expect_close(host(dq.tensor()), q, 1e-2f, "q after norm + rope");
+    expect_close(host(dkc.tensor()), kc, 1e-2f, "k cache");
+    expect_close(host(dvc.tensor()), vc, 0.0f, "v cache");
+    expect_close(host(dout.tensor()), out, 1e-2f, "paged attention");
+  }
+}
+
+TEST_F(CudaOps, GdnConvAndDeltaRule) {
+  const BatchDesc batch = test_batch(16);
+  const int T = batch.num_tokens, K = 4;
+  for (auto [nk, nv, dk, dv] : {std::tuple{2, 4, 128, 128}, std::tuple{2, 4, 16, 24}}) {
+    const int C = 2 * nk * dk + nv * dv, slots = 3;
+    GdnDims d{nk, nv, dk, dv, K};
+    auto u = rnd(static_cast<size_t>(T) * C, 30), w = rnd(static_cast<size_t>(C) * K, 31, 0.5f),
+         cs = rnd(static_cast<size_t>(slots) * C * (K - 1), 32), a = rnd(static_cast<size_t>(T) * nv, 33),
+         bb = rnd(static_cast<size_t>(T) * nv, 34), alog = rnd(nv, 35, 0.5f), dtb = rnd(nv, 36, 0.5f),
+         st = deltaserve::testing::random_vec(static_cast<size_t>(slots) * nv * dk * dv, 37, 0.1f);
+    auto du = dev(u, DType::kBF16, {T, C}), dw = dev(w, DType::kBF16, {C, K}), dcs = dev(cs, DType::kBF16, {slots, C, K - 1}),
+         da = dev(a, DType::kBF16, {T, nv}), db = dev(bb, DType::kBF16, {T, nv}), dal = dev(alog, DType::kF32, {nv}),
+         ddt = dev(dtb, DType::kF32, {nv}), dst = dev(st, DType::kF32, {slots, nv, dk, dv});
+    auto dy = gpu_->alloc(DType::kBF16, {T, C}), dout = gpu_->alloc(DType::kBF16, {T, nv, dv});
+    gpu_->set_batch(batch);
+    gpu_->gdn_conv(du.tensor(), dw.tensor(), dcs.tensor(), K, dy.tensor());
+    std::vector<float> y(static_cast<size_t>(T) * C), out(static_cast<size_t>(T) * nv * dv);
+    cpu_.set_batch(batch);
+    cpu_.gdn_conv(Tensor(u.data(), DType::kF32, {T, C}), Tensor(w.data(), DType::kF32, {C, K}),
+                  Tensor(cs.data(), DType::kF32, {slots, C, K - 1}), K, Tensor(y.data(), DType::kF32, {T, C}));
+    const std::vector<float> gy = host(dy.tensor());
+    expect_close(gy, y, 1e-2f, "conv");
+    expect_close(host(dcs.tensor()), cs, 0.0f, "conv state");
+    // The delta rule on the same (bf16) conv output on both sides.
+    auto dy2 = dev(gy, DType::kBF16, {T, C});
+    gpu_->gated_delta_rule(dy2.tensor(), da.tensor(), db.tensor(), dal.tensor(), ddt.tensor(), dst.tensor(), d, dout.tensor());
+    std::vector<float> gyc = gy;
+    cpu_.gated_delta_rule(Tensor(gyc.data(), DType::kF32, {T, C}), Tensor(a.data(), DType::kF32, {T, nv}),
+                          Tensor(bb.data(), DType::kF32, {T, nv}), Tensor(alog.data(), DType::kF32, {nv}),
+                          Tensor(dtb.data(), DType::kF32, {nv}), Tensor(st.data(), DType::kF32, {slots, nv, dk, dv}), d,
+                          Tensor(out.data(), DType::kF32, {T, nv, dv}));
+    expect_close(host(dout.tensor()), out, 1e-2f, "delta rule output");
+    expect_close(host(dst.tensor()), st, 1e-4f, "delta rule state (f32)");
+  }
+}
+
+TEST_F(CudaOps, MissingDeviceIsAClearError) { EXPECT_THROW(CudaBackend(99), Error); }
 
 }  // namespace
 }  // namespace deltaserve::backend

@@ -2,10 +2,13 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
+#include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/gated_rms_norm.cuh"
+#include "backend/cuda/kernels/gdn.cuh"
 #include "backend/cuda/kernels/gather_rows.cuh"
 #include "backend/cuda/kernels/rms_norm.cuh"
 #include "backend/cuda/kernels/silu_mul.cuh"
@@ -29,10 +32,6 @@ float* f32(const Tensor& t) {
   return static_cast<float*>(t.data);
 }
 
-[[noreturn]] void not_yet(const char* op) {
-  throw Error(std::string("CudaBackend: ") + op + " is not implemented yet (the CUDA backend is in progress)");
-}
-
 }  // namespace
 
 CudaBackend::CudaBackend(int device) : device_(device) {
@@ -47,6 +46,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 
 CudaBackend::~CudaBackend() {
   gemm_.reset();
+  if (meta_buf_) cudaFree(meta_buf_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -125,18 +125,65 @@ void CudaBackend::gated_rms_norm(const Tensor& o, const Tensor& z, const Tensor&
                                    stream_);
 }
 
-void CudaBackend::attn_prep_and_cache(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                      const AttnDims&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
-  not_yet("attn_prep_and_cache");
+void CudaBackend::set_batch(const BatchDesc& batch) {
+  const int T = batch.num_tokens, S = static_cast<int>(batch.seqs.size());
+  std::vector<int32_t>& h = meta_host_;
+  h.assign(static_cast<size_t>(2 * T + 5 * S), 0);
+  int32_t *pos = h.data(), *seq = pos + T, *begin = seq + T, *len = begin + S, *start = len + S, *slot = start + S,
+          *poff = slot + S;
+  std::vector<int32_t> pages;
+  for (int s = 0; s < S; ++s) {
+    const SeqDesc& q = batch.seqs[static_cast<size_t>(s)];
+    DS_CHECK(q.token_begin >= 0 && q.num_tokens > 0 && q.token_begin + q.num_tokens <= T, "sequence rows out of range");
+    DS_CHECK(static_cast<int64_t>(q.pages.size()) * batch.page_size >= q.start_pos + q.num_tokens, "page table too short");
+    begin[s] = q.token_begin;
+    len[s] = q.num_tokens;
+    start[s] = q.start_pos;
+    slot[s] = q.slot;
+    poff[s] = static_cast<int32_t>(pages.size());
+    pages.insert(pages.end(), q.pages.begin(), q.pages.end());
+    for (int i = 0; i < q.num_tokens; ++i) {
+      pos[q.token_begin + i] = q.start_pos + i;
+      seq[q.token_begin + i] = s;
+    }
+  }
+  h.insert(h.end(), pages.begin(), pages.end());
+  if (h.size() > meta_cap_) {
+    if (meta_buf_) cudaFree(meta_buf_);
+    meta_cap_ = std::max(h.size(), 2 * meta_cap_);
+    check(cudaMalloc(&meta_buf_, meta_cap_ * sizeof(int32_t)), "cudaMalloc (batch)");
+  }
+  check(cudaMemcpyAsync(meta_buf_, h.data(), h.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "set_batch");
+  const int32_t* d = meta_buf_;
+  meta_ = {d, d + T, d + 2 * T, d + 2 * T + S, d + 2 * T + 2 * S, d + 2 * T + 3 * S, d + 2 * T + 4 * S,
+           d + 2 * T + 5 * S, T, S, batch.page_size};
 }
-void CudaBackend::paged_attention(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AttnDims&,
-                                  const Tensor&) {
-  not_yet("paged_attention");
+
+void CudaBackend::attn_prep_and_cache(const Tensor& qg, const Tensor& k, const Tensor& v, const Tensor& q_norm,
+                                      const Tensor& k_norm, const AttnDims& d, const Tensor& q, const Tensor& gate,
+                                      const Tensor& k_cache, const Tensor& v_cache) {
+  const cuda::AttnShape s{d.nh, d.nkv, d.hd, d.rotary_dim, static_cast<float>(d.rope_theta), d.eps};
+  cuda::launch_attn_prep(meta_, bf(qg), bf(k), bf(v), f32(q_norm), f32(k_norm), s, bf(q), bf(gate), bf(k_cache),
+                         bf(v_cache), stream_);
 }
-void CudaBackend::gdn_conv(const Tensor&, const Tensor&, const Tensor&, int32_t, const Tensor&) { not_yet("gdn_conv"); }
-void CudaBackend::gated_delta_rule(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                   const Tensor&, const GdnDims&, const Tensor&) {
-  not_yet("gated_delta_rule");
+
+void CudaBackend::paged_attention(const Tensor& q, const Tensor& gate, const Tensor& k_cache, const Tensor& v_cache,
+                                  const AttnDims& d, const Tensor& out) {
+  DS_CHECK(d.hd % 32 == 0 && d.hd <= 256, "paged attention supports head_dim a multiple of 32 up to 256");
+  const cuda::AttnShape s{d.nh, d.nkv, d.hd, d.rotary_dim, static_cast<float>(d.rope_theta), d.eps};
+  cuda::launch_paged_attention(meta_, bf(q), bf(gate), bf(k_cache), bf(v_cache), s, bf(out), stream_);
+}
+
+void CudaBackend::gdn_conv(const Tensor& u, const Tensor& w, const Tensor& conv_state, int32_t K, const Tensor& y) {
+  DS_CHECK(K >= 1 && K <= 8, "conv kernel size up to 8");
+  cuda::launch_gdn_conv(meta_, bf(u), bf(w), bf(conv_state), static_cast<int>(u.dim(1)), K, bf(y), stream_);
+}
+
+void CudaBackend::gated_delta_rule(const Tensor& y, const Tensor& a, const Tensor& b, const Tensor& A_log,
+                                   const Tensor& dt_bias, const Tensor& state, const GdnDims& d, const Tensor& out) {
+  DS_CHECK(d.dk <= 256 && d.dv <= 256, "GDN head dims up to 256");
+  cuda::launch_gated_delta_rule(meta_, bf(y), bf(a), bf(b), f32(A_log), f32(dt_bias), f32(state),
+                                {d.nk, d.nv, d.dk, d.dv}, bf(out), stream_);
 }
 
 }  // namespace deltaserve::backend

@@ -1,16 +1,19 @@
 // CudaBackend: the Backend on one NVIDIA GPU (sm_90a). bf16 weights (f32 vectors: norms, A_log,
 // dt_bias) and activations with f32 accumulation; every op is a stream-ordered launch.
-// NOTE: in progress (the CUDA backend issue): embedding, the norms, cuBLASLt projections, SiLU-mul,
-// row gather and the gated norm are here; attention, the GDN conv and the delta rule are not yet,
-// and calling them throws deltaserve::Error.
+// NOTE: in progress (the CUDA backend issue): every op of the forward exists; attention and the
+// Gated DeltaNet use straightforward kernels (one block per token/head, token-by-token delta
+// rule); the tuned split-KV decode, tensor-core prefill, chunked delta rule, GPU sampling and CUDA
+// graphs come next.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda/cublaslt_linear.h"
+#include "backend/cuda/kernels/batch_meta.cuh"
 
 namespace deltaserve::backend {
 
@@ -28,7 +31,8 @@ class CudaBackend final : public Backend {
   void download_f32(const Tensor& src, float* dst) override;
   void upload_i32(const int32_t* src, const Tensor& dst) override;
   void synchronize() override;
-  void set_batch(const BatchDesc& batch) override { batch_ = batch; }
+  // Uploads the batch description (positions, sequences, page tables) for the following ops.
+  void set_batch(const BatchDesc& batch) override;
   cudaStream_t stream() const { return stream_; }
 
   void embedding(const Tensor& ids, const Tensor& table, const Tensor& out) override;
@@ -40,20 +44,25 @@ class CudaBackend final : public Backend {
   void gather_rows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
   void gated_rms_norm(const Tensor& o, const Tensor& z, const Tensor& w, float eps) override;
 
-  void attn_prep_and_cache(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                           const AttnDims&, const Tensor&, const Tensor&, const Tensor&,
-                           const Tensor&) override;
-  void paged_attention(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AttnDims&,
-                       const Tensor&) override;
-  void gdn_conv(const Tensor&, const Tensor&, const Tensor&, int32_t, const Tensor&) override;
-  void gated_delta_rule(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                        const Tensor&, const GdnDims&, const Tensor&) override;
+  void attn_prep_and_cache(const Tensor& qg, const Tensor& k, const Tensor& v, const Tensor& q_norm,
+                           const Tensor& k_norm, const AttnDims& d, const Tensor& q, const Tensor& gate,
+                           const Tensor& k_cache, const Tensor& v_cache) override;
+  void paged_attention(const Tensor& q, const Tensor& gate, const Tensor& k_cache,
+                       const Tensor& v_cache, const AttnDims& d, const Tensor& out) override;
+  void gdn_conv(const Tensor& u, const Tensor& w, const Tensor& conv_state, int32_t K,
+                const Tensor& y) override;
+  void gated_delta_rule(const Tensor& y, const Tensor& a, const Tensor& b, const Tensor& A_log,
+                        const Tensor& dt_bias, const Tensor& state, const GdnDims& d,
+                        const Tensor& out) override;
 
  private:
   int device_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::CublasLtLinear> gemm_;
-  BatchDesc batch_;
+  cuda::BatchMeta meta_{};
+  int32_t* meta_buf_ = nullptr;  // device, grow-only
+  size_t meta_cap_ = 0;          // int32 elements
+  std::vector<int32_t> meta_host_;
 };
 
 }  // namespace deltaserve::backend

@@ -1,0 +1,116 @@
+// The whole Qwen3.5 forward on the CUDA backend (bf16) against HF on both tiny checkpoints (label
+// gpu). The yardstick is HF's own bf16 forward (goldens/<model>.bf16.safetensors, made by
+// tools/make_bf16_goldens.py): against the float32 goldens, our max |error| must be at most 1.25x
+// HF bf16's (plus 1e-3 of the logit scale), and our argmax agreement at most 2 points below HF
+// bf16's. Every block's numbers are printed.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "backend/cuda/cuda_backend.h"
+#include "model/qwen35.h"
+#include "model/safetensors.h"
+#include "test_util.h"
+
+namespace deltaserve::model {
+namespace {
+
+using deltaserve::testing::test_data;
+
+bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+template <class T>
+std::vector<T> read(const TensorInfo& t) {
+  std::vector<T> v(static_cast<size_t>(t.numel()));
+  std::memcpy(v.data(), t.data, t.nbytes);
+  return v;
+}
+
+struct Deviation {
+  float err = 0, scale = 0;
+  double agree = 0;
+};
+
+// Max abs error and argmax agreement of `x` against the f32 reference.
+Deviation deviation(const std::vector<float>& x, const std::vector<float>& ref, int64_t V) {
+  Deviation d;
+  int64_t agree = 0;
+  const int64_t rows = static_cast<int64_t>(ref.size()) / V;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *a = x.data() + r * V, *b = ref.data() + r * V;
+    for (int64_t i = 0; i < V; ++i) {
+      d.err = std::max(d.err, std::abs(a[i] - b[i]));
+      d.scale = std::max(d.scale, std::abs(b[i]));
+    }
+    agree += std::max_element(a, a + V) - a == std::max_element(b, b + V) - b;
+  }
+  d.agree = static_cast<double>(agree) / static_cast<double>(rows);
+  return d;
+}
+
+void compare(const std::vector<float>& ours, const std::vector<float>& f32, const std::vector<float>& hf_bf16, int64_t V,
+             const std::string& label) {
+  ASSERT_EQ(ours.size(), f32.size()) << label;
+  const Deviation o = deviation(ours, f32, V), h = deviation(hf_bf16, f32, V);
+  std::printf("  %-30s vs f32: ours max|err| %.3e (rel %.3e) argmax %.4f | HF bf16 %.3e (rel %.3e) argmax %.4f\n",
+              label.c_str(), o.err, o.err / o.scale, o.agree, h.err, h.err / h.scale, h.agree);
+  EXPECT_LE(o.err, 1.25f * h.err + 1e-3f * o.scale) << label;
+  EXPECT_GE(o.agree, h.agree - 0.02) << label;
+}
+
+class CudaModel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaModel, MatchesHfGoldens) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU tests run on the H200 test machine";
+  const auto dir = test_data() / GetParam();
+  const ModelConfig cfg = load_model_config(dir);
+  backend::CudaBackend be(0);
+  Checkpoint ckpt(dir);
+  Qwen35Model m(cfg, be, load_weights(ckpt, cfg, be));
+  m.allocate_cache(256, 16, 4);
+  SafetensorsFile g(test_data() / "goldens" / (GetParam() + ".safetensors"));
+  SafetensorsFile gb(test_data() / "goldens" / (GetParam() + ".bf16.safetensors"));
+  const auto& t = g.tensors();
+  const auto& tb = gb.tensors();
+  for (int i = 0; t.count("prompt." + std::to_string(i) + ".ids"); ++i) {
+    const std::string p = "prompt." + std::to_string(i);
+    const auto ids = read<int32_t>(t.at(p + ".ids"));
+    ForwardBatch b;
+    b.token_ids = ids;
+    backend::SeqDesc s{0, static_cast<int32_t>(ids.size()), 0, 1, {}};
+    for (int32_t q = 0; q * 16 < static_cast<int32_t>(ids.size()); ++q) s.pages.push_back(255 - q);
+    b.seqs.push_back(s);
+    for (int32_t r = 0; r < static_cast<int32_t>(ids.size()); ++r) b.logits_rows.push_back(r);
+    compare(m.forward(b), read<float>(t.at(p + ".logits")), read<float>(tb.at(p + ".logits")), cfg.vocab_size,
+            GetParam() + " prefill T=" + std::to_string(ids.size()));
+  }
+  for (int j = 0; t.count("decode." + std::to_string(j) + ".ids"); ++j) {
+    const std::string p = "decode." + std::to_string(j);
+    const auto ids = read<int32_t>(t.at(p + ".ids"));
+    const int32_t P = read<int32_t>(t.at(p + ".prefill_len"))[0];
+    std::vector<float> ours;
+    for (int32_t start = 0; start < static_cast<int32_t>(ids.size());) {
+      const int32_t n = start == 0 ? P : 1;
+      ForwardBatch b;
+      b.token_ids.assign(ids.begin() + start, ids.begin() + start + n);
+      backend::SeqDesc s{0, n, start, 2, {}};
+      for (int32_t q = 0; q * 16 < start + n; ++q) s.pages.push_back(q);
+      b.seqs.push_back(s);
+      b.logits_rows.push_back(n - 1);
+      const auto l = m.forward(b);
+      if (start > 0) ours.insert(ours.end(), l.begin(), l.end());
+      start += n;
+    }
+    compare(ours, read<float>(t.at(p + ".logits")), read<float>(tb.at(p + ".logits")), cfg.vocab_size,
+            GetParam() + " decode after P=" + std::to_string(P));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyModels, CudaModel, ::testing::Values("tiny_real", "tiny_odd"));
+
+}  // namespace
+}  // namespace deltaserve::model
