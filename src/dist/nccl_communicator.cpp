@@ -9,7 +9,8 @@ namespace deltaserve::dist {
 namespace {
 
 void check(ncclResult_t r, const char* what) {
-  if (r != ncclSuccess && r != ncclInProgress) throw Error(std::string("NCCL ") + what + ": " + ncclGetErrorString(r));
+  if (r != ncclSuccess && r != ncclInProgress)
+    throw Error(std::string("NCCL ") + what + ": " + ncclGetErrorString(r));
 }
 
 void check(cudaError_t e, const char* what) {
@@ -39,13 +40,15 @@ ncclUniqueId nccl_unique_id() {
   return id;
 }
 
-NcclCommunicator::NcclCommunicator(const ncclUniqueId& id, int size, int rank, int device, cudaStream_t stream)
+NcclCommunicator::NcclCommunicator(const ncclUniqueId& id, int size, int rank, int device,
+                                   cudaStream_t stream)
     : stream_(stream), rank_(rank), size_(size), device_(device) {
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   int count = 0;
   check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
   if (device < 0 || device >= count)
-    throw Error("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(count) + " visible)");
+    throw Error("CUDA device " + std::to_string(device) + " does not exist (" +
+                std::to_string(count) + " visible)");
   check(cudaSetDevice(device), "cudaSetDevice");
   check(ncclCommInitRank(&comm_, size, id, rank), "ncclCommInitRank");
   check(cudaMalloc(&scratch_, sizeof(float)), "cudaMalloc");
@@ -63,28 +66,31 @@ void NcclCommunicator::abort() {
 
 void NcclCommunicator::all_reduce_sum(const Tensor& t) {
   if (!comm_) throw Error("NCCL communicator was aborted");
-  check(ncclAllReduce(t.data, t.data, static_cast<size_t>(t.numel()), nccl_type(t.dtype), ncclSum, comm_, stream_),
+  check(ncclAllReduce(t.data, t.data, static_cast<size_t>(t.numel()), nccl_type(t.dtype), ncclSum,
+                      comm_, stream_),
         "all_reduce");
 }
 
 void NcclCommunicator::reduce_scatter_sum(const Tensor& in, const Tensor& out) {
   if (!comm_) throw Error("NCCL communicator was aborted");
   DS_CHECK(in.numel() == out.numel() * size_, "reduce_scatter: out must be 1/size of in");
-  check(ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()), nccl_type(in.dtype), ncclSum, comm_,
-                          stream_),
+  check(ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()), nccl_type(in.dtype),
+                          ncclSum, comm_, stream_),
         "reduce_scatter");
 }
 
 void NcclCommunicator::all_gather(const Tensor& in, const Tensor& out) {
   if (!comm_) throw Error("NCCL communicator was aborted");
   DS_CHECK(out.numel() == in.numel() * size_, "all_gather: out must be size x in");
-  check(ncclAllGather(in.data, out.data, static_cast<size_t>(in.numel()), nccl_type(in.dtype), comm_, stream_),
+  check(ncclAllGather(in.data, out.data, static_cast<size_t>(in.numel()), nccl_type(in.dtype),
+                      comm_, stream_),
         "all_gather");
 }
 
 void NcclCommunicator::broadcast(const Tensor& t, int root) {
   if (!comm_) throw Error("NCCL communicator was aborted");
-  check(ncclBroadcast(t.data, t.data, static_cast<size_t>(t.numel()), nccl_type(t.dtype), root, comm_, stream_),
+  check(ncclBroadcast(t.data, t.data, static_cast<size_t>(t.numel()), nccl_type(t.dtype), root,
+                      comm_, stream_),
         "broadcast");
 }
 

@@ -17,8 +17,9 @@ ncclUniqueId nccl_unique_id();
 
 class NcclCommunicator final : public Communicator {
  public:
-  // Rank `rank` of `size` on CUDA device `device`, collectives on `stream`. Throws deltaserve::Error
-  // (naming the NCCL or CUDA error) when the device does not exist or NCCL cannot initialise.
+  // Rank `rank` of `size` on CUDA device `device`, collectives on `stream`. Throws
+  // deltaserve::Error (naming the NCCL or CUDA error) when the device does not exist or NCCL cannot
+  // initialise.
   NcclCommunicator(const ncclUniqueId& id, int size, int rank, int device, cudaStream_t stream);
   ~NcclCommunicator() override;
 

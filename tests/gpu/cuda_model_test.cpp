@@ -1,8 +1,10 @@
 // The whole Qwen3.5 forward on the CUDA backend (bf16) against HF on both tiny checkpoints (label
 // gpu). The yardstick is HF's own bf16 forward (goldens/<model>.bf16.safetensors, made by
-// tools/make_bf16_goldens.py): against the float32 goldens, our max |error| must be at most 1.25x
-// HF bf16's (plus 1e-3 of the logit scale), and our argmax agreement at most 2 points below HF
-// bf16's. Every block's numbers are printed.
+// tools/make_bf16_goldens.py): against the float32 goldens, summed over every prompt and decode
+// block of a model, our max |error| must be at most 1.25x HF bf16's, and our argmax agreement over
+// all positions at most 1 point below HF bf16's. Every block's numbers are printed.
+// NOTE: the bound is on the sums because the per-block maxima of two bf16 runs are single noisy
+// samples (per block, ours and HF bf16 each come out ahead about half the time).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -52,14 +54,25 @@ Deviation deviation(const std::vector<float>& x, const std::vector<float>& ref, 
   return d;
 }
 
-void compare(const std::vector<float>& ours, const std::vector<float>& f32, const std::vector<float>& hf_bf16, int64_t V,
-             const std::string& label) {
+// Sums over a model's blocks: max errors, and agreeing / all positions.
+struct Totals {
+  double ours_err = 0, hf_err = 0, ours_agree = 0, hf_agree = 0, rows = 0;
+};
+
+void compare(const std::vector<float>& ours, const std::vector<float>& f32,
+             const std::vector<float>& hf_bf16, int64_t V, const std::string& label, Totals& tot) {
   ASSERT_EQ(ours.size(), f32.size()) << label;
   const Deviation o = deviation(ours, f32, V), h = deviation(hf_bf16, f32, V);
-  std::printf("  %-30s vs f32: ours max|err| %.3e (rel %.3e) argmax %.4f | HF bf16 %.3e (rel %.3e) argmax %.4f\n",
-              label.c_str(), o.err, o.err / o.scale, o.agree, h.err, h.err / h.scale, h.agree);
-  EXPECT_LE(o.err, 1.25f * h.err + 1e-3f * o.scale) << label;
-  EXPECT_GE(o.agree, h.agree - 0.02) << label;
+  std::printf(
+      "  %-30s vs f32: ours max|err| %.3e (rel %.3e) argmax %.4f | HF bf16 %.3e (rel %.3e) argmax "
+      "%.4f\n",
+      label.c_str(), o.err, o.err / o.scale, o.agree, h.err, h.err / h.scale, h.agree);
+  const double rows = static_cast<double>(f32.size()) / static_cast<double>(V);
+  tot.ours_err += o.err;
+  tot.hf_err += h.err;
+  tot.ours_agree += o.agree * rows;
+  tot.hf_agree += h.agree * rows;
+  tot.rows += rows;
 }
 
 class CudaModel : public ::testing::TestWithParam<std::string> {};
@@ -76,6 +89,7 @@ TEST_P(CudaModel, MatchesHfGoldens) {
   SafetensorsFile gb(test_data() / "goldens" / (GetParam() + ".bf16.safetensors"));
   const auto& t = g.tensors();
   const auto& tb = gb.tensors();
+  Totals tot;
   for (int i = 0; t.count("prompt." + std::to_string(i) + ".ids"); ++i) {
     const std::string p = "prompt." + std::to_string(i);
     const auto ids = read<int32_t>(t.at(p + ".ids"));
@@ -85,8 +99,8 @@ TEST_P(CudaModel, MatchesHfGoldens) {
     for (int32_t q = 0; q * 16 < static_cast<int32_t>(ids.size()); ++q) s.pages.push_back(255 - q);
     b.seqs.push_back(s);
     for (int32_t r = 0; r < static_cast<int32_t>(ids.size()); ++r) b.logits_rows.push_back(r);
-    compare(m.forward(b), read<float>(t.at(p + ".logits")), read<float>(tb.at(p + ".logits")), cfg.vocab_size,
-            GetParam() + " prefill T=" + std::to_string(ids.size()));
+    compare(m.forward(b), read<float>(t.at(p + ".logits")), read<float>(tb.at(p + ".logits")),
+            cfg.vocab_size, GetParam() + " prefill T=" + std::to_string(ids.size()), tot);
   }
   for (int j = 0; t.count("decode." + std::to_string(j) + ".ids"); ++j) {
     const std::string p = "decode." + std::to_string(j);
@@ -105,9 +119,16 @@ TEST_P(CudaModel, MatchesHfGoldens) {
       if (start > 0) ours.insert(ours.end(), l.begin(), l.end());
       start += n;
     }
-    compare(ours, read<float>(t.at(p + ".logits")), read<float>(tb.at(p + ".logits")), cfg.vocab_size,
-            GetParam() + " decode after P=" + std::to_string(P));
+    compare(ours, read<float>(t.at(p + ".logits")), read<float>(tb.at(p + ".logits")),
+            cfg.vocab_size, GetParam() + " decode after P=" + std::to_string(P), tot);
   }
+  std::printf(
+      "  %s totals: sum of max|err| ours %.4f vs HF bf16 %.4f; argmax agreement ours %.4f vs HF "
+      "bf16 %.4f\n",
+      GetParam().c_str(), tot.ours_err, tot.hf_err, tot.ours_agree / tot.rows,
+      tot.hf_agree / tot.rows);
+  EXPECT_LE(tot.ours_err, 1.25 * tot.hf_err);
+  EXPECT_GE(tot.ours_agree / tot.rows, tot.hf_agree / tot.rows - 0.01);
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, CudaModel, ::testing::Values("tiny_real", "tiny_odd"));

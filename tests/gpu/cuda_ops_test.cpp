@@ -20,7 +20,8 @@ bool have_gpu() {
 class CudaOps : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU tests run on the H200 test machine";
+    if (!have_gpu())
+      GTEST_SKIP() << "no CUDA device visible: GPU tests run on the H200 test machine";
     gpu_ = std::make_unique<CudaBackend>(0);
   }
   // A bf16-exact random host vector.
@@ -42,10 +43,12 @@ class CudaOps : public ::testing::Test {
     EXPECT_EQ(cudaGetLastError(), cudaSuccess);
     return v;
   }
-  static void expect_close(const std::vector<float>& got, const std::vector<float>& ref, float rel, const char* what) {
+  static void expect_close(const std::vector<float>& got, const std::vector<float>& ref, float rel,
+                           const char* what) {
     ASSERT_EQ(got.size(), ref.size());
     const float scale = std::max(1.0f, deltaserve::testing::max_abs(ref));
-    EXPECT_LE(deltaserve::testing::max_abs_diff(got.data(), ref.data(), got.size()), rel * scale) << what;
+    EXPECT_LE(deltaserve::testing::max_abs_diff(got.data(), ref.data(), got.size()), rel * scale)
+        << what;
   }
   CpuBackend cpu_;
   std::unique_ptr<CudaBackend> gpu_;
@@ -54,7 +57,8 @@ class CudaOps : public ::testing::Test {
 TEST_F(CudaOps, RmsNormAndAddRmsNorm) {
   const int rows = 37, n = 2560;
   auto x = rnd(rows * n, 1), r = rnd(rows * n, 2), w = rnd(n, 3, 0.3f);
-  auto dx = dev(x, DType::kBF16, {rows, n}), dr = dev(r, DType::kBF16, {rows, n}), dw = dev(w, DType::kF32, {n});
+  auto dx = dev(x, DType::kBF16, {rows, n}), dr = dev(r, DType::kBF16, {rows, n}),
+       dw = dev(w, DType::kF32, {n});
   auto dout = gpu_->alloc(DType::kBF16, {rows, n});
   std::vector<float> ref(x.size());
   gpu_->rms_norm(dx.tensor(), dw.tensor(), 1e-6f, dout.tensor());
@@ -66,14 +70,16 @@ TEST_F(CudaOps, RmsNormAndAddRmsNorm) {
   std::vector<float> res = r;
   for (size_t i = 0; i < res.size(); ++i) res[i] = bf16_to_f32(f32_to_bf16(res[i] + x[i]));
   std::vector<float> zero(x.size(), 0.0f);
-  cpu_.add_rms_norm(Tensor(res.data(), DType::kF32, {rows, n}), Tensor(zero.data(), DType::kF32, {rows, n}),
-                    Tensor(w.data(), DType::kF32, {n}), 1e-6f, Tensor(ref.data(), DType::kF32, {rows, n}));
+  cpu_.add_rms_norm(Tensor(res.data(), DType::kF32, {rows, n}),
+                    Tensor(zero.data(), DType::kF32, {rows, n}), Tensor(w.data(), DType::kF32, {n}),
+                    1e-6f, Tensor(ref.data(), DType::kF32, {rows, n}));
   expect_close(host(dr.tensor()), res, 0.0f, "residual");
   expect_close(host(dout.tensor()), ref, 1e-2f, "add_rms_norm");
 }
 
 TEST_F(CudaOps, LinearThroughCublasLt) {
-  for (auto [T, in, out] : {std::tuple{1, 2560, 9216}, std::tuple{17, 256, 384}, std::tuple{130, 1024, 2560}}) {
+  for (auto [T, in, out] :
+       {std::tuple{1, 2560, 9216}, std::tuple{17, 256, 384}, std::tuple{130, 1024, 2560}}) {
     auto x = rnd(static_cast<size_t>(T) * in, 4), w = rnd(static_cast<size_t>(out) * in, 5, 0.05f);
     auto dx = dev(x, DType::kBF16, {T, in}), dw = dev(w, DType::kBF16, {out, in});
     auto dy = gpu_->alloc(DType::kBF16, {T, out});
@@ -107,14 +113,18 @@ TEST_F(CudaOps, EmbeddingGatherSiluMulGatedNorm) {
   auto dm = gpu_->alloc(DType::kBF16, {n});
   gpu_->silu_mul(dg.tensor(), du.tensor(), dm.tensor());
   std::vector<float> sm(n);
-  cpu_.silu_mul(Tensor(g.data(), DType::kF32, {n}), Tensor(u.data(), DType::kF32, {n}), Tensor(sm.data(), DType::kF32, {n}));
+  cpu_.silu_mul(Tensor(g.data(), DType::kF32, {n}), Tensor(u.data(), DType::kF32, {n}),
+                Tensor(sm.data(), DType::kF32, {n}));
   expect_close(host(dm.tensor()), sm, 1e-2f, "silu_mul");
 
   const int rows = 4 * 7, dv = 128;
-  auto o = rnd(static_cast<size_t>(rows) * dv, 9), z = rnd(static_cast<size_t>(rows) * dv, 10), w = rnd(dv, 11);
-  auto dout = dev(o, DType::kBF16, {7, 4, dv}), dz = dev(z, DType::kBF16, {7, 4 * dv}), dw = dev(w, DType::kF32, {dv});
+  auto o = rnd(static_cast<size_t>(rows) * dv, 9), z = rnd(static_cast<size_t>(rows) * dv, 10),
+       w = rnd(dv, 11);
+  auto dout = dev(o, DType::kBF16, {7, 4, dv}), dz = dev(z, DType::kBF16, {7, 4 * dv}),
+       dw = dev(w, DType::kF32, {dv});
   gpu_->gated_rms_norm(dout.tensor(), dz.tensor(), dw.tensor(), 1e-6f);
-  cpu_.gated_rms_norm(Tensor(o.data(), DType::kF32, {7, 4, dv}), Tensor(z.data(), DType::kF32, {7, 4 * dv}),
+  cpu_.gated_rms_norm(Tensor(o.data(), DType::kF32, {7, 4, dv}),
+                      Tensor(z.data(), DType::kF32, {7, 4 * dv}),
                       Tensor(w.data(), DType::kF32, {dv}), 1e-6f);
   expect_close(host(dout.tensor()), o, 1e-2f, "gated_rms_norm");
 }
@@ -123,7 +133,8 @@ TEST_F(CudaOps, EmbeddingGatherSiluMulGatedNorm) {
 BatchDesc test_batch(int ps) {
   BatchDesc b;
   b.page_size = ps;
-  b.seqs = {SeqDesc{0, 20, 0, 0, {7, 3}}, SeqDesc{20, 9, 13, 1, {0, 5, 9}}, SeqDesc{29, 1, 40, 2, {1, 2, 4, 6, 8, 10}}};
+  b.seqs = {SeqDesc{0, 20, 0, 0, {7, 3}}, SeqDesc{20, 9, 13, 1, {0, 5, 9}},
+            SeqDesc{29, 1, 40, 2, {1, 2, 4, 6, 8, 10}}};
   b.num_tokens = 30;
   return b;
 }
@@ -134,31 +145,39 @@ TEST_F(CudaOps, AttentionPrepAndPagedAttention) {
     const BatchDesc batch = test_batch(ps);
     const int T = batch.num_tokens;
     AttnDims d{nh, nkv, hd, rd, 1e6, 1e-6f};
-    auto qg = rnd(static_cast<size_t>(T) * nh * 2 * hd, 20), k = rnd(static_cast<size_t>(T) * nkv * hd, 21),
-         v = rnd(static_cast<size_t>(T) * nkv * hd, 22), qn = rnd(hd, 23, 0.3f), kn = rnd(hd, 24, 0.3f);
+    auto qg = rnd(static_cast<size_t>(T) * nh * 2 * hd, 20),
+         k = rnd(static_cast<size_t>(T) * nkv * hd, 21),
+         v = rnd(static_cast<size_t>(T) * nkv * hd, 22), qn = rnd(hd, 23, 0.3f),
+         kn = rnd(hd, 24, 0.3f);
     const size_t cache = static_cast<size_t>(pages) * ps * nkv * hd;
     // Earlier positions of sequences 1 and 2 are already in the caches (same values on both sides).
     auto kc = rnd(cache, 25), vc = rnd(cache, 26);
     auto dqg = dev(qg, DType::kBF16, {T, nh * 2 * hd}), dk = dev(k, DType::kBF16, {T, nkv, hd}),
-         dv = dev(v, DType::kBF16, {T, nkv, hd}), dqn = dev(qn, DType::kF32, {hd}), dkn = dev(kn, DType::kF32, {hd}),
-         dkc = dev(kc, DType::kBF16, {pages, ps, nkv, hd}), dvc = dev(vc, DType::kBF16, {pages, ps, nkv, hd});
-    auto dq = gpu_->alloc(DType::kBF16, {T, nh, hd}), dgate = gpu_->alloc(DType::kBF16, {T, nh, hd}),
+         dv = dev(v, DType::kBF16, {T, nkv, hd}), dqn = dev(qn, DType::kF32, {hd}),
+         dkn = dev(kn, DType::kF32, {hd}), dkc = dev(kc, DType::kBF16, {pages, ps, nkv, hd}),
+         dvc = dev(vc, DType::kBF16, {pages, ps, nkv, hd});
+    auto dq = gpu_->alloc(DType::kBF16, {T, nh, hd}),
+         dgate = gpu_->alloc(DType::kBF16, {T, nh, hd}),
          dout = gpu_->alloc(DType::kBF16, {T, nh, hd});
     gpu_->set_batch(batch);
-    gpu_->attn_prep_and_cache(dqg.tensor(), dk.tensor(), dv.tensor(), dqn.tensor(), dkn.tensor(), d, dq.tensor(),
-                              dgate.tensor(), dkc.tensor(), dvc.tensor());
-    gpu_->paged_attention(dq.tensor(), dgate.tensor(), dkc.tensor(), dvc.tensor(), d, dout.tensor());
+    gpu_->attn_prep_and_cache(dqg.tensor(), dk.tensor(), dv.tensor(), dqn.tensor(), dkn.tensor(), d,
+                              dq.tensor(), dgate.tensor(), dkc.tensor(), dvc.tensor());
+    gpu_->paged_attention(dq.tensor(), dgate.tensor(), dkc.tensor(), dvc.tensor(), d,
+                          dout.tensor());
     std::vector<float> q(static_cast<size_t>(T) * nh * hd), gate(q.size()), out(q.size());
     cpu_.set_batch(batch);
-    cpu_.attn_prep_and_cache(Tensor(qg.data(), DType::kF32, {T, nh * 2 * hd}), Tensor(k.data(), DType::kF32, {T, nkv, hd}),
-                             Tensor(v.data(), DType::kF32, {T, nkv, hd}), Tensor(qn.data(), DType::kF32, {hd}),
-                             Tensor(kn.data(), DType::kF32, {hd}), d, Tensor(q.data(), DType::kF32, {T, nh, hd}),
-                             Tensor(gate.data(), DType::kF32, {T, nh, hd}),
-                             Tensor(kc.data(), DType::kF32, {pages, ps, nkv, hd}),
-                             Tensor(vc.data(), DType::kF32, {pages, ps, nkv, hd}));
-    cpu_.paged_attention(Tensor(q.data(), DType::kF32, {T, nh, hd}), Tensor(gate.data(), DType::kF32, {T, nh, hd}),
+    cpu_.attn_prep_and_cache(
+        Tensor(qg.data(), DType::kF32, {T, nh * 2 * hd}),
+        Tensor(k.data(), DType::kF32, {T, nkv, hd}), Tensor(v.data(), DType::kF32, {T, nkv, hd}),
+        Tensor(qn.data(), DType::kF32, {hd}), Tensor(kn.data(), DType::kF32, {hd}), d,
+        Tensor(q.data(), DType::kF32, {T, nh, hd}), Tensor(gate.data(), DType::kF32, {T, nh, hd}),
+        Tensor(kc.data(), DType::kF32, {pages, ps, nkv, hd}),
+        Tensor(vc.data(), DType::kF32, {pages, ps, nkv, hd}));
+    cpu_.paged_attention(Tensor(q.data(), DType::kF32, {T, nh, hd}),
+                         Tensor(gate.data(), DType::kF32, {T, nh, hd}),
                          Tensor(kc.data(), DType::kF32, {pages, ps, nkv, hd}),
-                         Tensor(vc.data(), DType::kF32, {pages, ps, nkv, hd}), d, Tensor(out.data(), DType::kF32, {T, nh, hd}));
+                         Tensor(vc.data(), DType::kF32, {pages, ps, nkv, hd}), d,
+                         Tensor(out.data(), DType::kF32, {T, nh, hd}));
     expect_close(host(dq.tensor()), q, 1e-2f, "q after norm + rope");
     expect_close(host(dkc.tensor()), kc, 1e-2f, "k cache");
     expect_close(host(dvc.tensor()), vc, 0.0f, "v cache");
@@ -173,11 +192,13 @@ TEST_F(CudaOps, GdnConvAndDeltaRule) {
     const int C = 2 * nk * dk + nv * dv, slots = 3;
     GdnDims d{nk, nv, dk, dv, K};
     auto u = rnd(static_cast<size_t>(T) * C, 30), w = rnd(static_cast<size_t>(C) * K, 31, 0.5f),
-         cs = rnd(static_cast<size_t>(slots) * C * (K - 1), 32), a = rnd(static_cast<size_t>(T) * nv, 33),
-         bb = rnd(static_cast<size_t>(T) * nv, 34), alog = rnd(nv, 35, 0.5f), dtb = rnd(nv, 36, 0.5f),
+         cs = rnd(static_cast<size_t>(slots) * C * (K - 1), 32),
+         a = rnd(static_cast<size_t>(T) * nv, 33), bb = rnd(static_cast<size_t>(T) * nv, 34),
+         alog = rnd(nv, 35, 0.5f), dtb = rnd(nv, 36, 0.5f),
          st = deltaserve::testing::random_vec(static_cast<size_t>(slots) * nv * dk * dv, 37, 0.1f);
-    auto du = dev(u, DType::kBF16, {T, C}), dw = dev(w, DType::kBF16, {C, K}), dcs = dev(cs, DType::kBF16, {slots, C, K - 1}),
-         da = dev(a, DType::kBF16, {T, nv}), db = dev(bb, DType::kBF16, {T, nv}), dal = dev(alog, DType::kF32, {nv}),
+    auto du = dev(u, DType::kBF16, {T, C}), dw = dev(w, DType::kBF16, {C, K}),
+         dcs = dev(cs, DType::kBF16, {slots, C, K - 1}), da = dev(a, DType::kBF16, {T, nv}),
+         db = dev(bb, DType::kBF16, {T, nv}), dal = dev(alog, DType::kF32, {nv}),
          ddt = dev(dtb, DType::kF32, {nv}), dst = dev(st, DType::kF32, {slots, nv, dk, dv});
     auto dy = gpu_->alloc(DType::kBF16, {T, C}), dout = gpu_->alloc(DType::kBF16, {T, nv, dv});
     gpu_->set_batch(batch);
@@ -185,18 +206,21 @@ TEST_F(CudaOps, GdnConvAndDeltaRule) {
     std::vector<float> y(static_cast<size_t>(T) * C), out(static_cast<size_t>(T) * nv * dv);
     cpu_.set_batch(batch);
     cpu_.gdn_conv(Tensor(u.data(), DType::kF32, {T, C}), Tensor(w.data(), DType::kF32, {C, K}),
-                  Tensor(cs.data(), DType::kF32, {slots, C, K - 1}), K, Tensor(y.data(), DType::kF32, {T, C}));
+                  Tensor(cs.data(), DType::kF32, {slots, C, K - 1}), K,
+                  Tensor(y.data(), DType::kF32, {T, C}));
     const std::vector<float> gy = host(dy.tensor());
     expect_close(gy, y, 1e-2f, "conv");
     expect_close(host(dcs.tensor()), cs, 0.0f, "conv state");
     // The delta rule on the same (bf16) conv output on both sides.
     auto dy2 = dev(gy, DType::kBF16, {T, C});
-    gpu_->gated_delta_rule(dy2.tensor(), da.tensor(), db.tensor(), dal.tensor(), ddt.tensor(), dst.tensor(), d, dout.tensor());
+    gpu_->gated_delta_rule(dy2.tensor(), da.tensor(), db.tensor(), dal.tensor(), ddt.tensor(),
+                           dst.tensor(), d, dout.tensor());
     std::vector<float> gyc = gy;
-    cpu_.gated_delta_rule(Tensor(gyc.data(), DType::kF32, {T, C}), Tensor(a.data(), DType::kF32, {T, nv}),
-                          Tensor(bb.data(), DType::kF32, {T, nv}), Tensor(alog.data(), DType::kF32, {nv}),
-                          Tensor(dtb.data(), DType::kF32, {nv}), Tensor(st.data(), DType::kF32, {slots, nv, dk, dv}), d,
-                          Tensor(out.data(), DType::kF32, {T, nv, dv}));
+    cpu_.gated_delta_rule(
+        Tensor(gyc.data(), DType::kF32, {T, C}), Tensor(a.data(), DType::kF32, {T, nv}),
+        Tensor(bb.data(), DType::kF32, {T, nv}), Tensor(alog.data(), DType::kF32, {nv}),
+        Tensor(dtb.data(), DType::kF32, {nv}), Tensor(st.data(), DType::kF32, {slots, nv, dk, dv}),
+        d, Tensor(out.data(), DType::kF32, {T, nv, dv}));
     expect_close(host(dout.tensor()), out, 1e-2f, "delta rule output");
     expect_close(host(dst.tensor()), st, 1e-4f, "delta rule state (f32)");
   }

@@ -20,8 +20,9 @@ int gpus() {
 void run(int size) {
   const ncclUniqueId id = nccl_unique_id();
   std::vector<std::thread> ts;
-  std::vector<std::vector<float>> reduced(static_cast<size_t>(size)), gathered(static_cast<size_t>(size)),
-      scattered(static_cast<size_t>(size)), bcast(static_cast<size_t>(size));
+  std::vector<std::vector<float>> reduced(static_cast<size_t>(size)),
+      gathered(static_cast<size_t>(size)), scattered(static_cast<size_t>(size)),
+      bcast(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r)
     ts.emplace_back([&, r] {
       cudaSetDevice(r);
@@ -36,9 +37,11 @@ void run(int size) {
       std::vector<float> h(n);
       for (int i = 0; i < n; ++i) h[static_cast<size_t>(i)] = static_cast<float>(r * 1000 + i);
       cudaMemcpy(x, h.data(), n * sizeof(float), cudaMemcpyHostToDevice);
-      c.all_gather(Tensor(x, DType::kF32, {n}, Device::kCuda), Tensor(g, DType::kF32, {n * size}, Device::kCuda));
+      c.all_gather(Tensor(x, DType::kF32, {n}, Device::kCuda),
+                   Tensor(g, DType::kF32, {n * size}, Device::kCuda));
       c.all_reduce_sum(Tensor(x, DType::kF32, {n}, Device::kCuda));
-      c.reduce_scatter_sum(Tensor(x, DType::kF32, {n}, Device::kCuda), Tensor(sc, DType::kF32, {n / size}, Device::kCuda));
+      c.reduce_scatter_sum(Tensor(x, DType::kF32, {n}, Device::kCuda),
+                           Tensor(sc, DType::kF32, {n / size}, Device::kCuda));
       c.barrier();
       auto down = [&](float* p, int count) {
         std::vector<float> v(static_cast<size_t>(count));
@@ -63,11 +66,13 @@ void run(int size) {
       float sum = 0;
       for (int q = 0; q < size; ++q) sum += static_cast<float>(q * 1000 + i);
       ASSERT_EQ(reduced[static_cast<size_t>(r)][static_cast<size_t>(i)], sum);
-      ASSERT_EQ(bcast[static_cast<size_t>(r)][static_cast<size_t>(i)], reduced[0][static_cast<size_t>(i)]);
+      ASSERT_EQ(bcast[static_cast<size_t>(r)][static_cast<size_t>(i)],
+                reduced[0][static_cast<size_t>(i)]);
     }
     for (int q = 0; q < size; ++q)
       for (int i = 0; i < n; ++i)
-        ASSERT_EQ(gathered[static_cast<size_t>(r)][static_cast<size_t>(q * n + i)], static_cast<float>(q * 1000 + i));
+        ASSERT_EQ(gathered[static_cast<size_t>(r)][static_cast<size_t>(q * n + i)],
+                  static_cast<float>(q * 1000 + i));
     for (int i = 0; i < n / size; ++i)  // reduce-scatter of the already reduced x: size x the sum
       ASSERT_EQ(scattered[static_cast<size_t>(r)][static_cast<size_t>(i)],
                 static_cast<float>(size) * reduced[0][static_cast<size_t>(r * n / size + i)]);
@@ -91,7 +96,8 @@ TEST(Nccl, MissingDeviceIsAClearError) {
     NcclCommunicator c(id, 1, 0, 999, nullptr);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("CUDA device 999 does not exist"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("CUDA device 999 does not exist"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -22,8 +22,8 @@ class CublasLtLinear {
 
   // Enqueues the GEMM on `stream`; never allocates device memory or syncs. Throws
   // deltaserve::Error when no algorithm supports the shape.
-  void run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int64_t T, int64_t in, int64_t out,
-           cudaStream_t stream);
+  void run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int64_t T, int64_t in,
+           int64_t out, cudaStream_t stream);
 
  private:
   struct Plan {

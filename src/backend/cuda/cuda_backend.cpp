@@ -8,8 +8,8 @@
 
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/gated_rms_norm.cuh"
-#include "backend/cuda/kernels/gdn.cuh"
 #include "backend/cuda/kernels/gather_rows.cuh"
+#include "backend/cuda/kernels/gdn.cuh"
 #include "backend/cuda/kernels/rms_norm.cuh"
 #include "backend/cuda/kernels/silu_mul.cuh"
 #include "core/error.h"
@@ -23,12 +23,14 @@ void check(cudaError_t e, const char* what) {
 }
 
 __nv_bfloat16* bf(const Tensor& t) {
-  DS_CHECK(t.dtype == DType::kBF16 && t.device == Device::kCuda, "expected a bf16 CUDA tensor " + t.shape_str());
+  DS_CHECK(t.dtype == DType::kBF16 && t.device == Device::kCuda,
+           "expected a bf16 CUDA tensor " + t.shape_str());
   return static_cast<__nv_bfloat16*>(t.data);
 }
 
 float* f32(const Tensor& t) {
-  DS_CHECK(t.dtype == DType::kF32 && t.device == Device::kCuda, "expected an f32 CUDA tensor " + t.shape_str());
+  DS_CHECK(t.dtype == DType::kF32 && t.device == Device::kCuda,
+           "expected an f32 CUDA tensor " + t.shape_str());
   return static_cast<float*>(t.data);
 }
 
@@ -38,7 +40,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   int count = 0;
   check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
   if (device < 0 || device >= count)
-    throw Error("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(count) + " visible)");
+    throw Error("CUDA device " + std::to_string(device) + " does not exist (" +
+                std::to_string(count) + " visible)");
   check(cudaSetDevice(device), "cudaSetDevice");
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   gemm_ = std::make_unique<cuda::CublasLtLinear>();
@@ -77,34 +80,38 @@ void CudaBackend::upload(DType src_type, const void* src, size_t n, const Tensor
 
 void CudaBackend::download_f32(const Tensor& src, float* dst) {
   std::vector<char> host(src.nbytes());
-  check(cudaMemcpyAsync(host.data(), src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_), "download");
+  check(cudaMemcpyAsync(host.data(), src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_),
+        "download");
   check(cudaStreamSynchronize(stream_), "download sync");
   convert_to_f32(src.dtype, host.data(), dst, static_cast<size_t>(src.numel()));
 }
 
 void CudaBackend::upload_i32(const int32_t* src, const Tensor& dst) {
-  check(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream_), "upload_i32");
+  check(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream_),
+        "upload_i32");
   check(cudaStreamSynchronize(stream_), "upload_i32 sync");
 }
 
 void CudaBackend::synchronize() { check(cudaStreamSynchronize(stream_), "synchronize"); }
 
 void CudaBackend::embedding(const Tensor& ids, const Tensor& table, const Tensor& out) {
-  cuda::launch_gather_rows_bf16(bf(table), ids.i32(), static_cast<int>(ids.numel()), static_cast<int>(table.dim(1)),
-                                bf(out), stream_);
+  cuda::launch_gather_rows_bf16(bf(table), ids.i32(), static_cast<int>(ids.numel()),
+                                static_cast<int>(table.dim(1)), bf(out), stream_);
 }
 
 void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, const Tensor& out) {
-  cuda::launch_gather_rows_bf16(bf(x), rows.i32(), static_cast<int>(rows.numel()), static_cast<int>(x.dim(-1)), bf(out),
-                                stream_);
+  cuda::launch_gather_rows_bf16(bf(x), rows.i32(), static_cast<int>(rows.numel()),
+                                static_cast<int>(x.dim(-1)), bf(out), stream_);
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& out) {
   const int64_t n = x.dim(-1);
-  cuda::launch_rms_norm_bf16(bf(x), f32(w), eps, static_cast<int>(x.numel() / n), static_cast<int>(n), bf(out), stream_);
+  cuda::launch_rms_norm_bf16(bf(x), f32(w), eps, static_cast<int>(x.numel() / n),
+                             static_cast<int>(n), bf(out), stream_);
 }
 
-void CudaBackend::add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& w, float eps, const Tensor& out) {
+void CudaBackend::add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& w, float eps,
+                               const Tensor& out) {
   const int64_t n = x.dim(-1);
   cuda::launch_add_rms_norm_bf16(bf(residual), bf(x), f32(w), eps, static_cast<int>(x.numel() / n),
                                  static_cast<int>(n), bf(out), stream_);
@@ -121,21 +128,23 @@ void CudaBackend::silu_mul(const Tensor& gate, const Tensor& up, const Tensor& o
 
 void CudaBackend::gated_rms_norm(const Tensor& o, const Tensor& z, const Tensor& w, float eps) {
   const int64_t dv = o.dim(-1);
-  cuda::launch_gated_rms_norm_bf16(bf(o), bf(z), f32(w), eps, static_cast<int>(o.numel() / dv), static_cast<int>(dv),
-                                   stream_);
+  cuda::launch_gated_rms_norm_bf16(bf(o), bf(z), f32(w), eps, static_cast<int>(o.numel() / dv),
+                                   static_cast<int>(dv), stream_);
 }
 
 void CudaBackend::set_batch(const BatchDesc& batch) {
   const int T = batch.num_tokens, S = static_cast<int>(batch.seqs.size());
   std::vector<int32_t>& h = meta_host_;
   h.assign(static_cast<size_t>(2 * T + 5 * S), 0);
-  int32_t *pos = h.data(), *seq = pos + T, *begin = seq + T, *len = begin + S, *start = len + S, *slot = start + S,
-          *poff = slot + S;
+  int32_t *pos = h.data(), *seq = pos + T, *begin = seq + T, *len = begin + S, *start = len + S,
+          *slot = start + S, *poff = slot + S;
   std::vector<int32_t> pages;
   for (int s = 0; s < S; ++s) {
     const SeqDesc& q = batch.seqs[static_cast<size_t>(s)];
-    DS_CHECK(q.token_begin >= 0 && q.num_tokens > 0 && q.token_begin + q.num_tokens <= T, "sequence rows out of range");
-    DS_CHECK(static_cast<int64_t>(q.pages.size()) * batch.page_size >= q.start_pos + q.num_tokens, "page table too short");
+    DS_CHECK(q.token_begin >= 0 && q.num_tokens > 0 && q.token_begin + q.num_tokens <= T,
+             "sequence rows out of range");
+    DS_CHECK(static_cast<int64_t>(q.pages.size()) * batch.page_size >= q.start_pos + q.num_tokens,
+             "page table too short");
     begin[s] = q.token_begin;
     len[s] = q.num_tokens;
     start[s] = q.start_pos;
@@ -153,34 +162,51 @@ void CudaBackend::set_batch(const BatchDesc& batch) {
     meta_cap_ = std::max(h.size(), 2 * meta_cap_);
     check(cudaMalloc(&meta_buf_, meta_cap_ * sizeof(int32_t)), "cudaMalloc (batch)");
   }
-  check(cudaMemcpyAsync(meta_buf_, h.data(), h.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "set_batch");
+  check(cudaMemcpyAsync(meta_buf_, h.data(), h.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
+                        stream_),
+        "set_batch");
   const int32_t* d = meta_buf_;
-  meta_ = {d, d + T, d + 2 * T, d + 2 * T + S, d + 2 * T + 2 * S, d + 2 * T + 3 * S, d + 2 * T + 4 * S,
-           d + 2 * T + 5 * S, T, S, batch.page_size};
+  meta_ = {d,
+           d + T,
+           d + 2 * T,
+           d + 2 * T + S,
+           d + 2 * T + 2 * S,
+           d + 2 * T + 3 * S,
+           d + 2 * T + 4 * S,
+           d + 2 * T + 5 * S,
+           T,
+           S,
+           batch.page_size};
 }
 
-void CudaBackend::attn_prep_and_cache(const Tensor& qg, const Tensor& k, const Tensor& v, const Tensor& q_norm,
-                                      const Tensor& k_norm, const AttnDims& d, const Tensor& q, const Tensor& gate,
-                                      const Tensor& k_cache, const Tensor& v_cache) {
+void CudaBackend::attn_prep_and_cache(const Tensor& qg, const Tensor& k, const Tensor& v,
+                                      const Tensor& q_norm, const Tensor& k_norm, const AttnDims& d,
+                                      const Tensor& q, const Tensor& gate, const Tensor& k_cache,
+                                      const Tensor& v_cache) {
   const cuda::AttnShape s{d.nh, d.nkv, d.hd, d.rotary_dim, static_cast<float>(d.rope_theta), d.eps};
-  cuda::launch_attn_prep(meta_, bf(qg), bf(k), bf(v), f32(q_norm), f32(k_norm), s, bf(q), bf(gate), bf(k_cache),
-                         bf(v_cache), stream_);
+  cuda::launch_attn_prep(meta_, bf(qg), bf(k), bf(v), f32(q_norm), f32(k_norm), s, bf(q), bf(gate),
+                         bf(k_cache), bf(v_cache), stream_);
 }
 
-void CudaBackend::paged_attention(const Tensor& q, const Tensor& gate, const Tensor& k_cache, const Tensor& v_cache,
-                                  const AttnDims& d, const Tensor& out) {
-  DS_CHECK(d.hd % 32 == 0 && d.hd <= 256, "paged attention supports head_dim a multiple of 32 up to 256");
+void CudaBackend::paged_attention(const Tensor& q, const Tensor& gate, const Tensor& k_cache,
+                                  const Tensor& v_cache, const AttnDims& d, const Tensor& out) {
+  DS_CHECK(d.hd % 32 == 0 && d.hd <= 256,
+           "paged attention supports head_dim a multiple of 32 up to 256");
   const cuda::AttnShape s{d.nh, d.nkv, d.hd, d.rotary_dim, static_cast<float>(d.rope_theta), d.eps};
-  cuda::launch_paged_attention(meta_, bf(q), bf(gate), bf(k_cache), bf(v_cache), s, bf(out), stream_);
+  cuda::launch_paged_attention(meta_, bf(q), bf(gate), bf(k_cache), bf(v_cache), s, bf(out),
+                               stream_);
 }
 
-void CudaBackend::gdn_conv(const Tensor& u, const Tensor& w, const Tensor& conv_state, int32_t K, const Tensor& y) {
+void CudaBackend::gdn_conv(const Tensor& u, const Tensor& w, const Tensor& conv_state, int32_t K,
+                           const Tensor& y) {
   DS_CHECK(K >= 1 && K <= 8, "conv kernel size up to 8");
-  cuda::launch_gdn_conv(meta_, bf(u), bf(w), bf(conv_state), static_cast<int>(u.dim(1)), K, bf(y), stream_);
+  cuda::launch_gdn_conv(meta_, bf(u), bf(w), bf(conv_state), static_cast<int>(u.dim(1)), K, bf(y),
+                        stream_);
 }
 
-void CudaBackend::gated_delta_rule(const Tensor& y, const Tensor& a, const Tensor& b, const Tensor& A_log,
-                                   const Tensor& dt_bias, const Tensor& state, const GdnDims& d, const Tensor& out) {
+void CudaBackend::gated_delta_rule(const Tensor& y, const Tensor& a, const Tensor& b,
+                                   const Tensor& A_log, const Tensor& dt_bias, const Tensor& state,
+                                   const GdnDims& d, const Tensor& out) {
   DS_CHECK(d.dk <= 256 && d.dv <= 256, "GDN head dims up to 256");
   cuda::launch_gated_delta_rule(meta_, bf(y), bf(a), bf(b), f32(A_log), f32(dt_bias), f32(state),
                                 {d.nk, d.nv, d.dk, d.dv}, bf(out), stream_);

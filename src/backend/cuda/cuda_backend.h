@@ -45,8 +45,9 @@ class CudaBackend final : public Backend {
   void gated_rms_norm(const Tensor& o, const Tensor& z, const Tensor& w, float eps) override;
 
   void attn_prep_and_cache(const Tensor& qg, const Tensor& k, const Tensor& v, const Tensor& q_norm,
-                           const Tensor& k_norm, const AttnDims& d, const Tensor& q, const Tensor& gate,
-                           const Tensor& k_cache, const Tensor& v_cache) override;
+                           const Tensor& k_norm, const AttnDims& d, const Tensor& q,
+                           const Tensor& gate, const Tensor& k_cache,
+                           const Tensor& v_cache) override;
   void paged_attention(const Tensor& q, const Tensor& gate, const Tensor& k_cache,
                        const Tensor& v_cache, const AttnDims& d, const Tensor& out) override;
   void gdn_conv(const Tensor& u, const Tensor& w, const Tensor& conv_state, int32_t K,

@@ -6,7 +6,8 @@
 
 namespace deltaserve::cuda {
 
-// Sum over a block of kThreads threads; every thread gets the total. Uses 33 floats of shared memory.
+// Sum over a block of kThreads threads; every thread gets the total. Uses 33 floats of shared
+// memory.
 template <int kThreads>
 __device__ inline float block_sum(float v) {
   __shared__ float partial[kThreads / 32];

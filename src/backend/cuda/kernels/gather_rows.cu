@@ -3,16 +3,18 @@
 namespace deltaserve::cuda {
 namespace {
 
-__global__ void gather_rows_kernel(const __nv_bfloat16* __restrict__ table, const int32_t* __restrict__ rows, int cols,
+__global__ void gather_rows_kernel(const __nv_bfloat16* __restrict__ table,
+                                   const int32_t* __restrict__ rows, int cols,
                                    __nv_bfloat16* __restrict__ out) {
-  const size_t src = static_cast<size_t>(rows[blockIdx.x]) * cols, dst = static_cast<size_t>(blockIdx.x) * cols;
+  const size_t src = static_cast<size_t>(rows[blockIdx.x]) * cols,
+               dst = static_cast<size_t>(blockIdx.x) * cols;
   for (int i = threadIdx.x; i < cols; i += blockDim.x) out[dst + i] = table[src + i];
 }
 
 }  // namespace
 
-void launch_gather_rows_bf16(const __nv_bfloat16* table, const int32_t* rows, int n, int cols, __nv_bfloat16* out,
-                             cudaStream_t stream) {
+void launch_gather_rows_bf16(const __nv_bfloat16* table, const int32_t* rows, int n, int cols,
+                             __nv_bfloat16* out, cudaStream_t stream) {
   if (n == 0) return;
   gather_rows_kernel<<<n, 256, 0, stream>>>(table, rows, cols, out);
 }

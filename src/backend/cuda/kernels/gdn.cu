@@ -5,8 +5,10 @@ namespace deltaserve::cuda {
 namespace {
 
 // Thread per (sequence, channel): walks the sequence's tokens with a sliding window.
-__global__ void gdn_conv_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ u, const __nv_bfloat16* __restrict__ w,
-                                __nv_bfloat16* __restrict__ state, int C, int K, __nv_bfloat16* __restrict__ y) {
+__global__ void gdn_conv_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ u,
+                                const __nv_bfloat16* __restrict__ w,
+                                __nv_bfloat16* __restrict__ state, int C, int K,
+                                __nv_bfloat16* __restrict__ y) {
   const int seq = blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   float win[8], wc[8];
@@ -29,10 +31,12 @@ __global__ void gdn_conv_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ u
 constexpr int kThreads = 128;
 
 // Block (sequence, value head); thread j owns column j of the head's state S [dk, dv].
-__global__ void delta_rule_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ y, const __nv_bfloat16* __restrict__ a,
-                                  const __nv_bfloat16* __restrict__ bg, const float* __restrict__ A_log,
-                                  const float* __restrict__ dt_bias, float* __restrict__ state, GdnShape s,
-                                  __nv_bfloat16* __restrict__ out) {
+__global__ void delta_rule_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ y,
+                                  const __nv_bfloat16* __restrict__ a,
+                                  const __nv_bfloat16* __restrict__ bg,
+                                  const float* __restrict__ A_log,
+                                  const float* __restrict__ dt_bias, float* __restrict__ state,
+                                  GdnShape s, __nv_bfloat16* __restrict__ out) {
   __shared__ float qs[256], ks[256];
   const int seq = blockIdx.x, h = blockIdx.y, kh = h / (s.nv / s.nk);
   const int key_dim = s.nk * s.dk, C = 2 * key_dim + s.nv * s.dv;
@@ -85,17 +89,21 @@ __global__ void delta_rule_kernel(BatchMeta b, const __nv_bfloat16* __restrict__
 
 }  // namespace
 
-void launch_gdn_conv(const BatchMeta& b, const __nv_bfloat16* u, const __nv_bfloat16* w, __nv_bfloat16* conv_state,
-                     int C, int K, __nv_bfloat16* y, cudaStream_t stream) {
+void launch_gdn_conv(const BatchMeta& b, const __nv_bfloat16* u, const __nv_bfloat16* w,
+                     __nv_bfloat16* conv_state, int C, int K, __nv_bfloat16* y,
+                     cudaStream_t stream) {
   if (b.num_seqs == 0) return;
-  gdn_conv_kernel<<<dim3((C + 127) / 128, b.num_seqs), 128, 0, stream>>>(b, u, w, conv_state, C, K, y);
+  gdn_conv_kernel<<<dim3((C + 127) / 128, b.num_seqs), 128, 0, stream>>>(b, u, w, conv_state, C, K,
+                                                                         y);
 }
 
 void launch_gated_delta_rule(const BatchMeta& b, const __nv_bfloat16* y, const __nv_bfloat16* a,
-                             const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias, float* state,
-                             const GdnShape& s, __nv_bfloat16* out, cudaStream_t stream) {
+                             const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
+                             float* state, const GdnShape& s, __nv_bfloat16* out,
+                             cudaStream_t stream) {
   if (b.num_seqs == 0) return;
-  delta_rule_kernel<<<dim3(b.num_seqs, s.nv), kThreads, 0, stream>>>(b, y, a, bgate, A_log, dt_bias, state, s, out);
+  delta_rule_kernel<<<dim3(b.num_seqs, s.nv), kThreads, 0, stream>>>(b, y, a, bgate, A_log, dt_bias,
+                                                                     state, s, out);
 }
 
 }  // namespace deltaserve::cuda

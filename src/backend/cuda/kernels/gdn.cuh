@@ -17,13 +17,15 @@ struct GdnShape {
 // u [T, C] pre-conv inputs, w [C, K], conv_state [slots, C, K-1] (oldest first; ignored when a
 // sequence starts at 0, then updated); y [T, C] = silu(conv). All bf16. Precondition: K <= 8.
 void launch_gdn_conv(const BatchMeta& b, const __nv_bfloat16* u, const __nv_bfloat16* w,
-                     __nv_bfloat16* conv_state, int C, int K, __nv_bfloat16* y, cudaStream_t stream);
+                     __nv_bfloat16* conv_state, int C, int K, __nv_bfloat16* y,
+                     cudaStream_t stream);
 
 // y [T, 2*nk*dk + nv*dv] bf16 (q | k | v); a, b [T, nv] bf16; A_log, dt_bias [nv] f32; state
 // [slots, nv, dk, dv] f32 (zeroed when a sequence starts at 0); out [T, nv, dv] bf16.
 // Precondition: dk <= 256, dv <= 256.
 void launch_gated_delta_rule(const BatchMeta& b, const __nv_bfloat16* y, const __nv_bfloat16* a,
-                             const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias, float* state,
-                             const GdnShape& s, __nv_bfloat16* out, cudaStream_t stream);
+                             const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
+                             float* state, const GdnShape& s, __nv_bfloat16* out,
+                             cudaStream_t stream);
 
 }  // namespace deltaserve::cuda

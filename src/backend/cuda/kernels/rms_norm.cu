@@ -8,8 +8,9 @@ constexpr int kThreads = 256;
 
 // One block per row. With `add`, residual += x first (rounded to bf16, as the residual stream is).
 template <bool kAdd>
-__global__ void rms_norm_kernel(__nv_bfloat16* __restrict__ residual, const __nv_bfloat16* __restrict__ x,
-                                const float* __restrict__ w, float eps, int n, __nv_bfloat16* __restrict__ out) {
+__global__ void rms_norm_kernel(__nv_bfloat16* __restrict__ residual,
+                                const __nv_bfloat16* __restrict__ x, const float* __restrict__ w,
+                                float eps, int n, __nv_bfloat16* __restrict__ out) {
   const size_t row = blockIdx.x;
   __nv_bfloat16* r = residual + row * n;
   const __nv_bfloat16* xr = x + row * n;
@@ -31,14 +32,14 @@ __global__ void rms_norm_kernel(__nv_bfloat16* __restrict__ residual, const __nv
 
 }  // namespace
 
-void launch_rms_norm_bf16(const __nv_bfloat16* x, const float* w, float eps, int rows, int n, __nv_bfloat16* out,
-                          cudaStream_t stream) {
+void launch_rms_norm_bf16(const __nv_bfloat16* x, const float* w, float eps, int rows, int n,
+                          __nv_bfloat16* out, cudaStream_t stream) {
   if (rows == 0) return;
   rms_norm_kernel<false><<<rows, kThreads, 0, stream>>>(nullptr, x, w, eps, n, out);
 }
 
-void launch_add_rms_norm_bf16(__nv_bfloat16* residual, const __nv_bfloat16* x, const float* w, float eps, int rows,
-                              int n, __nv_bfloat16* out, cudaStream_t stream) {
+void launch_add_rms_norm_bf16(__nv_bfloat16* residual, const __nv_bfloat16* x, const float* w,
+                              float eps, int rows, int n, __nv_bfloat16* out, cudaStream_t stream) {
   if (rows == 0) return;
   rms_norm_kernel<true><<<rows, kThreads, 0, stream>>>(residual, x, w, eps, n, out);
 }

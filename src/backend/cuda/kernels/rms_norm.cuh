@@ -12,7 +12,7 @@ void launch_rms_norm_bf16(const __nv_bfloat16* x, const float* w, float eps, int
                           __nv_bfloat16* out, cudaStream_t stream);
 
 // residual = bf16(residual + x) in place, then out = rms_norm(residual). All [rows, n] bf16.
-void launch_add_rms_norm_bf16(__nv_bfloat16* residual, const __nv_bfloat16* x, const float* w, float eps,
-                              int rows, int n, __nv_bfloat16* out, cudaStream_t stream);
+void launch_add_rms_norm_bf16(__nv_bfloat16* residual, const __nv_bfloat16* x, const float* w,
+                              float eps, int rows, int n, __nv_bfloat16* out, cudaStream_t stream);
 
 }  // namespace deltaserve::cuda

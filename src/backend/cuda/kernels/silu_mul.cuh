@@ -9,7 +9,7 @@
 namespace deltaserve::cuda {
 
 // gate, up, out: n bf16 elements. Never allocates or syncs.
-void launch_silu_mul_bf16(const __nv_bfloat16* gate, const __nv_bfloat16* up, int64_t n, __nv_bfloat16* out,
-                          cudaStream_t stream);
+void launch_silu_mul_bf16(const __nv_bfloat16* gate, const __nv_bfloat16* up, int64_t n,
+                          __nv_bfloat16* out, cudaStream_t stream);
 
 }  // namespace deltaserve::cuda
