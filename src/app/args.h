@@ -24,7 +24,7 @@ class Args {
   std::map<std::string, std::string> values_;
 };
 
-// Accepts --device cpu; --device cuda and anything else fail with a clear message.
+// Accepts --device cpu|cuda (whether cuda is built in is checked when the model loads).
 void check_device(const Args& a);
 
 // Parses "1,2,3" into ids in [0, vocab); throws deltaserve::Error naming the bad entry.

@@ -10,6 +10,7 @@
 #include "app/args.h"
 #include "app/bench_stats.h"
 #include "app/commands.h"
+#include "app/runtime.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "engine/engine.h"
@@ -66,9 +67,11 @@ int cmd_bench(const std::vector<std::string>& argv) {
   const int n = static_cast<int>(a.get_int("num-prompts", 32, 1, 100000));
   const int in_len = static_cast<int>(a.get_int("input-len", 128, 1, 1 << 20));
   const int out_len = static_cast<int>(a.get_int("output-len", 32, 1, 1 << 20));
-  backend::CpuBackend be;
-  auto m = model::load_model(a.get("model", ""),
-                             model::parse_load_format(a.get("load-format", "auto")), be, true);
+  ModelRuntime rt =
+      make_runtime(a.get("model", ""), model::parse_load_format(a.get("load-format", "auto")),
+                   static_cast<int>(a.get_int("tensor-parallel-size", 1, 1, 1024)), true,
+                   a.get("device", "cpu"));
+  const model::ModelConfig& mc = rt.exec->config();
   engine::EngineConfig cfg;
   cfg.max_num_seqs = static_cast<int32_t>(a.get_int("max-num-seqs", 16, 1, 4096));
   cfg.max_num_batched_tokens =
@@ -80,15 +83,14 @@ int cmd_bench(const std::vector<std::string>& argv) {
   cfg.num_pages =
       static_cast<int32_t>(a.get_int("num-pages", per_request * cfg.max_num_seqs, 1, 1 << 30));
   const int concurrency = static_cast<int>(a.get_int("max-concurrency", n, 1, 100000));
-  engine::Engine eng(*m, cfg);
+  engine::Engine eng(*rt.exec, cfg);
 
   std::mt19937 g(static_cast<uint32_t>(a.get_int("seed", 0, 0, 1LL << 32)));
   std::vector<engine::GenerateRequest> reqs;
   for (int i = 0; i < n; ++i) {
     engine::GenerateRequest r;
     for (int t = 0; t < in_len; ++t)
-      r.prompt_ids.push_back(
-          static_cast<int32_t>(g() % static_cast<uint32_t>(m->config().vocab_size)));
+      r.prompt_ids.push_back(static_cast<int32_t>(g() % static_cast<uint32_t>(mc.vocab_size)));
     r.params.temperature = 0;
     r.params.ignore_eos = true;
     r.params.max_tokens = out_len;
@@ -117,15 +119,16 @@ int cmd_bench(const std::vector<std::string>& argv) {
   }
   const engine::MetricsSnapshot ms = eng.metrics();
   std::printf(
-      "{\"bench\": \"offline\", \"device\": \"cpu\", \"num_prompts\": %d, \"input_len\": %d, "
+      "{\"bench\": \"offline\", \"device\": \"%s\", \"num_prompts\": %d, \"input_len\": %d, "
       "\"output_len\": %d, "
       "\"max_concurrency\": %d, \"max_num_seqs\": %d, \"max_num_batched_tokens\": %d, "
       "\"duration_s\": %.3f, "
       "\"requests_per_s\": %.3f, \"input_tok_per_s\": %.1f, \"output_tok_per_s\": %.1f, "
       "\"total_tok_per_s\": %.1f, "
       "%s, %s, %s, %s, \"steps\": %lld, \"preemptions\": %lld}\n",
-      n, in_len, out_len, concurrency, cfg.max_num_seqs, cfg.max_num_batched_tokens, dur, n / dur,
-      static_cast<double>(n) * in_len / dur, static_cast<double>(total_out) / dur,
+      a.get("device", "cpu").c_str(), n, in_len, out_len, concurrency, cfg.max_num_seqs,
+      cfg.max_num_batched_tokens, dur, n / dur, static_cast<double>(n) * in_len / dur,
+      static_cast<double>(total_out) / dur,
       (static_cast<double>(n) * in_len + static_cast<double>(total_out)) / dur,
       stats_json("ttft_ms", ttft).c_str(), stats_json("tpot_ms", tpot).c_str(),
       stats_json("itl_ms", itl).c_str(), stats_json("e2e_ms", e2e).c_str(),

@@ -80,9 +80,10 @@ int32_t argmax(const float* x, int64_t n) {
 int cmd_generate(const std::vector<std::string>& argv) {
   Args a(argv, "generate", {"model", "ids", "max-tokens", "load-format", "device"}, {"ignore-eos"});
   check_device(a);
-  backend::CpuBackend be;
-  auto m = model::load_model(a.get("model", ""),
-                             model::parse_load_format(a.get("load-format", "auto")), be, true);
+  ModelRuntime rt =
+      make_runtime(a.get("model", ""), model::parse_load_format(a.get("load-format", "auto")), 1,
+                   true, a.get("device", "cpu"));
+  engine::Executor* m = rt.exec.get();
   const model::ModelConfig& cfg = m->config();
   std::vector<int32_t> ids = parse_ids(a.get("ids", "1,2,3,4,5,6,7,8"), cfg.vocab_size);
   const long long max_tokens = a.get_int("max-tokens", 16, 1, cfg.max_position_embeddings);
@@ -92,7 +93,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
 
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
-  std::vector<float> logits = m->forward(one_sequence(ids, 0, false));
+  std::vector<float> logits = m->execute(one_sequence(ids, 0, false));
   const auto t1 = clock::now();
   std::vector<int32_t> out{argmax(logits.data(), cfg.vocab_size)};
   std::printf("prompt (%zu tokens): %s\ngenerated:", ids.size(),
@@ -107,7 +108,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
   };
   while (static_cast<long long>(out.size()) < max_tokens && !is_eos(out.back())) {
     const int32_t pos = static_cast<int32_t>(ids.size() + out.size() - 1);
-    logits = m->forward(one_sequence({out.back()}, pos, false));
+    logits = m->execute(one_sequence({out.back()}, pos, false));
     out.push_back(argmax(logits.data(), cfg.vocab_size));
     std::printf(" %d", out.back());
     std::fflush(stdout);
@@ -128,8 +129,9 @@ int cmd_logits(const std::vector<std::string>& argv) {
   if (!a.has("model") || !a.has("ids") || !a.has("out"))
     throw Error("deltaserve logits needs --model DIR --ids 1,2,3 --out FILE.safetensors");
   const int tp = static_cast<int>(a.get_int("tensor-parallel-size", 1, 1, 1024));
-  ModelRuntime rt = make_runtime(a.get("model", ""),
-                                 model::parse_load_format(a.get("load-format", "auto")), tp, true);
+  ModelRuntime rt =
+      make_runtime(a.get("model", ""), model::parse_load_format(a.get("load-format", "auto")), tp,
+                   true, a.get("device", "cpu"));
   const std::vector<int32_t> ids = parse_ids(a.get("ids", ""), rt.exec->config().vocab_size);
   rt.exec->allocate_cache(pages_for(static_cast<int64_t>(ids.size())), kPageSize, 1);
   const std::vector<float> logits = rt.exec->execute(one_sequence(ids, 0, true));

@@ -1,5 +1,5 @@
-// ModelRuntime: what the commands run a model with: one CPU model (TP 1) or a TpExecutor of CPU
-// ranks (TP > 1), validated before any weight loads.
+// ModelRuntime: what the commands run a model with: one model on the CPU or one CUDA GPU (TP 1), or
+// a TpExecutor of CPU ranks (TP > 1), validated before any weight loads.
 #pragma once
 
 #include <memory>
@@ -9,21 +9,40 @@
 #include "core/error.h"
 #include "engine/executor.h"
 #include "model/loader.h"
+#ifdef DS_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 namespace deltaserve::app {
 
 struct ModelRuntime {
-  std::unique_ptr<backend::CpuBackend> be;    // TP 1 only
+  std::unique_ptr<backend::Backend> be;       // TP 1 only
   std::unique_ptr<model::Qwen35Model> model;  // TP 1 only
   std::unique_ptr<engine::Executor> exec;
+  DType act_dtype = DType::kF32;  // of activations and the KV cache
 };
 
+// `device`: "cpu" or "cuda" (GPU 0; TP 1 only for now).
 inline ModelRuntime make_runtime(const std::string& dir, model::LoadFormat fmt, int tp,
-                                 bool verbose) {
+                                 bool verbose, const std::string& device = "cpu") {
   ModelRuntime rt;
   if (tp < 1) throw Error("--tensor-parallel-size must be >= 1");
+  if (device == "cuda") {
+#ifdef DS_HAVE_CUDA
+    if (tp != 1)
+      throw Error(
+          "--device cuda supports --tensor-parallel-size 1 only in this build (GPU ranks come "
+          "later)");
+    rt.be = std::make_unique<backend::CudaBackend>(0);
+#else
+    throw Error("--device cuda: this build has no CUDA backend (nvcc was not found at build time)");
+#endif
+  } else if (device != "cpu") {
+    throw Error("--device must be cpu or cuda, got '" + device + "'");
+  }
   if (tp == 1) {
-    rt.be = std::make_unique<backend::CpuBackend>();
+    if (!rt.be) rt.be = std::make_unique<backend::CpuBackend>();
+    rt.act_dtype = rt.be->act_dtype();
     rt.model = model::load_model(dir, fmt, *rt.be, verbose);
     rt.exec = std::make_unique<engine::LocalExecutor>(*rt.model);
     return rt;

@@ -94,8 +94,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
 
   std::fprintf(stderr, "deltaserve: loading %s\n",
                model_dir.empty() ? "the embedded default model" : model_dir.c_str());
-  ModelRuntime rt =
-      make_runtime(model_dir, model::parse_load_format(a.get("load-format", "auto")), tp, true);
+  ModelRuntime rt = make_runtime(model_dir, model::parse_load_format(a.get("load-format", "auto")),
+                                 tp, true, a.get("device", "cpu"));
   const model::ModelConfig& mc = rt.exec->config();  // rank-local shapes under TP
   ecfg.max_model_len = static_cast<int32_t>(
       a.get_int("max-model-len", std::min<int64_t>(mc.max_position_embeddings, 8192), 1,
@@ -104,7 +104,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   // CPU ranks hold the same shard sizes, so this is also the minimum across ranks).
   const int64_t page_bytes = mc.num_layers_of(model::LayerType::kFullAttention) * 2 *
                              mc.num_kv_heads * mc.head_dim * ecfg.page_size *
-                             static_cast<int64_t>(sizeof(float));
+                             static_cast<int64_t>(dtype_size(rt.act_dtype));
   const int64_t per_request = (ecfg.max_model_len + ecfg.page_size - 1) / ecfg.page_size;
   const int64_t budget_pages = page_bytes ? static_cast<int64_t>(kv_gib * (1 << 30)) / page_bytes
                                           : per_request * ecfg.max_num_seqs;
@@ -130,13 +130,13 @@ int cmd_serve(const std::vector<std::string>& argv) {
 
   const std::string base = "http://" + hcfg.host + ":" + std::to_string(http.port());
   std::printf(
-      "deltaserve: ready — serving '%s' on %s (device cpu, tensor-parallel-size %d, max_model_len "
+      "deltaserve: ready — serving '%s' on %s (device %s, tensor-parallel-size %d, max_model_len "
       "%d, %d KV pages)%s\n"
       "  try: curl %s/v1/chat/completions -H 'Content-Type: application/json' \\\n"
       "         -d '{\"model\": \"%s\", \"messages\": [{\"role\": \"user\", \"content\": "
       "\"Hello!\"}], \"max_tokens\": 32}'\n",
-      acfg.served_model_name.c_str(), base.c_str(), tp, eng.config().max_model_len,
-      eng.config().num_pages,
+      acfg.served_model_name.c_str(), base.c_str(), a.get("device", "cpu").c_str(), tp,
+      eng.config().max_model_len, eng.config().num_pages,
       model_dir.empty()
           ? " — the embedded default model has RANDOM weights: its text is meaningless"
           : "",

@@ -110,6 +110,8 @@ TEST(Cli, BadInputFailsClearly) {
       {"generate " + m + " --ids 99999", "'99999' is not a token id in [0, 384)"},
       {"generate " + m + " --max-tokens -3", "--max-tokens must be an integer"},
       {"generate " + m + " --device tpu", "--device must be cpu or cuda"},
+      {"logits " + m + " --ids 1 --out /tmp/x.safetensors --device cuda --tensor-parallel-size 2",
+       "--device cuda"},
       {"generate " + m + " --load-format pt", "--load-format must be"},
       {"generate --model /nonexistent", "/nonexistent/config.json: cannot open"},
       {"logits " + m + " --ids 1", "needs --model DIR --ids 1,2,3 --out"},

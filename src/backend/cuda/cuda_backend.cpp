@@ -38,7 +38,8 @@ float* f32(const Tensor& t) {
 
 CudaBackend::CudaBackend(int device) : device_(device) {
   int count = 0;
-  check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess)
+    throw Error(std::string("no usable CUDA device: ") + cudaGetErrorString(e));
   if (device < 0 || device >= count)
     throw Error("CUDA device " + std::to_string(device) + " does not exist (" +
                 std::to_string(count) + " visible)");
