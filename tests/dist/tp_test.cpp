@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "dist/communicator.h"
+#include "dist/faulty_comm.h"
 #include "model/qwen35.h"
 #include "model/tp_shard.h"
 #include "test_util.h"
@@ -272,31 +273,6 @@ TEST(TensorParallel, IndivisibleDegreesAreRefusedBeforeLoading) {
 
 // A rank that fails mid-step poisons the group: every rank ends with an error, none hangs.
 TEST(TensorParallel, FaultInOneRankEndsCleanly) {
-  class Faulty final : public dist::Communicator {
-   public:
-    Faulty(std::unique_ptr<dist::Communicator> inner, dist::LocalGroup& g, int fail_at)
-        : inner_(std::move(inner)), g_(g), fail_at_(fail_at) {}
-    int rank() const override { return inner_->rank(); }
-    int size() const override { return inner_->size(); }
-    void all_reduce_sum(const Tensor& t) override {
-      if (++calls_ == fail_at_) {
-        g_.poison("injected fault in rank " + std::to_string(rank()));
-        throw Error("injected fault");
-      }
-      inner_->all_reduce_sum(t);
-    }
-    void reduce_scatter_sum(const Tensor& a, const Tensor& b) override {
-      inner_->reduce_scatter_sum(a, b);
-    }
-    void all_gather(const Tensor& a, const Tensor& b) override { inner_->all_gather(a, b); }
-    void broadcast(const Tensor& t, int root) override { inner_->broadcast(t, root); }
-    void barrier() override { inner_->barrier(); }
-
-   private:
-    std::unique_ptr<dist::Communicator> inner_;
-    dist::LocalGroup& g_;
-    int fail_at_, calls_ = 0;
-  };
   const auto dir = test_data() / "tiny_real";
   const model::ModelConfig cfg = model::load_model_config(dir);
   const model::Checkpoint ckpt(dir);
@@ -309,9 +285,11 @@ TEST(TensorParallel, FaultInOneRankEndsCleanly) {
     ts.emplace_back([&, r] {
       backend::CpuBackend be;
       std::unique_ptr<dist::Communicator> comm = g.communicator(r);
-      if (r == 1) comm = std::make_unique<Faulty>(std::move(comm), g, 3);
+      deltaserve::testing::FaultyComm faulty(comm.get(), 3,
+                                             [&g] { g.poison("injected fault in rank 1"); });
       model::Qwen35Model m(model::rank_local_config(cfg, 2), be,
-                           model::load_weights(ckpt, cfg, be, {}, {2, r}), comm.get());
+                           model::load_weights(ckpt, cfg, be, {}, {2, r}),
+                           r == 1 ? static_cast<dist::Communicator*>(&faulty) : comm.get());
       m.allocate_cache(64, 16, 4);
       try {
         for (const auto& b : steps) m.forward(b);

@@ -9,6 +9,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
+#include "dist/faulty_comm.h"
 #include "model/loader.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -289,30 +290,8 @@ TEST(EngineText, StopStringsAndStreamingTextWithRealTokenizer) {
 namespace deltaserve::engine {
 namespace {
 
-// A communicator that fails on its `fail_at`-th all-reduce (fault injection).
-class FaultyComm final : public dist::Communicator {
- public:
-  FaultyComm(dist::Communicator* inner, int fail_at) : inner_(inner), fail_at_(fail_at) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  void all_reduce_sum(const Tensor& t) override {
-    if (++calls_ == fail_at_) throw Error("injected fault");
-    inner_->all_reduce_sum(t);
-  }
-  void reduce_scatter_sum(const Tensor& a, const Tensor& b) override {
-    inner_->reduce_scatter_sum(a, b);
-  }
-  void all_gather(const Tensor& a, const Tensor& b) override { inner_->all_gather(a, b); }
-  void broadcast(const Tensor& t, int root) override { inner_->broadcast(t, root); }
-  void barrier() override { inner_->barrier(); }
-
- private:
-  dist::Communicator* inner_;
-  int fail_at_, calls_ = 0;
-};
-
 // Fault-injecting communicators must outlive the executor's models.
-std::vector<std::unique_ptr<FaultyComm>> g_faults;
+std::vector<std::unique_ptr<deltaserve::testing::FaultyComm>> g_faults;
 
 std::unique_ptr<TpExecutor> tp_executor(const std::string& dir, int n, int faulty_rank = -1,
                                         int fail_at = 0) {
@@ -321,7 +300,7 @@ std::unique_ptr<TpExecutor> tp_executor(const std::string& dir, int n, int fault
       n, [](int) { return std::make_unique<backend::CpuBackend>(); },
       [=](int rank, backend::Backend& be, dist::Communicator* comm) {
         if (rank == faulty_rank) {
-          faults->push_back(std::make_unique<FaultyComm>(comm, fail_at));
+          faults->push_back(std::make_unique<deltaserve::testing::FaultyComm>(comm, fail_at));
           comm = faults->back().get();
         }
         return model::load_model(dir, model::LoadFormat::kAuto, be, false, {n, rank}, comm);
