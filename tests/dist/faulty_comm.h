@@ -23,7 +23,9 @@ class FaultyComm final : public dist::Communicator {
     }
     inner_->all_reduce_sum(t);
   }
-  void reduce_scatter_sum(const Tensor& a, const Tensor& b) override { inner_->reduce_scatter_sum(a, b); }
+  void reduce_scatter_sum(const Tensor& a, const Tensor& b) override {
+    inner_->reduce_scatter_sum(a, b);
+  }
   void all_gather(const Tensor& a, const Tensor& b) override { inner_->all_gather(a, b); }
   void broadcast(const Tensor& t, int root) override { inner_->broadcast(t, root); }
   void barrier() override { inner_->barrier(); }
