@@ -74,7 +74,7 @@ Engine::~Engine() {
 }
 
 std::string Engine::failure() const {
-  std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mu_));
+  std::lock_guard<std::mutex> lock(mu_);
   return failure_;
 }
 

@@ -89,7 +89,7 @@ class Engine {
   Metrics metrics_;
   std::map<uint64_t, std::unique_ptr<Request>> requests_;  // engine thread only
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   Inbox inbox_;
   bool stop_ = false;
