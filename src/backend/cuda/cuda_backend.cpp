@@ -3,6 +3,8 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -36,7 +38,46 @@ float* f32(const Tensor& t) {
 
 }  // namespace
 
+// Records CUDA events around one op when profiling is on.
+class CudaBackend::OpTimer {
+ public:
+  OpTimer(CudaBackend& be, const char* op) : be_(be) {
+    if (!be_.profile_) return;
+    t_.op = op;
+    cudaEventCreate(&t_.start);
+    cudaEventCreate(&t_.stop);
+    cudaEventRecord(t_.start, be_.stream_);
+  }
+  ~OpTimer() {
+    if (!be_.profile_) return;
+    cudaEventRecord(t_.stop, be_.stream_);
+    be_.pending_.push_back(t_);
+  }
+
+ private:
+  CudaBackend& be_;
+  Timed t_{};
+};
+
+void CudaBackend::account() {
+  for (const Timed& t : pending_) {
+    cudaEventSynchronize(t.stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, t.start, t.stop);
+    auto it = std::find_if(totals_.begin(), totals_.end(),
+                           [&](const auto& e) { return std::strcmp(e.first, t.op) == 0; });
+    if (it == totals_.end()) it = totals_.insert(totals_.end(), {t.op, {0.0, 0}});
+    it->second.first += ms;
+    ++it->second.second;
+    cudaEventDestroy(t.start);
+    cudaEventDestroy(t.stop);
+  }
+  pending_.clear();
+}
+
 CudaBackend::CudaBackend(int device) : device_(device) {
+  const char* prof = std::getenv("DS_CUDA_PROFILE");
+  profile_ = prof && std::string(prof) == "1";
   int count = 0;
   if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess)
     throw Error(std::string("no usable CUDA device: ") + cudaGetErrorString(e));
@@ -49,6 +90,18 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 }
 
 CudaBackend::~CudaBackend() {
+  if (profile_) {
+    account();
+    double all = 0;
+    for (const auto& [op, t] : totals_) all += t.first;
+    std::sort(totals_.begin(), totals_.end(),
+              [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+    std::fprintf(stderr, "CUDA per-op time (DS_CUDA_PROFILE):\n  %-22s %12s %10s %7s\n", "op",
+                 "total ms", "calls", "share");
+    for (const auto& [op, t] : totals_)
+      std::fprintf(stderr, "  %-22s %12.3f %10lld %6.1f%%\n", op, t.first,
+                   static_cast<long long>(t.second), all > 0 ? 100.0 * t.first / all : 0.0);
+  }
   gemm_.reset();
   if (meta_buf_) cudaFree(meta_buf_);
   if (stream_) cudaStreamDestroy(stream_);
@@ -80,14 +133,17 @@ void CudaBackend::upload(DType src_type, const void* src, size_t n, const Tensor
 }
 
 void CudaBackend::download_f32(const Tensor& src, float* dst) {
+  OpTimer timer(*this, "download_logits");
   std::vector<char> host(src.nbytes());
   check(cudaMemcpyAsync(host.data(), src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_),
         "download");
   check(cudaStreamSynchronize(stream_), "download sync");
   convert_to_f32(src.dtype, host.data(), dst, static_cast<size_t>(src.numel()));
+  if (profile_ && pending_.size() > 4096) account();
 }
 
 void CudaBackend::upload_i32(const int32_t* src, const Tensor& dst) {
+  OpTimer timer(*this, "upload_i32");
   check(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream_),
         "upload_i32");
   check(cudaStreamSynchronize(stream_), "upload_i32 sync");
@@ -96,16 +152,19 @@ void CudaBackend::upload_i32(const int32_t* src, const Tensor& dst) {
 void CudaBackend::synchronize() { check(cudaStreamSynchronize(stream_), "synchronize"); }
 
 void CudaBackend::embedding(const Tensor& ids, const Tensor& table, const Tensor& out) {
+  OpTimer timer(*this, "embedding");
   cuda::launch_gather_rows_bf16(bf(table), ids.i32(), static_cast<int>(ids.numel()),
                                 static_cast<int>(table.dim(1)), bf(out), stream_);
 }
 
 void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, const Tensor& out) {
+  OpTimer timer(*this, "gather_rows");
   cuda::launch_gather_rows_bf16(bf(x), rows.i32(), static_cast<int>(rows.numel()),
                                 static_cast<int>(x.dim(-1)), bf(out), stream_);
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& out) {
+  OpTimer timer(*this, "rms_norm");
   const int64_t n = x.dim(-1);
   cuda::launch_rms_norm_bf16(bf(x), f32(w), eps, static_cast<int>(x.numel() / n),
                              static_cast<int>(n), bf(out), stream_);
@@ -113,27 +172,32 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, const Te
 
 void CudaBackend::add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& w, float eps,
                                const Tensor& out) {
+  OpTimer timer(*this, "add_rms_norm");
   const int64_t n = x.dim(-1);
   cuda::launch_add_rms_norm_bf16(bf(residual), bf(x), f32(w), eps, static_cast<int>(x.numel() / n),
                                  static_cast<int>(n), bf(out), stream_);
 }
 
 void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& y) {
+  OpTimer timer(*this, "linear");
   DS_CHECK(w.dim(1) == x.dim(1) && y.dim(0) == x.dim(0) && y.dim(1) == w.dim(0), "linear shapes");
   gemm_->run(bf(x), bf(w), bf(y), x.dim(0), x.dim(1), w.dim(0), stream_);
 }
 
 void CudaBackend::silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  OpTimer timer(*this, "silu_mul");
   cuda::launch_silu_mul_bf16(bf(gate), bf(up), gate.numel(), bf(out), stream_);
 }
 
 void CudaBackend::gated_rms_norm(const Tensor& o, const Tensor& z, const Tensor& w, float eps) {
+  OpTimer timer(*this, "gated_rms_norm");
   const int64_t dv = o.dim(-1);
   cuda::launch_gated_rms_norm_bf16(bf(o), bf(z), f32(w), eps, static_cast<int>(o.numel() / dv),
                                    static_cast<int>(dv), stream_);
 }
 
 void CudaBackend::set_batch(const BatchDesc& batch) {
+  OpTimer timer(*this, "set_batch");
   const int T = batch.num_tokens, S = static_cast<int>(batch.seqs.size());
   std::vector<int32_t>& h = meta_host_;
   h.assign(static_cast<size_t>(2 * T + 5 * S), 0);
@@ -184,6 +248,7 @@ void CudaBackend::attn_prep_and_cache(const Tensor& qg, const Tensor& k, const T
                                       const Tensor& q_norm, const Tensor& k_norm, const AttnDims& d,
                                       const Tensor& q, const Tensor& gate, const Tensor& k_cache,
                                       const Tensor& v_cache) {
+  OpTimer timer(*this, "attn_prep_and_cache");
   const cuda::AttnShape s{d.nh, d.nkv, d.hd, d.rotary_dim, static_cast<float>(d.rope_theta), d.eps};
   cuda::launch_attn_prep(meta_, bf(qg), bf(k), bf(v), f32(q_norm), f32(k_norm), s, bf(q), bf(gate),
                          bf(k_cache), bf(v_cache), stream_);
@@ -191,6 +256,7 @@ void CudaBackend::attn_prep_and_cache(const Tensor& qg, const Tensor& k, const T
 
 void CudaBackend::paged_attention(const Tensor& q, const Tensor& gate, const Tensor& k_cache,
                                   const Tensor& v_cache, const AttnDims& d, const Tensor& out) {
+  OpTimer timer(*this, "paged_attention");
   DS_CHECK(d.hd % 32 == 0 && d.hd <= 256,
            "paged attention supports head_dim a multiple of 32 up to 256");
   const cuda::AttnShape s{d.nh, d.nkv, d.hd, d.rotary_dim, static_cast<float>(d.rope_theta), d.eps};
@@ -200,6 +266,7 @@ void CudaBackend::paged_attention(const Tensor& q, const Tensor& gate, const Ten
 
 void CudaBackend::gdn_conv(const Tensor& u, const Tensor& w, const Tensor& conv_state, int32_t K,
                            const Tensor& y) {
+  OpTimer timer(*this, "gdn_conv");
   DS_CHECK(K >= 1 && K <= 8, "conv kernel size up to 8");
   cuda::launch_gdn_conv(meta_, bf(u), bf(w), bf(conv_state), static_cast<int>(u.dim(1)), K, bf(y),
                         stream_);
@@ -208,6 +275,7 @@ void CudaBackend::gdn_conv(const Tensor& u, const Tensor& w, const Tensor& conv_
 void CudaBackend::gated_delta_rule(const Tensor& y, const Tensor& a, const Tensor& b,
                                    const Tensor& A_log, const Tensor& dt_bias, const Tensor& state,
                                    const GdnDims& d, const Tensor& out) {
+  OpTimer timer(*this, "gated_delta_rule");
   DS_CHECK(d.dk <= 256 && d.dv <= 256, "GDN head dims up to 256");
   cuda::launch_gated_delta_rule(meta_, bf(y), bf(a), bf(b), f32(A_log), f32(dt_bias), f32(state),
                                 {d.nk, d.nv, d.dk, d.dv}, bf(out), stream_);

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -19,7 +20,9 @@ namespace deltaserve::backend {
 
 class CudaBackend final : public Backend {
  public:
-  // Uses CUDA device `device`; throws deltaserve::Error when it does not exist.
+  // Uses CUDA device `device`; throws deltaserve::Error when it does not exist. With the
+  // environment variable DS_CUDA_PROFILE=1, every op is timed with CUDA events and a per-op table
+  // (total ms, calls, share) is printed to stderr when the backend is destroyed.
   explicit CudaBackend(int device = 0);
   ~CudaBackend() override;
 
@@ -60,6 +63,17 @@ class CudaBackend final : public Backend {
   int device_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::CublasLtLinear> gemm_;
+  // Per-op timing (DS_CUDA_PROFILE=1): events of ops not yet accounted, and totals by op.
+  struct Timed {
+    const char* op;
+    cudaEvent_t start, stop;
+  };
+  class OpTimer;
+  void account();
+  bool profile_ = false;
+  std::vector<Timed> pending_;
+  std::vector<std::pair<const char*, std::pair<double, int64_t>>> totals_;
+
   cuda::BatchMeta meta_{};
   int32_t* meta_buf_ = nullptr;  // device, grow-only
   size_t meta_cap_ = 0;          // int32 elements
