@@ -87,69 +87,6 @@ __global__ void delta_rule_kernel(BatchMeta b, const __nv_bfloat16* __restrict__
   }
 }
 
-// The same recurrence with each thread's state column held in registers (read once and written
-// once per launch instead of twice per token). Precondition: dk <= kMaxDk, dv <= kThreads.
-template <int kMaxDk>
-__global__ void delta_rule_reg_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ y,
-                                      const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ bg,
-                                      const float* __restrict__ A_log, const float* __restrict__ dt_bias,
-                                      float* __restrict__ state, GdnShape s, __nv_bfloat16* __restrict__ out) {
-  __shared__ float qs[kMaxDk], ks[kMaxDk];
-  const int seq = blockIdx.x, h = blockIdx.y, kh = h / (s.nv / s.nk), j = threadIdx.x;
-  const int key_dim = s.nk * s.dk, C = 2 * key_dim + s.nv * s.dv;
-  float* S = state + (static_cast<size_t>(b.seq_slot[seq]) * s.nv + h) * s.dk * s.dv;
-  const bool fresh = b.seq_start[seq] == 0, active = j < s.dv;
-  float col[kMaxDk];
-#pragma unroll
-  for (int i = 0; i < kMaxDk; ++i) col[i] = (active && i < s.dk && !fresh) ? S[i * s.dv + j] : 0.0f;
-  const float qscale = rsqrtf(static_cast<float>(s.dk));
-  const int begin = b.seq_begin[seq], n = b.seq_len[seq];
-  for (int t = 0; t < n; ++t) {
-    const __nv_bfloat16* row = y + static_cast<size_t>(begin + t) * C;
-    float sq = 0.0f, sk = 0.0f;
-    for (int i = threadIdx.x; i < s.dk; i += kThreads) {
-      qs[i] = __bfloat162float(row[kh * s.dk + i]);
-      ks[i] = __bfloat162float(row[key_dim + kh * s.dk + i]);
-      sq += qs[i] * qs[i];
-      sk += ks[i] * ks[i];
-    }
-    const float rq = qscale * rsqrtf(block_sum<kThreads>(sq) + 1e-6f);
-    const float rk = rsqrtf(block_sum<kThreads>(sk) + 1e-6f);
-    for (int i = threadIdx.x; i < s.dk; i += kThreads) {
-      qs[i] *= rq;
-      ks[i] *= rk;
-    }
-    __syncthreads();
-    const size_t gi = static_cast<size_t>(begin + t) * s.nv + h;
-    const float beta = 1.0f / (1.0f + __expf(-__bfloat162float(bg[gi])));
-    const float x = __bfloat162float(a[gi]) + dt_bias[h];
-    const float alpha = __expf(-__expf(A_log[h]) * (x > 20.0f ? x : log1pf(__expf(x))));
-    if (active) {
-      float m = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kMaxDk; ++i)
-        if (i < s.dk) {
-          col[i] *= alpha;
-          m += col[i] * ks[i];
-        }
-      const float delta = beta * (__bfloat162float(row[2 * key_dim + h * s.dv + j]) - m);
-      float o = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kMaxDk; ++i)
-        if (i < s.dk) {
-          col[i] += ks[i] * delta;
-          o += col[i] * qs[i];
-        }
-      out[gi * s.dv + j] = __float2bfloat16(o);
-    }
-    __syncthreads();  // qs / ks are rewritten for the next token
-  }
-  if (active)
-#pragma unroll
-    for (int i = 0; i < kMaxDk; ++i)
-      if (i < s.dk) S[i * s.dv + j] = col[i];
-}
-
 }  // namespace
 
 void launch_gdn_conv(const BatchMeta& b, const __nv_bfloat16* u, const __nv_bfloat16* w,
