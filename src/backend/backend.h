@@ -58,6 +58,12 @@ class Backend {
   virtual void download_f32(const Tensor& src, float* dst) = 0;
   virtual void upload_i32(const int32_t* src, const Tensor& dst) = 0;
   virtual void synchronize() = 0;
+  // Free and total device memory in bytes; false where the backend has no such limit (CPU).
+  virtual bool memory_info(size_t& free_bytes, size_t& total_bytes) const {
+    (void)free_bytes;
+    (void)total_bytes;
+    return false;
+  }
 
   // Describes the step the following ops run on; valid until the next call.
   virtual void set_batch(const BatchDesc& batch) = 0;

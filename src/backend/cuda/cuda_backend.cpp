@@ -149,6 +149,12 @@ void CudaBackend::upload_i32(const int32_t* src, const Tensor& dst) {
   check(cudaStreamSynchronize(stream_), "upload_i32 sync");
 }
 
+bool CudaBackend::memory_info(size_t& free_bytes, size_t& total_bytes) const {
+  check(cudaSetDevice(device_), "cudaSetDevice");
+  check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  return true;
+}
+
 void CudaBackend::synchronize() { check(cudaStreamSynchronize(stream_), "synchronize"); }
 
 void CudaBackend::embedding(const Tensor& ids, const Tensor& table, const Tensor& out) {

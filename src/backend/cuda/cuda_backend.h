@@ -34,6 +34,7 @@ class CudaBackend final : public Backend {
   void download_f32(const Tensor& src, float* dst) override;
   void upload_i32(const int32_t* src, const Tensor& dst) override;
   void synchronize() override;
+  bool memory_info(size_t& free_bytes, size_t& total_bytes) const override;
   // Uploads the batch description (positions, sequences, page tables) for the following ops.
   void set_batch(const BatchDesc& batch) override;
   cudaStream_t stream() const { return stream_; }
