@@ -132,14 +132,18 @@ class Session : public std::enable_shared_from_this<Session> {
                       });
   }
 
-  // A readable socket while replying means the client closed (or sent bytes we discard).
+  // A readable socket while replying means the client closed (or sent bytes we discard). The read
+  // is non-blocking: a readiness report with nothing to read must not block the io thread.
   void watch_disconnect() {
     stream_.socket().async_wait(
         tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
           if (ec || !self->open_) return;
           char buf[512];
           beast::error_code rec;
-          const size_t n = self->stream_.socket().read_some(asio::buffer(buf), rec);
+          self->stream_.socket().non_blocking(true, rec);
+          const size_t n = rec ? 0 : self->stream_.socket().read_some(asio::buffer(buf), rec);
+          if (rec == asio::error::would_block || rec == asio::error::try_again)
+            return self->watch_disconnect();
           if (rec || n == 0) return self->client_gone();
           self->watch_disconnect();
         });

@@ -14,20 +14,26 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$logs"; }
 trap cleanup EXIT
 
+# Starts a server in this shell (so that its pid can be waited for) with its logs under $logs.
 start() {  # name, extra flags...
-  local name=$1; shift
+  local name=$1
+  shift
   # shellcheck disable=SC2086
   "$bin" serve --port 0 --max-model-len 512 --kv-cache-gib 0.25 ${E2E_SERVER_FLAGS:-} "$@" \
     >"$logs/$name.out" 2>"$logs/$name.err" &
   pids+=($!)
+}
+url_of() {  # name: waits for the ready line, prints the server's URL
   for _ in $(seq 1 300); do
-    if grep -q "ready" "$logs/$name.out" 2>/dev/null; then break; fi
+    if grep -q "ready" "$logs/$1.out" 2>/dev/null; then break; fi
     sleep 0.1
   done
-  grep -o 'http://127.0.0.1:[0-9]*' "$logs/$name.out" | head -1
+  grep -o 'http://127.0.0.1:[0-9]*' "$logs/$1.out" | head -1
 }
-url=$(start main --api-key sk-e2e --max-num-seqs 64 --max-body-bytes 200000)
-small=$(start small --max-pending 1 --max-num-seqs 4)
+start main --api-key sk-e2e --max-num-seqs 64 --max-body-bytes 200000
+start small --max-pending 1 --max-num-seqs 4
+url=$(url_of main)
+small=$(url_of small)
 if [ -z "$url" ] || [ -z "$small" ]; then
   echo "a server did not start:"; cat "$logs"/*.err; exit 1
 fi
@@ -35,6 +41,10 @@ status=0
 DS_URL=$url DS_URL_SMALL=$small DS_KEY=sk-e2e node --test "$here/openai.test.mjs" || status=$?
 for p in "${pids[@]}"; do
   kill -TERM "$p"
+  for _ in $(seq 1 300); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$p" 2>/dev/null; then
+    echo "server $p did not stop within 30 s of SIGTERM"; kill -9 "$p"; status=1
+  fi
   if ! wait "$p"; then echo "server $p did not exit cleanly"; status=1; fi
 done
 pids=()
