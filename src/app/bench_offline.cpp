@@ -22,12 +22,6 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 
-struct Outcome {
-  double ttft = 0, e2e = 0;
-  std::vector<double> itl;
-  int64_t output_tokens = 0;
-};
-
 Outcome run_one(engine::Engine& eng, const engine::GenerateRequest& req) {
   Outcome o;
   const auto start = clock::now();
@@ -46,7 +40,11 @@ Outcome run_one(engine::Engine& eng, const engine::GenerateRequest& req) {
       last = now;
     }
     o.output_tokens = d.completion_tokens;
-    if (d.finished) break;
+    if (d.finished) {
+      o.ok = d.finish_reason != engine::FinishReason::kError;
+      o.error = d.error;
+      break;
+    }
   }
   o.e2e = std::chrono::duration<double>(clock::now() - start).count();
   return o;
@@ -107,16 +105,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
     });
   for (auto& t : workers) t.join();
   const double dur = std::chrono::duration<double>(clock::now() - t0).count();
-  std::vector<double> ttft, tpot, itl, e2e;
-  int64_t total_out = 0;
-  for (const Outcome& o : outcomes) {
-    ttft.push_back(o.ttft);
-    e2e.push_back(o.e2e);
-    itl.insert(itl.end(), o.itl.begin(), o.itl.end());
-    total_out += o.output_tokens;
-    if (o.output_tokens > 1)
-      tpot.push_back((o.e2e - o.ttft) / static_cast<double>(o.output_tokens - 1));
-  }
+  const Summary sum = summarize(outcomes);
   const engine::MetricsSnapshot ms = eng.metrics();
   std::printf(
       "{\"bench\": \"offline\", \"device\": \"%s\", \"num_prompts\": %d, \"input_len\": %d, "
@@ -125,15 +114,14 @@ int cmd_bench(const std::vector<std::string>& argv) {
       "\"duration_s\": %.3f, "
       "\"requests_per_s\": %.3f, \"input_tok_per_s\": %.1f, \"output_tok_per_s\": %.1f, "
       "\"total_tok_per_s\": %.1f, "
-      "%s, %s, %s, %s, \"steps\": %lld, \"preemptions\": %lld}\n",
+      "%s, \"steps\": %lld, \"preemptions\": %lld}\n",
       a.get("device", "cpu").c_str(), n, in_len, out_len, concurrency, cfg.max_num_seqs,
       cfg.max_num_batched_tokens, dur, n / dur, static_cast<double>(n) * in_len / dur,
-      static_cast<double>(total_out) / dur,
-      (static_cast<double>(n) * in_len + static_cast<double>(total_out)) / dur,
-      stats_json("ttft_ms", ttft).c_str(), stats_json("tpot_ms", tpot).c_str(),
-      stats_json("itl_ms", itl).c_str(), stats_json("e2e_ms", e2e).c_str(),
-      static_cast<long long>(ms.steps), static_cast<long long>(ms.preemptions));
-  return 0;
+      static_cast<double>(sum.output_tokens) / dur,
+      (static_cast<double>(n) * in_len + static_cast<double>(sum.output_tokens)) / dur,
+      sum.latency_json.c_str(), static_cast<long long>(ms.steps),
+      static_cast<long long>(ms.preemptions));
+  return sum.completed == n ? 0 : 1;
 }
 
 }  // namespace deltaserve::app

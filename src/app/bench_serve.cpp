@@ -29,14 +29,6 @@ namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 using clock = std::chrono::steady_clock;
 
-struct Outcome {
-  bool ok = false;
-  double ttft = 0, e2e = 0;
-  std::vector<double> itl;
-  int64_t output_tokens = 0;
-  std::string error;
-};
-
 // One streamed completion over a fresh connection (the server closes SSE replies).
 Outcome run_one(const std::string& host, const std::string& port, const std::string& body,
                 const std::string& key) {
@@ -155,38 +147,22 @@ int cmd_bench_serve(const std::vector<std::string>& argv) {
   for (auto& t : workers) t.join();
   const double dur = std::chrono::duration<double>(clock::now() - t0).count();
 
-  std::vector<double> ttft, tpot, itl, e2e;
-  int64_t out_tokens = 0;
-  int ok = 0;
-  std::string first_error;
-  for (const Outcome& o : outcomes) {
-    if (!o.ok) {
-      if (first_error.empty()) first_error = o.error;
-      continue;
-    }
-    ++ok;
-    ttft.push_back(o.ttft);
-    e2e.push_back(o.e2e);
-    itl.insert(itl.end(), o.itl.begin(), o.itl.end());
-    out_tokens += o.output_tokens;
-    if (o.output_tokens > 1)
-      tpot.push_back((o.e2e - o.ttft) / static_cast<double>(o.output_tokens - 1));
-  }
+  const Summary sum = summarize(outcomes);
+  const int ok = sum.completed;
   std::printf(
       "{\"bench\": \"serve\", \"num_prompts\": %d, \"completed\": %d, \"input_len\": %d, "
       "\"output_len\": %d, "
       "\"max_concurrency\": %d, \"request_rate\": %s, \"duration_s\": %.3f, \"requests_per_s\": "
       "%.3f, "
-      "\"input_tok_per_s\": %.1f, \"output_tok_per_s\": %.1f, \"total_tok_per_s\": %.1f, %s, %s, "
-      "%s, %s%s}\n",
+      "\"input_tok_per_s\": %.1f, \"output_tok_per_s\": %.1f, \"total_tok_per_s\": %.1f, %s%s}\n",
       n, ok, in_len, out_len, concurrency,
       std::isfinite(rate) ? std::to_string(rate).c_str() : "\"inf\"", dur, ok / dur,
-      static_cast<double>(ok) * in_len / dur, static_cast<double>(out_tokens) / dur,
-      (static_cast<double>(ok) * in_len + static_cast<double>(out_tokens)) / dur,
-      stats_json("ttft_ms", ttft).c_str(), stats_json("tpot_ms", tpot).c_str(),
-      stats_json("itl_ms", itl).c_str(), stats_json("e2e_ms", e2e).c_str(),
-      first_error.empty() ? ""
-                          : (", \"first_error\": " + nlohmann::json(first_error).dump()).c_str());
+      static_cast<double>(ok) * in_len / dur, static_cast<double>(sum.output_tokens) / dur,
+      (static_cast<double>(ok) * in_len + static_cast<double>(sum.output_tokens)) / dur,
+      sum.latency_json.c_str(),
+      sum.first_error.empty()
+          ? ""
+          : (", \"first_error\": " + nlohmann::json(sum.first_error).dump()).c_str());
   return ok == n ? 0 : 1;
 }
 

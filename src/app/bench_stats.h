@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -28,6 +29,45 @@ inline std::string stats_json(const char* name, std::vector<double> seconds) {
   std::snprintf(buf, sizeof buf, "\"%s\": {\"mean\": %.3f, \"p50\": %.3f, \"p99\": %.3f}", name,
                 mean, p50, p99);
   return buf;
+}
+
+// What a load client measured for one request (times in seconds).
+struct Outcome {
+  bool ok = false;
+  double ttft = 0, e2e = 0;
+  std::vector<double> itl;
+  int64_t output_tokens = 0;
+  std::string error;
+};
+
+// Totals over the completed requests and their latency summaries as JSON fields
+// ("ttft_ms": {...}, "tpot_ms": {...}, "itl_ms": {...}, "e2e_ms": {...}).
+struct Summary {
+  int completed = 0;
+  int64_t output_tokens = 0;
+  std::string first_error;
+  std::string latency_json;
+};
+
+inline Summary summarize(const std::vector<Outcome>& outcomes) {
+  Summary s;
+  std::vector<double> ttft, tpot, itl, e2e;
+  for (const Outcome& o : outcomes) {
+    if (!o.ok) {
+      if (s.first_error.empty()) s.first_error = o.error;
+      continue;
+    }
+    ++s.completed;
+    ttft.push_back(o.ttft);
+    e2e.push_back(o.e2e);
+    itl.insert(itl.end(), o.itl.begin(), o.itl.end());
+    s.output_tokens += o.output_tokens;
+    if (o.output_tokens > 1)
+      tpot.push_back((o.e2e - o.ttft) / static_cast<double>(o.output_tokens - 1));
+  }
+  s.latency_json = stats_json("ttft_ms", ttft) + ", " + stats_json("tpot_ms", tpot) + ", " +
+                   stats_json("itl_ms", itl) + ", " + stats_json("e2e_ms", e2e);
+  return s;
 }
 
 }  // namespace deltaserve::app

@@ -12,17 +12,6 @@ Tensor::Tensor(void* d, DType t, std::initializer_list<int64_t> dims, Device dev
   for (int64_t v : dims) shape[i++] = v;
 }
 
-Tensor Tensor::with_shape(void* d, DType t, std::span<const int64_t> dims, Device dev) {
-  DS_CHECK(dims.size() <= kMaxDims, "too many dims");
-  Tensor r;
-  r.data = d;
-  r.dtype = t;
-  r.device = dev;
-  r.ndim = static_cast<int>(dims.size());
-  for (size_t i = 0; i < dims.size(); ++i) r.shape[i] = dims[i];
-  return r;
-}
-
 int64_t Tensor::numel() const {
   int64_t n = 1;
   for (int i = 0; i < ndim; ++i) n *= shape[i];

@@ -6,7 +6,6 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
-#include <span>
 #include <string>
 
 #include "core/dtype.h"
@@ -29,7 +28,6 @@ struct Tensor {
 
   Tensor() = default;
   Tensor(void* d, DType t, std::initializer_list<int64_t> dims, Device dev = Device::kCpu);
-  static Tensor with_shape(void* d, DType t, std::span<const int64_t> dims, Device dev);
 
   int64_t dim(int i) const { return shape.at(static_cast<size_t>(i < 0 ? ndim + i : i)); }
   int64_t numel() const;

@@ -63,7 +63,6 @@ class TpExecutor final : public Executor {
   const model::ModelConfig& config() const override;
   void allocate_cache(int32_t pages, int32_t page_size, int32_t slots) override;
   std::vector<float> execute(const model::ForwardBatch& batch) override;
-  int size() const { return static_cast<int>(workers_.size()); }
 
  private:
   struct Worker {

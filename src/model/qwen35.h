@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backend/backend.h"
@@ -26,6 +27,7 @@ class Qwen35Model {
   // down_proj — the only collectives of a layer.
   Qwen35Model(const ModelConfig& cfg, backend::Backend& be, ModelWeights weights,
               dist::Communicator* comm = nullptr);
+  ~Qwen35Model();
 
   // Allocates the paged KV cache of the full-attention layers and the GDN state slots.
   void allocate_cache(int32_t num_pages, int32_t page_size, int32_t num_slots);
@@ -47,9 +49,12 @@ class Qwen35Model {
     Buffer conv, state;  // GDN: [slots, conv_dim, K-1], [slots, nv, dk, dv]
   };
   struct Scratch;
+  struct StepViews;
+  // Grows the step buffers to hold `tokens` rows and `rows` logits rows (kept between steps).
+  void ensure_scratch(int64_t tokens, int64_t rows);
 
-  void full_attention(int64_t i, const Tensor& h, Scratch& s, const Tensor& out);
-  void gated_deltanet(int64_t i, const Tensor& h, Scratch& s, const Tensor& out);
+  void full_attention(int64_t i, const Tensor& h, const StepViews& s, const Tensor& out);
+  void gated_deltanet(int64_t i, const Tensor& h, const StepViews& s, const Tensor& out);
 
   ModelConfig cfg_;
   backend::Backend& be_;
@@ -58,6 +63,7 @@ class Qwen35Model {
   backend::AttnDims attn_dims_{};
   backend::GdnDims gdn_dims_{};
   std::vector<LayerCache> cache_;
+  std::unique_ptr<Scratch> scratch_;
   int32_t page_size_ = 0, num_pages_ = 0, num_slots_ = 0;
 };
 

@@ -50,7 +50,6 @@ class Tokenizer {
   // Id of an exact token (vocabulary entry in byte-level form, or added token content); -1 if none.
   int32_t token_to_id(std::string_view token) const;
   int32_t vocab_size() const { return static_cast<int32_t>(token_bytes_.size()); }
-  const std::vector<AddedToken>& added_tokens() const { return added_; }
 
  private:
   Tokenizer() = default;

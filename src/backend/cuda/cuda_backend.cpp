@@ -117,19 +117,19 @@ Buffer CudaBackend::alloc(DType t, std::initializer_list<int64_t> dims) {
 
 void CudaBackend::upload(DType src_type, const void* src, size_t n, const Tensor& dst) {
   DS_CHECK(static_cast<size_t>(dst.numel()) == n, "upload size");
+  DS_CHECK(dst.dtype == DType::kF32 || dst.dtype == DType::kBF16,
+           "upload: F32 or BF16 destinations");
   std::vector<float> f(n);
   convert_to_f32(src_type, src, f.data(), n);
-  if (dst.dtype == DType::kF32) {
-    check(cudaMemcpyAsync(dst.data, f.data(), n * 4, cudaMemcpyHostToDevice, stream_), "upload");
-  } else {
-    DS_CHECK(dst.dtype == DType::kBF16, "upload: F32 or BF16 destinations");
-    std::vector<uint16_t> b(n);
+  std::vector<uint16_t> b;
+  const void* host = f.data();
+  if (dst.dtype == DType::kBF16) {
+    b.resize(n);
     for (size_t i = 0; i < n; ++i) b[i] = f32_to_bf16(f[i]);
-    check(cudaMemcpyAsync(dst.data, b.data(), n * 2, cudaMemcpyHostToDevice, stream_), "upload");
-    check(cudaStreamSynchronize(stream_), "upload sync");  // the host staging dies here
-    return;
+    host = b.data();
   }
-  check(cudaStreamSynchronize(stream_), "upload sync");
+  check(cudaMemcpyAsync(dst.data, host, dst.nbytes(), cudaMemcpyHostToDevice, stream_), "upload");
+  check(cudaStreamSynchronize(stream_), "upload sync");  // the host staging dies with this call
 }
 
 void CudaBackend::download_f32(const Tensor& src, float* dst) {
