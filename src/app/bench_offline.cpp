@@ -60,7 +60,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
   Args a(rest, "bench offline",
          {"model", "load-format", "device", "num-prompts", "input-len", "output-len",
           "max-concurrency", "max-num-seqs", "max-num-batched-tokens", "max-model-len", "num-pages",
-          "seed"});
+          "seed", "tensor-parallel-size"},
+         {"enforce-eager"});
   check_device(a);
   const int n = static_cast<int>(a.get_int("num-prompts", 32, 1, 100000));
   const int in_len = static_cast<int>(a.get_int("input-len", 128, 1, 1 << 20));
@@ -81,6 +82,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   cfg.num_pages =
       static_cast<int32_t>(a.get_int("num-pages", per_request * cfg.max_num_seqs, 1, 1 << 30));
   const int concurrency = static_cast<int>(a.get_int("max-concurrency", n, 1, 100000));
+  cfg.enforce_eager = a.has("enforce-eager");
   engine::Engine eng(*rt.exec, cfg);
 
   std::mt19937 g(static_cast<uint32_t>(a.get_int("seed", 0, 0, 1LL << 32)));

@@ -28,6 +28,7 @@ commands:
             [--max-num-batched-tokens 2048] [--api-key KEY] [--load-format auto|safetensors|dummy]
             [--device cpu] [--tensor-parallel-size 1] [--gpu-memory-utilization 0.9]
             [--kv-cache-gib 2] [--max-pending 512] [--max-body-bytes N] [--http-threads 2]
+            [--enforce-eager]  (no decode CUDA graphs)
   generate  greedy generation from token ids, printing the tokens and tokens/s
             --model DIR (default: the embedded random model)  --ids 1,2,3  --max-tokens N
             --load-format auto|safetensors|dummy  --device cpu  --ignore-eos
@@ -42,7 +43,7 @@ commands:
             [--model DIR] [--load-format ...] --num-prompts N --input-len I --output-len O
             [--max-concurrency C]
             [--max-num-seqs S] [--max-num-batched-tokens B] [--max-model-len L] [--num-pages P]
-            [--seed X]
+            [--seed X] [--device cpu|cuda] [--enforce-eager]
   bench serve  a streaming load client against a running server (like `vllm bench serve`)
             [--host 127.0.0.1] [--port 8000] [--model NAME] [--api-key KEY] --num-prompts N
             --input-len I --output-len O [--max-concurrency C | --request-rate R] [--vocab V]

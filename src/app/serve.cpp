@@ -63,7 +63,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
          {"model", "tokenizer", "host", "port", "served-model-name", "tensor-parallel-size",
           "max-num-seqs", "max-model-len", "max-num-batched-tokens", "gpu-memory-utilization",
           "load-format", "api-key", "device", "kv-cache-gib", "max-pending", "max-body-bytes",
-          "http-threads"});
+          "http-threads"},
+         {"enforce-eager"});
   check_device(a);
   const int tp = static_cast<int>(a.get_int("tensor-parallel-size", 1, 1, 1024));
   const double util = std::stod(a.get("gpu-memory-utilization", "0.9"));
@@ -79,6 +80,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
 
   engine::EngineConfig ecfg;
   ecfg.max_num_seqs = static_cast<int32_t>(a.get_int("max-num-seqs", 64, 1, 65536));
+  ecfg.enforce_eager = a.has("enforce-eager");
   ecfg.max_num_batched_tokens =
       static_cast<int32_t>(a.get_int("max-num-batched-tokens", 2048, 1, 1 << 24));
   server::HttpServerConfig hcfg;
@@ -121,8 +123,9 @@ int cmd_serve(const std::vector<std::string>& argv) {
         static_cast<int64_t>(ecfg.max_num_seqs) * mc.vocab_size * act + (int64_t{256} << 20);
     const int64_t used = static_cast<int64_t>(total_b - free_b);
     const int64_t budget = static_cast<int64_t>(util * static_cast<double>(total_b)) - used -
-                           slot_bytes * ecfg.max_num_seqs - scratch;
-    const int64_t pages = budget > 0 ? budget / page_bytes : 0;
+                           slot_bytes * (ecfg.max_num_seqs + 1) - scratch;
+    // The model keeps one more slot and page of its own for padded graph rows.
+    const int64_t pages = budget > 0 ? budget / page_bytes - 1 : 0;
     std::fprintf(stderr,
                  "deltaserve: GPU memory: %.2f GiB total, %.2f GiB in use after loading, %d state "
                  "slots %.2f GiB, "

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace deltaserve::backend {
@@ -67,6 +68,27 @@ class Backend {
 
   // Describes the step the following ops run on; valid until the next call.
   virtual void set_batch(const BatchDesc& batch) = 0;
+  // Keeps room for batch descriptions of up to `entries` int32 values (2 per token, 5 per sequence,
+  // one per page-table entry) so that set_batch keeps its device addresses, which captured graphs
+  // depend on. A larger batch later still works but invalidates every graph.
+  virtual void reserve_batch(int64_t entries) { (void)entries; }
+
+  // Graphs (CUDA graphs on the CUDA backend; none on the CPU). Ops enqueued between begin_capture
+  // and end_capture are recorded instead of run; replay(id) runs them again with the same buffers
+  // and shapes (the contents of batch descriptions and inputs may change). graph_valid(id) turns
+  // false when a buffer a graph depends on was reallocated.
+  virtual bool graphs_supported() const { return false; }
+  virtual void begin_capture() { throw Error("this backend has no graphs"); }
+  virtual int end_capture() { throw Error("this backend has no graphs"); }
+  virtual void replay(int id) {
+    (void)id;
+    throw Error("this backend has no graphs");
+  }
+  virtual bool graph_valid(int id) const {
+    (void)id;
+    return false;
+  }
+  virtual void drop_graphs() {}
 
   // out[t] = table[ids[t]]. ids [T] i32, table [V, H], out [T, H].
   virtual void embedding(const Tensor& ids, const Tensor& table, const Tensor& out) = 0;

@@ -60,8 +60,23 @@ Engine::Engine(std::unique_ptr<LocalExecutor> owned, Executor* exec, EngineConfi
       slots_(cfg_.max_num_seqs),
       scheduler_({cfg_.max_num_seqs, cfg_.max_num_batched_tokens}, pages_, slots_) {
   exec_.allocate_cache(cfg_.num_pages, cfg_.page_size, cfg_.max_num_seqs);
+  if (!cfg_.enforce_eager)
+    exec_.capture_decode_graphs(decode_graph_sizes(cfg_), cfg_.max_num_batched_tokens,
+                                cfg_.max_num_seqs,
+                                (cfg_.max_model_len + cfg_.page_size - 1) / cfg_.page_size);
   metrics_.update([this](MetricsSnapshot& s) { s.kv_pages_total = cfg_.num_pages; });
   thread_ = std::thread([this] { loop(); });
+}
+
+std::vector<int32_t> decode_graph_sizes(const EngineConfig& cfg) {
+  const int32_t top = std::min(cfg.max_num_seqs, cfg.max_graph_batch);
+  std::vector<int32_t> out;
+  for (int32_t b = 1; b < top;) {
+    out.push_back(b);
+    b = b < 8 ? 2 * b : b < 64 ? b + 8 : b < 128 ? b + 16 : b + 32;
+  }
+  if (top >= 1) out.push_back(top);
+  return out;
 }
 
 Engine::~Engine() {

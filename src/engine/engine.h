@@ -34,7 +34,14 @@ struct EngineConfig {
   // Ids >= sample_vocab are never sampled; 0: the tokenizer's (else the model's) vocabulary.
   int32_t sample_vocab = 0;
   std::vector<int32_t> eos_token_ids;  // stop ids unless ignore_eos; empty: the model config's
+  // Decode graphs (CUDA): captured at startup for decode_graph_sizes() unless enforce_eager.
+  bool enforce_eager = false;
+  int32_t max_graph_batch = 512;  // the largest bucket (capped by max_num_seqs)
 };
+
+// The decode-graph batch sizes for a config: 1, 2, 4, 8, then steps of 8 to 64, 16 to 128, 32
+// above, up to min(max_num_seqs, max_graph_batch), which is always included.
+std::vector<int32_t> decode_graph_sizes(const EngineConfig& cfg);
 
 class Engine {
  public:

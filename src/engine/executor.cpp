@@ -99,4 +99,16 @@ std::vector<float> TpExecutor::execute(const model::ForwardBatch& batch) {
   return std::move(logits_);
 }
 
+std::vector<int32_t> TpExecutor::capture_decode_graphs(const std::vector<int32_t>& buckets,
+                                                       int64_t max_tokens, int32_t max_seqs,
+                                                       int32_t max_pages_per_seq) {
+  // Every rank captures every bucket in the same order, so the collectives inside line up.
+  std::vector<int32_t> got;
+  run_on_all([&](Worker& w) {
+    w.model->capture_decode_graphs(buckets, max_tokens, max_seqs, max_pages_per_seq);
+    if (w.rank == 0) got = w.model->graph_buckets();
+  });
+  return got;
+}
+
 }  // namespace deltaserve::engine

@@ -30,6 +30,11 @@ class Executor {
   // Runs one step on every rank and returns rank 0's logits. Throws deltaserve::Error when any rank
   // failed; the executor is then poisoned and every later call throws at once.
   virtual std::vector<float> execute(const model::ForwardBatch& batch) = 0;
+  // Captures decode graphs for `buckets` on every rank, in lock-step (a no-op on backends without
+  // graphs); see Qwen35Model::capture_decode_graphs. Returns the buckets captured.
+  virtual std::vector<int32_t> capture_decode_graphs(const std::vector<int32_t>& buckets,
+                                                     int64_t max_tokens, int32_t max_seqs,
+                                                     int32_t max_pages_per_seq) = 0;
 };
 
 class LocalExecutor final : public Executor {
@@ -41,6 +46,12 @@ class LocalExecutor final : public Executor {
   }
   std::vector<float> execute(const model::ForwardBatch& batch) override {
     return m_.forward(batch);
+  }
+  std::vector<int32_t> capture_decode_graphs(const std::vector<int32_t>& buckets,
+                                             int64_t max_tokens, int32_t max_seqs,
+                                             int32_t max_pages_per_seq) override {
+    m_.capture_decode_graphs(buckets, max_tokens, max_seqs, max_pages_per_seq);
+    return m_.graph_buckets();
   }
 
  private:
@@ -63,6 +74,9 @@ class TpExecutor final : public Executor {
   const model::ModelConfig& config() const override;
   void allocate_cache(int32_t pages, int32_t page_size, int32_t slots) override;
   std::vector<float> execute(const model::ForwardBatch& batch) override;
+  std::vector<int32_t> capture_decode_graphs(const std::vector<int32_t>& buckets,
+                                             int64_t max_tokens, int32_t max_seqs,
+                                             int32_t max_pages_per_seq) override;
 
  private:
   struct Worker {

@@ -84,6 +84,8 @@ Qwen35Model::Qwen35Model(const ModelConfig& cfg, Backend& be, ModelWeights weigh
 
 void Qwen35Model::allocate_cache(int32_t num_pages, int32_t page_size, int32_t num_slots) {
   DS_CHECK(num_pages > 0 && page_size > 0 && num_slots > 0, "empty cache");
+  if (!graphs_.empty()) be_.drop_graphs();
+  graphs_.clear();
   page_size_ = page_size;
   num_pages_ = num_pages;
   num_slots_ = num_slots;
@@ -93,12 +95,12 @@ void Qwen35Model::allocate_cache(int32_t num_pages, int32_t page_size, int32_t n
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
     LayerCache& c = cache_[static_cast<size_t>(i)];
     if (cfg_.layer_types[static_cast<size_t>(i)] == LayerType::kFullAttention) {
-      c.k = be_.alloc(act, {num_pages, page_size, cfg_.num_kv_heads, cfg_.head_dim});
-      c.v = be_.alloc(act, {num_pages, page_size, cfg_.num_kv_heads, cfg_.head_dim});
+      c.k = be_.alloc(act, {num_pages + 1, page_size, cfg_.num_kv_heads, cfg_.head_dim});
+      c.v = be_.alloc(act, {num_pages + 1, page_size, cfg_.num_kv_heads, cfg_.head_dim});
     } else {
-      c.conv = be_.alloc(act, {num_slots, cfg_.conv_dim(), cfg_.conv_kernel - 1});
-      c.state =
-          be_.alloc(DType::kF32, {num_slots, cfg_.lin_num_v_heads, cfg_.lin_k_dim, cfg_.lin_v_dim});
+      c.conv = be_.alloc(act, {num_slots + 1, cfg_.conv_dim(), cfg_.conv_kernel - 1});
+      c.state = be_.alloc(
+          DType::kF32, {num_slots + 1, cfg_.lin_num_v_heads, cfg_.lin_k_dim, cfg_.lin_v_dim});
     }
   }
 }
@@ -133,19 +135,8 @@ void Qwen35Model::gated_deltanet(int64_t i, const Tensor& h, const StepViews& s,
   if (comm_) comm_->all_reduce_sum(out);
 }
 
-std::vector<float> Qwen35Model::forward(const ForwardBatch& batch) {
-  DS_CHECK(!cache_.empty(), "allocate_cache first");
-  const int64_t T = static_cast<int64_t>(batch.token_ids.size());
-  DS_CHECK(T > 0, "empty batch");
+void Qwen35Model::run_step(int64_t T, int64_t R, bool identity_rows) {
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
-
-  backend::BatchDesc desc{batch.seqs, static_cast<int32_t>(T), page_size_};
-  for (const auto& sq : desc.seqs)
-    DS_CHECK(sq.slot >= 0 && sq.slot < num_slots_, "slot out of range");
-  be_.set_batch(desc);
-
-  const int64_t R = static_cast<int64_t>(batch.logits_rows.size());
-  ensure_scratch(T, R);
   Scratch& sc = *scratch_;
   auto rows = [T](const Buffer& buf) {
     return buf.tensor().empty() ? Tensor{} : buf.tensor().rows(0, T);
@@ -155,7 +146,6 @@ std::vector<float> Qwen35Model::forward(const ForwardBatch& batch) {
                     rows(sc.gate),     rows(sc.attn),   rows(sc.u),      rows(sc.y),
                     rows(sc.z),        rows(sc.a),      rows(sc.b),      rows(sc.o),
                     rows(sc.mlp_gate), rows(sc.mlp_up), rows(sc.mlp_act)};
-  be_.upload_i32(batch.token_ids.data(), s.ids);
   const Tensor& x = s.x;
   const Tensor& h = s.h;
 
@@ -178,15 +168,113 @@ std::vector<float> Qwen35Model::forward(const ForwardBatch& batch) {
         i + 1 < cfg_.num_layers ? w_.layers[static_cast<size_t>(i + 1)].input_norm : w_.final_norm;
     be_.add_rms_norm(x, s.mix, next_norm, eps, h);
   }
+  if (R == 0) return;
+  const Tensor out = sc.out.tensor().rows(0, R);
+  if (identity_rows) {
+    be_.linear(h.rows(0, R), w_.lm_head, out);
+  } else {
+    const Tensor hr = sc.hr.tensor().rows(0, R);
+    be_.gather_rows(h, sc.row_ids.tensor().rows(0, R), hr);
+    be_.linear(hr, w_.lm_head, out);
+  }
+}
 
+std::vector<int32_t> Qwen35Model::graph_buckets() const {
+  std::vector<int32_t> b;
+  for (const auto& [size, id] : graphs_)
+    if (be_.graph_valid(id)) b.push_back(size);
+  return b;
+}
+
+void Qwen35Model::capture_decode_graphs(std::vector<int32_t> buckets, int64_t max_tokens,
+                                        int32_t max_seqs, int32_t max_pages_per_seq) {
+  DS_CHECK(!cache_.empty(), "allocate_cache first");
+  graphs_.clear();
+  if (!be_.graphs_supported() || buckets.empty()) return;
+  std::sort(buckets.begin(), buckets.end());
+  buckets.erase(std::unique(buckets.begin(), buckets.end()), buckets.end());
+  DS_CHECK(buckets.front() >= 1, "graph batch sizes must be >= 1");
+  const int64_t top = buckets.back();
+  max_seqs = std::max<int32_t>(max_seqs, static_cast<int32_t>(top));
+  ensure_scratch(std::max(max_tokens, top), std::max<int64_t>(max_seqs, top));
+  be_.reserve_batch(2 * std::max(max_tokens, top) + 5 * int64_t{max_seqs} +
+                    int64_t{max_seqs} * std::max(max_pages_per_seq, 1));
+  for (const int32_t B : buckets) {
+    // Capture over padding rows only (the pad slot and page); replays bring their own batch.
+    backend::BatchDesc desc;
+    desc.num_tokens = B;
+    desc.page_size = page_size_;
+    for (int32_t r = 0; r < B; ++r) desc.seqs.push_back({r, 1, 0, num_slots_, {num_pages_}});
+    be_.set_batch(desc);
+    const std::vector<int32_t> ids(static_cast<size_t>(B), 0);
+    be_.upload_i32(ids.data(), scratch_->ids.tensor().rows(0, B));
+    be_.begin_capture();
+    try {
+      run_step(B, B, true);
+    } catch (...) {
+      try {
+        be_.end_capture();
+      } catch (...) {
+      }
+      throw;
+    }
+    const int id = be_.end_capture();
+    be_.replay(id);  // warm up
+    graphs_.emplace_back(B, id);
+  }
+  be_.synchronize();
+}
+
+std::vector<float> Qwen35Model::forward(const ForwardBatch& batch) {
+  DS_CHECK(!cache_.empty(), "allocate_cache first");
+  const int64_t T = static_cast<int64_t>(batch.token_ids.size());
+  DS_CHECK(T > 0, "empty batch");
+  for (const auto& sq : batch.seqs)
+    DS_CHECK(sq.slot >= 0 && sq.slot < num_slots_, "slot out of range");
+  const int64_t R = static_cast<int64_t>(batch.logits_rows.size());
+
+  // A decode-only step with logits for every row in order replays the smallest graph that fits.
+  int graph = -1;
+  int64_t B = T;
+  if (!eager_ && !graphs_.empty() && R == T && static_cast<int64_t>(batch.seqs.size()) == T) {
+    bool decode = true;
+    for (int64_t i = 0; i < T && decode; ++i)
+      decode = batch.seqs[static_cast<size_t>(i)].num_tokens == 1 &&
+               batch.seqs[static_cast<size_t>(i)].token_begin == i &&
+               batch.logits_rows[static_cast<size_t>(i)] == i;
+    for (const auto& [size, id] : graphs_)
+      if (decode && size >= T && be_.graph_valid(id)) {
+        graph = id;
+        B = size;
+        break;
+      }
+  }
+
+  backend::BatchDesc desc{batch.seqs, static_cast<int32_t>(B), page_size_};
+  std::vector<int32_t> ids = batch.token_ids;
+  for (int64_t r = T; r < B; ++r) {  // padding rows: the model's own slot and page
+    desc.seqs.push_back({static_cast<int32_t>(r), 1, 0, num_slots_, {num_pages_}});
+    ids.push_back(0);
+  }
+  const bool grow = !scratch_ || B > scratch_->tokens || R > scratch_->rows;
+  if (grow && !graphs_.empty()) {
+    be_.drop_graphs();  // they point at the buffers being replaced
+    graphs_.clear();
+    graph = -1;
+  }
+  ensure_scratch(B, R);
+  be_.set_batch(desc);
+  if (graph >= 0 && !be_.graph_valid(graph)) graph = -1;  // set_batch had to grow its buffer
+  Scratch& sc = *scratch_;
+  be_.upload_i32(ids.data(), sc.ids.tensor().rows(0, B));
+  if (graph >= 0) {
+    be_.replay(graph);
+  } else {
+    if (R > 0) be_.upload_i32(batch.logits_rows.data(), sc.row_ids.tensor().rows(0, R));
+    run_step(B, R, false);
+  }
   std::vector<float> logits(static_cast<size_t>(R * cfg_.vocab_size));
-  if (R == 0) return logits;
-  const Tensor row_ids = sc.row_ids.tensor().rows(0, R), hr = sc.hr.tensor().rows(0, R),
-               out = sc.out.tensor().rows(0, R);
-  be_.upload_i32(batch.logits_rows.data(), row_ids);
-  be_.gather_rows(h, row_ids, hr);
-  be_.linear(hr, w_.lm_head, out);
-  be_.download_f32(out, logits.data());
+  if (R > 0) be_.download_f32(sc.out.tensor().rows(0, R), logits.data());
   return logits;
 }
 

@@ -29,8 +29,21 @@ class Qwen35Model {
               dist::Communicator* comm = nullptr);
   ~Qwen35Model();
 
-  // Allocates the paged KV cache of the full-attention layers and the GDN state slots.
+  // Allocates the paged KV cache of the full-attention layers and the GDN state slots (plus one
+  // page and one slot of its own, which padded graph rows write to).
   void allocate_cache(int32_t num_pages, int32_t page_size, int32_t num_slots);
+
+  // Captures decode graphs for the batch sizes `buckets` on backends that have graphs (else does
+  // nothing). Steps of up to `max_tokens` tokens and `max_seqs` sequences with page tables of up to
+  // `max_pages_per_seq` pages keep every buffer a graph uses in place. A later decode-only step
+  // (one token per sequence, logits for every row in order) of S sequences replays the smallest
+  // bucket >= S with padding rows; other steps run eagerly. Needs allocate_cache first.
+  void capture_decode_graphs(std::vector<int32_t> buckets, int64_t max_tokens, int32_t max_seqs,
+                             int32_t max_pages_per_seq);
+  // Graph buckets currently usable (empty when none were captured or they were dropped).
+  std::vector<int32_t> graph_buckets() const;
+  // Turns graph replay off (true) or back on for steps that follow.
+  void set_eager(bool eager) { eager_ = eager; }
 
   // Runs one step. Preconditions: allocate_cache was called; every sequence's pages cover
   // [0, start_pos + num_tokens); slots are distinct; ids < vocab. Returns logits
@@ -53,6 +66,9 @@ class Qwen35Model {
   // Grows the step buffers to hold `tokens` rows and `rows` logits rows (kept between steps).
   void ensure_scratch(int64_t tokens, int64_t rows);
 
+  // Runs the layers and lm_head for a prepared step of T tokens whose R logits rows are in
+  // scratch out[0, R) (gathered from rows row_ids unless `identity_rows`).
+  void run_step(int64_t T, int64_t R, bool identity_rows);
   void full_attention(int64_t i, const Tensor& h, const StepViews& s, const Tensor& out);
   void gated_deltanet(int64_t i, const Tensor& h, const StepViews& s, const Tensor& out);
 
@@ -65,6 +81,8 @@ class Qwen35Model {
   std::vector<LayerCache> cache_;
   std::unique_ptr<Scratch> scratch_;
   int32_t page_size_ = 0, num_pages_ = 0, num_slots_ = 0;
+  std::vector<std::pair<int32_t, int>> graphs_;  // (batch size, backend graph id), ascending
+  bool eager_ = false;
 };
 
 }  // namespace deltaserve::model

@@ -77,9 +77,12 @@ TEST_F(CudaOps, RmsNormAndAddRmsNorm) {
   expect_close(host(dout.tensor()), ref, 1e-2f, "add_rms_norm");
 }
 
-TEST_F(CudaOps, LinearThroughCublasLt) {
+// T <= 8 with K % 8 == 0 takes the GEMV kernel, the rest cuBLASLt.
+TEST_F(CudaOps, LinearGemvAndCublasLt) {
   for (auto [T, in, out] :
-       {std::tuple{1, 2560, 9216}, std::tuple{17, 256, 384}, std::tuple{130, 1024, 2560}}) {
+       {std::tuple{1, 2560, 9216}, std::tuple{3, 9216, 2560}, std::tuple{8, 2560, 32},
+        std::tuple{5, 264, 77}, std::tuple{2, 100, 50}, std::tuple{9, 2560, 1000},
+        std::tuple{17, 256, 384}, std::tuple{130, 1024, 2560}}) {
     auto x = rnd(static_cast<size_t>(T) * in, 4), w = rnd(static_cast<size_t>(out) * in, 5, 0.05f);
     auto dx = dev(x, DType::kBF16, {T, in}), dw = dev(w, DType::kBF16, {out, in});
     auto dy = gpu_->alloc(DType::kBF16, {T, out});
@@ -188,7 +191,8 @@ TEST_F(CudaOps, AttentionPrepAndPagedAttention) {
 TEST_F(CudaOps, GdnConvAndDeltaRule) {
   const BatchDesc batch = test_batch(16);
   const int T = batch.num_tokens, K = 4;
-  for (auto [nk, nv, dk, dv] : {std::tuple{2, 4, 128, 128}, std::tuple{2, 4, 16, 24}}) {
+  for (auto [nk, nv, dk, dv] : {std::tuple{2, 4, 128, 128}, std::tuple{2, 4, 16, 24},
+                                std::tuple{1, 3, 256, 80}, std::tuple{16, 32, 128, 128}}) {
     const int C = 2 * nk * dk + nv * dv, slots = 3;
     GdnDims d{nk, nv, dk, dv, K};
     auto u = rnd(static_cast<size_t>(T) * C, 30), w = rnd(static_cast<size_t>(C) * K, 31, 0.5f),

@@ -12,6 +12,7 @@
 #include "backend/cuda/kernels/gated_rms_norm.cuh"
 #include "backend/cuda/kernels/gather_rows.cuh"
 #include "backend/cuda/kernels/gdn.cuh"
+#include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/rms_norm.cuh"
 #include "backend/cuda/kernels/silu_mul.cuh"
 #include "core/error.h"
@@ -41,21 +42,22 @@ float* f32(const Tensor& t) {
 // Records CUDA events around one op when profiling is on.
 class CudaBackend::OpTimer {
  public:
-  OpTimer(CudaBackend& be, const char* op) : be_(be) {
-    if (!be_.profile_) return;
+  OpTimer(CudaBackend& be, const char* op) : be_(be), on_(be.profile_ && !be.capturing_) {
+    if (!on_) return;
     t_.op = op;
     cudaEventCreate(&t_.start);
     cudaEventCreate(&t_.stop);
     cudaEventRecord(t_.start, be_.stream_);
   }
   ~OpTimer() {
-    if (!be_.profile_) return;
+    if (!on_) return;
     cudaEventRecord(t_.stop, be_.stream_);
     be_.pending_.push_back(t_);
   }
 
  private:
   CudaBackend& be_;
+  bool on_;
   Timed t_{};
 };
 
@@ -89,22 +91,84 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   gemm_ = std::make_unique<cuda::CublasLtLinear>();
 }
 
-CudaBackend::~CudaBackend() {
-  if (profile_) {
-    account();
-    double all = 0;
-    for (const auto& [op, t] : totals_) all += t.first;
-    std::sort(totals_.begin(), totals_.end(),
-              [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
-    std::fprintf(stderr, "CUDA per-op time (DS_CUDA_PROFILE):\n  %-22s %12s %10s %7s\n", "op",
-                 "total ms", "calls", "share");
-    for (const auto& [op, t] : totals_)
-      std::fprintf(stderr, "  %-22s %12.3f %10lld %6.1f%%\n", op, t.first,
-                   static_cast<long long>(t.second), all > 0 ? 100.0 * t.first / all : 0.0);
+std::string CudaBackend::profile_report(bool reset) {
+  if (!profile_) return {};
+  account();
+  double all = 0;
+  for (const auto& [op, t] : totals_) all += t.first;
+  auto rows = totals_;
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  std::string out;
+  char line[160];
+  std::snprintf(line, sizeof line, "  %-22s %12s %10s %7s\n", "op", "total ms", "calls", "share");
+  out += line;
+  for (const auto& [op, t] : rows) {
+    std::snprintf(line, sizeof line, "  %-22s %12.3f %10lld %6.1f%%\n", op, t.first,
+                  static_cast<long long>(t.second), all > 0 ? 100.0 * t.first / all : 0.0);
+    out += line;
   }
+  if (reset) totals_.clear();
+  return out;
+}
+
+CudaBackend::~CudaBackend() {
+  if (profile_)
+    std::fprintf(stderr, "CUDA per-op time (DS_CUDA_PROFILE):\n%s",
+                 profile_report(false).c_str());
+  drop_graphs();
   gemm_.reset();
   if (meta_buf_) cudaFree(meta_buf_);
   if (stream_) cudaStreamDestroy(stream_);
+}
+
+void CudaBackend::begin_capture() {
+  DS_CHECK(!capturing_, "already capturing");
+  if (profile_) account();
+  check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin capture");
+  capturing_ = true;
+}
+
+int CudaBackend::end_capture() {
+  DS_CHECK(capturing_, "not capturing");
+  capturing_ = false;
+  cudaGraph_t g = nullptr;
+  check(cudaStreamEndCapture(stream_, &g), "end capture");
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
+  cudaGraphDestroy(g);
+  check(e, "graph instantiate");
+  graphs_.push_back(exec);
+  return static_cast<int>(graphs_.size()) - 1;
+}
+
+void CudaBackend::replay(int id) {
+  DS_CHECK(graph_valid(id), "replay of an invalid graph");
+  OpTimer timer(*this, "graph_replay");
+  check(cudaGraphLaunch(graphs_[static_cast<size_t>(id)], stream_), "graph launch");
+}
+
+bool CudaBackend::graph_valid(int id) const {
+  return id >= 0 && id < static_cast<int>(graphs_.size()) && graphs_[static_cast<size_t>(id)];
+}
+
+void CudaBackend::drop_graphs() {
+  for (cudaGraphExec_t& g : graphs_)
+    if (g) {
+      cudaGraphExecDestroy(g);
+      g = nullptr;
+    }
+}
+
+void CudaBackend::reserve_batch(int64_t entries) {
+  if (static_cast<size_t>(entries) <= meta_cap_) return;
+  drop_graphs();  // they hold the old address
+  if (meta_buf_) {
+    check(cudaStreamSynchronize(stream_), "reserve sync");
+    cudaFree(meta_buf_);
+  }
+  meta_cap_ = static_cast<size_t>(entries);
+  check(cudaMalloc(&meta_buf_, meta_cap_ * sizeof(int32_t)), "cudaMalloc (batch)");
 }
 
 Buffer CudaBackend::alloc(DType t, std::initializer_list<int64_t> dims) {
@@ -187,7 +251,13 @@ void CudaBackend::add_rms_norm(const Tensor& residual, const Tensor& x, const Te
 void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& y) {
   OpTimer timer(*this, "linear");
   DS_CHECK(w.dim(1) == x.dim(1) && y.dim(0) == x.dim(0) && y.dim(1) == w.dim(0), "linear shapes");
-  gemm_->run(bf(x), bf(w), bf(y), x.dim(0), x.dim(1), w.dim(0), stream_);
+  const int64_t T = x.dim(0), K = x.dim(1), N = w.dim(0);
+  if (T <= cuda::kGemvMaxRows && cuda::gemv_supported(x.data, w.data, static_cast<int>(T),
+                                                      static_cast<int>(K)))
+    cuda::launch_gemv_bf16(bf(x), bf(w), bf(y), static_cast<int>(T), static_cast<int>(K),
+                           static_cast<int>(N), stream_);
+  else
+    gemm_->run(bf(x), bf(w), bf(y), T, K, N, stream_);
 }
 
 void CudaBackend::silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) {
@@ -228,11 +298,7 @@ void CudaBackend::set_batch(const BatchDesc& batch) {
     }
   }
   h.insert(h.end(), pages.begin(), pages.end());
-  if (h.size() > meta_cap_) {
-    if (meta_buf_) cudaFree(meta_buf_);
-    meta_cap_ = std::max(h.size(), 2 * meta_cap_);
-    check(cudaMalloc(&meta_buf_, meta_cap_ * sizeof(int32_t)), "cudaMalloc (batch)");
-  }
+  if (h.size() > meta_cap_) reserve_batch(static_cast<int64_t>(std::max(h.size(), 2 * meta_cap_)));
   check(cudaMemcpyAsync(meta_buf_, h.data(), h.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
                         stream_),
         "set_batch");

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -37,7 +38,17 @@ class CudaBackend final : public Backend {
   bool memory_info(size_t& free_bytes, size_t& total_bytes) const override;
   // Uploads the batch description (positions, sequences, page tables) for the following ops.
   void set_batch(const BatchDesc& batch) override;
+  void reserve_batch(int64_t entries) override;
   cudaStream_t stream() const { return stream_; }
+
+  bool graphs_supported() const override { return true; }
+  void begin_capture() override;
+  int end_capture() override;
+  void replay(int id) override;
+  bool graph_valid(int id) const override;
+  void drop_graphs() override;
+  // The per-op table (DS_CUDA_PROFILE=1) of what ran since the last reset; empty when off.
+  std::string profile_report(bool reset);
 
   void embedding(const Tensor& ids, const Tensor& table, const Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& out) override;
@@ -74,6 +85,9 @@ class CudaBackend final : public Backend {
   bool profile_ = false;
   std::vector<Timed> pending_;
   std::vector<std::pair<const char*, std::pair<double, int64_t>>> totals_;
+
+  bool capturing_ = false;
+  std::vector<cudaGraphExec_t> graphs_;  // null: dropped
 
   cuda::BatchMeta meta_{};
   int32_t* meta_buf_ = nullptr;  // device, grow-only

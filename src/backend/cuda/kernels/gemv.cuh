@@ -1,0 +1,22 @@
+// Skinny linear layers (decode): y [T, N] = x [T, K] . w [N, K]^T for T <= kGemvMaxRows, bf16 in
+// and out, f32 accumulation. A warp streams one weight row with 16-byte loads that bypass L1 and
+// applies it to all T activation rows, so the weights are read once per step: this is the
+// memory-bound path that a batch-1..8 decode step spends most of its time in.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+namespace deltaserve::cuda {
+
+constexpr int kGemvMaxRows = 8;
+
+// True when the GEMV path takes this shape: 1 <= T <= kGemvMaxRows, K a multiple of 8 and x, w
+// 16-byte aligned.
+bool gemv_supported(const void* x, const void* w, int T, int K);
+
+// Precondition: gemv_supported(x, w, T, K). Never allocates or syncs.
+void launch_gemv_bf16(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int T,
+                      int K, int N, cudaStream_t stream);
+
+}  // namespace deltaserve::cuda

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
+# Usage: tools/gpu_run.sh STAGE...   stages: ops model nccl bench1 prof
+# Logs go to $OUT (or ./gpu_logs) and a short summary is printed last.
+set -uo pipefail
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$PWD/.device_out/lib:${LD_LIBRARY_PATH:-}
+export DS_TEST_DATA=$PWD/test_data
+export NCCL_NVLS_ENABLE=0
+BIN=$PWD/.device_out/bin
+LOG=${OUT:-$PWD/gpu_logs}
+M=bench/configs/qwen3.5-4b
+mkdir -p "$LOG"
+summary=()
+for stage in "$@"; do
+  case $stage in
+    ops)
+      $BIN/cuda_ops_test >"$LOG/ops.log" 2>&1; summary+=("ops rc=$? $(tail -1 "$LOG/ops.log")") ;;
+    model)
+      $BIN/cuda_model_test >"$LOG/model.log" 2>&1
+      summary+=("model rc=$? $(grep -E 'totals' "$LOG/model.log" | tr '\n' ' ') $(tail -1 "$LOG/model.log")") ;;
+    nccl)
+      $BIN/nccl_test >"$LOG/nccl.log" 2>&1; summary+=("nccl rc=$? $(tail -1 "$LOG/nccl.log")") ;;
+    bench1)
+      $BIN/deltaserve bench offline --device cuda --model $M --load-format dummy --num-prompts 4 \
+        --input-len 1024 --output-len 64 --max-concurrency 1 --max-num-seqs 16 >"$LOG/bench1.log" 2>&1
+      summary+=("bench1 rc=$? $(grep -E '^\{' "$LOG/bench1.log" | tail -1)") ;;
+    prof)
+      DS_CUDA_PROFILE=1 $BIN/deltaserve bench offline --device cuda --model $M --load-format dummy \
+        --num-prompts 2 --input-len 1024 --output-len 64 --max-concurrency 1 --max-num-seqs 4 \
+        >"$LOG/prof.log" 2>&1
+      summary+=("prof rc=$?") ;;
+    *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+done
+printf '%s\n' "${summary[@]}"

