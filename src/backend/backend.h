@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/sampling.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -130,6 +131,10 @@ class Backend {
   virtual void gated_delta_rule(const Tensor& y, const Tensor& a, const Tensor& b,
                                 const Tensor& A_log, const Tensor& dt_bias, const Tensor& state,
                                 const GdnDims& d, const Tensor& out) = 0;
+  // One token per row of logits [R, V'] (only ids < vocab), with specs[r] for row r (R specs).
+  virtual std::vector<Sampled> sample(const Tensor& logits, int32_t vocab,
+                                      const std::vector<SampleSpec>& specs) = 0;
+
   // In place on o [T, nv, dv]: o = o * rsqrt(mean(o^2) + eps) * w * silu(z); z [T, nv*dv], w [dv]
   // (plain weight, no +1).
   virtual void gated_rms_norm(const Tensor& o, const Tensor& z, const Tensor& w, float eps) = 0;

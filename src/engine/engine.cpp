@@ -4,7 +4,6 @@
 #include <cstdio>
 
 #include "core/error.h"
-#include "engine/sampler.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -112,8 +111,9 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest req) {
   r->num_prompt = static_cast<int32_t>(req.prompt_ids.size());
   r->tokens = std::move(req.prompt_ids);
   r->params = std::move(req.params);
-  r->rng.seed(r->params.seed ? *r->params.seed
-                             : std::random_device{}() ^ (r->id * 0x9E3779B97F4A7C15ull));
+  r->seed = r->params.seed ? *r->params.seed
+                           : (static_cast<uint64_t>(std::random_device{}()) << 32) ^
+                                 std::random_device{}() ^ (r->id * 0x9E3779B97F4A7C15ull);
   r->stream = std::make_shared<RequestStream>(r->id);
   if (tok_)
     r->detok =
@@ -207,16 +207,41 @@ void Engine::run_step(const StepPlan& plan) {
       batch.logits_rows.push_back(begin + static_cast<int32_t>(s.token_ids.size()) - 1);
     }
   }
-  const std::vector<float> logits = exec_.execute(batch);
+  std::vector<backend::SampleSpec> specs;
+  specs.reserve(to_sample.size());
+  for (const auto& [r, row] : to_sample) specs.push_back(sample_spec(*r));
+  const std::vector<backend::Sampled> out = exec_.execute_sample(batch, cfg_.sample_vocab, specs);
   scheduler_.commit(plan, reqs);
   metrics_.update([](MetricsSnapshot& s) { ++s.steps; });
-  const int64_t V = exec_.config().vocab_size;
-  for (auto& [r, row] : to_sample) {
-    const std::span<const float> lrow(logits.data() + row * V, static_cast<size_t>(V));
-    SampleResult sr = sample(lrow, cfg_.sample_vocab, r->params, r->tokens, r->num_prompt,
-                             banned_tokens(*r), r->rng);
-    on_token(*r, sr.token, std::move(sr.logprob));
+  for (size_t i = 0; i < to_sample.size(); ++i) {
+    Request& r = *to_sample[i].first;
+    TokenLogprob lp;
+    lp.token = out[i].token;
+    lp.logprob = out[i].logprob;
+    lp.top = out[i].top;
+    on_token(r, out[i].token, std::move(lp));
   }
+}
+
+backend::SampleSpec Engine::sample_spec(const Request& r) const {
+  const SamplingParams& p = r.params;
+  backend::SampleSpec s;
+  s.temperature = p.temperature;
+  s.top_k = p.top_k;
+  s.top_p = p.top_p;
+  s.min_p = p.min_p;
+  s.repetition_penalty = p.repetition_penalty;
+  s.presence_penalty = p.presence_penalty;
+  s.frequency_penalty = p.frequency_penalty;
+  s.seed = r.seed;
+  s.counter = static_cast<uint64_t>(r.num_outputs());
+  s.num_logprobs = p.logprobs || p.top_logprobs > 0 ? p.top_logprobs : -1;
+  const auto prompt_end = r.tokens.begin() + r.num_prompt;
+  if (p.repetition_penalty != 1.0f) s.prompt_tokens.assign(r.tokens.begin(), prompt_end);
+  if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f)
+    s.output_tokens.assign(prompt_end, r.tokens.end());
+  s.banned = banned_tokens(r);
+  return s;
 }
 
 std::vector<int32_t> Engine::banned_tokens(const Request& r) const {

@@ -81,6 +81,8 @@ class Engine {
   void run_step(const StepPlan& plan);
   // Appends a sampled token, streams it and finishes the request when a stop condition holds.
   void on_token(Request& r, int32_t token, TokenLogprob lp);
+  // What the backend needs to sample the request's next token.
+  backend::SampleSpec sample_spec(const Request& r) const;
   void finish(Request& r, FinishReason why, OutputDelta d);
   // Fail-stop: ends every request with one kError delta and refuses new work.
   void fail_all(const std::string& why);

@@ -99,6 +99,18 @@ std::vector<float> TpExecutor::execute(const model::ForwardBatch& batch) {
   return std::move(logits_);
 }
 
+std::vector<backend::Sampled> TpExecutor::execute_sample(
+    const model::ForwardBatch& batch, int32_t vocab,
+    const std::vector<backend::SampleSpec>& specs) {
+  run_on_all([&](Worker& w) {
+    if (w.rank == 0)
+      sampled_ = w.model->forward_sample(batch, vocab, specs);
+    else
+      w.model->compute(batch);  // the same collectives; its logits are not needed
+  });
+  return std::move(sampled_);
+}
+
 std::vector<int32_t> TpExecutor::capture_decode_graphs(const std::vector<int32_t>& buckets,
                                                        int64_t max_tokens, int32_t max_seqs,
                                                        int32_t max_pages_per_seq) {

@@ -30,6 +30,10 @@ class Executor {
   // Runs one step on every rank and returns rank 0's logits. Throws deltaserve::Error when any rank
   // failed; the executor is then poisoned and every later call throws at once.
   virtual std::vector<float> execute(const model::ForwardBatch& batch) = 0;
+  // Runs one step and samples one token per logits row on rank 0's backend.
+  virtual std::vector<backend::Sampled> execute_sample(
+      const model::ForwardBatch& batch, int32_t vocab,
+      const std::vector<backend::SampleSpec>& specs) = 0;
   // Captures decode graphs for `buckets` on every rank, in lock-step (a no-op on backends without
   // graphs); see Qwen35Model::capture_decode_graphs. Returns the buckets captured.
   virtual std::vector<int32_t> capture_decode_graphs(const std::vector<int32_t>& buckets,
@@ -46,6 +50,11 @@ class LocalExecutor final : public Executor {
   }
   std::vector<float> execute(const model::ForwardBatch& batch) override {
     return m_.forward(batch);
+  }
+  std::vector<backend::Sampled> execute_sample(
+      const model::ForwardBatch& batch, int32_t vocab,
+      const std::vector<backend::SampleSpec>& specs) override {
+    return m_.forward_sample(batch, vocab, specs);
   }
   std::vector<int32_t> capture_decode_graphs(const std::vector<int32_t>& buckets,
                                              int64_t max_tokens, int32_t max_seqs,
@@ -74,6 +83,9 @@ class TpExecutor final : public Executor {
   const model::ModelConfig& config() const override;
   void allocate_cache(int32_t pages, int32_t page_size, int32_t slots) override;
   std::vector<float> execute(const model::ForwardBatch& batch) override;
+  std::vector<backend::Sampled> execute_sample(
+      const model::ForwardBatch& batch, int32_t vocab,
+      const std::vector<backend::SampleSpec>& specs) override;
   std::vector<int32_t> capture_decode_graphs(const std::vector<int32_t>& buckets,
                                              int64_t max_tokens, int32_t max_seqs,
                                              int32_t max_pages_per_seq) override;
@@ -102,6 +114,7 @@ class TpExecutor final : public Executor {
   bool stop_ = false;
   std::string error_;  // first failure; non-empty = poisoned
   std::vector<float> logits_;
+  std::vector<backend::Sampled> sampled_;
 };
 
 }  // namespace deltaserve::engine

@@ -101,7 +101,7 @@ struct Request {
   int32_t slot = -1;            // GDN state slot, -1 when none
   RequestStatus status = RequestStatus::kWaiting;
   int32_t num_preemptions = 0;
-  std::mt19937_64 rng;
+  uint64_t seed = 0;  // of its draws: backend::sample_uniform(seed, output index)
   std::shared_ptr<RequestStream> stream;
   std::unique_ptr<tokenizer::IncrementalDetokenizer> detok;
   std::string text;         // decoded output text so far

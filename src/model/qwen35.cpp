@@ -99,8 +99,8 @@ void Qwen35Model::allocate_cache(int32_t num_pages, int32_t page_size, int32_t n
       c.v = be_.alloc(act, {num_pages + 1, page_size, cfg_.num_kv_heads, cfg_.head_dim});
     } else {
       c.conv = be_.alloc(act, {num_slots + 1, cfg_.conv_dim(), cfg_.conv_kernel - 1});
-      c.state = be_.alloc(
-          DType::kF32, {num_slots + 1, cfg_.lin_num_v_heads, cfg_.lin_k_dim, cfg_.lin_v_dim});
+      c.state = be_.alloc(DType::kF32,
+                          {num_slots + 1, cfg_.lin_num_v_heads, cfg_.lin_k_dim, cfg_.lin_v_dim});
     }
   }
 }
@@ -225,7 +225,7 @@ void Qwen35Model::capture_decode_graphs(std::vector<int32_t> buckets, int64_t ma
   be_.synchronize();
 }
 
-std::vector<float> Qwen35Model::forward(const ForwardBatch& batch) {
+int64_t Qwen35Model::compute(const ForwardBatch& batch) {
   DS_CHECK(!cache_.empty(), "allocate_cache first");
   const int64_t T = static_cast<int64_t>(batch.token_ids.size());
   DS_CHECK(T > 0, "empty batch");
@@ -273,9 +273,23 @@ std::vector<float> Qwen35Model::forward(const ForwardBatch& batch) {
     if (R > 0) be_.upload_i32(batch.logits_rows.data(), sc.row_ids.tensor().rows(0, R));
     run_step(B, R, false);
   }
+  return R;
+}
+
+std::vector<float> Qwen35Model::forward(const ForwardBatch& batch) {
+  const int64_t R = compute(batch);
   std::vector<float> logits(static_cast<size_t>(R * cfg_.vocab_size));
-  if (R > 0) be_.download_f32(sc.out.tensor().rows(0, R), logits.data());
+  if (R > 0) be_.download_f32(scratch_->out.tensor().rows(0, R), logits.data());
   return logits;
+}
+
+std::vector<backend::Sampled> Qwen35Model::forward_sample(
+    const ForwardBatch& batch, int32_t vocab, const std::vector<backend::SampleSpec>& specs) {
+  DS_CHECK(specs.size() == batch.logits_rows.size(), "one sampling spec per logits row");
+  DS_CHECK(vocab > 0 && vocab <= cfg_.vocab_size, "sampling vocabulary");
+  const int64_t R = compute(batch);
+  if (R == 0) return {};
+  return be_.sample(scratch_->out.tensor().rows(0, R), vocab, specs);
 }
 
 }  // namespace deltaserve::model

@@ -49,6 +49,13 @@ class Qwen35Model {
   // [0, start_pos + num_tokens); slots are distinct; ids < vocab. Returns logits
   // [logits_rows.size(), vocab] in f32, row-major.
   std::vector<float> forward(const ForwardBatch& batch);
+  // The same step, its logits left on the backend (for ranks whose logits nobody reads); returns
+  // the number of logits rows.
+  int64_t compute(const ForwardBatch& batch);
+  // The same step, then one token per logits row sampled on the backend (specs[i] for
+  // logits_rows[i]; ids < vocab).
+  std::vector<backend::Sampled> forward_sample(const ForwardBatch& batch, int32_t vocab,
+                                               const std::vector<backend::SampleSpec>& specs);
 
   const ModelConfig& config() const { return cfg_; }
   const ModelWeights& weights() const { return w_; }
@@ -69,6 +76,7 @@ class Qwen35Model {
   // Runs the layers and lm_head for a prepared step of T tokens whose R logits rows are in
   // scratch out[0, R) (gathered from rows row_ids unless `identity_rows`).
   void run_step(int64_t T, int64_t R, bool identity_rows);
+
   void full_attention(int64_t i, const Tensor& h, const StepViews& s, const Tensor& out);
   void gated_deltanet(int64_t i, const Tensor& h, const StepViews& s, const Tensor& out);
 

@@ -169,13 +169,14 @@ ModelWeights dummy_weights(const ModelConfig& cfg, backend::Backend& be, uint64_
   const std::vector<WeightSpec> gspecs = weight_specs(cfg, global);
   std::vector<WeightSpec> specs =
       weight_specs(shard.size > 1 ? rank_local_config(cfg, shard.size) : cfg, w);
-  uint64_t st = seed * 0x9E3779B97F4A7C15ull + 1;
-  auto uniform = [&st]() {  // xorshift64*, in [-1, 1)
-    st ^= st >> 12;
-    st ^= st << 25;
-    st ^= st >> 27;
-    return static_cast<float>((st * 0x2545F4914F6CDD1Dull) >> 40) / static_cast<float>(1 << 23) -
-           1.0f;
+  // Counter-based (splitmix64 of seed, tensor, element): the same values on every rank and for
+  // every TP degree, filled in parallel. In [-1, 1).
+  auto uniform = [seed](uint64_t tensor, uint64_t idx) {
+    uint64_t z = seed * 0x9E3779B97F4A7C15ull + (tensor << 40) + idx + 1;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return static_cast<float>(z >> 40) / static_cast<float>(1 << 23) - 1.0f;
   };
   std::vector<float> host, staging;
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -187,7 +188,9 @@ ModelWeights dummy_weights(const ModelConfig& cfg, backend::Backend& be, uint64_
     const bool is_matrix = g.stored.size() == 2 && g.name.find("conv1d") == std::string::npos;
     // Matrices ~ U(-a, a) with variance 1/fan_in; norms near 0 (1 + w), A_log = log(1..16).
     const float a = is_matrix ? std::sqrt(3.0f / static_cast<float>(g.stored[1])) : 0.5f;
-    for (float& v : host) v = a * uniform();
+#pragma omp parallel for schedule(static)
+    for (int64_t e = 0; e < n; ++e)
+      host[static_cast<size_t>(e)] = a * uniform(i, static_cast<uint64_t>(e));
     if (g.name.ends_with("A_log"))
       for (float& v : host) v = std::log(1.0f + 7.5f * (v / a + 1.0f));
     if (g.name.ends_with("linear_attn.norm.weight"))

@@ -102,10 +102,12 @@ TEST_P(CudaModel, MatchesHfGoldens) {
     compare(m.forward(b), read<float>(t.at(p + ".logits")), read<float>(tb.at(p + ".logits")),
             cfg.vocab_size, GetParam() + " prefill T=" + std::to_string(ids.size()), tot);
   }
-  for (int j = 0; t.count("decode." + std::to_string(j) + ".ids"); ++j) {
+  // Teacher-forced decode after a prefill: eagerly, then through the decode graphs (which must
+  // give the same bits: every kernel computes a row the same way whatever the batch size).
+  auto decode_all = [&](int j, int32_t& P) {
     const std::string p = "decode." + std::to_string(j);
     const auto ids = read<int32_t>(t.at(p + ".ids"));
-    const int32_t P = read<int32_t>(t.at(p + ".prefill_len"))[0];
+    P = read<int32_t>(t.at(p + ".prefill_len"))[0];
     std::vector<float> ours;
     for (int32_t start = 0; start < static_cast<int32_t>(ids.size());) {
       const int32_t n = start == 0 ? P : 1;
@@ -119,8 +121,26 @@ TEST_P(CudaModel, MatchesHfGoldens) {
       if (start > 0) ours.insert(ours.end(), l.begin(), l.end());
       start += n;
     }
-    compare(ours, read<float>(t.at(p + ".logits")), read<float>(tb.at(p + ".logits")),
+    return ours;
+  };
+  std::vector<std::vector<float>> eager;
+  for (int j = 0; t.count("decode." + std::to_string(j) + ".ids"); ++j) {
+    int32_t P = 0;
+    eager.push_back(decode_all(j, P));
+    const std::string p = "decode." + std::to_string(j);
+    compare(eager.back(), read<float>(t.at(p + ".logits")), read<float>(tb.at(p + ".logits")),
             cfg.vocab_size, GetParam() + " decode after P=" + std::to_string(P), tot);
+  }
+  m.capture_decode_graphs({1, 2, 4}, 2048, 4, 128);
+  ASSERT_EQ(m.graph_buckets(), (std::vector<int32_t>{1, 2, 4}));
+  for (int j = 0; j < static_cast<int>(eager.size()); ++j) {
+    int32_t P = 0;
+    const std::vector<float> graphed = decode_all(j, P);
+    ASSERT_EQ(graphed.size(), eager[static_cast<size_t>(j)].size());
+    EXPECT_EQ(deltaserve::testing::max_abs_diff(
+                  graphed.data(), eager[static_cast<size_t>(j)].data(), graphed.size()),
+              0.0f)
+        << "graphed decode after P=" << P << " differs from eager";
   }
   std::printf(
       "  %s totals: sum of max|err| ours %.4f vs HF bf16 %.4f; argmax agreement ours %.4f vs HF "
@@ -129,6 +149,75 @@ TEST_P(CudaModel, MatchesHfGoldens) {
       tot.hf_agree / tot.rows);
   EXPECT_LE(tot.ours_err, 1.25 * tot.hf_err);
   EXPECT_GE(tot.ours_agree / tot.rows, tot.hf_agree / tot.rows - 0.01);
+}
+
+// Decode batches of 3 sequences replay the 4-row graph with a padding row: every sequence's
+// logits equal its solo eager run bit for bit, step after step (so the padding row touched no
+// other slot or page).
+TEST_P(CudaModel, GraphedBatchedDecodeEqualsSoloEager) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU tests run on the H200 test machine";
+  const auto dir = test_data() / GetParam();
+  const ModelConfig cfg = load_model_config(dir);
+  backend::CudaBackend be(0);
+  Checkpoint ckpt(dir);
+  Qwen35Model m(cfg, be, load_weights(ckpt, cfg, be));
+  m.allocate_cache(64, 16, 4);
+  const int32_t V = static_cast<int32_t>(cfg.vocab_size);
+  const std::vector<int32_t> plen{5, 40, 17};
+  const int steps = 6;
+  auto prompt = [&](int s) {
+    std::vector<int32_t> ids;
+    for (int i = 0; i < plen[static_cast<size_t>(s)]; ++i) ids.push_back((s * 131 + i * 17) % V);
+    return ids;
+  };
+  auto next_id = [&](int s, int k) { return (s * 7 + k * 29 + 3) % V; };
+  auto pages = [](int s, int32_t upto) {
+    std::vector<int32_t> p;
+    for (int32_t q = 0; q * 16 < upto; ++q) p.push_back(s * 16 + q);
+    return p;
+  };
+  // Solo eager runs.
+  std::vector<std::vector<float>> solo(3);
+  for (int s = 0; s < 3; ++s) {
+    const auto ids = prompt(s);
+    ForwardBatch b{
+        ids,
+        {{0, plen[static_cast<size_t>(s)], 0, s, pages(s, plen[static_cast<size_t>(s)])}},
+        {plen[static_cast<size_t>(s)] - 1}};
+    m.forward(b);
+    for (int k = 0; k < steps; ++k) {
+      const int32_t pos = plen[static_cast<size_t>(s)] + k;
+      ForwardBatch d{{next_id(s, k)}, {{0, 1, pos, s, pages(s, pos + 1)}}, {0}};
+      const auto l = m.forward(d);
+      solo[static_cast<size_t>(s)].insert(solo[static_cast<size_t>(s)].end(), l.begin(), l.end());
+    }
+  }
+  m.capture_decode_graphs({1, 2, 4}, 256, 4, 16);
+  ASSERT_EQ(m.graph_buckets().size(), 3u);
+  // The same prefills (eager: not decode-only steps; one at a time, as cuBLASLt may pick another
+  // algorithm for another row count), then the three decode together (graph bucket 4).
+  for (int s = 0; s < 3; ++s) {
+    const auto ids = prompt(s);
+    m.forward({ids,
+               {{0, plen[static_cast<size_t>(s)], 0, s, pages(s, plen[static_cast<size_t>(s)])}},
+               {plen[static_cast<size_t>(s)] - 1}});
+  }
+  for (int k = 0; k < steps; ++k) {
+    ForwardBatch d;
+    for (int s = 0; s < 3; ++s) {
+      const int32_t pos = plen[static_cast<size_t>(s)] + k;
+      d.token_ids.push_back(next_id(s, k));
+      d.seqs.push_back({s, 1, pos, s, pages(s, pos + 1)});
+      d.logits_rows.push_back(s);
+    }
+    const auto l = m.forward(d);
+    for (int s = 0; s < 3; ++s)
+      EXPECT_EQ(deltaserve::testing::max_abs_diff(
+                    l.data() + static_cast<size_t>(s) * V,
+                    solo[static_cast<size_t>(s)].data() + static_cast<size_t>(k) * V, V),
+                0.0f)
+          << "sequence " << s << " step " << k;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, CudaModel, ::testing::Values("tiny_real", "tiny_odd"));

@@ -123,4 +123,19 @@ void CpuBackend::gated_rms_norm(const Tensor& o, const Tensor& z, const Tensor& 
   }
 }
 
+std::vector<Sampled> CpuBackend::sample(const Tensor& logits, int32_t vocab,
+                                        const std::vector<SampleSpec>& specs) {
+  DS_CHECK(logits.dtype == DType::kF32 && logits.ndim == 2 &&
+               logits.dim(0) == static_cast<int64_t>(specs.size()) && vocab <= logits.dim(1),
+           "sample: logits [R, V] f32 with one spec per row");
+  const int64_t V = logits.dim(1);
+  std::vector<Sampled> out(specs.size());
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t r = 0; r < static_cast<int64_t>(specs.size()); ++r)
+    out[static_cast<size_t>(r)] =
+        sample_row(std::span<const float>(logits.f32() + r * V, static_cast<size_t>(V)), vocab,
+                   specs[static_cast<size_t>(r)]);
+  return out;
+}
+
 }  // namespace deltaserve::backend

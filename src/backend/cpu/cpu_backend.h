@@ -41,6 +41,8 @@ class CpuBackend final : public Backend {
                         const Tensor& dt_bias, const Tensor& state, const GdnDims& d,
                         const Tensor& out) override;
   void gated_rms_norm(const Tensor& o, const Tensor& z, const Tensor& w, float eps) override;
+  std::vector<Sampled> sample(const Tensor& logits, int32_t vocab,
+                              const std::vector<SampleSpec>& specs) override;
 
  private:
   BatchDesc batch_;

@@ -14,6 +14,7 @@
 #include "backend/cuda/kernels/gdn.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/rms_norm.cuh"
+#include "backend/cuda/kernels/sampling.cuh"
 #include "backend/cuda/kernels/silu_mul.cuh"
 #include "core/error.h"
 
@@ -114,11 +115,12 @@ std::string CudaBackend::profile_report(bool reset) {
 
 CudaBackend::~CudaBackend() {
   if (profile_)
-    std::fprintf(stderr, "CUDA per-op time (DS_CUDA_PROFILE):\n%s",
-                 profile_report(false).c_str());
+    std::fprintf(stderr, "CUDA per-op time (DS_CUDA_PROFILE):\n%s", profile_report(false).c_str());
   drop_graphs();
   gemm_.reset();
   if (meta_buf_) cudaFree(meta_buf_);
+  if (sample_in_) cudaFree(sample_in_);
+  if (sample_out_) cudaFree(sample_out_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -189,7 +191,9 @@ void CudaBackend::upload(DType src_type, const void* src, size_t n, const Tensor
   const void* host = f.data();
   if (dst.dtype == DType::kBF16) {
     b.resize(n);
-    for (size_t i = 0; i < n; ++i) b[i] = f32_to_bf16(f[i]);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < static_cast<int64_t>(n); ++i)
+      b[static_cast<size_t>(i)] = f32_to_bf16(f[static_cast<size_t>(i)]);
     host = b.data();
   }
   check(cudaMemcpyAsync(dst.data, host, dst.nbytes(), cudaMemcpyHostToDevice, stream_), "upload");
@@ -252,8 +256,8 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& y) {
   OpTimer timer(*this, "linear");
   DS_CHECK(w.dim(1) == x.dim(1) && y.dim(0) == x.dim(0) && y.dim(1) == w.dim(0), "linear shapes");
   const int64_t T = x.dim(0), K = x.dim(1), N = w.dim(0);
-  if (T <= cuda::kGemvMaxRows && cuda::gemv_supported(x.data, w.data, static_cast<int>(T),
-                                                      static_cast<int>(K)))
+  if (T <= cuda::kGemvMaxRows &&
+      cuda::gemv_supported(x.data, w.data, static_cast<int>(T), static_cast<int>(K)))
     cuda::launch_gemv_bf16(bf(x), bf(w), bf(y), static_cast<int>(T), static_cast<int>(K),
                            static_cast<int>(N), stream_);
   else
@@ -351,6 +355,98 @@ void CudaBackend::gated_delta_rule(const Tensor& y, const Tensor& a, const Tenso
   DS_CHECK(d.dk <= 256 && d.dv <= 256, "GDN head dims up to 256");
   cuda::launch_gated_delta_rule(meta_, bf(y), bf(a), bf(b), f32(A_log), f32(dt_bias), f32(state),
                                 {d.nk, d.nv, d.dk, d.dv}, bf(out), stream_);
+}
+
+std::vector<Sampled> CudaBackend::sample(const Tensor& logits, int32_t vocab,
+                                         const std::vector<SampleSpec>& specs) {
+  OpTimer timer(*this, "sample");
+  const int R = static_cast<int>(specs.size());
+  DS_CHECK(logits.ndim == 2 && logits.dim(0) == R && vocab >= 1 && vocab <= logits.dim(1),
+           "sample: logits [R, V] with one spec per row");
+  std::vector<Sampled> out(static_cast<size_t>(R));
+  if (R == 0) return out;
+  // Host staging: row parameters, then every row's penalty entries sorted by token.
+  std::vector<cuda::SampleRowParams> params(static_cast<size_t>(R));
+  std::vector<cuda::SampleAdj> adj;
+  std::vector<std::pair<int32_t, int32_t>> ev;  // (token, kind) 0 prompt, 1 output, 2 banned
+  for (int r = 0; r < R; ++r) {
+    const SampleSpec& s = specs[static_cast<size_t>(r)];
+    DS_CHECK(s.num_logprobs <= kMaxTopLogprobs, "at most 20 top logprobs");
+    ev.clear();
+    if (s.repetition_penalty != 1.0f)
+      for (int32_t t : s.prompt_tokens) ev.emplace_back(t, 0);
+    for (int32_t t : s.output_tokens) ev.emplace_back(t, 1);
+    for (int32_t t : s.banned) ev.emplace_back(t, 2);
+    std::sort(ev.begin(), ev.end());
+    const int32_t begin = static_cast<int32_t>(adj.size());
+    for (const auto& [t, kind] : ev) {
+      if (t < 0 || t >= vocab) continue;
+      if (adj.size() == static_cast<size_t>(begin) || adj.back().token != t)
+        adj.push_back({t, 0, 0});
+      if (kind == 0) adj.back().flags |= cuda::kAdjInPrompt;
+      if (kind == 1) ++adj.back().out_count;
+      if (kind == 2) adj.back().flags |= cuda::kAdjBanned;
+    }
+    params[static_cast<size_t>(r)] = {s.temperature,
+                                      s.top_p,
+                                      s.min_p,
+                                      s.repetition_penalty,
+                                      s.presence_penalty,
+                                      s.frequency_penalty,
+                                      sample_uniform(s.seed, s.counter),
+                                      s.top_k,
+                                      s.num_logprobs,
+                                      begin,
+                                      static_cast<int32_t>(adj.size()) - begin};
+  }
+  const size_t pbytes = params.size() * sizeof(cuda::SampleRowParams);
+  const size_t in_bytes = pbytes + std::max<size_t>(adj.size(), 1) * sizeof(cuda::SampleAdj);
+  sample_host_.resize(in_bytes);
+  std::memcpy(sample_host_.data(), params.data(), pbytes);
+  if (!adj.empty())
+    std::memcpy(sample_host_.data() + pbytes, adj.data(), adj.size() * sizeof(cuda::SampleAdj));
+  const size_t kOutPerRow = 2 + 2 * cuda::kSampleMaxTop;  // token, logprob, top ids, top lps
+  const size_t out_bytes = static_cast<size_t>(R) * kOutPerRow * 4;
+  auto grow = [](void*& buf, size_t& cap, size_t need) {
+    if (need <= cap) return;
+    if (buf) cudaFree(buf);
+    cap = std::max(need, 2 * cap);
+    check(cudaMalloc(&buf, cap), "cudaMalloc (sampling)");
+  };
+  grow(sample_in_, sample_in_cap_, in_bytes);
+  grow(sample_out_, sample_out_cap_, out_bytes);
+  check(cudaMemcpyAsync(sample_in_, sample_host_.data(), in_bytes, cudaMemcpyHostToDevice, stream_),
+        "sample upload");
+  char* o = static_cast<char*>(sample_out_);
+  auto* tok = reinterpret_cast<int32_t*>(o);
+  auto* lp = reinterpret_cast<float*>(o + static_cast<size_t>(R) * 4);
+  auto* top_ids = reinterpret_cast<int32_t*>(o + static_cast<size_t>(R) * 8);
+  auto* top_lp =
+      reinterpret_cast<float*>(o + static_cast<size_t>(R) * (8 + 4 * cuda::kSampleMaxTop));
+  cuda::launch_sample(
+      bf(logits), logits.dim(1), vocab, R, static_cast<const cuda::SampleRowParams*>(sample_in_),
+      reinterpret_cast<const cuda::SampleAdj*>(static_cast<char*>(sample_in_) + pbytes), tok, lp,
+      top_ids, top_lp, stream_);
+  check(cudaGetLastError(), "sample launch");
+  std::vector<char> h(out_bytes);
+  check(cudaMemcpyAsync(h.data(), o, out_bytes, cudaMemcpyDeviceToHost, stream_),
+        "sample download");
+  check(cudaStreamSynchronize(stream_), "sample sync");
+  const auto* ht = reinterpret_cast<const int32_t*>(h.data());
+  const auto* hl = reinterpret_cast<const float*>(h.data() + static_cast<size_t>(R) * 4);
+  const auto* hti = reinterpret_cast<const int32_t*>(h.data() + static_cast<size_t>(R) * 8);
+  const auto* htl = reinterpret_cast<const float*>(h.data() + static_cast<size_t>(R) *
+                                                                  (8 + 4 * cuda::kSampleMaxTop));
+  for (int r = 0; r < R; ++r) {
+    Sampled& s = out[static_cast<size_t>(r)];
+    s.token = ht[r];
+    const int n = specs[static_cast<size_t>(r)].num_logprobs;
+    if (n < 0) continue;
+    s.logprob = hl[r];
+    for (int k = 0; k < n; ++k)
+      s.top.emplace_back(hti[r * cuda::kSampleMaxTop + k], htl[r * cuda::kSampleMaxTop + k]);
+  }
+  return out;
 }
 
 }  // namespace deltaserve::backend

@@ -67,6 +67,8 @@ class CudaBackend final : public Backend {
                        const Tensor& v_cache, const AttnDims& d, const Tensor& out) override;
   void gdn_conv(const Tensor& u, const Tensor& w, const Tensor& conv_state, int32_t K,
                 const Tensor& y) override;
+  std::vector<Sampled> sample(const Tensor& logits, int32_t vocab,
+                              const std::vector<SampleSpec>& specs) override;
   void gated_delta_rule(const Tensor& y, const Tensor& a, const Tensor& b, const Tensor& A_log,
                         const Tensor& dt_bias, const Tensor& state, const GdnDims& d,
                         const Tensor& out) override;
@@ -88,6 +90,13 @@ class CudaBackend final : public Backend {
 
   bool capturing_ = false;
   std::vector<cudaGraphExec_t> graphs_;  // null: dropped
+
+  // Sampling: per-row parameters and penalty entries in, tokens and logprobs out (grow-only).
+  void* sample_in_ = nullptr;
+  size_t sample_in_cap_ = 0;
+  void* sample_out_ = nullptr;
+  size_t sample_out_cap_ = 0;
+  std::vector<char> sample_host_;
 
   cuda::BatchMeta meta_{};
   int32_t* meta_buf_ = nullptr;  // device, grow-only

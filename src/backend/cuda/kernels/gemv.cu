@@ -52,7 +52,8 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
 #pragma unroll
     for (int u = 0; u < 4; ++u)
 #pragma unroll
-      for (int t = 0; t < T; ++t) acc[t] += dot8(wv[u], __ldg(xr + static_cast<size_t>(t) * kv + i + 32 * u));
+      for (int t = 0; t < T; ++t)
+        acc[t] += dot8(wv[u], __ldg(xr + static_cast<size_t>(t) * kv + i + 32 * u));
   }
   for (; i < kv; i += 32) {
     const uint4 wv = load_stream(wr + i);
@@ -84,14 +85,22 @@ bool gemv_supported(const void* x, const void* w, int T, int K) {
 void launch_gemv_bf16(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int T,
                       int K, int N, cudaStream_t stream) {
   switch (T) {
-    case 1: return launch<1>(x, w, y, K, N, stream);
-    case 2: return launch<2>(x, w, y, K, N, stream);
-    case 3: return launch<3>(x, w, y, K, N, stream);
-    case 4: return launch<4>(x, w, y, K, N, stream);
-    case 5: return launch<5>(x, w, y, K, N, stream);
-    case 6: return launch<6>(x, w, y, K, N, stream);
-    case 7: return launch<7>(x, w, y, K, N, stream);
-    default: return launch<8>(x, w, y, K, N, stream);
+    case 1:
+      return launch<1>(x, w, y, K, N, stream);
+    case 2:
+      return launch<2>(x, w, y, K, N, stream);
+    case 3:
+      return launch<3>(x, w, y, K, N, stream);
+    case 4:
+      return launch<4>(x, w, y, K, N, stream);
+    case 5:
+      return launch<5>(x, w, y, K, N, stream);
+    case 6:
+      return launch<6>(x, w, y, K, N, stream);
+    case 7:
+      return launch<7>(x, w, y, K, N, stream);
+    default:
+      return launch<8>(x, w, y, K, N, stream);
   }
 }
 

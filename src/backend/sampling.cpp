@@ -1,4 +1,4 @@
-#include "engine/sampler.h"
+#include "backend/sampling.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,56 +6,40 @@
 #include <numeric>
 #include <unordered_map>
 
-namespace deltaserve::engine {
+namespace deltaserve::backend {
 
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// log-softmax over x[0, n) in f32 (max-subtracted, accumulated in double for the sum).
-std::vector<float> log_softmax(std::span<const float> x, int32_t n) {
-  const float mx = *std::max_element(x.begin(), x.begin() + n);
-  double sum = 0;
-  for (int32_t i = 0; i < n; ++i)
-    sum += std::exp(static_cast<double>(x[static_cast<size_t>(i)] - mx));
-  const float lse = mx + static_cast<float>(std::log(sum));
-  std::vector<float> out(static_cast<size_t>(n));
-  for (int32_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = x[static_cast<size_t>(i)] - lse;
-  return out;
-}
-
-// Candidates sorted by logit, descending: the top `k` (all when k <= 0 or k >= n) — found with
-// nth_element so large vocabularies are not fully sorted.
+// Candidates sorted by value, descending (ties: lower id first): the top `k` (all when k <= 0 or
+// k >= n), found with nth_element so large vocabularies are not fully sorted.
 std::vector<int32_t> top_candidates(const std::vector<float>& x, int32_t k) {
   const int32_t n = static_cast<int32_t>(x.size());
   std::vector<int32_t> idx(static_cast<size_t>(n));
   std::iota(idx.begin(), idx.end(), 0);
-  auto by_logit = [&x](int32_t a, int32_t b) {
+  auto by_value = [&x](int32_t a, int32_t b) {
     return x[static_cast<size_t>(a)] != x[static_cast<size_t>(b)]
                ? x[static_cast<size_t>(a)] > x[static_cast<size_t>(b)]
                : a < b;
   };
   if (k > 0 && k < n) {
-    std::nth_element(idx.begin(), idx.begin() + k, idx.end(), by_logit);
+    std::nth_element(idx.begin(), idx.begin() + k, idx.end(), by_value);
     idx.resize(static_cast<size_t>(k));
   }
-  std::sort(idx.begin(), idx.end(), by_logit);
+  std::sort(idx.begin(), idx.end(), by_value);
   return idx;
 }
 
 }  // namespace
 
-SampleResult sample(std::span<const float> logits, int32_t vocab, const SamplingParams& p,
-                    std::span<const int32_t> tokens, int32_t num_prompt,
-                    std::span<const int32_t> banned, std::mt19937_64& rng) {
+Sampled sample_row(std::span<const float> logits, int32_t vocab, const SampleSpec& p) {
   std::vector<float> x(logits.begin(), logits.begin() + vocab);
-  for (int32_t b : banned)
-    if (b >= 0 && b < vocab) x[static_cast<size_t>(b)] = kNegInf;
-
   if (p.repetition_penalty != 1.0f) {
     std::vector<uint8_t> seen(static_cast<size_t>(vocab), 0);
-    for (int32_t t : tokens)
-      if (t >= 0 && t < vocab) seen[static_cast<size_t>(t)] = 1;
+    for (const auto* list : {&p.prompt_tokens, &p.output_tokens})
+      for (int32_t t : *list)
+        if (t >= 0 && t < vocab) seen[static_cast<size_t>(t)] = 1;
     for (int32_t t = 0; t < vocab; ++t) {
       float& v = x[static_cast<size_t>(t)];
       if (seen[static_cast<size_t>(t)])
@@ -64,19 +48,21 @@ SampleResult sample(std::span<const float> logits, int32_t vocab, const Sampling
   }
   if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
     std::unordered_map<int32_t, int32_t> counts;
-    for (size_t i = static_cast<size_t>(num_prompt); i < tokens.size(); ++i) ++counts[tokens[i]];
+    for (int32_t t : p.output_tokens) ++counts[t];
     for (const auto& [t, c] : counts)
       if (t >= 0 && t < vocab)
         x[static_cast<size_t>(t)] -=
             p.frequency_penalty * static_cast<float>(c) + p.presence_penalty;
   }
+  for (int32_t b : p.banned)
+    if (b >= 0 && b < vocab) x[static_cast<size_t>(b)] = kNegInf;
 
-  SampleResult r;
-  if (p.temperature < 1e-5f) {
+  Sampled r;
+  if (p.greedy()) {
     r.token = static_cast<int32_t>(std::max_element(x.begin(), x.end()) - x.begin());
   } else {
     for (float& v : x) v /= p.temperature;
-    // Candidates by descending logit: the top-k set, or (no top-k) a window grown until it holds
+    // Candidates by descending value: the top-k set, or (no top-k) a window grown until it holds
     // top-p's share of the mass, so the whole vocabulary is rarely sorted.
     const bool use_k = p.top_k > 0 && p.top_k < vocab;
     const float mx = *std::max_element(x.begin(), x.end());
@@ -114,29 +100,38 @@ SampleResult sample(std::span<const float> logits, int32_t vocab, const Sampling
       while (i < keep && prob[i] >= floor) ++i;
       keep = i;
     }
+    // Inverse CDF over the kept tokens in id order.
+    std::vector<std::pair<int32_t, double>> kept;
+    for (size_t i = 0; i < keep; ++i) kept.emplace_back(cand[i], prob[i]);
+    std::sort(kept.begin(), kept.end());
     double sum = 0;
-    for (size_t i = 0; i < keep; ++i) sum += prob[i];
-    const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng) * sum;
+    for (const auto& k : kept) sum += k.second;
+    const double u = static_cast<double>(sample_uniform(p.seed, p.counter)) * sum;
     double acc = 0;
-    r.token = cand[keep - 1];
-    for (size_t i = 0; i < keep; ++i) {
-      acc += prob[i];
+    r.token = kept.back().first;
+    for (const auto& [id, pr] : kept) {
+      acc += pr;
       if (u < acc) {
-        r.token = cand[i];
+        r.token = id;
         break;
       }
     }
   }
 
-  if (p.logprobs || p.top_logprobs > 0) {
-    const std::vector<float> lp = log_softmax(logits, vocab);
-    r.logprob.token = r.token;
-    r.logprob.logprob = lp[static_cast<size_t>(r.token)];
-    if (p.top_logprobs > 0)
-      for (int32_t t : top_candidates(lp, p.top_logprobs))
-        r.logprob.top.emplace_back(t, lp[static_cast<size_t>(t)]);
+  if (p.num_logprobs >= 0) {
+    const float mx = *std::max_element(logits.begin(), logits.begin() + vocab);
+    double sum = 0;
+    for (int32_t i = 0; i < vocab; ++i)
+      sum += std::exp(static_cast<double>(logits[static_cast<size_t>(i)] - mx));
+    const float lse = mx + static_cast<float>(std::log(sum));
+    r.logprob = logits[static_cast<size_t>(r.token)] - lse;
+    if (p.num_logprobs > 0) {
+      const std::vector<float> raw(logits.begin(), logits.begin() + vocab);
+      for (int32_t t : top_candidates(raw, p.num_logprobs))
+        r.top.emplace_back(t, logits[static_cast<size_t>(t)] - lse);
+    }
   }
   return r;
 }
 
-}  // namespace deltaserve::engine
+}  // namespace deltaserve::backend
