@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
-# Usage: tools/gpu_run.sh STAGE...   stages: ops model nccl bench1 prof
+# Usage: tools/gpu_run.sh STAGE...   stages: ops model nccl bench1 prof bench
 # Logs go to $OUT (or ./gpu_logs) and a short summary is printed last.
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$PWD/.device_out/lib:${LD_LIBRARY_PATH:-}
@@ -29,6 +29,9 @@ for stage in "$@"; do
         --num-prompts 2 --input-len 1024 --output-len 64 --max-concurrency 1 --max-num-seqs 4 \
         >"$LOG/prof.log" 2>&1
       summary+=("prof rc=$?") ;;
+    bench)  # the model-level table: decode B=1/16/64/256 at ctx 1k, prefill 512/2k/8k, per-op
+      $BIN/gpu_bench --model $M --profile >"$LOG/gpu_bench.md" 2>"$LOG/gpu_bench.err"
+      summary+=("bench rc=$?") ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done

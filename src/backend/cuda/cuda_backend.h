@@ -49,6 +49,11 @@ class CudaBackend final : public Backend {
   void drop_graphs() override;
   // The per-op table (DS_CUDA_PROFILE=1) of what ran since the last reset; empty when off.
   std::string profile_report(bool reset);
+  // Turns the per-op timing on or off from here on (DS_CUDA_PROFILE=1 turns it on at start).
+  void set_profiling(bool on) {
+    if (!on) account();
+    profile_ = on;
+  }
 
   void embedding(const Tensor& ids, const Tensor& table, const Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& out) override;

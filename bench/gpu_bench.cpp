@@ -1,0 +1,179 @@
+// gpu_bench: model-level timings on one CUDA GPU for the benchmark table of bench/results/:
+// decode step time at batch sizes B (every sequence at context C; eager and CUDA-graphed; greedy
+// sampling on the GPU included) and prefill throughput for prompts of N tokens (one step each), next
+// to the memory-bandwidth floor of a decode step and the tensor-core peak. With --profile, a
+// per-op breakdown (CUDA events) of one eager decode step per B and of each prefill follows.
+// Usage: gpu_bench --model DIR [--batches 1,16,64,256] [--context 1024]
+//                  [--prefill 512,2048,8192] [--iters 30] [--profile]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "app/args.h"
+#include "backend/cuda/cuda_backend.h"
+#include "core/error.h"
+#include "model/loader.h"
+
+namespace ds = deltaserve;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+std::vector<int32_t> parse_list(const std::string& s) {
+  std::vector<int32_t> v;
+  size_t i = 0;
+  while (i < s.size()) {
+    const size_t j = s.find(',', i);
+    v.push_back(std::stoi(s.substr(i, j == std::string::npos ? std::string::npos : j - i)));
+    if (j == std::string::npos) break;
+    i = j + 1;
+  }
+  return v;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// Peak figures of H200.md (measured there): device copy bandwidth and bf16 GEMM throughput.
+constexpr double kBandwidth = 4.25e12, kPeakFlops = 768e12;
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    ds::app::Args a(args, "gpu_bench",
+                    {"model", "batches", "context", "prefill", "iters"}, {"profile"});
+    const std::vector<int32_t> batches = parse_list(a.get("batches", "1,16,64,256"));
+    const std::vector<int32_t> prefills = parse_list(a.get("prefill", "512,2048,8192"));
+    const int32_t ctx = static_cast<int32_t>(a.get_int("context", 1024, 1, 1 << 20));
+    const int iters = static_cast<int>(a.get_int("iters", 30, 1, 10000));
+    const bool profile = a.has("profile");
+    const int32_t page = 16;
+    const int32_t maxB = *std::max_element(batches.begin(), batches.end());
+    const int32_t maxN = prefills.empty() ? 1 : *std::max_element(prefills.begin(), prefills.end());
+
+    ds::backend::CudaBackend be(0);
+    auto m = ds::model::load_model(a.get("model", ""), ds::model::LoadFormat::kDummy, be, true);
+    const ds::model::ModelConfig& c = m->config();
+    const int32_t pps = (ctx + 1 + page - 1) / page;  // pages per decode sequence
+    const int32_t ppp = (maxN + page - 1) / page;     // pages of the largest prefill
+    m->allocate_cache(maxB * pps + ppp, page, maxB + 1);
+    m->capture_decode_graphs(batches, std::max(maxN, maxB), maxB + 1, std::max(pps, ppp));
+
+    // Bytes a decode step must move: every weight except the embedding rows not looked up (the
+    // table is read whole by a tied lm_head), plus per sequence its GDN state (read + written)
+    // and its KV of the full-attention layers.
+    const int64_t embed_bytes = c.vocab_size * c.hidden_size * 2;
+    const double weight_bytes =
+        static_cast<double>(m->weights().total_bytes - (c.tie_word_embeddings ? 0 : embed_bytes));
+    const double state_bytes = static_cast<double>(
+        c.num_layers_of(ds::model::LayerType::kLinearAttention) *
+        (c.lin_num_v_heads * c.lin_k_dim * c.lin_v_dim * 4 * 2 +
+         c.conv_dim() * (c.conv_kernel - 1) * 2 * 2));
+    const double kv_bytes_per_token = static_cast<double>(
+        c.num_layers_of(ds::model::LayerType::kFullAttention) * 2 * c.num_kv_heads * c.head_dim * 2);
+
+    std::printf("\n| decode B | ctx | eager ms/step | graphed ms/step | tok/s (graphed) | floor ms "
+                "(weights) | floor ms (all bytes) | graphed / weights floor |\n|---|---|---|---|"
+                "---|---|---|---|\n");
+    std::vector<std::string> reports;
+    for (const int32_t B : batches) {
+      ds::model::ForwardBatch fb;
+      for (int32_t r = 0; r < B; ++r) {
+        fb.token_ids.push_back((r * 7919 + 11) % static_cast<int32_t>(c.vocab_size));
+        ds::backend::SeqDesc s{r, 1, ctx, r, {}};
+        for (int32_t q = 0; q < pps; ++q) s.pages.push_back(r * pps + q);
+        fb.seqs.push_back(s);
+        fb.logits_rows.push_back(r);
+      }
+      const std::vector<ds::backend::SampleSpec> specs(static_cast<size_t>(B));
+      auto run = [&](bool eager, int n) {
+        m->set_eager(eager);
+        std::vector<double> t;
+        for (int i = 0; i < n + 3; ++i) {
+          const auto t0 = clock_type::now();
+          m->forward_sample(fb, static_cast<int32_t>(c.vocab_size), specs);
+          const double ms =
+              std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+          if (i >= 3) t.push_back(ms);
+        }
+        return median(t);
+      };
+      const double eager = run(true, iters);
+      const double graphed = run(false, iters);
+      const double floor_w = weight_bytes / kBandwidth * 1e3;
+      const double floor_all =
+          (weight_bytes + B * (state_bytes + kv_bytes_per_token * (ctx + 1))) / kBandwidth * 1e3;
+      std::printf("| %d | %d | %.3f | %.3f | %.0f | %.3f | %.3f | %.2fx |\n", B, ctx, eager,
+                  graphed, B / graphed * 1e3, floor_w, floor_all, graphed / floor_w);
+      std::fflush(stdout);
+      if (profile) {
+        be.set_profiling(true);
+        be.profile_report(true);
+        run(true, 5);
+        reports.push_back("eager decode step, B=" + std::to_string(B) + " (8 steps incl. warm-up)\n" +
+                          be.profile_report(true));
+        be.set_profiling(false);
+      }
+    }
+
+    // Linear-layer FLOPs per token (lm_head only for the one sampled row).
+    double linear_params = 0;
+    for (const auto& l : m->weights().layers) {
+      for (const ds::Tensor* t : {&l.gate_proj, &l.up_proj, &l.down_proj, &l.attn.q_proj,
+                                  &l.attn.k_proj, &l.attn.v_proj, &l.attn.o_proj,
+                                  &l.gdn.in_proj_qkv, &l.gdn.in_proj_z, &l.gdn.in_proj_a,
+                                  &l.gdn.in_proj_b, &l.gdn.out_proj})
+        if (!t->empty()) linear_params += static_cast<double>(t->numel());
+    }
+    std::printf("\n| prefill N | ms | tok/s | linear+attention TFLOP/s | share of %.0f TFLOP/s |\n"
+                "|---|---|---|---|---|\n",
+                kPeakFlops / 1e12);
+    m->set_eager(true);
+    for (const int32_t N : prefills) {
+      ds::model::ForwardBatch fb;
+      for (int32_t i = 0; i < N; ++i)
+        fb.token_ids.push_back((i * 104729 + 7) % static_cast<int32_t>(c.vocab_size));
+      ds::backend::SeqDesc s{0, N, 0, maxB, {}};
+      for (int32_t q = 0; q < ppp; ++q) s.pages.push_back(maxB * pps + q);
+      fb.seqs.push_back(s);
+      fb.logits_rows.push_back(N - 1);
+      const std::vector<ds::backend::SampleSpec> specs(1);
+      std::vector<double> t;
+      const int n = std::max(3, iters / 10);
+      for (int i = 0; i < n + 1; ++i) {
+        if (profile && i == n) {
+          be.set_profiling(true);
+          be.profile_report(true);
+        }
+        const auto t0 = clock_type::now();
+        m->forward_sample(fb, static_cast<int32_t>(c.vocab_size), specs);
+        const double ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+        if (i >= 1 && i < n) t.push_back(ms);
+      }
+      if (profile) {
+        reports.push_back("prefill N=" + std::to_string(N) + " (one step)\n" +
+                          be.profile_report(true));
+        be.set_profiling(false);
+      }
+      const double ms = median(t);
+      const double flops =
+          2.0 * linear_params * N +
+          2.0 * 2.0 * c.num_heads * c.head_dim * (static_cast<double>(N) * (N + 1) / 2) *
+              static_cast<double>(c.num_layers_of(ds::model::LayerType::kFullAttention));
+      std::printf("| %d | %.2f | %.0f | %.1f | %.1f%% |\n", N, ms, N / ms * 1e3,
+                  flops / (ms * 1e-3) / 1e12, 100.0 * flops / (ms * 1e-3) / kPeakFlops);
+      std::fflush(stdout);
+    }
+    for (const std::string& r : reports) std::printf("\n%s", r.c_str());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpu_bench: %s\n", e.what());
+    return 1;
+  }
+}
