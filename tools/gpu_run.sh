@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
-# Usage: tools/gpu_run.sh STAGE...   stages: ops model nccl bench1 prof bench
+# Usage: tools/gpu_run.sh STAGE...   stages: ops model nccl bench1 prof bench hf real
 # Logs go to $OUT (or ./gpu_logs) and a short summary is printed last.
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$PWD/.device_out/lib:${LD_LIBRARY_PATH:-}
@@ -32,6 +32,14 @@ for stage in "$@"; do
     bench)  # the model-level table: decode B=1/16/64/256 at ctx 1k, prefill 512/2k/8k, per-op
       $BIN/gpu_bench --model $M --profile >"$LOG/gpu_bench.md" 2>"$LOG/gpu_bench.err"
       summary+=("bench rc=$?") ;;
+    hf)  # HF transformers on the same shapes (the peer in the table)
+      python3 tools/hf_bench.py >"$LOG/hf_bench.md" 2>"$LOG/hf_bench.err"
+      summary+=("hf rc=$?") ;;
+    real)  # the real-size check: random 4B checkpoint + HF logits, then our forward against them
+      python3 tools/make_4b_check.py --out /tmp/q4b_check >"$LOG/make_4b_check.log" 2>&1
+      summary+=("make_4b_check rc=$? $(tail -3 "$LOG/make_4b_check.log" | tr '\n' ' ')")
+      DS_REAL_CHECK_DIR=/tmp/q4b_check $BIN/real_size_test >"$LOG/real_size.log" 2>&1
+      summary+=("real_size rc=$? $(tail -1 "$LOG/real_size.log")") ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done

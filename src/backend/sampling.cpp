@@ -31,9 +31,8 @@ std::vector<int32_t> top_candidates(const std::vector<float>& x, int32_t k) {
   return idx;
 }
 
-}  // namespace
-
-Sampled sample_row(std::span<const float> logits, int32_t vocab, const SampleSpec& p) {
+// The logits after penalties and bans.
+std::vector<float> penalized(std::span<const float> logits, int32_t vocab, const SampleSpec& p) {
   std::vector<float> x(logits.begin(), logits.begin() + vocab);
   if (p.repetition_penalty != 1.0f) {
     std::vector<uint8_t> seen(static_cast<size_t>(vocab), 0);
@@ -57,53 +56,67 @@ Sampled sample_row(std::span<const float> logits, int32_t vocab, const SampleSpe
   for (int32_t b : p.banned)
     if (b >= 0 && b < vocab) x[static_cast<size_t>(b)] = kNegInf;
 
+  return x;
+}
+
+}  // namespace
+
+std::vector<std::pair<int32_t, double>> kept_distribution(std::span<const float> logits,
+                                                          int32_t vocab, const SampleSpec& p) {
+  std::vector<float> x = penalized(logits, vocab, p);
+  for (float& v : x) v /= p.temperature;
+  // Candidates by descending value: the top-k set, or (no top-k) a window grown until it holds
+  // top-p's share of the mass, so the whole vocabulary is rarely sorted.
+  const bool use_k = p.top_k > 0 && p.top_k < vocab;
+  const float mx = *std::max_element(x.begin(), x.end());
+  std::vector<int32_t> cand;
+  std::vector<double> prob;
+  double total = 0;
+  if (!use_k)
+    for (float v : x) total += std::exp(static_cast<double>(v - mx));
+  for (int32_t window = use_k ? p.top_k : (p.top_p < 1.0f ? std::min(vocab, 64) : vocab);;
+       window = std::min(vocab, window * 4)) {
+    cand = top_candidates(x, window);
+    prob.clear();
+    double mass = 0;
+    for (int32_t c : cand) {
+      prob.push_back(std::exp(static_cast<double>(x[static_cast<size_t>(c)] - mx)));
+      mass += prob.back();
+    }
+    if (use_k) total = mass;
+    if (use_k || window == vocab || mass >= p.top_p * total) break;
+  }
+  size_t keep = prob.size();
+  if (p.top_p < 1.0f) {
+    double cum = 0;
+    for (size_t i = 0; i < prob.size(); ++i) {
+      cum += prob[i];
+      if (cum >= p.top_p * total) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  if (p.min_p > 0.0f) {
+    const double floor = p.min_p * prob[0];
+    size_t i = 1;
+    while (i < keep && prob[i] >= floor) ++i;
+    keep = i;
+  }
+  std::vector<std::pair<int32_t, double>> kept;
+  for (size_t i = 0; i < keep; ++i) kept.emplace_back(cand[i], prob[i]);
+  std::sort(kept.begin(), kept.end());
+  return kept;
+}
+
+Sampled sample_row(std::span<const float> logits, int32_t vocab, const SampleSpec& p) {
   Sampled r;
   if (p.greedy()) {
+    const std::vector<float> x = penalized(logits, vocab, p);
     r.token = static_cast<int32_t>(std::max_element(x.begin(), x.end()) - x.begin());
   } else {
-    for (float& v : x) v /= p.temperature;
-    // Candidates by descending value: the top-k set, or (no top-k) a window grown until it holds
-    // top-p's share of the mass, so the whole vocabulary is rarely sorted.
-    const bool use_k = p.top_k > 0 && p.top_k < vocab;
-    const float mx = *std::max_element(x.begin(), x.end());
-    std::vector<int32_t> cand;
-    std::vector<double> prob;
-    double total = 0;
-    if (!use_k)
-      for (float v : x) total += std::exp(static_cast<double>(v - mx));
-    for (int32_t window = use_k ? p.top_k : (p.top_p < 1.0f ? std::min(vocab, 64) : vocab);;
-         window = std::min(vocab, window * 4)) {
-      cand = top_candidates(x, window);
-      prob.clear();
-      double mass = 0;
-      for (int32_t c : cand) {
-        prob.push_back(std::exp(static_cast<double>(x[static_cast<size_t>(c)] - mx)));
-        mass += prob.back();
-      }
-      if (use_k) total = mass;
-      if (use_k || window == vocab || mass >= p.top_p * total) break;
-    }
-    size_t keep = prob.size();
-    if (p.top_p < 1.0f) {
-      double cum = 0;
-      for (size_t i = 0; i < prob.size(); ++i) {
-        cum += prob[i];
-        if (cum >= p.top_p * total) {
-          keep = i + 1;
-          break;
-        }
-      }
-    }
-    if (p.min_p > 0.0f) {
-      const double floor = p.min_p * prob[0];
-      size_t i = 1;
-      while (i < keep && prob[i] >= floor) ++i;
-      keep = i;
-    }
     // Inverse CDF over the kept tokens in id order.
-    std::vector<std::pair<int32_t, double>> kept;
-    for (size_t i = 0; i < keep; ++i) kept.emplace_back(cand[i], prob[i]);
-    std::sort(kept.begin(), kept.end());
+    const std::vector<std::pair<int32_t, double>> kept = kept_distribution(logits, vocab, p);
     double sum = 0;
     for (const auto& k : kept) sum += k.second;
     const double u = static_cast<double>(sample_uniform(p.seed, p.counter)) * sum;

@@ -51,6 +51,10 @@ inline float sample_uniform(uint64_t seed, uint64_t counter) {
   return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
 }
 
+// The tokens a non-greedy draw chooses from, in id order, with their unnormalised probabilities.
+std::vector<std::pair<int32_t, double>> kept_distribution(std::span<const float> logits,
+                                                          int32_t vocab, const SampleSpec& spec);
+
 // The host reference: samples one row; only ids < vocab may be chosen (vocab <= logits.size()).
 Sampled sample_row(std::span<const float> logits, int32_t vocab, const SampleSpec& spec);
 

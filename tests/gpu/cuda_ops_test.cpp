@@ -142,10 +142,26 @@ BatchDesc test_batch(int ps) {
   return b;
 }
 
+// Two decode tokens at long contexts (positions 1000 and 300): the split-KV path with many splits.
+BatchDesc long_batch(int ps) {
+  BatchDesc b;
+  b.page_size = ps;
+  SeqDesc a{0, 1, 1000, 0, {}}, c{1, 1, 300, 1, {}};
+  for (int i = 0; i < 63; ++i) a.pages.push_back(81 - i);
+  for (int i = 0; i < 19; ++i) c.pages.push_back(i);
+  b.seqs = {a, c};
+  b.num_tokens = 2;
+  return b;
+}
+
 TEST_F(CudaOps, AttentionPrepAndPagedAttention) {
-  const int ps = 16, pages = 12;
-  for (auto [nh, nkv, hd, rd] : {std::tuple{4, 2, 256, 64}, std::tuple{4, 2, 32, 16}}) {
-    const BatchDesc batch = test_batch(ps);
+  const int ps = 16;
+  for (auto [nh, nkv, hd, rd, longctx] :
+       {std::tuple{4, 2, 256, 64, false}, std::tuple{4, 2, 32, 16, false},
+        std::tuple{16, 4, 256, 64, false}, std::tuple{6, 2, 64, 32, false},
+        std::tuple{16, 4, 256, 64, true}, std::tuple{8, 8, 128, 32, true}}) {
+    const BatchDesc batch = longctx ? long_batch(ps) : test_batch(ps);
+    const int pages = longctx ? 82 : 12;
     const int T = batch.num_tokens;
     AttnDims d{nh, nkv, hd, rd, 1e6, 1e-6f};
     auto qg = rnd(static_cast<size_t>(T) * nh * 2 * hd, 20),
@@ -298,10 +314,23 @@ TEST_F(CudaOps, SamplingMatchesHostReference) {
     const Sampled ref =
         sample_row(std::span<const float>(l.data() + static_cast<size_t>(r) * ld, ld), V, s);
     const Sampled& g = got[static_cast<size_t>(r)];
-    if (s.greedy())
+    if (s.greedy()) {
       EXPECT_EQ(g.token, ref.token) << "greedy row " << r;
-    else
+    } else {
+      const auto kept = kept_distribution(
+          std::span<const float>(l.data() + static_cast<size_t>(r) * ld, ld), V, s);
+      double sum = 0, lo = -1, hi = -1;
+      for (const auto& [id, pr] : kept) {
+        if (id == g.token) lo = sum;
+        sum += pr;
+        if (id == g.token) hi = sum;
+      }
+      const double u = sample_uniform(s.seed, s.counter);
+      EXPECT_GE(lo, 0.0) << "row " << r << ": token " << g.token << " is not in the kept set";
+      EXPECT_LE(lo / sum, u + 1e-4) << "row " << r;
+      EXPECT_GE(hi / sum, u - 1e-4) << "row " << r;
       differ += g.token != ref.token;
+    }
     EXPECT_LT(g.token, V);
     if (s.num_logprobs >= 0) {
       const float expect =
@@ -317,7 +346,8 @@ TEST_F(CudaOps, SamplingMatchesHostReference) {
       EXPECT_TRUE(g.top.empty());
     }
   }
-  EXPECT_LE(differ, 2) << "sampled tokens that differ from the host reference";
+  std::printf("  sampled rows whose token differs from the host reference's: %d of %d\n", differ,
+              R - R / 8);
   // Deterministic: the same specs give the same tokens.
   const std::vector<Sampled> again = gpu_->sample(dl.tensor(), V, specs);
   for (int r = 0; r < R; ++r)

@@ -90,6 +90,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   check(cudaSetDevice(device), "cudaSetDevice");
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   gemm_ = std::make_unique<cuda::CublasLtLinear>();
+  check(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device), "SM count");
+  check(cudaMalloc(&attn_ws_, kAttnWorkspaceBytes), "cudaMalloc (attention workspace)");
 }
 
 std::string CudaBackend::profile_report(bool reset) {
@@ -119,6 +121,7 @@ CudaBackend::~CudaBackend() {
   drop_graphs();
   gemm_.reset();
   if (meta_buf_) cudaFree(meta_buf_);
+  if (attn_ws_) cudaFree(attn_ws_);
   if (sample_in_) cudaFree(sample_in_);
   if (sample_out_) cudaFree(sample_out_);
   if (stream_) cudaStreamDestroy(stream_);
@@ -335,9 +338,12 @@ void CudaBackend::paged_attention(const Tensor& q, const Tensor& gate, const Ten
   OpTimer timer(*this, "paged_attention");
   DS_CHECK(d.hd % 32 == 0 && d.hd <= 256,
            "paged attention supports head_dim a multiple of 32 up to 256");
+  DS_CHECK(d.nh % d.nkv == 0 && d.nh / d.nkv <= 8,
+           "paged attention supports up to 8 query heads per KV head");
   const cuda::AttnShape s{d.nh, d.nkv, d.hd, d.rotary_dim, static_cast<float>(d.rope_theta), d.eps};
-  cuda::launch_paged_attention(meta_, bf(q), bf(gate), bf(k_cache), bf(v_cache), s, bf(out),
-                               stream_);
+  const int splits = cuda::attention_splits(meta_.num_tokens, s, num_sms_, kAttnWorkspaceBytes);
+  cuda::launch_paged_attention(meta_, bf(q), bf(gate), bf(k_cache), bf(v_cache), s, splits,
+                               attn_ws_, bf(out), stream_);
 }
 
 void CudaBackend::gdn_conv(const Tensor& u, const Tensor& w, const Tensor& conv_state, int32_t K,

@@ -94,6 +94,10 @@ class CudaBackend final : public Backend {
   std::vector<std::pair<const char*, std::pair<double, int64_t>>> totals_;
 
   bool capturing_ = false;
+  int num_sms_ = 0;
+  // Split-KV attention partials: fixed size, so captured graphs keep their address.
+  static constexpr size_t kAttnWorkspaceBytes = size_t{64} << 20;
+  float* attn_ws_ = nullptr;
   std::vector<cudaGraphExec_t> graphs_;  // null: dropped
 
   // Sampling: per-row parameters and penalty entries in, tokens and logprobs out (grow-only).

@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/common.cuh"
 
@@ -63,58 +65,154 @@ __global__ void attn_prep_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ 
 }
 
 constexpr int kWarps = 4;
+constexpr int kMaxPer = 8;  // hd <= 256: up to 8 contiguous elements per lane
 
-// Block (t, h): each warp walks every kWarps-th key with an online softmax; warps merge at the end.
-__global__ void paged_attention_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ q,
-                                       const __nv_bfloat16* __restrict__ gate,
-                                       const __nv_bfloat16* __restrict__ kc,
-                                       const __nv_bfloat16* __restrict__ vc, AttnShape s,
-                                       __nv_bfloat16* __restrict__ out) {
-  constexpr int kMaxPer = 8;  // hd <= 256
-  const int t = blockIdx.x, h = blockIdx.y, hd = s.hd, per = hd / 32;
+// Block (token t, KV head, split): the G = nh / nkv query heads sharing the KV head walk the keys
+// [p0, p1) of the token's causal range [0, pos] together (each key and value row is read once for
+// all G heads); warps take every kWarps-th key with an online softmax per head and merge at the
+// end. With one split the block writes sigmoid(gate) * softmax(.) v; else the unnormalised partial
+// (m, l, acc[hd]) goes to ws [T, nh, splits, hd + 2] for attn_combine_kernel.
+template <int kG>
+__global__ void __launch_bounds__(32 * kWarps)
+    attn_split_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ q,
+                      const __nv_bfloat16* __restrict__ gate, const __nv_bfloat16* __restrict__ kc,
+                      const __nv_bfloat16* __restrict__ vc, AttnShape s, int splits,
+                      float* __restrict__ ws, __nv_bfloat16* __restrict__ out) {
+  __shared__ float sm[kWarps][kG], sl[kWarps][kG], sacc[kWarps][kG][256];
+  const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+  const int G = s.nh / s.nkv, hd = s.hd, per = hd / 32;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int kvh = h / (s.nh / s.nkv), seq = b.token_seq[t], n = b.token_pos[t] + 1;
+  const int seq = b.token_seq[t], n = b.token_pos[t] + 1;
+  const int chunk = (n + splits - 1) / splits;
+  const int p0 = split * chunk, p1 = min(n, p0 + chunk);
   const int* pages = b.pages + b.seq_page_off[seq];
   const float scale = rsqrtf(static_cast<float>(hd));
-  float qv[kMaxPer], acc[kMaxPer];
-  for (int j = 0; j < per; ++j) {
-    qv[j] = __bfloat162float(q[(static_cast<size_t>(t) * s.nh + h) * hd + lane + 32 * j]) * scale;
-    acc[j] = 0.0f;
-  }
-  float m = -INFINITY, l = 0.0f;
-  for (int p = warp; p < n; p += kWarps) {
-    const size_t row = static_cast<size_t>(pages[p / b.page_size]) * b.page_size + p % b.page_size;
-    const __nv_bfloat16* kr = kc + (row * s.nkv + kvh) * hd;
-    float dot = 0.0f;
-    for (int j = 0; j < per; ++j) dot += qv[j] * __bfloat162float(kr[lane + 32 * j]);
-    for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-    const float m_new = fmaxf(m, dot), corr = __expf(m - m_new), e = __expf(dot - m_new);
-    const __nv_bfloat16* vr = vc + (row * s.nkv + kvh) * hd;
-    for (int j = 0; j < per; ++j) acc[j] = acc[j] * corr + e * __bfloat162float(vr[lane + 32 * j]);
-    l = l * corr + e;
-    m = m_new;
-  }
-  __shared__ float sm[kWarps], sl[kWarps], sacc[kWarps][256];
-  if (lane == 0) {
-    sm[warp] = m;
-    sl[warp] = l;
-  }
-  for (int j = 0; j < per; ++j) sacc[warp][lane + 32 * j] = acc[j];
-  __syncthreads();
-  if (warp == 0) {
-    float M = -INFINITY;
-    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm[w]);
-    float L = 0.0f;
-    for (int w = 0; w < kWarps; ++w) L += sm[w] == -INFINITY ? 0.0f : sl[w] * __expf(sm[w] - M);
-    for (int j = 0; j < per; ++j) {
-      const int d = lane + 32 * j;
-      float o = 0.0f;
-      for (int w = 0; w < kWarps; ++w)
-        if (sm[w] != -INFINITY) o += sacc[w][d] * __expf(sm[w] - M);
-      const size_t idx = (static_cast<size_t>(t) * s.nh + h) * hd + d;
-      out[idx] = __float2bfloat16(o / L / (1.0f + __expf(-__bfloat162float(gate[idx]))));
+  float qv[kG][kMaxPer], acc[kG][kMaxPer], m[kG], l[kG];
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kMaxPer; ++j) {
+      acc[g][j] = 0.0f;
+      qv[g][j] = (g < G && j < per)
+                     ? __bfloat162float(
+                           q[(static_cast<size_t>(t) * s.nh + kvh * G + g) * hd + lane * per + j]) *
+                           scale
+                     : 0.0f;
     }
   }
+  for (int p = p0 + warp; p < p1; p += kWarps) {
+    const size_t row = static_cast<size_t>(pages[p / b.page_size]) * b.page_size + p % b.page_size;
+    const __nv_bfloat16* kr = kc + (row * s.nkv + kvh) * hd + lane * per;
+    const __nv_bfloat16* vr = vc + (row * s.nkv + kvh) * hd + lane * per;
+    float kf[kMaxPer], vf[kMaxPer];
+    if (per == 8) {
+      const uint4 kw = *reinterpret_cast<const uint4*>(kr),
+                  vw = *reinterpret_cast<const uint4*>(vr);
+      const __nv_bfloat162* k2 = reinterpret_cast<const __nv_bfloat162*>(&kw);
+      const __nv_bfloat162* v2 = reinterpret_cast<const __nv_bfloat162*>(&vw);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 a = __bfloat1622float2(k2[j]), c = __bfloat1622float2(v2[j]);
+        kf[2 * j] = a.x;
+        kf[2 * j + 1] = a.y;
+        vf[2 * j] = c.x;
+        vf[2 * j + 1] = c.y;
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kMaxPer; ++j) {
+        kf[j] = j < per ? __bfloat162float(kr[j]) : 0.0f;
+        vf[j] = j < per ? __bfloat162float(vr[j]) : 0.0f;
+      }
+    }
+    float dot[kG];
+#pragma unroll
+    for (int g = 0; g < kG; ++g) {
+      dot[g] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kMaxPer; ++j) dot[g] = fmaf(qv[g][j], kf[j], dot[g]);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+      for (int g = 0; g < kG; ++g) dot[g] += __shfl_xor_sync(0xffffffffu, dot[g], o);
+#pragma unroll
+    for (int g = 0; g < kG; ++g) {
+      const float m_new = fmaxf(m[g], dot[g]), corr = __expf(m[g] - m_new),
+                  e = __expf(dot[g] - m_new);
+#pragma unroll
+      for (int j = 0; j < kMaxPer; ++j) acc[g][j] = fmaf(acc[g][j], corr, e * vf[j]);
+      l[g] = l[g] * corr + e;
+      m[g] = m_new;
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+    if (lane == 0) {
+      sm[warp][g] = m[g];
+      sl[warp][g] = l[g];
+    }
+#pragma unroll
+    for (int j = 0; j < kMaxPer; ++j)
+      if (j < per) sacc[warp][g][lane * per + j] = acc[g][j];
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < G * hd; e += 32 * kWarps) {
+    const int g = e / hd, d = e % hd, h = kvh * G + g;
+    float M = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm[w][g]);
+    float L = 0.0f, o = 0.0f;
+    if (M > -INFINITY)
+      for (int w = 0; w < kWarps; ++w)
+        if (sm[w][g] > -INFINITY) {
+          const float c = __expf(sm[w][g] - M);
+          L += sl[w][g] * c;
+          o += sacc[w][g][d] * c;
+        }
+    const size_t idx = (static_cast<size_t>(t) * s.nh + h) * hd + d;
+    if (splits == 1) {
+      out[idx] = __float2bfloat16(o / L / (1.0f + __expf(-__bfloat162float(gate[idx]))));
+    } else {
+      float* part = ws + ((static_cast<size_t>(t) * s.nh + h) * splits + split) * (hd + 2);
+      part[2 + d] = o;
+      if (d == 0) {
+        part[0] = M;
+        part[1] = L;
+      }
+    }
+  }
+}
+
+// Block (t, head): merges the splits' partials and applies the gate.
+__global__ void attn_combine_kernel(AttnShape s, int splits, const float* __restrict__ ws,
+                                    const __nv_bfloat16* __restrict__ gate,
+                                    __nv_bfloat16* __restrict__ out) {
+  const int t = blockIdx.x, h = blockIdx.y, hd = s.hd;
+  const float* part = ws + (static_cast<size_t>(t) * s.nh + h) * splits * (hd + 2);
+  float M = -INFINITY;
+  for (int k = 0; k < splits; ++k) M = fmaxf(M, part[k * (hd + 2)]);
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float L = 0.0f, o = 0.0f;
+    for (int k = 0; k < splits; ++k) {
+      const float* pk = part + k * (hd + 2);
+      if (pk[0] == -INFINITY) continue;
+      const float c = __expf(pk[0] - M);
+      L += pk[1] * c;
+      o += pk[2 + d] * c;
+    }
+    const size_t idx = (static_cast<size_t>(t) * s.nh + h) * hd + d;
+    out[idx] = __float2bfloat16(o / L / (1.0f + __expf(-__bfloat162float(gate[idx]))));
+  }
+}
+
+template <int kG>
+void launch_split(const BatchMeta& b, const __nv_bfloat16* q, const __nv_bfloat16* gate,
+                  const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache, const AttnShape& s,
+                  int splits, float* ws, __nv_bfloat16* out, cudaStream_t stream) {
+  attn_split_kernel<kG><<<dim3(b.num_tokens, s.nkv, splits), 32 * kWarps, 0, stream>>>(
+      b, q, gate, k_cache, v_cache, s, splits, ws, out);
 }
 
 }  // namespace
@@ -128,12 +226,33 @@ void launch_attn_prep(const BatchMeta& b, const __nv_bfloat16* qg, __nv_bfloat16
       b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache);
 }
 
+int attention_splits(int num_tokens, const AttnShape& s, int num_sms, size_t ws_bytes) {
+  if (num_tokens > 256) return 1;  // prefill: enough blocks without splitting
+  const int blocks = num_tokens * s.nkv;
+  int splits = std::min(32, std::max(1, (2 * num_sms + blocks - 1) / blocks));
+  while (splits > 1 &&
+         static_cast<size_t>(num_tokens) * s.nh * splits * (s.hd + 2) * sizeof(float) > ws_bytes)
+    --splits;
+  return splits;
+}
+
 void launch_paged_attention(const BatchMeta& b, const __nv_bfloat16* q, const __nv_bfloat16* gate,
                             const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
-                            const AttnShape& s, __nv_bfloat16* out, cudaStream_t stream) {
+                            const AttnShape& s, int splits, float* ws, __nv_bfloat16* out,
+                            cudaStream_t stream) {
   if (b.num_tokens == 0) return;
-  paged_attention_kernel<<<dim3(b.num_tokens, s.nh), 32 * kWarps, 0, stream>>>(b, q, gate, k_cache,
-                                                                               v_cache, s, out);
+  const int G = s.nh / s.nkv;
+  if (G <= 1)
+    launch_split<1>(b, q, gate, k_cache, v_cache, s, splits, ws, out, stream);
+  else if (G <= 2)
+    launch_split<2>(b, q, gate, k_cache, v_cache, s, splits, ws, out, stream);
+  else if (G <= 4)
+    launch_split<4>(b, q, gate, k_cache, v_cache, s, splits, ws, out, stream);
+  else
+    launch_split<8>(b, q, gate, k_cache, v_cache, s, splits, ws, out, stream);
+  if (splits > 1)
+    attn_combine_kernel<<<dim3(b.num_tokens, s.nh), std::min(s.hd, 256), 0, stream>>>(s, splits, ws,
+                                                                                      gate, out);
 }
 
 }  // namespace deltaserve::cuda

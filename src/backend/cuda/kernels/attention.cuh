@@ -1,6 +1,5 @@
 // Full attention for the CUDA backend: q/k norm + partial NeoX RoPE + paged KV write, and causal
-// GQA attention over each sequence's pages with the sigmoid output gate. Straightforward kernels
-// (one block per token and head); the tuned split-KV decode and tensor-core prefill come later.
+// GQA attention over each sequence's pages with the sigmoid output gate (split-KV: see below).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -23,10 +22,18 @@ void launch_attn_prep(const BatchMeta& b, const __nv_bfloat16* qg, __nv_bfloat16
                       const AttnShape& s, __nv_bfloat16* q, __nv_bfloat16* gate,
                       __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, cudaStream_t stream);
 
+// How many key-range splits paged attention uses for a step of `num_tokens` tokens: enough blocks
+// for ~2 waves of `num_sms` SMs (at most 32), within a workspace of `ws_bytes`; 1 for prefill-size
+// steps. A function of the shapes only, so a captured graph keeps it.
+int attention_splits(int num_tokens, const AttnShape& s, int num_sms, size_t ws_bytes);
+
 // out [T, nh, hd] = softmax(q k^T / sqrt(hd)) v over positions [0, pos], times sigmoid(gate).
-// Precondition: hd <= 256 and a multiple of 32. Never allocates or syncs.
+// GQA: one block per (token, KV head, split) serves the nh / nkv query heads of the KV head; with
+// splits > 1 the partials go to ws (T * nh * splits * (hd + 2) floats) and a second kernel merges
+// them. Preconditions: hd <= 256 and a multiple of 32; nh / nkv <= 8. Never allocates or syncs.
 void launch_paged_attention(const BatchMeta& b, const __nv_bfloat16* q, const __nv_bfloat16* gate,
                             const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
-                            const AttnShape& s, __nv_bfloat16* out, cudaStream_t stream);
+                            const AttnShape& s, int splits, float* ws, __nv_bfloat16* out,
+                            cudaStream_t stream);
 
 }  // namespace deltaserve::cuda

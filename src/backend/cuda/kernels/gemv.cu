@@ -29,49 +29,70 @@ __device__ inline float dot8(const uint4& a, const uint4& b) {
   return s;
 }
 
-// Warp per output column n (weight row); lanes stride over K in 8-element vectors.
+// Warp per kRows consecutive output columns (weight rows); lanes stride over K in 8-element
+// vectors, with kRows x 4 weight vectors in flight per lane.
+constexpr int kRows = 2;
+
 template <int T>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock)
     gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                 __nv_bfloat16* __restrict__ y, int K, int N) {
   const int lane = threadIdx.x % 32;
-  const int n = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
-  if (n >= N) return;
+  const int n0 = (blockIdx.x * kWarpsPerBlock + threadIdx.x / 32) * kRows;
+  if (n0 >= N) return;
   const int kv = K / 8;
-  const uint4* wr = reinterpret_cast<const uint4*>(w + static_cast<size_t>(n) * K);
+  const uint4* wr[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+    wr[r] = reinterpret_cast<const uint4*>(w + static_cast<size_t>(min(n0 + r, N - 1)) * K);
   const uint4* xr = reinterpret_cast<const uint4*>(x);
-  float acc[T];
+  float acc[kRows][T];
 #pragma unroll
-  for (int t = 0; t < T; ++t) acc[t] = 0.0f;
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int t = 0; t < T; ++t) acc[r][t] = 0.0f;
   int i = lane;
-  // Four weight vectors in flight per lane.
   for (; i + 96 < kv; i += 128) {
-    uint4 wv[4];
+    uint4 wv[kRows][4];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) wv[u] = load_stream(wr + i + 32 * u);
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int u = 0; u < 4; ++u) wv[r][u] = load_stream(wr[r] + i + 32 * u);
 #pragma unroll
     for (int u = 0; u < 4; ++u)
 #pragma unroll
-      for (int t = 0; t < T; ++t)
-        acc[t] += dot8(wv[u], __ldg(xr + static_cast<size_t>(t) * kv + i + 32 * u));
+      for (int t = 0; t < T; ++t) {
+        const uint4 xv = __ldg(xr + static_cast<size_t>(t) * kv + i + 32 * u);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) acc[r][t] += dot8(wv[r][u], xv);
+      }
   }
   for (; i < kv; i += 32) {
-    const uint4 wv = load_stream(wr + i);
+    uint4 wv[kRows];
 #pragma unroll
-    for (int t = 0; t < T; ++t) acc[t] += dot8(wv, __ldg(xr + static_cast<size_t>(t) * kv + i));
+    for (int r = 0; r < kRows; ++r) wv[r] = load_stream(wr[r] + i);
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      const uint4 xv = __ldg(xr + static_cast<size_t>(t) * kv + i);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) acc[r][t] += dot8(wv[r], xv);
+    }
   }
 #pragma unroll
-  for (int t = 0; t < T; ++t) {
-    float v = acc[t];
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == t) y[static_cast<size_t>(t) * N + n] = __float2bfloat16(v);
-  }
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      float v = acc[r][t];
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == t && n0 + r < N) y[static_cast<size_t>(t) * N + n0 + r] = __float2bfloat16(v);
+    }
 }
 
 template <int T>
 void launch(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int K, int N,
             cudaStream_t stream) {
-  const int blocks = (N + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  const int rows_per_block = kWarpsPerBlock * kRows;
+  const int blocks = (N + rows_per_block - 1) / rows_per_block;
   gemv_kernel<T><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(x, w, y, K, N);
 }
 

@@ -1,0 +1,181 @@
+// The real-size check (label gpu): our CUDA forward on a random Qwen3.5-4B-shaped checkpoint
+// against HF, with the data tools/make_4b_check.py writes on the H200 test machine (8.4 GB, made
+// there, never carried: the test skips unless DS_REAL_CHECK_DIR names that directory).
+// Cases: full prefill of a short (64) and a long (4,640 > 4,096) prompt; the last 32 positions of
+// each decoded token by token after a prefill, eagerly, through a batch-1 CUDA graph, and batched
+// (short + long + a second long in another slot: the 4-row graph with one padding row).
+// Metric, against HF float32: argmax agreement over the compared positions and the max |error| of
+// the log-softmax over every vocabulary entry; HF's own bf16 forward on the same positions is the
+// yardstick: agreement at most 3 points below it and max log-prob error at most 1.5x its + 0.02.
+// Graphed decode must equal eager decode bit for bit, batched must equal solo bit for bit.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "backend/cuda/cuda_backend.h"
+#include "model/loader.h"
+#include "model/safetensors.h"
+#include "test_util.h"
+
+namespace deltaserve::model {
+namespace {
+
+bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+template <class T>
+std::vector<T> read(const TensorInfo& t) {
+  std::vector<T> v(static_cast<size_t>(t.numel()));
+  std::memcpy(v.data(), t.data, t.nbytes);
+  return v;
+}
+
+struct Stats {
+  double agree = 0, max_lp_err = 0;
+};
+
+// Argmax agreement and max |log-softmax difference| of rows x against ref, both [R, V].
+Stats stats(const float* x, const float* ref, int64_t R, int64_t V) {
+  Stats s;
+  auto lse = [V](const float* r) {
+    const float m = *std::max_element(r, r + V);
+    double z = 0;
+    for (int64_t i = 0; i < V; ++i) z += std::exp(static_cast<double>(r[i] - m));
+    return m + std::log(z);
+  };
+  for (int64_t r = 0; r < R; ++r) {
+    const float *a = x + r * V, *b = ref + r * V;
+    s.agree += std::max_element(a, a + V) - a == std::max_element(b, b + V) - b;
+    const double la = lse(a), lb = lse(b);
+    for (int64_t i = 0; i < V; ++i)
+      s.max_lp_err = std::max(s.max_lp_err, std::abs((a[i] - la) - (b[i] - lb)));
+  }
+  s.agree /= static_cast<double>(R);
+  return s;
+}
+
+struct Case {
+  std::vector<int32_t> ids, rows;
+  std::vector<float> f32, bf16;
+};
+
+class RealSize : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!have_gpu())
+      GTEST_SKIP() << "no CUDA device visible: GPU tests run on the H200 test machine";
+    const char* dir = std::getenv("DS_REAL_CHECK_DIR");
+    if (!dir || !std::filesystem::exists(std::filesystem::path(dir) / "ref.safetensors"))
+      GTEST_SKIP() << "set DS_REAL_CHECK_DIR to the output of tools/make_4b_check.py (made on the "
+                      "H200 test machine)";
+    dir_ = dir;
+  }
+  std::string dir_;
+};
+
+TEST_F(RealSize, Qwen35_4bShapeMatchesHf) {
+  backend::CudaBackend be(0);
+  auto m = load_model(dir_ + "/ckpt", LoadFormat::kSafetensors, be, true);
+  const int64_t V = m->config().vocab_size;
+  SafetensorsFile ref(std::filesystem::path(dir_) / "ref.safetensors");
+  const auto& t = ref.tensors();
+  std::vector<Case> cases(2);
+  const char* names[2] = {"short", "long"};
+  for (int c = 0; c < 2; ++c) {
+    const std::string n = names[c];
+    cases[c] = {read<int32_t>(t.at(n + ".ids")), read<int32_t>(t.at(n + ".rows")),
+                read<float>(t.at(n + ".f32")), read<float>(t.at(n + ".bf16"))};
+  }
+  const int32_t page = 16, D = 32;
+  const int32_t pps = static_cast<int32_t>(cases[1].ids.size()) / page + 2;
+  m->allocate_cache(3 * pps, page, 4);
+  auto pages = [&](int slot) {
+    std::vector<int32_t> p;
+    for (int32_t q = 0; q < pps; ++q) p.push_back(slot * pps + q);
+    return p;
+  };
+  auto check = [&](const char* what, const Case& cs, const std::vector<float>& ours, int64_t first,
+                   int64_t R) {
+    const Stats o = stats(ours.data(), cs.f32.data() + first * V, R, V);
+    const Stats h = stats(cs.bf16.data() + first * V, cs.f32.data() + first * V, R, V);
+    std::printf("  %-34s rows %3lld: ours argmax %.4f max|dlogprob| %.4f | HF bf16 %.4f %.4f\n",
+                what, static_cast<long long>(R), o.agree, o.max_lp_err, h.agree, h.max_lp_err);
+    EXPECT_GE(o.agree, h.agree - 0.03) << what;
+    EXPECT_LE(o.max_lp_err, 1.5 * h.max_lp_err + 0.02) << what;
+  };
+  // Full prefill, eager.
+  for (int c = 0; c < 2; ++c) {
+    const Case& cs = cases[c];
+    ForwardBatch b{cs.ids, {{0, static_cast<int32_t>(cs.ids.size()), 0, c, pages(c)}}, {}};
+    for (int32_t r : cs.rows) b.logits_rows.push_back(r);
+    check((std::string("prefill ") + names[c] + " T=" + std::to_string(cs.ids.size())).c_str(), cs,
+          m->forward(b), 0, static_cast<int64_t>(cs.rows.size()));
+  }
+  // Prefill all but the last D tokens of case c into `slot`, then decode them in `rows` steps.
+  auto prefill_head = [&](int c, int slot) {
+    const Case& cs = cases[c];
+    const int32_t P = static_cast<int32_t>(cs.ids.size()) - D;
+    m->forward({std::vector<int32_t>(cs.ids.begin(), cs.ids.begin() + P),
+                {{0, P, 0, slot, pages(slot)}},
+                {}});
+  };
+  auto decode_solo = [&](int c) {
+    prefill_head(c, c);
+    const Case& cs = cases[c];
+    const int32_t P = static_cast<int32_t>(cs.ids.size()) - D;
+    std::vector<float> out;
+    for (int32_t k = 0; k < D; ++k) {
+      const auto l =
+          m->forward({{cs.ids[static_cast<size_t>(P + k)]}, {{0, 1, P + k, c, pages(c)}}, {0}});
+      out.insert(out.end(), l.begin(), l.end());
+    }
+    return out;
+  };
+  std::vector<std::vector<float>> eager(2), graphed(2);
+  for (int c = 0; c < 2; ++c) {
+    eager[c] = decode_solo(c);
+    const int64_t R = static_cast<int64_t>(cases[c].rows.size());
+    check((std::string("decode eager ") + names[c]).c_str(), cases[c], eager[c], R - D, D);
+  }
+  m->capture_decode_graphs({1, 2, 4}, static_cast<int64_t>(cases[1].ids.size()), 4, pps);
+  ASSERT_EQ(m->graph_buckets().size(), 3u);
+  for (int c = 0; c < 2; ++c) {
+    graphed[c] = decode_solo(c);
+    EXPECT_EQ(testing::max_abs_diff(graphed[c].data(), eager[c].data(), eager[c].size()), 0.0f)
+        << "graphed batch-1 decode differs from eager (" << names[c] << ")";
+  }
+  // Batched: short (slot 0), long (slot 1), long again (slot 2) decode together: bucket 4.
+  prefill_head(0, 0);
+  prefill_head(1, 1);
+  prefill_head(1, 2);
+  std::vector<std::vector<float>> batched(3);
+  const int src[3] = {0, 1, 1};
+  for (int32_t k = 0; k < D; ++k) {
+    ForwardBatch b;
+    for (int r = 0; r < 3; ++r) {
+      const Case& cs = cases[src[r]];
+      const int32_t P = static_cast<int32_t>(cs.ids.size()) - D;
+      b.token_ids.push_back(cs.ids[static_cast<size_t>(P + k)]);
+      b.seqs.push_back({r, 1, P + k, r, pages(r)});
+      b.logits_rows.push_back(r);
+    }
+    const auto l = m->forward(b);
+    for (int r = 0; r < 3; ++r)
+      batched[r].insert(batched[r].end(), l.begin() + r * V, l.begin() + (r + 1) * V);
+  }
+  for (int r = 0; r < 3; ++r)
+    EXPECT_EQ(testing::max_abs_diff(batched[r].data(), graphed[src[r]].data(), batched[r].size()),
+              0.0f)
+        << "batched graphed decode row " << r << " differs from its solo run";
+  std::printf("  graphed == eager and batched == solo: %s\n",
+              ::testing::Test::HasFailure() ? "NO" : "yes (bit for bit)");
+}
+
+}  // namespace
+}  // namespace deltaserve::model
