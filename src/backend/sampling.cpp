@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <unordered_map>
@@ -65,47 +66,47 @@ std::vector<std::pair<int32_t, double>> kept_distribution(std::span<const float>
                                                           int32_t vocab, const SampleSpec& p) {
   std::vector<float> x = penalized(logits, vocab, p);
   for (float& v : x) v /= p.temperature;
-  // Candidates by descending value: the top-k set, or (no top-k) a window grown until it holds
-  // top-p's share of the mass, so the whole vocabulary is rarely sorted.
-  const bool use_k = p.top_k > 0 && p.top_k < vocab;
+  // Every cut is a threshold on the value, so tokens tied with the last one kept are kept too
+  // (as vLLM's masks do): top-k keeps x >= the k-th largest value; top-p then the tokens down to the
+  // one at which the running mass (largest first, of the top-k set) reaches top_p; min-p
+  // x >= max + ln(min_p).
   const float mx = *std::max_element(x.begin(), x.end());
-  std::vector<int32_t> cand;
-  std::vector<double> prob;
-  double total = 0;
-  if (!use_k)
-    for (float v : x) total += std::exp(static_cast<double>(v - mx));
-  for (int32_t window = use_k ? p.top_k : (p.top_p < 1.0f ? std::min(vocab, 64) : vocab);;
-       window = std::min(vocab, window * 4)) {
-    cand = top_candidates(x, window);
-    prob.clear();
-    double mass = 0;
-    for (int32_t c : cand) {
-      prob.push_back(std::exp(static_cast<double>(x[static_cast<size_t>(c)] - mx)));
-      mass += prob.back();
-    }
-    if (use_k) total = mass;
-    if (use_k || window == vocab || mass >= p.top_p * total) break;
+  float t = -std::numeric_limits<float>::infinity();
+  if (p.top_k > 0 && p.top_k < vocab) {
+    std::vector<float> y = x;
+    std::nth_element(y.begin(), y.begin() + (p.top_k - 1), y.end(), std::greater<float>());
+    t = y[static_cast<size_t>(p.top_k - 1)];
   }
-  size_t keep = prob.size();
   if (p.top_p < 1.0f) {
-    double cum = 0;
-    for (size_t i = 0; i < prob.size(); ++i) {
-      cum += prob[i];
-      if (cum >= p.top_p * total) {
-        keep = i + 1;
-        break;
+    double total = 0;
+    for (float v : x)
+      if (v >= t) total += std::exp(static_cast<double>(v - mx));
+    // Candidates by descending value: a window grown until it holds top-p's share of the mass,
+    // so the whole vocabulary is rarely sorted.
+    for (int32_t window = std::min(vocab, 64);; window = std::min(vocab, window * 4)) {
+      const std::vector<int32_t> cand = top_candidates(x, window);
+      double cum = 0;
+      bool found = false;
+      for (int32_t c : cand) {
+        const float v = x[static_cast<size_t>(c)];
+        if (v < t) break;
+        cum += std::exp(static_cast<double>(v - mx));
+        if (cum >= p.top_p * total) {
+          t = std::max(t, v);
+          found = true;
+          break;
+        }
       }
+      if (found || window == vocab) break;
     }
   }
-  if (p.min_p > 0.0f) {
-    const double floor = p.min_p * prob[0];
-    size_t i = 1;
-    while (i < keep && prob[i] >= floor) ++i;
-    keep = i;
-  }
+  if (p.min_p > 0.0f) t = std::max(t, mx + std::log(p.min_p));
   std::vector<std::pair<int32_t, double>> kept;
-  for (size_t i = 0; i < keep; ++i) kept.emplace_back(cand[i], prob[i]);
-  std::sort(kept.begin(), kept.end());
+  for (int32_t i = 0; i < vocab; ++i) {
+    const float v = x[static_cast<size_t>(i)];
+    if (v >= t && v > -std::numeric_limits<float>::infinity())
+      kept.emplace_back(i, std::exp(static_cast<double>(v - mx)));
+  }
   return kept;
 }
 

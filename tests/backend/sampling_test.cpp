@@ -150,6 +150,27 @@ TEST(Sampling, LogprobsAreRawLogSoftmax) {
   EXPECT_TRUE(sample_row(l, 3, p).top.empty());
 }
 
+TEST(Sampling, CutsKeepTiesWithTheLastKeptToken) {
+  // Values 3, 2, 2, 2, 1: top-k 2 keeps every 2 (a threshold, as vLLM's mask); top-p too.
+  const std::vector<float> l{3.0f, 2.0f, 2.0f, 2.0f, 1.0f};
+  SampleSpec p = temp1();
+  p.top_k = 2;
+  auto ids = [&] {
+    std::vector<int32_t> v;
+    for (const auto& [id, pr] : kept_distribution(l, 5, p)) v.push_back(id);
+    return v;
+  };
+  EXPECT_EQ(ids(), (std::vector<int32_t>{0, 1, 2, 3}));
+  p.top_k = 0;
+  p.top_p = 0.5f;  // the 3 holds 0.45 of the mass: the cut reaches the 2s, and all of them stay
+  EXPECT_EQ(ids(), (std::vector<int32_t>{0, 1, 2, 3}));
+  p.top_p = 0.4f;
+  EXPECT_EQ(ids(), (std::vector<int32_t>{0}));
+  p.top_p = 1.0f;
+  p.min_p = std::exp(-1.0f) - 1e-4f;  // keeps values >= 3 - 1
+  EXPECT_EQ(ids(), (std::vector<int32_t>{0, 1, 2, 3}));
+}
+
 TEST(Sampling, SameSeedSameDraws) {
   const std::vector<float> l = logits_of({0.25, 0.25, 0.25, 0.25});
   SampleSpec a = temp1(), c = temp1();

@@ -204,11 +204,24 @@ TEST_F(CudaOps, AttentionPrepAndPagedAttention) {
   }
 }
 
+// A decode-only step (one token per sequence; one of them fresh): the delta rule's dv = 128 path.
+BatchDesc decode_batch(int ps) {
+  BatchDesc b;
+  b.page_size = ps;
+  b.seqs = {SeqDesc{0, 1, 7, 2, {1}}, SeqDesc{1, 1, 0, 0, {2}}, SeqDesc{2, 1, 30, 1, {3, 4}}};
+  b.num_tokens = 3;
+  return b;
+}
+
 TEST_F(CudaOps, GdnConvAndDeltaRule) {
-  const BatchDesc batch = test_batch(16);
-  const int T = batch.num_tokens, K = 4;
-  for (auto [nk, nv, dk, dv] : {std::tuple{2, 4, 128, 128}, std::tuple{2, 4, 16, 24},
-                                std::tuple{1, 3, 256, 80}, std::tuple{16, 32, 128, 128}}) {
+  const int K = 4;
+  for (auto [nk, nv, dk, dv, decode] :
+       {std::tuple{2, 4, 128, 128, false}, std::tuple{2, 4, 16, 24, false},
+        std::tuple{1, 3, 256, 80, false}, std::tuple{16, 32, 128, 128, false},
+        std::tuple{16, 32, 128, 128, true}, std::tuple{2, 4, 256, 128, true},
+        std::tuple{2, 4, 16, 24, true}}) {
+    const BatchDesc batch = decode ? decode_batch(16) : test_batch(16);
+    const int T = batch.num_tokens;
     const int C = 2 * nk * dk + nv * dv, slots = 3;
     GdnDims d{nk, nv, dk, dv, K};
     auto u = rnd(static_cast<size_t>(T) * C, 30), w = rnd(static_cast<size_t>(C) * K, 31, 0.5f),

@@ -4,28 +4,46 @@
 namespace deltaserve::cuda {
 namespace {
 
-// Thread per (sequence, channel): walks the sequence's tokens with a sliding window.
+// Thread per (token, channel): y[t, c] = silu(sum_i w[c, i] * in(t - (K-1) + i)), where in(j) for
+// j < 0 (before this step) comes from the slot's conv state (zeros for a fresh sequence).
 __global__ void gdn_conv_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ u,
                                 const __nv_bfloat16* __restrict__ w,
-                                __nv_bfloat16* __restrict__ state, int C, int K,
+                                const __nv_bfloat16* __restrict__ state, int C, int K,
                                 __nv_bfloat16* __restrict__ y) {
+  const int t = blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const int seq = b.token_seq[t], begin = b.seq_begin[seq], j = t - begin, km1 = K - 1;
+  const bool fresh = b.seq_start[seq] == 0;
+  const __nv_bfloat16* st = state + (static_cast<size_t>(b.seq_slot[seq]) * C + c) * km1;
+  float acc = 0.0f;
+  for (int i = 0; i < K; ++i) {
+    const int src = j - km1 + i;  // relative to the step's first token of the sequence
+    float x;
+    if (src >= 0)
+      x = __bfloat162float(u[static_cast<size_t>(begin + src) * C + c]);
+    else
+      x = fresh ? 0.0f : __bfloat162float(st[km1 + src]);
+    acc += __bfloat162float(w[static_cast<size_t>(c) * K + i]) * x;
+  }
+  y[static_cast<size_t>(t) * C + c] = __float2bfloat16(silu(acc));
+}
+
+// Thread per (sequence, channel): the new conv state, the last K-1 inputs (after every read of
+// the old one: a separate launch).
+__global__ void gdn_conv_state_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ u,
+                                      __nv_bfloat16* __restrict__ state, int C, int K) {
   const int seq = blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  float win[8], wc[8];
-  const int km1 = K - 1;
-  __nv_bfloat16* st = state + (static_cast<size_t>(b.seq_slot[seq]) * C + c) * km1;
+  const int km1 = K - 1, begin = b.seq_begin[seq], n = b.seq_len[seq];
   const bool fresh = b.seq_start[seq] == 0;
-  for (int i = 0; i < K; ++i) wc[i] = __bfloat162float(w[static_cast<size_t>(c) * K + i]);
-  for (int i = 0; i < km1; ++i) win[i] = fresh ? 0.0f : __bfloat162float(st[i]);
-  const int begin = b.seq_begin[seq], n = b.seq_len[seq];
-  for (int t = 0; t < n; ++t) {
-    win[km1] = __bfloat162float(u[static_cast<size_t>(begin + t) * C + c]);
-    float acc = 0.0f;
-    for (int i = 0; i < K; ++i) acc += wc[i] * win[i];
-    y[static_cast<size_t>(begin + t) * C + c] = __float2bfloat16(silu(acc));
-    for (int i = 0; i < km1; ++i) win[i] = win[i + 1];
+  __nv_bfloat16* st = state + (static_cast<size_t>(b.seq_slot[seq]) * C + c) * km1;
+  __nv_bfloat16 nw[8];
+  for (int i = 0; i < km1; ++i) {
+    const int src = n - km1 + i;
+    nw[i] = src >= 0 ? u[static_cast<size_t>(begin + src) * C + c]
+                     : (fresh ? __float2bfloat16(0.0f) : st[km1 + src]);
   }
-  for (int i = 0; i < km1; ++i) st[i] = __float2bfloat16(win[i]);
+  for (int i = 0; i < km1; ++i) st[i] = nw[i];
 }
 
 constexpr int kWarps = 8, kThreads = 32 * kWarps;
@@ -118,14 +136,133 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Decode fast path for dv == 128, dk a multiple of 16 up to 256: block (sequence, value head) of 16
+// warps; lane l owns columns 4l..4l+3 of the head's whole state (16-byte loads), warp w rows w,
+// w + 16, ...; q / k norms are computed once per head.
+constexpr int kFastWarps = 16, kFastThreads = 32 * kFastWarps, kFastRows = 256 / kFastWarps;
+
+__global__ void __launch_bounds__(kFastThreads)
+    delta_rule_dv128_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ y,
+                            const __nv_bfloat16* __restrict__ a,
+                            const __nv_bfloat16* __restrict__ bg, const float* __restrict__ A_log,
+                            const float* __restrict__ dt_bias, float* __restrict__ state,
+                            GdnShape s, __nv_bfloat16* __restrict__ out) {
+  __shared__ float qs[256], ks[256];
+  __shared__ float4 red[kFastWarps][32];
+  const int seq = blockIdx.x, h = blockIdx.y, kh = h / (s.nv / s.nk);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, tid = threadIdx.x;
+  const int key_dim = s.nk * s.dk, C = 2 * key_dim + s.nv * 128;
+  float4* S = reinterpret_cast<float4*>(state + (static_cast<size_t>(b.seq_slot[seq]) * s.nv + h) *
+                                                    s.dk * 128);
+  const bool fresh = b.seq_start[seq] == 0;
+  const int rows = s.dk / kFastWarps;
+  float4 st[kFastRows];
+#pragma unroll
+  for (int r = 0; r < kFastRows; ++r)
+    st[r] = (!fresh && r < rows) ? S[(warp + kFastWarps * r) * 32 + lane]
+                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  const float qscale = rsqrtf(static_cast<float>(s.dk));
+  const float neg_A = -__expf(A_log[h]), bias = dt_bias[h];
+  const int begin = b.seq_begin[seq], n = b.seq_len[seq];
+  for (int t = 0; t < n; ++t) {
+    const __nv_bfloat16* row = y + static_cast<size_t>(begin + t) * C;
+    const bool is_q = tid < 256, has = (tid % 256) < s.dk;
+    const int i0 = tid % 256;
+    const float x = has ? __bfloat162float(row[(is_q ? 0 : key_dim) + kh * s.dk + i0]) : 0.0f;
+    const float sq = block_sum<kFastThreads>(is_q ? x * x : 0.0f);
+    const float sk = block_sum<kFastThreads>(is_q ? 0.0f : x * x);
+    if (has) {
+      if (is_q)
+        qs[i0] = x * qscale * rsqrtf(sq + 1e-6f);
+      else
+        ks[i0] = x * rsqrtf(sk + 1e-6f);
+    }
+    const size_t gi = static_cast<size_t>(begin + t) * s.nv + h;
+    const float beta = 1.0f / (1.0f + __expf(-__bfloat162float(bg[gi])));
+    const float xa = __bfloat162float(a[gi]) + bias;
+    const float alpha = __expf(neg_A * (xa > 20.0f ? xa : log1pf(__expf(xa))));
+    const __nv_bfloat16* vr = row + 2 * key_dim + h * 128 + 4 * lane;
+    const float4 v = make_float4(__bfloat162float(vr[0]), __bfloat162float(vr[1]),
+                                 __bfloat162float(vr[2]), __bfloat162float(vr[3]));
+    __syncthreads();  // qs / ks written
+    float4 m = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int r = 0; r < kFastRows; ++r)
+      if (r < rows) {
+        const float kv = ks[warp + kFastWarps * r];
+        st[r].x *= alpha;
+        st[r].y *= alpha;
+        st[r].z *= alpha;
+        st[r].w *= alpha;
+        m.x = fmaf(st[r].x, kv, m.x);
+        m.y = fmaf(st[r].y, kv, m.y);
+        m.z = fmaf(st[r].z, kv, m.z);
+        m.w = fmaf(st[r].w, kv, m.w);
+      }
+    red[warp][lane] = m;
+    __syncthreads();
+    m = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int w = 0; w < kFastWarps; ++w) {
+      const float4 p = red[w][lane];
+      m.x += p.x;
+      m.y += p.y;
+      m.z += p.z;
+      m.w += p.w;
+    }
+    const float4 d =
+        make_float4(beta * (v.x - m.x), beta * (v.y - m.y), beta * (v.z - m.z), beta * (v.w - m.w));
+    float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int r = 0; r < kFastRows; ++r)
+      if (r < rows) {
+        const int i = warp + kFastWarps * r;
+        const float kv = ks[i], qv = qs[i];
+        st[r].x = fmaf(kv, d.x, st[r].x);
+        st[r].y = fmaf(kv, d.y, st[r].y);
+        st[r].z = fmaf(kv, d.z, st[r].z);
+        st[r].w = fmaf(kv, d.w, st[r].w);
+        o.x = fmaf(st[r].x, qv, o.x);
+        o.y = fmaf(st[r].y, qv, o.y);
+        o.z = fmaf(st[r].z, qv, o.z);
+        o.w = fmaf(st[r].w, qv, o.w);
+      }
+    __syncthreads();  // every warp has read red (m)
+    red[warp][lane] = o;
+    __syncthreads();
+    if (warp == 0) {
+      o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int w = 0; w < kFastWarps; ++w) {
+        const float4 p = red[w][lane];
+        o.x += p.x;
+        o.y += p.y;
+        o.z += p.z;
+        o.w += p.w;
+      }
+      __nv_bfloat16* op = out + gi * 128 + 4 * lane;
+      op[0] = __float2bfloat16(o.x);
+      op[1] = __float2bfloat16(o.y);
+      op[2] = __float2bfloat16(o.z);
+      op[3] = __float2bfloat16(o.w);
+    }
+    __syncthreads();  // red, qs, ks are rewritten for the next token
+  }
+#pragma unroll
+  for (int r = 0; r < kFastRows; ++r)
+    if (r < rows) S[(warp + kFastWarps * r) * 32 + lane] = st[r];
+}
+
 }  // namespace
 
 void launch_gdn_conv(const BatchMeta& b, const __nv_bfloat16* u, const __nv_bfloat16* w,
                      __nv_bfloat16* conv_state, int C, int K, __nv_bfloat16* y,
                      cudaStream_t stream) {
   if (b.num_seqs == 0) return;
-  gdn_conv_kernel<<<dim3((C + 127) / 128, b.num_seqs), 128, 0, stream>>>(b, u, w, conv_state, C, K,
-                                                                         y);
+  gdn_conv_kernel<<<dim3((C + 127) / 128, b.num_tokens), 128, 0, stream>>>(b, u, w, conv_state, C,
+                                                                           K, y);
+  gdn_conv_state_kernel<<<dim3((C + 127) / 128, b.num_seqs), 128, 0, stream>>>(b, u, conv_state, C,
+                                                                               K);
 }
 
 void launch_gated_delta_rule(const BatchMeta& b, const __nv_bfloat16* y, const __nv_bfloat16* a,
@@ -133,6 +270,11 @@ void launch_gated_delta_rule(const BatchMeta& b, const __nv_bfloat16* y, const _
                              float* state, const GdnShape& s, __nv_bfloat16* out,
                              cudaStream_t stream) {
   if (b.num_seqs == 0) return;
+  if (s.dv == 128 && s.dk % kFastWarps == 0 && s.dk <= 256 && b.num_tokens == b.num_seqs) {
+    delta_rule_dv128_kernel<<<dim3(b.num_seqs, s.nv), kFastThreads, 0, stream>>>(
+        b, y, a, bgate, A_log, dt_bias, state, s, out);
+    return;
+  }
   delta_rule_kernel<<<dim3(b.num_seqs, s.nv, (s.dv + 31) / 32), kThreads, 0, stream>>>(
       b, y, a, bgate, A_log, dt_bias, state, s, out);
 }
