@@ -4,14 +4,18 @@
 // to the memory-bandwidth floor of a decode step and the tensor-core peak. With --profile, a
 // per-op breakdown (CUDA events) of one eager decode step per B and of each prefill follows.
 // Usage: gpu_bench --model DIR [--batches 1,16,64,256] [--context 1024]
-//                  [--prefill 512,2048,8192] [--iters 30] [--profile]
+//                  [--prefill 512,2048,8192] [--iters 30] [--profile] [--gemv]
+// --gemv adds a table of the 4B shapes' decode projections (T = 1): our GEMV vs cuBLASLt, each over
+// weight copies larger than L2, in us per call and GB/s.
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "app/args.h"
+#include "backend/cuda/cublaslt_linear.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "model/loader.h"
@@ -47,7 +51,8 @@ int main(int argc, char** argv) {
   try {
     std::vector<std::string> args(argv + 1, argv + argc);
     ds::app::Args a(args, "gpu_bench",
-                    {"model", "batches", "context", "prefill", "iters"}, {"profile"});
+                    {"model", "batches", "context", "prefill", "iters"},
+                    {"profile", "gemv"});
     const std::vector<int32_t> batches = parse_list(a.get("batches", "1,16,64,256"));
     const std::vector<int32_t> prefills = parse_list(a.get("prefill", "512,2048,8192"));
     const int32_t ctx = static_cast<int32_t>(a.get_int("context", 1024, 1, 1 << 20));
@@ -171,6 +176,56 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
     for (const std::string& r : reports) std::printf("\n%s", r.c_str());
+
+    if (a.has("gemv")) {
+      // Decode projections of one token: ours (GEMV) and cuBLASLt on the same weights.
+      const int64_t H = c.hidden_size, I = c.intermediate_size;
+      const std::vector<std::pair<int64_t, int64_t>> shapes{
+          {2 * c.num_heads * c.head_dim, H}, {c.num_kv_heads * c.head_dim, H},
+          {H, c.num_heads * c.head_dim},     {c.conv_dim(), H},
+          {c.value_dim(), H},                {c.lin_num_v_heads, H},
+          {H, c.value_dim()},                {I, H},
+          {H, I},                            {c.vocab_size, H}};
+      ds::cuda::CublasLtLinear lt;
+      cudaEvent_t e0, e1;
+      cudaEventCreate(&e0);
+      cudaEventCreate(&e1);
+      std::printf("\n| N x K (T=1) | MB | GEMV us | GEMV GB/s | cuBLASLt us | cuBLASLt GB/s |\n"
+                  "|---|---|---|---|---|---|\n");
+      for (const auto& [N, K] : shapes) {
+        const double bytes = static_cast<double>(N * K * 2);
+        const int copies = static_cast<int>(std::max(1.0, std::ceil(256e6 / bytes)));
+        std::vector<ds::Buffer> w;
+        for (int i = 0; i < copies; ++i) w.push_back(be.alloc(ds::DType::kBF16, {N, K}));
+        ds::Buffer x = be.alloc(ds::DType::kBF16, {1, K}), y = be.alloc(ds::DType::kBF16, {1, N});
+        auto time = [&](bool ours) {
+          const int n = std::max(copies * 4, 40);
+          for (int rep = 0; rep < 2; ++rep) {  // the first pass warms up
+            cudaEventRecord(e0, be.stream());
+            for (int i = 0; i < n; ++i) {
+              const ds::Tensor& wt = w[static_cast<size_t>(i % copies)].tensor();
+              if (ours)
+                be.linear(x.tensor(), wt, y.tensor());
+              else
+                lt.run(static_cast<const __nv_bfloat16*>(x.tensor().data),
+                       static_cast<const __nv_bfloat16*>(wt.data),
+                       static_cast<__nv_bfloat16*>(y.tensor().data), 1, K, N, be.stream());
+            }
+            cudaEventRecord(e1, be.stream());
+            cudaEventSynchronize(e1);
+          }
+          float ms = 0;
+          cudaEventElapsedTime(&ms, e0, e1);
+          return ms * 1e3 / n;
+        };
+        const double us = time(true), lus = time(false);
+        std::printf("| %lld x %lld | %.1f | %.1f | %.0f | %.1f | %.0f |\n",
+                    static_cast<long long>(N), static_cast<long long>(K), bytes / 1e6, us,
+                    bytes / us / 1e3, lus, bytes / lus / 1e3);
+      }
+      cudaEventDestroy(e0);
+      cudaEventDestroy(e1);
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpu_bench: %s\n", e.what());

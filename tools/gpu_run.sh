@@ -30,7 +30,7 @@ for stage in "$@"; do
         >"$LOG/prof.log" 2>&1
       summary+=("prof rc=$?") ;;
     bench)  # the model-level table: decode B=1/16/64/256 at ctx 1k, prefill 512/2k/8k, per-op
-      $BIN/gpu_bench --model $M --profile >"$LOG/gpu_bench.md" 2>"$LOG/gpu_bench.err"
+      $BIN/gpu_bench --model $M --profile --gemv >"$LOG/gpu_bench.md" 2>"$LOG/gpu_bench.err"
       summary+=("bench rc=$?") ;;
     hf)  # HF transformers on the same shapes (the peer in the table)
       python3 tools/hf_bench.py >"$LOG/hf_bench.md" 2>"$LOG/hf_bench.err"

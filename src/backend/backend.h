@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "backend/sampling.h"
@@ -100,6 +101,11 @@ class Backend {
                             const Tensor& out) = 0;
   // y = x . w^T. x [T, in], w [out, in], y [T, out].
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor& y) = 0;
+  // Several projections of one input: ys[i] = x . ws[i]^T. Backends may run them as one launch.
+  virtual void linear_multi(const Tensor& x, std::span<const Tensor* const> ws,
+                            std::span<const Tensor* const> ys) {
+    for (size_t i = 0; i < ws.size(); ++i) linear(x, *ws[i], *ys[i]);
+  }
   // out = silu(gate) * up, all [T, I].
   virtual void silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
   // out[i] = x[rows[i]]. rows [R] i32, x [T, H], out [R, H].

@@ -109,9 +109,9 @@ void Qwen35Model::full_attention(int64_t i, const Tensor& h, const StepViews& s,
                                  const Tensor& out) {
   const FullAttnWeights& w = w_.layers[static_cast<size_t>(i)].attn;
   const LayerCache& c = cache_[static_cast<size_t>(i)];
-  be_.linear(h, w.q_proj, s.qg);
-  be_.linear(h, w.k_proj, s.k);
-  be_.linear(h, w.v_proj, s.v);
+  const Tensor* ws[] = {&w.q_proj, &w.k_proj, &w.v_proj};
+  const Tensor* ys[] = {&s.qg, &s.k, &s.v};
+  be_.linear_multi(h, ws, ys);
   be_.attn_prep_and_cache(s.qg, s.k, s.v, w.q_norm, w.k_norm, attn_dims_, s.q, s.gate, c.k.tensor(),
                           c.v.tensor());
   be_.paged_attention(s.q, s.gate, c.k.tensor(), c.v.tensor(), attn_dims_, s.attn);
@@ -123,10 +123,9 @@ void Qwen35Model::gated_deltanet(int64_t i, const Tensor& h, const StepViews& s,
                                  const Tensor& out) {
   const GdnWeights& w = w_.layers[static_cast<size_t>(i)].gdn;
   const LayerCache& c = cache_[static_cast<size_t>(i)];
-  be_.linear(h, w.in_proj_qkv, s.u);
-  be_.linear(h, w.in_proj_z, s.z);
-  be_.linear(h, w.in_proj_b, s.b);
-  be_.linear(h, w.in_proj_a, s.a);
+  const Tensor* ws[] = {&w.in_proj_qkv, &w.in_proj_z, &w.in_proj_b, &w.in_proj_a};
+  const Tensor* ys[] = {&s.u, &s.z, &s.b, &s.a};
+  be_.linear_multi(h, ws, ys);
   be_.gdn_conv(s.u, w.conv1d, c.conv.tensor(), gdn_dims_.conv_kernel, s.y);
   be_.gated_delta_rule(s.y, s.a, s.b, w.A_log, w.dt_bias, c.state.tensor(), gdn_dims_, s.o);
   be_.gated_rms_norm(s.o, s.z, w.norm, static_cast<float>(cfg_.rms_norm_eps));
@@ -159,8 +158,9 @@ void Qwen35Model::run_step(int64_t T, int64_t R, bool identity_rows) {
     else
       gated_deltanet(i, h, s, s.mix);
     be_.add_rms_norm(x, s.mix, l.post_norm, eps, h);
-    be_.linear(h, l.gate_proj, s.mlp_gate);
-    be_.linear(h, l.up_proj, s.mlp_up);
+    const Tensor* ws[] = {&l.gate_proj, &l.up_proj};
+    const Tensor* ys[] = {&s.mlp_gate, &s.mlp_up};
+    be_.linear_multi(h, ws, ys);
     be_.silu_mul(s.mlp_gate, s.mlp_up, s.mlp_act);
     be_.linear(s.mlp_act, l.down_proj, s.mix);
     if (comm_) comm_->all_reduce_sum(s.mix);

@@ -94,6 +94,36 @@ TEST_F(CudaOps, LinearGemvAndCublasLt) {
   }
 }
 
+// Projections of one input in one launch (the grouped GEMV for T <= 8; separate GEMMs above).
+TEST_F(CudaOps, LinearMulti) {
+  for (int T : {1, 5, 12}) {
+    const int in = 2560;
+    const std::vector<int> outs{8192, 1024, 32, 2600};
+    auto x = rnd(static_cast<size_t>(T) * in, 60);
+    auto dx = dev(x, DType::kBF16, {T, in});
+    std::vector<Buffer> dw, dy;
+    std::vector<std::vector<float>> w;
+    std::vector<const Tensor*> ws, ys;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      w.push_back(rnd(static_cast<size_t>(outs[i]) * in, 61 + static_cast<uint32_t>(i), 0.05f));
+      dw.push_back(dev(w.back(), DType::kBF16, {outs[i], in}));
+      dy.push_back(gpu_->alloc(DType::kBF16, {T, outs[i]}));
+    }
+    for (size_t i = 0; i < outs.size(); ++i) {
+      ws.push_back(&dw[i].tensor());
+      ys.push_back(&dy[i].tensor());
+    }
+    gpu_->linear_multi(dx.tensor(), ws, ys);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      std::vector<float> ref(static_cast<size_t>(T) * outs[i]);
+      cpu_.linear(Tensor(x.data(), DType::kF32, {T, in}),
+                  Tensor(w[i].data(), DType::kF32, {outs[i], in}),
+                  Tensor(ref.data(), DType::kF32, {T, outs[i]}));
+      expect_close(host(dy[i].tensor()), ref, 1e-2f, "linear_multi");
+    }
+  }
+}
+
 TEST_F(CudaOps, EmbeddingGatherSiluMulGatedNorm) {
   const int V = 300, H = 256, T = 9;
   auto table = rnd(V * H, 6);

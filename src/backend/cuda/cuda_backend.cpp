@@ -267,6 +267,29 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& y) {
     gemm_->run(bf(x), bf(w), bf(y), T, K, N, stream_);
 }
 
+void CudaBackend::linear_multi(const Tensor& x, std::span<const Tensor* const> ws,
+                               std::span<const Tensor* const> ys) {
+  DS_CHECK(ws.size() == ys.size(), "linear_multi: one output per weight");
+  const int64_t T = x.dim(0), K = x.dim(1);
+  bool grouped = T <= cuda::kGemvMaxRows && ws.size() <= cuda::kGemvMaxGroups;
+  cuda::GemvGroups g{};
+  for (size_t i = 0; grouped && i < ws.size(); ++i) {
+    const Tensor &w = *ws[i], &y = *ys[i];
+    DS_CHECK(w.dim(1) == K && y.dim(0) == T && y.dim(1) == w.dim(0), "linear shapes");
+    grouped = cuda::gemv_supported(x.data, w.data, static_cast<int>(T), static_cast<int>(K));
+    g.w[i] = bf(w);
+    g.y[i] = bf(y);
+    g.n[i] = static_cast<int>(w.dim(0));
+  }
+  if (!grouped) {
+    for (size_t i = 0; i < ws.size(); ++i) linear(x, *ws[i], *ys[i]);
+    return;
+  }
+  OpTimer timer(*this, "linear");
+  g.count = static_cast<int>(ws.size());
+  cuda::launch_gemv_multi_bf16(bf(x), g, static_cast<int>(T), static_cast<int>(K), stream_);
+}
+
 void CudaBackend::silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) {
   OpTimer timer(*this, "silu_mul");
   cuda::launch_silu_mul_bf16(bf(gate), bf(up), gate.numel(), bf(out), stream_);

@@ -60,6 +60,8 @@ class CudaBackend final : public Backend {
   void add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& w, float eps,
                     const Tensor& out) override;
   void linear(const Tensor& x, const Tensor& w, const Tensor& y) override;
+  void linear_multi(const Tensor& x, std::span<const Tensor* const> ws,
+                    std::span<const Tensor* const> ys) override;
   void silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void gather_rows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
   void gated_rms_norm(const Tensor& o, const Tensor& z, const Tensor& w, float eps) override;

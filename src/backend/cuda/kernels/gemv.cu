@@ -34,11 +34,11 @@ __device__ inline float dot8(const uint4& a, const uint4& b) {
 constexpr int kRows = 2;
 
 template <int T>
-__global__ void __launch_bounds__(32 * kWarpsPerBlock)
-    gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
-                __nv_bfloat16* __restrict__ y, int K, int N) {
+__device__ inline void gemv_rows(const __nv_bfloat16* __restrict__ x,
+                                 const __nv_bfloat16* __restrict__ w, __nv_bfloat16* __restrict__ y,
+                                 int K, int N, int block) {
   const int lane = threadIdx.x % 32;
-  const int n0 = (blockIdx.x * kWarpsPerBlock + threadIdx.x / 32) * kRows;
+  const int n0 = (block * kWarpsPerBlock + threadIdx.x / 32) * kRows;
   if (n0 >= N) return;
   const int kv = K / 8;
   const uint4* wr[kRows];
@@ -89,10 +89,39 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
 }
 
 template <int T>
+__global__ void __launch_bounds__(32 * kWarpsPerBlock)
+    gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
+                __nv_bfloat16* __restrict__ y, int K, int N) {
+  gemv_rows<T>(x, w, y, K, N, blockIdx.x);
+}
+
+constexpr int kRowsPerBlock = kWarpsPerBlock * kRows;
+
+// Blocks [start[i], start[i+1]) serve group i.
+template <int T>
+__global__ void __launch_bounds__(32 * kWarpsPerBlock)
+    gemv_multi_kernel(const __nv_bfloat16* __restrict__ x, GemvGroups g, int K) {
+  int i = 0, first = 0;
+  int blocks = (g.n[0] + kRowsPerBlock - 1) / kRowsPerBlock;
+  while (static_cast<int>(blockIdx.x) >= first + blocks && i + 1 < g.count) {
+    first += blocks;
+    ++i;
+    blocks = (g.n[i] + kRowsPerBlock - 1) / kRowsPerBlock;
+  }
+  gemv_rows<T>(x, g.w[i], g.y[i], K, g.n[i], static_cast<int>(blockIdx.x) - first);
+}
+
+template <int T>
+void launch_multi(const __nv_bfloat16* x, const GemvGroups& g, int K, cudaStream_t stream) {
+  int blocks = 0;
+  for (int i = 0; i < g.count; ++i) blocks += (g.n[i] + kRowsPerBlock - 1) / kRowsPerBlock;
+  gemv_multi_kernel<T><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(x, g, K);
+}
+
+template <int T>
 void launch(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int K, int N,
             cudaStream_t stream) {
-  const int rows_per_block = kWarpsPerBlock * kRows;
-  const int blocks = (N + rows_per_block - 1) / rows_per_block;
+  const int blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
   gemv_kernel<T><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(x, w, y, K, N);
 }
 
@@ -122,6 +151,28 @@ void launch_gemv_bf16(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloa
       return launch<7>(x, w, y, K, N, stream);
     default:
       return launch<8>(x, w, y, K, N, stream);
+  }
+}
+
+void launch_gemv_multi_bf16(const __nv_bfloat16* x, const GemvGroups& g, int T, int K,
+                            cudaStream_t stream) {
+  switch (T) {
+    case 1:
+      return launch_multi<1>(x, g, K, stream);
+    case 2:
+      return launch_multi<2>(x, g, K, stream);
+    case 3:
+      return launch_multi<3>(x, g, K, stream);
+    case 4:
+      return launch_multi<4>(x, g, K, stream);
+    case 5:
+      return launch_multi<5>(x, g, K, stream);
+    case 6:
+      return launch_multi<6>(x, g, K, stream);
+    case 7:
+      return launch_multi<7>(x, g, K, stream);
+    default:
+      return launch_multi<8>(x, g, K, stream);
   }
 }
 

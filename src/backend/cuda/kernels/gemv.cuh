@@ -15,6 +15,18 @@ constexpr int kGemvMaxRows = 8;
 // 16-byte aligned.
 bool gemv_supported(const void* x, const void* w, int T, int K);
 
+// Up to kGemvMaxGroups projections of the same x, run as one launch: y[i] [T, n[i]] = x . w[i]^T.
+constexpr int kGemvMaxGroups = 4;
+struct GemvGroups {
+  const __nv_bfloat16* w[kGemvMaxGroups];
+  __nv_bfloat16* y[kGemvMaxGroups];
+  int n[kGemvMaxGroups];
+  int count;
+};
+// Precondition: gemv_supported(x, w[i], T, K) for every group. Never allocates or syncs.
+void launch_gemv_multi_bf16(const __nv_bfloat16* x, const GemvGroups& g, int T, int K,
+                            cudaStream_t stream);
+
 // Precondition: gemv_supported(x, w, T, K). Never allocates or syncs.
 void launch_gemv_bf16(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int T,
                       int K, int N, cudaStream_t stream);
