@@ -243,14 +243,30 @@ BatchDesc decode_batch(int ps) {
   return b;
 }
 
+// Long prefills: a fresh one of 150 tokens (chunks of 64, 64, 22) and a continued one of 70 after
+// 33 cached, next to a decode row: the chunked delta rule across chunk boundaries.
+BatchDesc prefill_batch(int ps) {
+  BatchDesc b;
+  b.page_size = ps;
+  b.seqs = {SeqDesc{0, 150, 0, 1, {}}, SeqDesc{150, 70, 33, 0, {}}, SeqDesc{220, 1, 9, 2, {}}};
+  for (int i = 0; i < 10; ++i) b.seqs[0].pages.push_back(i);
+  for (int i = 0; i < 7; ++i) b.seqs[1].pages.push_back(10 + i);
+  b.seqs[2].pages.push_back(20);
+  b.num_tokens = 221;
+  return b;
+}
+
 TEST_F(CudaOps, GdnConvAndDeltaRule) {
   const int K = 4;
-  for (auto [nk, nv, dk, dv, decode] :
-       {std::tuple{2, 4, 128, 128, false}, std::tuple{2, 4, 16, 24, false},
-        std::tuple{1, 3, 256, 80, false}, std::tuple{16, 32, 128, 128, false},
-        std::tuple{16, 32, 128, 128, true}, std::tuple{2, 4, 256, 128, true},
-        std::tuple{2, 4, 16, 24, true}}) {
-    const BatchDesc batch = decode ? decode_batch(16) : test_batch(16);
+  // kind 0: mixed prefill/decode (short), 1: decode only, 2: long prefills (several chunks).
+  for (auto [nk, nv, dk, dv, kind] :
+       {std::tuple{2, 4, 128, 128, 0}, std::tuple{2, 4, 16, 24, 0}, std::tuple{1, 3, 256, 80, 0},
+        std::tuple{16, 32, 128, 128, 0}, std::tuple{16, 32, 128, 128, 1},
+        std::tuple{2, 4, 256, 128, 1}, std::tuple{2, 4, 16, 24, 1}, std::tuple{16, 32, 128, 128, 2},
+        std::tuple{2, 4, 16, 24, 2}, std::tuple{1, 2, 128, 80, 2}}) {
+    const BatchDesc batch = kind == 1   ? decode_batch(16)
+                            : kind == 2 ? prefill_batch(16)
+                                        : test_batch(16);
     const int T = batch.num_tokens;
     const int C = 2 * nk * dk + nv * dv, slots = 3;
     GdnDims d{nk, nv, dk, dv, K};

@@ -122,6 +122,7 @@ CudaBackend::~CudaBackend() {
   gemm_.reset();
   if (meta_buf_) cudaFree(meta_buf_);
   if (attn_ws_) cudaFree(attn_ws_);
+  if (gdn_ws_) cudaFree(gdn_ws_);
   if (sample_in_) cudaFree(sample_in_);
   if (sample_out_) cudaFree(sample_out_);
   if (stream_) cudaStreamDestroy(stream_);
@@ -310,12 +311,14 @@ void CudaBackend::set_batch(const BatchDesc& batch) {
   int32_t *pos = h.data(), *seq = pos + T, *begin = seq + T, *len = begin + S, *start = len + S,
           *slot = start + S, *poff = slot + S;
   std::vector<int32_t> pages;
+  int max_len = 0;
   for (int s = 0; s < S; ++s) {
     const SeqDesc& q = batch.seqs[static_cast<size_t>(s)];
     DS_CHECK(q.token_begin >= 0 && q.num_tokens > 0 && q.token_begin + q.num_tokens <= T,
              "sequence rows out of range");
     DS_CHECK(static_cast<int64_t>(q.pages.size()) * batch.page_size >= q.start_pos + q.num_tokens,
              "page table too short");
+    max_len = std::max(max_len, q.num_tokens);
     begin[s] = q.token_begin;
     len[s] = q.num_tokens;
     start[s] = q.start_pos;
@@ -343,7 +346,8 @@ void CudaBackend::set_batch(const BatchDesc& batch) {
            d + 2 * T + 5 * S,
            T,
            S,
-           batch.page_size};
+           batch.page_size,
+           max_len};
 }
 
 void CudaBackend::attn_prep_and_cache(const Tensor& qg, const Tensor& k, const Tensor& v,
@@ -382,8 +386,21 @@ void CudaBackend::gated_delta_rule(const Tensor& y, const Tensor& a, const Tenso
                                    const GdnDims& d, const Tensor& out) {
   OpTimer timer(*this, "gated_delta_rule");
   DS_CHECK(d.dk <= 256 && d.dv <= 256, "GDN head dims up to 256");
+  const cuda::GdnShape shape{d.nk, d.nv, d.dk, d.dv};
+  float* ws = nullptr;
+  if (meta_.num_tokens > meta_.num_seqs && !capturing_) {  // a prefill: the chunked form
+    const size_t need = cuda::gdn_chunk_workspace_floats(meta_.num_tokens, shape) * sizeof(float);
+    if (need > gdn_ws_bytes_) {
+      if (gdn_ws_) cudaFree(gdn_ws_);
+      gdn_ws_ = nullptr;
+      gdn_ws_bytes_ = 0;
+      check(cudaMalloc(&gdn_ws_, need), "cudaMalloc (GDN chunk workspace)");
+      gdn_ws_bytes_ = need;
+    }
+    ws = gdn_ws_;
+  }
   cuda::launch_gated_delta_rule(meta_, bf(y), bf(a), bf(b), f32(A_log), f32(dt_bias), f32(state),
-                                {d.nk, d.nv, d.dk, d.dv}, bf(out), stream_);
+                                shape, ws, bf(out), stream_);
 }
 
 std::vector<Sampled> CudaBackend::sample(const Tensor& logits, int32_t vocab,

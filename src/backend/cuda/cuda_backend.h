@@ -100,6 +100,9 @@ class CudaBackend final : public Backend {
   // Split-KV attention partials: fixed size, so captured graphs keep their address.
   static constexpr size_t kAttnWorkspaceBytes = size_t{64} << 20;
   float* attn_ws_ = nullptr;
+  // Chunked delta-rule workspace for prefill steps (grow-only; never used by decode graphs).
+  float* gdn_ws_ = nullptr;
+  size_t gdn_ws_bytes_ = 0;
   std::vector<cudaGraphExec_t> graphs_;  // null: dropped
 
   // Sampling: per-row parameters and penalty entries in, tokens and logprobs out (grow-only).

@@ -17,6 +17,7 @@ struct BatchMeta {
   int num_tokens;
   int num_seqs;
   int page_size;
+  int max_seq_len;  // the most tokens any sequence has in this step
 };
 
 }  // namespace deltaserve::cuda

@@ -253,6 +253,172 @@ __global__ void __launch_bounds__(kFastThreads)
     if (r < rows) S[(warp + kFastWarps * r) * 32 + lane] = st[r];
 }
 
+// ---- Chunked prefill (chunk 64, the WY form of the CPU backend and the spec) in two kernels.
+// Per (token, value head) the workspace holds [U dv | W dk | P 64 | q dk | k dk | gamma 1] f32.
+constexpr int kChunk = 64, kChunkThreads = 256;
+
+__host__ __device__ inline int ws_per_token(const GdnShape& s) { return s.dv + 3 * s.dk + 65; }
+
+// Kernel 1, block (sequence, chunk, value head) — chunks are independent: normalised q / k, gamma
+// (cumulative log decay in the chunk), L_ij = beta_i (k_i.k_j) e^(gam_i - gam_j) (j < i),
+// P_ij = (q_i.k_j) e^(gam_i - gam_j) (j <= i), and by forward substitution with (I + L)
+// U = (I + L)^-1 diag(beta) V, W = (I + L)^-1 diag(beta e^gam) K (one column per thread).
+__global__ void __launch_bounds__(kChunkThreads)
+    gdn_chunk_prep_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ y,
+                          const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ bg,
+                          const float* __restrict__ A_log, const float* __restrict__ dt_bias,
+                          GdnShape s, float* __restrict__ ws) {
+  extern __shared__ float sm[];
+  const int dk = s.dk, dv = s.dv;
+  float* Ks = sm;                // [64][dk]
+  float* Vs = Ks + kChunk * dk;  // [64][dv]
+  float* L = Vs + kChunk * dv;   // [64][65]
+  float* P = L + kChunk * 65;    // [64][65]
+  float* gam = P + kChunk * 65;  // [64]
+  float* beta = gam + kChunk;    // [64]
+  const int seq = blockIdx.x, chunk = blockIdx.y, h = blockIdx.z, kh = h / (s.nv / s.nk);
+  const int t0 = chunk * kChunk, len = b.seq_len[seq];
+  if (t0 >= len) return;
+  const int n = min(kChunk, len - t0), begin = b.seq_begin[seq] + t0;
+  const int key_dim = s.nk * dk, C = 2 * key_dim + s.nv * dv, per = ws_per_token(s);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, tid = threadIdx.x;
+  const float qscale = rsqrtf(static_cast<float>(dk));
+  // Normalised q (to the workspace) and k (to shared and the workspace), v, gates: warp per token.
+  for (int i = warp; i < n; i += kChunkThreads / 32) {
+    const __nv_bfloat16* row = y + static_cast<size_t>(begin + i) * C;
+    float sq = 0.0f, sk = 0.0f;
+    for (int x = lane; x < dk; x += 32) {
+      const float qv = __bfloat162float(row[kh * dk + x]),
+                  kv = __bfloat162float(row[key_dim + kh * dk + x]);
+      sq += qv * qv;
+      sk += kv * kv;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      sq += __shfl_xor_sync(0xffffffffu, sq, o);
+      sk += __shfl_xor_sync(0xffffffffu, sk, o);
+    }
+    const float rq = qscale * rsqrtf(sq + 1e-6f), rk = rsqrtf(sk + 1e-6f);
+    float* wrow = ws + (static_cast<size_t>(begin + i) * s.nv + h) * per;
+    for (int x = lane; x < dk; x += 32) {
+      const float kv = __bfloat162float(row[key_dim + kh * dk + x]) * rk;
+      Ks[i * dk + x] = kv;
+      wrow[dv + dk + kChunk + dk + x] = kv;
+      wrow[dv + dk + kChunk + x] = __bfloat162float(row[kh * dk + x]) * rq;
+    }
+    for (int x = lane; x < dv; x += 32)
+      Vs[i * dv + x] = __bfloat162float(row[2 * key_dim + h * dv + x]);
+    if (lane == 0) {
+      const size_t gi = static_cast<size_t>(begin + i) * s.nv + h;
+      beta[i] = 1.0f / (1.0f + __expf(-__bfloat162float(bg[gi])));
+      const float xa = __bfloat162float(a[gi]) + dt_bias[h];
+      gam[i] = -__expf(A_log[h]) * (xa > 20.0f ? xa : log1pf(__expf(xa)));
+    }
+  }
+  __syncthreads();
+  if (tid == 0)
+    for (int i = 1; i < n; ++i) gam[i] += gam[i - 1];
+  __syncthreads();
+  // L and P need q: read back from the workspace (this block wrote it; visible after the sync).
+  for (int e = tid; e < n * n; e += kChunkThreads) {
+    const int i = e / n, j = e % n;
+    if (j > i) continue;
+    const float* qi = ws + (static_cast<size_t>(begin + i) * s.nv + h) * per + dv + dk + kChunk;
+    float dqk = 0.0f, dkk = 0.0f;
+    for (int x = 0; x < dk; ++x) {
+      const float kj = Ks[j * dk + x];
+      dqk = fmaf(qi[x], kj, dqk);
+      dkk = fmaf(Ks[i * dk + x], kj, dkk);
+    }
+    const float dec = __expf(gam[i] - gam[j]);
+    P[i * 65 + j] = dqk * dec;
+    L[i * 65 + j] = j < i ? beta[i] * dkk * dec : 0.0f;
+  }
+  __syncthreads();
+  // Forward substitution, in place: column col of V (-> U) or of K (-> W) per thread.
+  for (int col = tid; col < dv + dk; col += kChunkThreads) {
+    const bool is_u = col < dv;
+    float* X = is_u ? Vs + col : Ks + (col - dv);
+    const int ld = is_u ? dv : dk;
+    for (int i = 0; i < n; ++i) {
+      float acc = X[i * ld] * beta[i] * (is_u ? 1.0f : __expf(gam[i]));
+      for (int j = 0; j < i; ++j) acc = fmaf(-L[i * 65 + j], X[j * ld], acc);
+      X[i * ld] = acc;
+    }
+  }
+  __syncthreads();
+  for (int i = warp; i < n; i += kChunkThreads / 32) {
+    float* wrow = ws + (static_cast<size_t>(begin + i) * s.nv + h) * per;
+    for (int x = lane; x < dv; x += 32) wrow[x] = Vs[i * dv + x];
+    for (int x = lane; x < dk; x += 32) wrow[dv + x] = Ks[i * dk + x];
+    for (int j = lane; j < kChunk; j += 32) wrow[dv + dk + j] = j <= i ? P[i * 65 + j] : 0.0f;
+    if (lane == 0) wrow[per - 1] = gam[i];
+  }
+}
+
+// Kernel 2, block (sequence, value head, 32-column slice of the state): walks the chunks in order
+// with the state slice in shared memory: V' = U - W S; O = e^gam q S + P V'; S = e^gam_n S +
+// sum_j e^(gam_n - gam_j) k_j V'_j.
+__global__ void __launch_bounds__(kChunkThreads)
+    gdn_chunk_state_kernel(BatchMeta b, const float* __restrict__ ws, float* __restrict__ state,
+                           GdnShape s, __nv_bfloat16* __restrict__ out) {
+  extern __shared__ float sm[];
+  const int dk = s.dk, dv = s.dv, per = ws_per_token(s);
+  float* St = sm;                    // [dk][32]
+  float* X = St + dk * 32;           // [64][dk]: W, then q, then k of the chunk
+  float* Vp = X + kChunk * dk;       // [64][32]
+  float* P = Vp + kChunk * 32;       // [64][64]
+  float* gam = P + kChunk * kChunk;  // [64]
+  float* dec = gam + kChunk;         // [64] e^(gam_n - gam_j)
+  const int seq = blockIdx.x, h = blockIdx.y, col0 = blockIdx.z * 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, tid = threadIdx.x;
+  const int col = col0 + lane;
+  const bool has = col < dv;
+  constexpr int kW = kChunkThreads / 32;
+  float* S = state + (static_cast<size_t>(b.seq_slot[seq]) * s.nv + h) * dk * dv;
+  const bool fresh = b.seq_start[seq] == 0;
+  for (int x = warp; x < dk; x += kW) St[x * 32 + lane] = (!fresh && has) ? S[x * dv + col] : 0.0f;
+  const int len = b.seq_len[seq], base = b.seq_begin[seq];
+  for (int t0 = 0; t0 < len; t0 += kChunk) {
+    const int n = min(kChunk, len - t0), begin = base + t0;
+    auto wrow = [&](int i) { return ws + (static_cast<size_t>(begin + i) * s.nv + h) * per; };
+    for (int e = tid; e < n * dk; e += kChunkThreads) X[e] = wrow(e / dk)[dv + e % dk];
+    for (int e = tid; e < n * kChunk; e += kChunkThreads)
+      P[e] = wrow(e / kChunk)[dv + dk + e % kChunk];
+    if (tid < n) gam[tid] = wrow(tid)[per - 1];
+    __syncthreads();
+    if (tid < n) dec[tid] = __expf(gam[n - 1] - gam[tid]);
+    for (int i = warp; i < n; i += kW) {
+      float acc = has ? wrow(i)[col] : 0.0f;
+      for (int x = 0; x < dk; ++x) acc = fmaf(-X[i * dk + x], St[x * 32 + lane], acc);
+      Vp[i * 32 + lane] = acc;
+    }
+    __syncthreads();
+    for (int e = tid; e < n * dk; e += kChunkThreads)
+      X[e] = wrow(e / dk)[dv + dk + kChunk + e % dk];
+    __syncthreads();
+    for (int i = warp; i < n; i += kW) {
+      float qs = 0.0f;
+      for (int x = 0; x < dk; ++x) qs = fmaf(X[i * dk + x], St[x * 32 + lane], qs);
+      float o = __expf(gam[i]) * qs;
+      for (int j = 0; j <= i; ++j) o = fmaf(P[i * kChunk + j], Vp[j * 32 + lane], o);
+      if (has) out[(static_cast<size_t>(begin + i) * s.nv + h) * dv + col] = __float2bfloat16(o);
+    }
+    __syncthreads();
+    for (int e = tid; e < n * dk; e += kChunkThreads)
+      X[e] = wrow(e / dk)[dv + dk + kChunk + dk + e % dk];
+    __syncthreads();
+    const float en = __expf(gam[n - 1]);
+    for (int x = warp; x < dk; x += kW) {
+      float acc = St[x * 32 + lane] * en;
+      for (int j = 0; j < n; ++j) acc = fmaf(X[j * dk + x] * dec[j], Vp[j * 32 + lane], acc);
+      St[x * 32 + lane] = acc;
+    }
+    __syncthreads();
+  }
+  if (has)
+    for (int x = warp; x < dk; x += kW) S[x * dv + col] = St[x * 32 + lane];
+}
+
 }  // namespace
 
 void launch_gdn_conv(const BatchMeta& b, const __nv_bfloat16* u, const __nv_bfloat16* w,
@@ -267,7 +433,7 @@ void launch_gdn_conv(const BatchMeta& b, const __nv_bfloat16* u, const __nv_bflo
 
 void launch_gated_delta_rule(const BatchMeta& b, const __nv_bfloat16* y, const __nv_bfloat16* a,
                              const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
-                             float* state, const GdnShape& s, __nv_bfloat16* out,
+                             float* state, const GdnShape& s, float* ws, __nv_bfloat16* out,
                              cudaStream_t stream) {
   if (b.num_seqs == 0) return;
   if (s.dv == 128 && s.dk % kFastWarps == 0 && s.dk <= 256 && b.num_tokens == b.num_seqs) {
@@ -275,8 +441,30 @@ void launch_gated_delta_rule(const BatchMeta& b, const __nv_bfloat16* y, const _
         b, y, a, bgate, A_log, dt_bias, state, s, out);
     return;
   }
+  if (ws != nullptr && b.num_tokens > b.num_seqs && s.dk <= 128 && s.dv <= 256) {
+    const size_t smem1 =
+        (static_cast<size_t>(kChunk) * (s.dk + s.dv) + 2 * kChunk * 65 + 2 * kChunk) *
+        sizeof(float);
+    const size_t smem2 = (static_cast<size_t>(s.dk) * 32 + kChunk * s.dk + kChunk * 32 +
+                          kChunk * kChunk + 2 * kChunk) *
+                         sizeof(float);
+    cudaFuncSetAttribute(gdn_chunk_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(smem1));
+    cudaFuncSetAttribute(gdn_chunk_state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(smem2));
+    const int chunks = (b.max_seq_len + kChunk - 1) / kChunk;
+    gdn_chunk_prep_kernel<<<dim3(b.num_seqs, chunks, s.nv), kChunkThreads, smem1, stream>>>(
+        b, y, a, bgate, A_log, dt_bias, s, ws);
+    gdn_chunk_state_kernel<<<dim3(b.num_seqs, s.nv, (s.dv + 31) / 32), kChunkThreads, smem2,
+                             stream>>>(b, ws, state, s, out);
+    return;
+  }
   delta_rule_kernel<<<dim3(b.num_seqs, s.nv, (s.dv + 31) / 32), kThreads, 0, stream>>>(
       b, y, a, bgate, A_log, dt_bias, state, s, out);
+}
+
+size_t gdn_chunk_workspace_floats(int num_tokens, const GdnShape& s) {
+  return static_cast<size_t>(num_tokens) * s.nv * ws_per_token(s);
 }
 
 }  // namespace deltaserve::cuda

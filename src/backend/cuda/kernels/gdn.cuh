@@ -1,6 +1,6 @@
 // Gated DeltaNet for the CUDA backend: the causal depthwise conv (+ SiLU) with slot-indexed conv
 // state, and the gated delta rule run token by token per (sequence, value head) with f32 state in
-// the slot. Straightforward kernels; the chunked tensor-core prefill comes later.
+// the slot.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -22,10 +22,14 @@ void launch_gdn_conv(const BatchMeta& b, const __nv_bfloat16* u, const __nv_bflo
 
 // y [T, 2*nk*dk + nv*dv] bf16 (q | k | v); a, b [T, nv] bf16; A_log, dt_bias [nv] f32; state
 // [slots, nv, dk, dv] f32 (zeroed when a sequence starts at 0); out [T, nv, dv] bf16.
-// Precondition: dk <= 256, dv <= 256.
+// Decode-only steps run the recurrence token by token (a head per block for dv = 128, else
+// 32-column slices); steps with a prefill and dk <= 128 run the chunked form (chunks of 64 in
+// parallel, then the chunk-to-chunk state pass) with `ws` (gdn_chunk_workspace_floats(T, s) floats;
+// null: the recurrence for every step). Precondition: dk <= 256, dv <= 256.
 void launch_gated_delta_rule(const BatchMeta& b, const __nv_bfloat16* y, const __nv_bfloat16* a,
                              const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
-                             float* state, const GdnShape& s, __nv_bfloat16* out,
+                             float* state, const GdnShape& s, float* ws, __nv_bfloat16* out,
                              cudaStream_t stream);
+size_t gdn_chunk_workspace_floats(int num_tokens, const GdnShape& s);
 
 }  // namespace deltaserve::cuda

@@ -29,18 +29,21 @@ __device__ inline float dot8(const uint4& a, const uint4& b) {
   return s;
 }
 
-// Warp per kRows consecutive output columns (weight rows); lanes stride over K in 8-element
-// vectors, with kRows x 4 weight vectors in flight per lane.
+// `split` warps (1, 2 or 4) per kRows consecutive output columns (weight rows): each strides over
+// K in 8-element vectors (kRows x 4 weight vectors in flight per lane); the split partials are
+// summed through shared memory. The order of the sums depends on (N, K) only, never on T.
 constexpr int kRows = 2;
 
 template <int T>
 __device__ inline void gemv_rows(const __nv_bfloat16* __restrict__ x,
                                  const __nv_bfloat16* __restrict__ w, __nv_bfloat16* __restrict__ y,
-                                 int K, int N, int block) {
-  const int lane = threadIdx.x % 32;
-  const int n0 = (block * kWarpsPerBlock + threadIdx.x / 32) * kRows;
-  if (n0 >= N) return;
-  const int kv = K / 8;
+                                 int K, int N, int block, int split) {
+  __shared__ float red[kWarpsPerBlock][kRows][T];
+  const int lane = threadIdx.x % 32, wib = threadIdx.x / 32;
+  const int group = wib / split, sub = wib % split;
+  const int n0 = (block * (kWarpsPerBlock / split) + group) * kRows;
+  const bool active = n0 < N;
+  const int kv = K / 8, step = 32 * split;
   const uint4* wr[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
@@ -51,23 +54,23 @@ __device__ inline void gemv_rows(const __nv_bfloat16* __restrict__ x,
   for (int r = 0; r < kRows; ++r)
 #pragma unroll
     for (int t = 0; t < T; ++t) acc[r][t] = 0.0f;
-  int i = lane;
-  for (; i + 96 < kv; i += 128) {
+  int i = active ? lane + 32 * sub : kv;
+  for (; i + 3 * step < kv; i += 4 * step) {
     uint4 wv[kRows][4];
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
-      for (int u = 0; u < 4; ++u) wv[r][u] = load_stream(wr[r] + i + 32 * u);
+      for (int u = 0; u < 4; ++u) wv[r][u] = load_stream(wr[r] + i + step * u);
 #pragma unroll
     for (int u = 0; u < 4; ++u)
 #pragma unroll
       for (int t = 0; t < T; ++t) {
-        const uint4 xv = __ldg(xr + static_cast<size_t>(t) * kv + i + 32 * u);
+        const uint4 xv = __ldg(xr + static_cast<size_t>(t) * kv + i + step * u);
 #pragma unroll
         for (int r = 0; r < kRows; ++r) acc[r][t] += dot8(wv[r][u], xv);
       }
   }
-  for (; i < kv; i += 32) {
+  for (; i < kv; i += step) {
     uint4 wv[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) wv[r] = load_stream(wr[r] + i);
@@ -84,45 +87,80 @@ __device__ inline void gemv_rows(const __nv_bfloat16* __restrict__ x,
     for (int t = 0; t < T; ++t) {
       float v = acc[r][t];
       for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-      if (lane == t && n0 + r < N) y[static_cast<size_t>(t) * N + n0 + r] = __float2bfloat16(v);
+      acc[r][t] = v;
     }
+  if (split > 1) {
+    if (lane == 0)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int t = 0; t < T; ++t) red[wib][r][t] = acc[r][t];
+    __syncthreads();
+    if (sub != 0) return;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int t = 0; t < T; ++t) {
+        float v = 0.0f;
+        for (int q = 0; q < split; ++q) v += red[wib + q][r][t];
+        acc[r][t] = v;
+      }
+  }
+  if (!active) return;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int t = 0; t < T; ++t)
+      if (lane == t && n0 + r < N)
+        y[static_cast<size_t>(t) * N + n0 + r] = __float2bfloat16(acc[r][t]);
 }
 
 template <int T>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock)
     gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
-                __nv_bfloat16* __restrict__ y, int K, int N) {
-  gemv_rows<T>(x, w, y, K, N, blockIdx.x);
+                __nv_bfloat16* __restrict__ y, int K, int N, int split) {
+  gemv_rows<T>(x, w, y, K, N, blockIdx.x, split);
 }
 
-constexpr int kRowsPerBlock = kWarpsPerBlock * kRows;
+// Warps per row group: enough warps in flight (~4k) for long rows of few outputs.
+int split_for(int rows, int K) {
+  int split = 1;
+  while (split < 4 && (rows + kRows - 1) / kRows * split < 4096 && K / 8 / (64 * split) >= 4)
+    split *= 2;
+  return split;
+}
 
 // Blocks [start[i], start[i+1]) serve group i.
 template <int T>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock)
-    gemv_multi_kernel(const __nv_bfloat16* __restrict__ x, GemvGroups g, int K) {
+    gemv_multi_kernel(const __nv_bfloat16* __restrict__ x, GemvGroups g, int K, int split) {
+  const int per_block = kWarpsPerBlock / split * kRows;
   int i = 0, first = 0;
-  int blocks = (g.n[0] + kRowsPerBlock - 1) / kRowsPerBlock;
+  int blocks = (g.n[0] + per_block - 1) / per_block;
   while (static_cast<int>(blockIdx.x) >= first + blocks && i + 1 < g.count) {
     first += blocks;
     ++i;
-    blocks = (g.n[i] + kRowsPerBlock - 1) / kRowsPerBlock;
+    blocks = (g.n[i] + per_block - 1) / per_block;
   }
-  gemv_rows<T>(x, g.w[i], g.y[i], K, g.n[i], static_cast<int>(blockIdx.x) - first);
+  gemv_rows<T>(x, g.w[i], g.y[i], K, g.n[i], static_cast<int>(blockIdx.x) - first, split);
 }
 
 template <int T>
 void launch_multi(const __nv_bfloat16* x, const GemvGroups& g, int K, cudaStream_t stream) {
+  int rows = 0;
+  for (int i = 0; i < g.count; ++i) rows += g.n[i];
+  const int split = split_for(rows, K), per_block = kWarpsPerBlock / split * kRows;
   int blocks = 0;
-  for (int i = 0; i < g.count; ++i) blocks += (g.n[i] + kRowsPerBlock - 1) / kRowsPerBlock;
-  gemv_multi_kernel<T><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(x, g, K);
+  for (int i = 0; i < g.count; ++i) blocks += (g.n[i] + per_block - 1) / per_block;
+  gemv_multi_kernel<T><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(x, g, K, split);
 }
 
 template <int T>
 void launch(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int K, int N,
             cudaStream_t stream) {
-  const int blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
-  gemv_kernel<T><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(x, w, y, K, N);
+  const int split = split_for(N, K), per_block = kWarpsPerBlock / split * kRows;
+  const int blocks = (N + per_block - 1) / per_block;
+  gemv_kernel<T><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(x, w, y, K, N, split);
 }
 
 }  // namespace
