@@ -172,6 +172,19 @@ BatchDesc test_batch(int ps) {
   return b;
 }
 
+// Long prefills: a fresh one of 150 tokens (chunks of 64, 64, 22) and a continued one of 70 after
+// 33 cached, next to a decode row: the chunked delta rule across chunk boundaries.
+BatchDesc prefill_batch(int ps) {
+  BatchDesc b;
+  b.page_size = ps;
+  b.seqs = {SeqDesc{0, 150, 0, 1, {}}, SeqDesc{150, 70, 33, 0, {}}, SeqDesc{220, 1, 9, 2, {}}};
+  for (int i = 0; i < 10; ++i) b.seqs[0].pages.push_back(i);
+  for (int i = 0; i < 7; ++i) b.seqs[1].pages.push_back(10 + i);
+  b.seqs[2].pages.push_back(20);
+  b.num_tokens = 221;
+  return b;
+}
+
 // Two decode tokens at long contexts (positions 1000 and 300): the split-KV path with many splits.
 BatchDesc long_batch(int ps) {
   BatchDesc b;
@@ -186,12 +199,16 @@ BatchDesc long_batch(int ps) {
 
 TEST_F(CudaOps, AttentionPrepAndPagedAttention) {
   const int ps = 16;
-  for (auto [nh, nkv, hd, rd, longctx] :
-       {std::tuple{4, 2, 256, 64, false}, std::tuple{4, 2, 32, 16, false},
-        std::tuple{16, 4, 256, 64, false}, std::tuple{6, 2, 64, 32, false},
-        std::tuple{16, 4, 256, 64, true}, std::tuple{8, 8, 128, 32, true}}) {
-    const BatchDesc batch = longctx ? long_batch(ps) : test_batch(ps);
-    const int pages = longctx ? 82 : 12;
+  // kind 0: mixed short prefill / decode, 1: long-context decode (split-KV), 2: long prefills
+  // (the tensor-core kernel for hd 64 / 128 / 256, across 64-token tiles, after cached positions).
+  for (auto [nh, nkv, hd, rd, kind] :
+       {std::tuple{4, 2, 256, 64, 0}, std::tuple{4, 2, 32, 16, 0}, std::tuple{16, 4, 256, 64, 0},
+        std::tuple{6, 2, 64, 32, 0}, std::tuple{16, 4, 256, 64, 1}, std::tuple{8, 8, 128, 32, 1},
+        std::tuple{16, 4, 256, 64, 2}, std::tuple{8, 2, 128, 32, 2}, std::tuple{4, 4, 64, 64, 2}}) {
+    const BatchDesc batch = kind == 1   ? long_batch(ps)
+                            : kind == 2 ? prefill_batch(ps)
+                                        : test_batch(ps);
+    const int pages = kind == 1 ? 82 : kind == 2 ? 21 : 12;
     const int T = batch.num_tokens;
     AttnDims d{nh, nkv, hd, rd, 1e6, 1e-6f};
     auto qg = rnd(static_cast<size_t>(T) * nh * 2 * hd, 20),
@@ -240,19 +257,6 @@ BatchDesc decode_batch(int ps) {
   b.page_size = ps;
   b.seqs = {SeqDesc{0, 1, 7, 2, {1}}, SeqDesc{1, 1, 0, 0, {2}}, SeqDesc{2, 1, 30, 1, {3, 4}}};
   b.num_tokens = 3;
-  return b;
-}
-
-// Long prefills: a fresh one of 150 tokens (chunks of 64, 64, 22) and a continued one of 70 after
-// 33 cached, next to a decode row: the chunked delta rule across chunk boundaries.
-BatchDesc prefill_batch(int ps) {
-  BatchDesc b;
-  b.page_size = ps;
-  b.seqs = {SeqDesc{0, 150, 0, 1, {}}, SeqDesc{150, 70, 33, 0, {}}, SeqDesc{220, 1, 9, 2, {}}};
-  for (int i = 0; i < 10; ++i) b.seqs[0].pages.push_back(i);
-  for (int i = 0; i < 7; ++i) b.seqs[1].pages.push_back(10 + i);
-  b.seqs[2].pages.push_back(20);
-  b.num_tokens = 221;
   return b;
 }
 

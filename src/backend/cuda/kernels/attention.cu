@@ -1,3 +1,5 @@
+#include <mma.h>
+
 #include <algorithm>
 
 #include "backend/cuda/kernels/attention.cuh"
@@ -65,7 +67,8 @@ __global__ void attn_prep_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ 
 }
 
 constexpr int kWarps = 4;
-constexpr int kMaxPer = 8;  // hd <= 256: up to 8 contiguous elements per lane
+constexpr int kTcMinLen = 16;  // sequences with this many step tokens: the tensor-core kernel
+constexpr int kMaxPer = 8;     // hd <= 256: up to 8 contiguous elements per lane
 
 // Block (token t, KV head, split): the G = nh / nkv query heads sharing the KV head walk the keys
 // [p0, p1) of the token's causal range [0, pos] together (each key and value row is read once for
@@ -76,13 +79,14 @@ template <int kG>
 __global__ void __launch_bounds__(32 * kWarps)
     attn_split_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ q,
                       const __nv_bfloat16* __restrict__ gate, const __nv_bfloat16* __restrict__ kc,
-                      const __nv_bfloat16* __restrict__ vc, AttnShape s, int splits,
+                      const __nv_bfloat16* __restrict__ vc, AttnShape s, int splits, int min_len,
                       float* __restrict__ ws, __nv_bfloat16* __restrict__ out) {
   __shared__ float sm[kWarps][kG], sl[kWarps][kG], sacc[kWarps][kG][256];
   const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
   const int G = s.nh / s.nkv, hd = s.hd, per = hd / 32;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int seq = b.token_seq[t], n = b.token_pos[t] + 1;
+  if (b.seq_len[seq] >= min_len) return;  // the tensor-core prefill kernel's
   const int chunk = (n + splits - 1) / splits;
   const int p0 = split * chunk, p1 = min(n, p0 + chunk);
   const int* pages = b.pages + b.seq_page_off[seq];
@@ -186,10 +190,12 @@ __global__ void __launch_bounds__(32 * kWarps)
 }
 
 // Block (t, head): merges the splits' partials and applies the gate.
-__global__ void attn_combine_kernel(AttnShape s, int splits, const float* __restrict__ ws,
+__global__ void attn_combine_kernel(BatchMeta b, AttnShape s, int splits, int min_len,
+                                    const float* __restrict__ ws,
                                     const __nv_bfloat16* __restrict__ gate,
                                     __nv_bfloat16* __restrict__ out) {
   const int t = blockIdx.x, h = blockIdx.y, hd = s.hd;
+  if (b.seq_len[b.token_seq[t]] >= min_len) return;
   const float* part = ws + (static_cast<size_t>(t) * s.nh + h) * splits * (hd + 2);
   float M = -INFINITY;
   for (int k = 0; k < splits; ++k) M = fmaxf(M, part[k * (hd + 2)]);
@@ -207,12 +213,167 @@ __global__ void attn_combine_kernel(AttnShape s, int splits, const float* __rest
   }
 }
 
+// ---- Prefill: tensor-core (WMMA bf16, f32 accumulate) causal flash attention over the paged
+// KV. Block (64-query tile, sequence, query head), 4 warps of 16 query rows; key/value tiles of 64
+// go through shared memory; S = Q K^T and O += P V on tensor cores, the online softmax in f32.
+constexpr int kTile = 64, kTcWarps = 4;
+
+template <int HD>
+struct TcLayout {
+  static constexpr int ldh = HD + 8;     // bf16 rows of Q, K, V
+  static constexpr int lds = kTile + 4;  // f32 scores
+  static constexpr int ldp = kTile + 8;  // bf16 probabilities
+  static constexpr int ldo = HD + 4;     // f32 output accumulators
+  static constexpr size_t bytes =
+      3 * kTile * ldh * 2 + kTile * lds * 4 + kTile * ldp * 2 + kTile * ldo * 4 + kTile * 4;
+};
+
+template <int HD>
+__global__ void __launch_bounds__(32 * kTcWarps)
+    attn_prefill_tc_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ q,
+                           const __nv_bfloat16* __restrict__ gate,
+                           const __nv_bfloat16* __restrict__ kc,
+                           const __nv_bfloat16* __restrict__ vc, AttnShape s, int min_len,
+                           __nv_bfloat16* __restrict__ out) {
+  using namespace nvcuda;
+  using Lay = TcLayout<HD>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smem);
+  __nv_bfloat16* Ks = Qs + kTile * Lay::ldh;
+  __nv_bfloat16* Vs = Ks + kTile * Lay::ldh;
+  float* Ss = reinterpret_cast<float*>(Vs + kTile * Lay::ldh);
+  __nv_bfloat16* Ps = reinterpret_cast<__nv_bfloat16*>(Ss + kTile * Lay::lds);
+  float* Os = reinterpret_cast<float*>(Ps + kTile * Lay::ldp);
+  float* corr = Os + kTile * Lay::ldo;
+  const int tile = blockIdx.x, seq = blockIdx.y, h = blockIdx.z;
+  const int n = b.seq_len[seq];
+  if (n < min_len || tile * kTile >= n) return;
+  const int q0 = tile * kTile, rows = min(kTile, n - q0), start = b.seq_start[seq];
+  const int begin = b.seq_begin[seq], kvh = h / (s.nh / s.nkv);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int* pages = b.pages + b.seq_page_off[seq];
+  constexpr int kVec = HD / 8;  // 16-byte vectors per row
+  for (int e = tid; e < kTile * kVec; e += 32 * kTcWarps) {
+    const int r = e / kVec, c = e % kVec;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r < rows)
+      v = *reinterpret_cast<const uint4*>(
+          q + (static_cast<size_t>(begin + q0 + r) * s.nh + h) * HD + c * 8);
+    *reinterpret_cast<uint4*>(Qs + r * Lay::ldh + c * 8) = v;
+  }
+  for (int e = tid; e < kTile * HD; e += 32 * kTcWarps) Os[(e / HD) * Lay::ldo + e % HD] = 0.0f;
+  // Softmax state of row (16 warp + lane / 2), kept by both lanes of the row.
+  const int my_row = 16 * warp + lane / 2, half = lane % 2;
+  const int qpos = start + q0 + my_row;
+  float m = -INFINITY, l = 0.0f;
+  const float scale = rsqrtf(static_cast<float>(HD));
+  const int last_key = start + q0 + rows - 1;
+  for (int k0 = 0; k0 <= last_key; k0 += kTile) {
+    __syncthreads();  // the previous tile's K / V are no longer read
+    for (int e = tid; e < kTile * kVec; e += 32 * kTcWarps) {
+      const int r = e / kVec, c = e % kVec, p = k0 + r;
+      uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
+      if (p <= last_key) {
+        const size_t row =
+            static_cast<size_t>(pages[p / b.page_size]) * b.page_size + p % b.page_size;
+        const size_t off = (row * s.nkv + kvh) * HD + c * 8;
+        kv = *reinterpret_cast<const uint4*>(kc + off);
+        vv = *reinterpret_cast<const uint4*>(vc + off);
+      }
+      *reinterpret_cast<uint4*>(Ks + r * Lay::ldh + c * 8) = kv;
+      *reinterpret_cast<uint4*>(Vs + r * Lay::ldh + c * 8) = vv;
+    }
+    __syncthreads();
+    // S[16 warp .., 0..64) = Q K^T.
+    for (int j = 0; j < kTile / 16; ++j) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::fill_fragment(acc, 0.0f);
+      for (int kk = 0; kk < HD / 16; ++kk) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+        wmma::load_matrix_sync(fa, Qs + 16 * warp * Lay::ldh + kk * 16, Lay::ldh);
+        wmma::load_matrix_sync(fb, Ks + 16 * j * Lay::ldh + kk * 16, Lay::ldh);
+        wmma::mma_sync(acc, fa, fb, acc);
+      }
+      wmma::store_matrix_sync(Ss + 16 * warp * Lay::lds + 16 * j, acc, Lay::lds,
+                              wmma::mem_row_major);
+    }
+    __syncwarp();
+    // Online softmax of row my_row over its 32 columns [32 half, 32 half + 32).
+    float* srow = Ss + my_row * Lay::lds + 32 * half;
+    float mx = -INFINITY;
+    for (int c = 0; c < 32; ++c) {
+      const int kpos = k0 + 32 * half + c;
+      const float v = kpos <= qpos ? srow[c] * scale : -INFINITY;
+      srow[c] = v;
+      mx = fmaxf(mx, v);
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    const float m_new = fmaxf(m, mx);
+    const float cf = m == -INFINITY ? 0.0f : __expf(m - m_new);
+    float sum = 0.0f;
+    __nv_bfloat16* prow = Ps + my_row * Lay::ldp + 32 * half;
+    for (int c = 0; c < 32; ++c) {
+      const float p = srow[c] == -INFINITY ? 0.0f : __expf(srow[c] - m_new);
+      prow[c] = __float2bfloat16(p);
+      sum += p;
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    l = l * cf + sum;
+    m = m_new;
+    if (half == 0) corr[my_row] = cf;
+    __syncwarp();
+    for (int e = lane; e < 16 * HD; e += 32) {
+      const int r = 16 * warp + e / HD;
+      Os[r * Lay::ldo + e % HD] *= corr[r];
+    }
+    __syncwarp();
+    // O[16 warp .., :] += P V.
+    for (int d = 0; d < HD / 16; ++d) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::load_matrix_sync(acc, Os + 16 * warp * Lay::ldo + 16 * d, Lay::ldo,
+                             wmma::mem_row_major);
+      for (int kk = 0; kk < kTile / 16; ++kk) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
+        wmma::load_matrix_sync(fa, Ps + 16 * warp * Lay::ldp + 16 * kk, Lay::ldp);
+        wmma::load_matrix_sync(fb, Vs + 16 * kk * Lay::ldh + 16 * d, Lay::ldh);
+        wmma::mma_sync(acc, fa, fb, acc);
+      }
+      wmma::store_matrix_sync(Os + 16 * warp * Lay::ldo + 16 * d, acc, Lay::ldo,
+                              wmma::mem_row_major);
+    }
+  }
+  __syncwarp();
+  if (half == 0) corr[my_row] = 1.0f / l;
+  __syncwarp();
+  for (int e = lane; e < 16 * HD; e += 32) {
+    const int r = 16 * warp + e / HD, d = e % HD;
+    if (r >= rows) continue;
+    const size_t idx = (static_cast<size_t>(begin + q0 + r) * s.nh + h) * HD + d;
+    out[idx] = __float2bfloat16(Os[r * Lay::ldo + d] * corr[r] /
+                                (1.0f + __expf(-__bfloat162float(gate[idx]))));
+  }
+}
+
+template <int HD>
+void launch_prefill_tc(const BatchMeta& b, const __nv_bfloat16* q, const __nv_bfloat16* gate,
+                       const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
+                       const AttnShape& s, __nv_bfloat16* out, cudaStream_t stream) {
+  const size_t smem = TcLayout<HD>::bytes;
+  cudaFuncSetAttribute(attn_prefill_tc_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       static_cast<int>(smem));
+  const int tiles = (b.max_seq_len + kTile - 1) / kTile;
+  attn_prefill_tc_kernel<HD><<<dim3(tiles, b.num_seqs, s.nh), 32 * kTcWarps, smem, stream>>>(
+      b, q, gate, k_cache, v_cache, s, kTcMinLen, out);
+}
+
 template <int kG>
 void launch_split(const BatchMeta& b, const __nv_bfloat16* q, const __nv_bfloat16* gate,
                   const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache, const AttnShape& s,
-                  int splits, float* ws, __nv_bfloat16* out, cudaStream_t stream) {
+                  int splits, int min_len, float* ws, __nv_bfloat16* out, cudaStream_t stream) {
   attn_split_kernel<kG><<<dim3(b.num_tokens, s.nkv, splits), 32 * kWarps, 0, stream>>>(
-      b, q, gate, k_cache, v_cache, s, splits, ws, out);
+      b, q, gate, k_cache, v_cache, s, splits, min_len, ws, out);
 }
 
 }  // namespace
@@ -241,18 +402,28 @@ void launch_paged_attention(const BatchMeta& b, const __nv_bfloat16* q, const __
                             const AttnShape& s, int splits, float* ws, __nv_bfloat16* out,
                             cudaStream_t stream) {
   if (b.num_tokens == 0) return;
+  // Sequences with at least kTcMinLen tokens in the step (prefills) take the tensor-core kernel
+  // when the head size has one; the rest (decode rows) the split-KV kernel.
+  int min_len = 1 << 30;
+  if (b.max_seq_len >= kTcMinLen && (s.hd == 64 || s.hd == 128 || s.hd == 256)) {
+    min_len = kTcMinLen;
+    if (s.hd == 64) launch_prefill_tc<64>(b, q, gate, k_cache, v_cache, s, out, stream);
+    if (s.hd == 128) launch_prefill_tc<128>(b, q, gate, k_cache, v_cache, s, out, stream);
+    if (s.hd == 256) launch_prefill_tc<256>(b, q, gate, k_cache, v_cache, s, out, stream);
+    if (b.num_tokens == b.max_seq_len) return;  // one sequence, all of it prefill
+  }
   const int G = s.nh / s.nkv;
   if (G <= 1)
-    launch_split<1>(b, q, gate, k_cache, v_cache, s, splits, ws, out, stream);
+    launch_split<1>(b, q, gate, k_cache, v_cache, s, splits, min_len, ws, out, stream);
   else if (G <= 2)
-    launch_split<2>(b, q, gate, k_cache, v_cache, s, splits, ws, out, stream);
+    launch_split<2>(b, q, gate, k_cache, v_cache, s, splits, min_len, ws, out, stream);
   else if (G <= 4)
-    launch_split<4>(b, q, gate, k_cache, v_cache, s, splits, ws, out, stream);
+    launch_split<4>(b, q, gate, k_cache, v_cache, s, splits, min_len, ws, out, stream);
   else
-    launch_split<8>(b, q, gate, k_cache, v_cache, s, splits, ws, out, stream);
+    launch_split<8>(b, q, gate, k_cache, v_cache, s, splits, min_len, ws, out, stream);
   if (splits > 1)
-    attn_combine_kernel<<<dim3(b.num_tokens, s.nh), std::min(s.hd, 256), 0, stream>>>(s, splits, ws,
-                                                                                      gate, out);
+    attn_combine_kernel<<<dim3(b.num_tokens, s.nh), std::min(s.hd, 256), 0, stream>>>(
+        b, s, splits, min_len, ws, gate, out);
 }
 
 }  // namespace deltaserve::cuda
