@@ -254,25 +254,38 @@ __global__ void __launch_bounds__(kFastThreads)
 }
 
 // ---- Chunked prefill (chunk 64, the WY form of the CPU backend and the spec) in two kernels.
-// Per (token, value head) the workspace holds [U dv | W dk | P 64 | q dk | k dk | gamma 1] f32.
+// Per (token, value head) the workspace holds, at 16-byte aligned offsets,
+// [U dv | W dk | P 64 | q dk | k dk | gamma] f32.
 constexpr int kChunk = 64, kChunkThreads = 256;
 
-__host__ __device__ inline int ws_per_token(const GdnShape& s) { return s.dv + 3 * s.dk + 65; }
+struct WsLayout {
+  int u, w, p, q, k, gam, per;
+  __host__ __device__ explicit WsLayout(const GdnShape& s)
+      : u(0),
+        w(s.dv),
+        p(s.dv + s.dk),
+        q(s.dv + s.dk + kChunk),
+        k(s.dv + 2 * s.dk + kChunk),
+        gam(s.dv + 3 * s.dk + kChunk),
+        per((s.dv + 3 * s.dk + kChunk + 1 + 3) / 4 * 4) {}
+};
 
 // Kernel 1, block (sequence, chunk, value head) — chunks are independent: normalised q / k, gamma
 // (cumulative log decay in the chunk), L_ij = beta_i (k_i.k_j) e^(gam_i - gam_j) (j < i),
 // P_ij = (q_i.k_j) e^(gam_i - gam_j) (j <= i), and by forward substitution with (I + L)
 // U = (I + L)^-1 diag(beta) V, W = (I + L)^-1 diag(beta e^gam) K (one column per thread).
+// Shared rows are padded by one float so that lanes reading different rows hit different banks.
 __global__ void __launch_bounds__(kChunkThreads)
     gdn_chunk_prep_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ y,
                           const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ bg,
                           const float* __restrict__ A_log, const float* __restrict__ dt_bias,
                           GdnShape s, float* __restrict__ ws) {
   extern __shared__ float sm[];
-  const int dk = s.dk, dv = s.dv;
-  float* Ks = sm;                // [64][dk]
-  float* Vs = Ks + kChunk * dk;  // [64][dv]
-  float* L = Vs + kChunk * dv;   // [64][65]
+  const int dk = s.dk, dv = s.dv, kp = dk + 1, vp = dv + 1;
+  float* Ks = sm;                // [64][dk + 1]
+  float* Qs = Ks + kChunk * kp;  // [64][dk + 1]
+  float* Vs = Qs + kChunk * kp;  // [64][dv + 1]
+  float* L = Vs + kChunk * vp;   // [64][65]
   float* P = L + kChunk * 65;    // [64][65]
   float* gam = P + kChunk * 65;  // [64]
   float* beta = gam + kChunk;    // [64]
@@ -280,16 +293,20 @@ __global__ void __launch_bounds__(kChunkThreads)
   const int t0 = chunk * kChunk, len = b.seq_len[seq];
   if (t0 >= len) return;
   const int n = min(kChunk, len - t0), begin = b.seq_begin[seq] + t0;
-  const int key_dim = s.nk * dk, C = 2 * key_dim + s.nv * dv, per = ws_per_token(s);
+  const int key_dim = s.nk * dk, C = 2 * key_dim + s.nv * dv;
+  const WsLayout lay(s);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, tid = threadIdx.x;
+  constexpr int kW = kChunkThreads / 32;
   const float qscale = rsqrtf(static_cast<float>(dk));
-  // Normalised q (to the workspace) and k (to shared and the workspace), v, gates: warp per token.
-  for (int i = warp; i < n; i += kChunkThreads / 32) {
+  // Normalised q and k (to shared and the workspace), v, gates: warp per token.
+  for (int i = warp; i < n; i += kW) {
     const __nv_bfloat16* row = y + static_cast<size_t>(begin + i) * C;
     float sq = 0.0f, sk = 0.0f;
     for (int x = lane; x < dk; x += 32) {
-      const float qv = __bfloat162float(row[kh * dk + x]),
-                  kv = __bfloat162float(row[key_dim + kh * dk + x]);
+      const float qv = __bfloat162float(row[kh * dk + x]);
+      const float kv = __bfloat162float(row[key_dim + kh * dk + x]);
+      Qs[i * kp + x] = qv;
+      Ks[i * kp + x] = kv;
       sq += qv * qv;
       sk += kv * kv;
     }
@@ -298,15 +315,15 @@ __global__ void __launch_bounds__(kChunkThreads)
       sk += __shfl_xor_sync(0xffffffffu, sk, o);
     }
     const float rq = qscale * rsqrtf(sq + 1e-6f), rk = rsqrtf(sk + 1e-6f);
-    float* wrow = ws + (static_cast<size_t>(begin + i) * s.nv + h) * per;
+    float* wrow = ws + (static_cast<size_t>(begin + i) * s.nv + h) * lay.per;
     for (int x = lane; x < dk; x += 32) {
-      const float kv = __bfloat162float(row[key_dim + kh * dk + x]) * rk;
-      Ks[i * dk + x] = kv;
-      wrow[dv + dk + kChunk + dk + x] = kv;
-      wrow[dv + dk + kChunk + x] = __bfloat162float(row[kh * dk + x]) * rq;
+      Qs[i * kp + x] *= rq;
+      Ks[i * kp + x] *= rk;
+      wrow[lay.q + x] = Qs[i * kp + x];
+      wrow[lay.k + x] = Ks[i * kp + x];
     }
     for (int x = lane; x < dv; x += 32)
-      Vs[i * dv + x] = __bfloat162float(row[2 * key_dim + h * dv + x]);
+      Vs[i * vp + x] = __bfloat162float(row[2 * key_dim + h * dv + x]);
     if (lane == 0) {
       const size_t gi = static_cast<size_t>(begin + i) * s.nv + h;
       beta[i] = 1.0f / (1.0f + __expf(-__bfloat162float(bg[gi])));
@@ -318,27 +335,25 @@ __global__ void __launch_bounds__(kChunkThreads)
   if (tid == 0)
     for (int i = 1; i < n; ++i) gam[i] += gam[i - 1];
   __syncthreads();
-  // L and P need q: read back from the workspace (this block wrote it; visible after the sync).
-  for (int e = tid; e < n * n; e += kChunkThreads) {
-    const int i = e / n, j = e % n;
-    if (j > i) continue;
-    const float* qi = ws + (static_cast<size_t>(begin + i) * s.nv + h) * per + dv + dk + kChunk;
-    float dqk = 0.0f, dkk = 0.0f;
-    for (int x = 0; x < dk; ++x) {
-      const float kj = Ks[j * dk + x];
-      dqk = fmaf(qi[x], kj, dqk);
-      dkk = fmaf(Ks[i * dk + x], kj, dkk);
+  // L and P: warp per row i, lanes over j (j <= i).
+  for (int i = warp; i < n; i += kW)
+    for (int j = lane; j <= i; j += 32) {
+      float dqk = 0.0f, dkk = 0.0f;
+      for (int x = 0; x < dk; ++x) {
+        const float kj = Ks[j * kp + x];
+        dqk = fmaf(Qs[i * kp + x], kj, dqk);
+        dkk = fmaf(Ks[i * kp + x], kj, dkk);
+      }
+      const float dec = __expf(gam[i] - gam[j]);
+      P[i * 65 + j] = dqk * dec;
+      L[i * 65 + j] = j < i ? beta[i] * dkk * dec : 0.0f;
     }
-    const float dec = __expf(gam[i] - gam[j]);
-    P[i * 65 + j] = dqk * dec;
-    L[i * 65 + j] = j < i ? beta[i] * dkk * dec : 0.0f;
-  }
   __syncthreads();
   // Forward substitution, in place: column col of V (-> U) or of K (-> W) per thread.
   for (int col = tid; col < dv + dk; col += kChunkThreads) {
     const bool is_u = col < dv;
     float* X = is_u ? Vs + col : Ks + (col - dv);
-    const int ld = is_u ? dv : dk;
+    const int ld = is_u ? vp : kp;
     for (int i = 0; i < n; ++i) {
       float acc = X[i * ld] * beta[i] * (is_u ? 1.0f : __expf(gam[i]));
       for (int j = 0; j < i; ++j) acc = fmaf(-L[i * 65 + j], X[j * ld], acc);
@@ -346,77 +361,89 @@ __global__ void __launch_bounds__(kChunkThreads)
     }
   }
   __syncthreads();
-  for (int i = warp; i < n; i += kChunkThreads / 32) {
-    float* wrow = ws + (static_cast<size_t>(begin + i) * s.nv + h) * per;
-    for (int x = lane; x < dv; x += 32) wrow[x] = Vs[i * dv + x];
-    for (int x = lane; x < dk; x += 32) wrow[dv + x] = Ks[i * dk + x];
-    for (int j = lane; j < kChunk; j += 32) wrow[dv + dk + j] = j <= i ? P[i * 65 + j] : 0.0f;
-    if (lane == 0) wrow[per - 1] = gam[i];
+  for (int i = warp; i < n; i += kW) {
+    float* wrow = ws + (static_cast<size_t>(begin + i) * s.nv + h) * lay.per;
+    for (int x = lane; x < dv; x += 32) wrow[lay.u + x] = Vs[i * vp + x];
+    for (int x = lane; x < dk; x += 32) wrow[lay.w + x] = Ks[i * kp + x];
+    for (int j = lane; j < kChunk; j += 32) wrow[lay.p + j] = j <= i ? P[i * 65 + j] : 0.0f;
+    if (lane == 0) wrow[lay.gam] = gam[i];
   }
 }
 
-// Kernel 2, block (sequence, value head, 32-column slice of the state): walks the chunks in order
+// Kernel 2, block (sequence, value head, 16-column slice of the state): walks the chunks in order
 // with the state slice in shared memory: V' = U - W S; O = e^gam q S + P V'; S = e^gam_n S +
-// sum_j e^(gam_n - gam_j) k_j V'_j.
+// sum_j e^(gam_n - gam_j) k_j V'_j. Thread (group g of 16, column c): rows g, g + 16, ...
+constexpr int kSlice = 16, kGroups = kChunkThreads / kSlice;
+
 __global__ void __launch_bounds__(kChunkThreads)
     gdn_chunk_state_kernel(BatchMeta b, const float* __restrict__ ws, float* __restrict__ state,
                            GdnShape s, __nv_bfloat16* __restrict__ out) {
   extern __shared__ float sm[];
-  const int dk = s.dk, dv = s.dv, per = ws_per_token(s);
-  float* St = sm;                    // [dk][32]
-  float* X = St + dk * 32;           // [64][dk]: W, then q, then k of the chunk
-  float* Vp = X + kChunk * dk;       // [64][32]
-  float* P = Vp + kChunk * 32;       // [64][64]
+  const int dk = s.dk, dv = s.dv, kp = dk + 4;  // rows stay 16-byte aligned
+  const WsLayout lay(s);
+  float* St = sm;                    // [dk][16]
+  float* X = St + dk * kSlice;       // [64][dk + 4]: W, then q, then k of the chunk
+  float* Vp = X + kChunk * kp;       // [64][16]
+  float* P = Vp + kChunk * kSlice;   // [64][64]
   float* gam = P + kChunk * kChunk;  // [64]
   float* dec = gam + kChunk;         // [64] e^(gam_n - gam_j)
-  const int seq = blockIdx.x, h = blockIdx.y, col0 = blockIdx.z * 32;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, tid = threadIdx.x;
-  const int col = col0 + lane;
+  const int seq = blockIdx.x, h = blockIdx.y, col0 = blockIdx.z * kSlice;
+  const int tid = threadIdx.x, c = tid % kSlice, g = tid / kSlice;
+  const int col = col0 + c;
   const bool has = col < dv;
-  constexpr int kW = kChunkThreads / 32;
   float* S = state + (static_cast<size_t>(b.seq_slot[seq]) * s.nv + h) * dk * dv;
   const bool fresh = b.seq_start[seq] == 0;
-  for (int x = warp; x < dk; x += kW) St[x * 32 + lane] = (!fresh && has) ? S[x * dv + col] : 0.0f;
+  for (int x = g; x < dk; x += kGroups)
+    St[x * kSlice + c] = (!fresh && has) ? S[x * dv + col] : 0.0f;
   const int len = b.seq_len[seq], base = b.seq_begin[seq];
+  const int dk4 = dk / 4;
   for (int t0 = 0; t0 < len; t0 += kChunk) {
     const int n = min(kChunk, len - t0), begin = base + t0;
-    auto wrow = [&](int i) { return ws + (static_cast<size_t>(begin + i) * s.nv + h) * per; };
-    for (int e = tid; e < n * dk; e += kChunkThreads) X[e] = wrow(e / dk)[dv + e % dk];
-    for (int e = tid; e < n * kChunk; e += kChunkThreads)
-      P[e] = wrow(e / kChunk)[dv + dk + e % kChunk];
-    if (tid < n) gam[tid] = wrow(tid)[per - 1];
+    auto wrow = [&](int i) { return ws + (static_cast<size_t>(begin + i) * s.nv + h) * lay.per; };
+    auto stage = [&](int off) {  // rows [0, n) of the workspace field at `off` into X
+      for (int e = tid; e < n * dk4; e += kChunkThreads) {
+        const int i = e / dk4, x4 = e % dk4;
+        *reinterpret_cast<float4*>(X + i * kp + 4 * x4) =
+            *reinterpret_cast<const float4*>(wrow(i) + off + 4 * x4);
+      }
+    };
+    stage(lay.w);
+    for (int e = tid; e < n * (kChunk / 4); e += kChunkThreads) {
+      const int i = e / (kChunk / 4), j4 = e % (kChunk / 4);
+      *reinterpret_cast<float4*>(P + i * kChunk + 4 * j4) =
+          *reinterpret_cast<const float4*>(wrow(i) + lay.p + 4 * j4);
+    }
+    if (tid < n) gam[tid] = wrow(tid)[lay.gam];
     __syncthreads();
     if (tid < n) dec[tid] = __expf(gam[n - 1] - gam[tid]);
-    for (int i = warp; i < n; i += kW) {
-      float acc = has ? wrow(i)[col] : 0.0f;
-      for (int x = 0; x < dk; ++x) acc = fmaf(-X[i * dk + x], St[x * 32 + lane], acc);
-      Vp[i * 32 + lane] = acc;
+    for (int i = g; i < n; i += kGroups) {
+      float acc = has ? wrow(i)[lay.u + col] : 0.0f;
+      for (int x = 0; x < dk; ++x) acc = fmaf(-X[i * kp + x], St[x * kSlice + c], acc);
+      Vp[i * kSlice + c] = acc;
     }
     __syncthreads();
-    for (int e = tid; e < n * dk; e += kChunkThreads)
-      X[e] = wrow(e / dk)[dv + dk + kChunk + e % dk];
+    stage(lay.q);
     __syncthreads();
-    for (int i = warp; i < n; i += kW) {
+    for (int i = g; i < n; i += kGroups) {
       float qs = 0.0f;
-      for (int x = 0; x < dk; ++x) qs = fmaf(X[i * dk + x], St[x * 32 + lane], qs);
+      for (int x = 0; x < dk; ++x) qs = fmaf(X[i * kp + x], St[x * kSlice + c], qs);
       float o = __expf(gam[i]) * qs;
-      for (int j = 0; j <= i; ++j) o = fmaf(P[i * kChunk + j], Vp[j * 32 + lane], o);
+      for (int j = 0; j <= i; ++j) o = fmaf(P[i * kChunk + j], Vp[j * kSlice + c], o);
       if (has) out[(static_cast<size_t>(begin + i) * s.nv + h) * dv + col] = __float2bfloat16(o);
     }
     __syncthreads();
-    for (int e = tid; e < n * dk; e += kChunkThreads)
-      X[e] = wrow(e / dk)[dv + dk + kChunk + dk + e % dk];
+    stage(lay.k);
     __syncthreads();
     const float en = __expf(gam[n - 1]);
-    for (int x = warp; x < dk; x += kW) {
-      float acc = St[x * 32 + lane] * en;
-      for (int j = 0; j < n; ++j) acc = fmaf(X[j * dk + x] * dec[j], Vp[j * 32 + lane], acc);
-      St[x * 32 + lane] = acc;
+    for (int x = g; x < dk; x += kGroups) {
+      float acc = St[x * kSlice + c] * en;
+      for (int j = 0; j < n; ++j) acc = fmaf(X[j * kp + x] * dec[j], Vp[j * kSlice + c], acc);
+      St[x * kSlice + c] = acc;
     }
     __syncthreads();
   }
   if (has)
-    for (int x = warp; x < dk; x += kW) S[x * dv + col] = St[x * 32 + lane];
+    for (int x = g; x < dk; x += kGroups) S[x * dv + col] = St[x * kSlice + c];
 }
 
 }  // namespace
@@ -441,12 +468,13 @@ void launch_gated_delta_rule(const BatchMeta& b, const __nv_bfloat16* y, const _
         b, y, a, bgate, A_log, dt_bias, state, s, out);
     return;
   }
-  if (ws != nullptr && b.num_tokens > b.num_seqs && s.dk <= 128 && s.dv <= 256) {
+  if (ws != nullptr && b.num_tokens > b.num_seqs && s.dk <= 128 && s.dv <= 256 && s.dk % 4 == 0 &&
+      s.dv % 4 == 0) {
     const size_t smem1 =
-        (static_cast<size_t>(kChunk) * (s.dk + s.dv) + 2 * kChunk * 65 + 2 * kChunk) *
+        (static_cast<size_t>(kChunk) * (2 * (s.dk + 1) + s.dv + 1) + 2 * kChunk * 65 + 2 * kChunk) *
         sizeof(float);
-    const size_t smem2 = (static_cast<size_t>(s.dk) * 32 + kChunk * s.dk + kChunk * 32 +
-                          kChunk * kChunk + 2 * kChunk) *
+    const size_t smem2 = (static_cast<size_t>(s.dk) * kSlice + kChunk * (s.dk + 4) +
+                          kChunk * kSlice + kChunk * kChunk + 2 * kChunk) *
                          sizeof(float);
     cudaFuncSetAttribute(gdn_chunk_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(smem1));
@@ -455,8 +483,8 @@ void launch_gated_delta_rule(const BatchMeta& b, const __nv_bfloat16* y, const _
     const int chunks = (b.max_seq_len + kChunk - 1) / kChunk;
     gdn_chunk_prep_kernel<<<dim3(b.num_seqs, chunks, s.nv), kChunkThreads, smem1, stream>>>(
         b, y, a, bgate, A_log, dt_bias, s, ws);
-    gdn_chunk_state_kernel<<<dim3(b.num_seqs, s.nv, (s.dv + 31) / 32), kChunkThreads, smem2,
-                             stream>>>(b, ws, state, s, out);
+    gdn_chunk_state_kernel<<<dim3(b.num_seqs, s.nv, (s.dv + kSlice - 1) / kSlice), kChunkThreads,
+                             smem2, stream>>>(b, ws, state, s, out);
     return;
   }
   delta_rule_kernel<<<dim3(b.num_seqs, s.nv, (s.dv + 31) / 32), kThreads, 0, stream>>>(
@@ -464,7 +492,7 @@ void launch_gated_delta_rule(const BatchMeta& b, const __nv_bfloat16* y, const _
 }
 
 size_t gdn_chunk_workspace_floats(int num_tokens, const GdnShape& s) {
-  return static_cast<size_t>(num_tokens) * s.nv * ws_per_token(s);
+  return static_cast<size_t>(num_tokens) * s.nv * WsLayout(s).per;
 }
 
 }  // namespace deltaserve::cuda
