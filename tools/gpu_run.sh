@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
-# Usage: tools/gpu_run.sh STAGE...   stages: ops model nccl bench1 prof bench hf real
+# Usage: tools/gpu_run.sh STAGE...   stages: ops model nccl bench1 prof bench hf real serve
 # Logs go to $OUT (or ./gpu_logs) and a short summary is printed last.
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$PWD/.device_out/lib:${LD_LIBRARY_PATH:-}
@@ -19,7 +19,9 @@ for stage in "$@"; do
       $BIN/cuda_model_test >"$LOG/model.log" 2>&1
       summary+=("model rc=$? $(grep -E 'totals' "$LOG/model.log" | tr '\n' ' ') $(tail -1 "$LOG/model.log")") ;;
     nccl)
-      $BIN/nccl_test >"$LOG/nccl.log" 2>&1; summary+=("nccl rc=$? $(tail -1 "$LOG/nccl.log")") ;;
+      $BIN/nccl_test >"$LOG/nccl.log" 2>&1; summary+=("nccl rc=$? $(tail -1 "$LOG/nccl.log")")
+      $BIN/tp_gpu_test >"$LOG/tp_gpu.log" 2>&1
+      summary+=("tp_gpu rc=$? $(grep -E 'GPU TP' "$LOG/tp_gpu.log" | tr '\n' ' ') $(tail -1 "$LOG/tp_gpu.log")") ;;
     bench1)
       $BIN/deltaserve bench offline --device cuda --model $M --load-format dummy --num-prompts 4 \
         --input-len 1024 --output-len 64 --max-concurrency 1 --max-num-seqs 16 >"$LOG/bench1.log" 2>&1
@@ -40,6 +42,23 @@ for stage in "$@"; do
       summary+=("make_4b_check rc=$? $(tail -3 "$LOG/make_4b_check.log" | tr '\n' ' ')")
       DS_REAL_CHECK_DIR=/tmp/q4b_check $BIN/real_size_test >"$LOG/real_size.log" 2>&1
       summary+=("real_size rc=$? $(tail -1 "$LOG/real_size.log")") ;;
+    serve)  # end to end: serve --device cuda (4B shape, dummy) + bench serve 1k in / 256 out
+      $BIN/deltaserve serve --model $M --load-format dummy --device cuda --tokenizer .device_out/qwen3 \
+        --port 8011 --max-num-seqs 64 --max-model-len 1536 --max-num-batched-tokens 2048 \
+        >"$LOG/serve.log" 2>&1 &
+      SP=$!
+      for i in $(seq 1 120); do
+        python3 -c "import urllib.request;urllib.request.urlopen('http://127.0.0.1:8011/health')" \
+          2>/dev/null && break
+        sleep 1
+      done
+      for c in 1 16 64; do
+        n=$((c < 4 ? 4 : 2 * c))
+        $BIN/deltaserve bench serve --port 8011 --num-prompts $n --input-len 1024 --output-len 256 \
+          --max-concurrency $c --vocab 200000 >>"$LOG/bench_serve.jsonl" 2>>"$LOG/bench_serve.err"
+      done
+      kill -TERM $SP; wait $SP
+      summary+=("serve rc=$? $(wc -l <"$LOG/bench_serve.jsonl") bench lines") ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done

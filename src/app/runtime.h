@@ -10,7 +10,12 @@
 #include "engine/executor.h"
 #include "model/loader.h"
 #ifdef DS_HAVE_CUDA
+#include <cuda_runtime.h>
+
 #include "backend/cuda/cuda_backend.h"
+#endif
+#ifdef DS_HAVE_NCCL
+#include "dist/nccl_communicator.h"
 #endif
 
 namespace deltaserve::app {
@@ -22,17 +27,40 @@ struct ModelRuntime {
   DType act_dtype = DType::kF32;  // of activations and the KV cache
 };
 
-// `device`: "cpu" or "cuda" (GPU 0; TP 1 only for now).
+// `device`: "cpu" or "cuda". On CUDA, TP 1 is one model on GPU 0; TP N runs rank r on GPU r with
+// an NCCL communicator (the ordinals must exist).
 inline ModelRuntime make_runtime(const std::string& dir, model::LoadFormat fmt, int tp,
                                  bool verbose, const std::string& device = "cpu") {
   ModelRuntime rt;
   if (tp < 1) throw Error("--tensor-parallel-size must be >= 1");
   if (device == "cuda") {
 #ifdef DS_HAVE_CUDA
-    if (tp != 1)
-      throw Error(
-          "--device cuda supports --tensor-parallel-size 1 only in this build (GPU ranks come "
-          "later)");
+    if (tp > 1) {
+#ifdef DS_HAVE_NCCL
+      int count = 0;
+      if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+      if (tp > count)
+        throw Error("--device cuda --tensor-parallel-size " + std::to_string(tp) + " needs " +
+                    std::to_string(tp) + " CUDA devices (ranks on GPUs 0.." +
+                    std::to_string(tp - 1) + "); " + std::to_string(count) + " visible");
+      model::validate_tp(model::load_config(dir), tp);  // fail closed before loading
+      const ncclUniqueId id = dist::nccl_unique_id();
+      rt.act_dtype = DType::kBF16;
+      rt.exec = std::make_unique<engine::TpExecutor>(
+          tp, [](int rank) { return std::make_unique<backend::CudaBackend>(rank); },
+          [&](int rank, backend::Backend& be, dist::Communicator* comm) {
+            return model::load_model(dir, fmt, be, verbose && rank == 0, {tp, rank}, comm);
+          },
+          std::chrono::minutes(30),
+          [id, tp](int rank, backend::Backend& be) -> std::unique_ptr<dist::Communicator> {
+            auto& cb = static_cast<backend::CudaBackend&>(be);
+            return std::make_unique<dist::NcclCommunicator>(id, tp, rank, rank, cb.stream());
+          });
+      return rt;
+#else
+      throw Error("--device cuda --tensor-parallel-size > 1: this build has no NCCL");
+#endif
+    }
     rt.be = std::make_unique<backend::CudaBackend>(0);
 #else
     throw Error("--device cuda: this build has no CUDA backend (nvcc was not found at build time)");

@@ -120,7 +120,11 @@ int cmd_serve(const std::vector<std::string>& argv) {
         T * act *
             (4 * mc.hidden_size + 5 * mc.num_heads * mc.head_dim + 2 * mc.conv_dim() +
              3 * mc.value_dim() + 3 * mc.intermediate_size) +
-        static_cast<int64_t>(ecfg.max_num_seqs) * mc.vocab_size * act + (int64_t{256} << 20);
+        static_cast<int64_t>(ecfg.max_num_seqs) * mc.vocab_size * act +
+        // the chunked delta rule's workspace of a prefill step (f32, ~dv + 3 dk + 65 per token
+        // and value head) and the split-KV attention partials (64 MiB), plus a margin
+        T * mc.lin_num_v_heads * ((mc.lin_v_dim + 3 * mc.lin_k_dim + 68) / 4 * 4) * 4 +
+        (int64_t{64} << 20) + (int64_t{256} << 20);
     const int64_t used = static_cast<int64_t>(total_b - free_b);
     const int64_t budget = static_cast<int64_t>(util * static_cast<double>(total_b)) - used -
                            slot_bytes * (ecfg.max_num_seqs + 1) - scratch;

@@ -29,6 +29,9 @@ class Communicator {
   // t = root's t.
   virtual void broadcast(const Tensor& t, int root) = 0;
   virtual void barrier() = 0;
+  // Releases every rank blocked in a collective of this group (fail-stop); may be called from
+  // another thread. Later collectives throw. The in-process group is released by poisoning instead.
+  virtual void abort() {}
 };
 
 class LocalGroup {

@@ -33,7 +33,7 @@ class NcclCommunicator final : public Communicator {
   // Enqueues a 1-element all-reduce and waits for the stream (a host-side rendezvous).
   void barrier() override;
   // Aborts the communicator so that no rank stays blocked in a collective (fail-stop).
-  void abort();
+  void abort() override;
 
  private:
   ncclComm_t comm_ = nullptr;

@@ -5,7 +5,7 @@
 namespace deltaserve::engine {
 
 TpExecutor::TpExecutor(int size, BackendFactory make_backend, ModelFactory make_model,
-                       std::chrono::milliseconds step_timeout)
+                       std::chrono::milliseconds step_timeout, CommFactory make_comm)
     : group_(size, step_timeout), step_timeout_(step_timeout) {
   DS_CHECK(size >= 1, "tensor-parallel size");
   for (int r = 0; r < size; ++r) {
@@ -17,8 +17,14 @@ TpExecutor::TpExecutor(int size, BackendFactory make_backend, ModelFactory make_
   try {
     run_on_all([&](Worker& w) {
       w.be = make_backend(w.rank);
-      w.comm = group_.communicator(w.rank);
-      w.model = make_model(w.rank, *w.be, size > 1 ? w.comm.get() : nullptr);
+      std::unique_ptr<dist::Communicator> c =
+          make_comm ? make_comm(w.rank, *w.be) : group_.communicator(w.rank);
+      {
+        std::lock_guard<std::mutex> lock(comm_mu_);
+        w.comm = std::move(c);
+        if (aborted_) w.comm->abort();
+      }
+      w.model = make_model(w.rank, *w.be, size > 1 || make_comm ? w.comm.get() : nullptr);
     });
   } catch (...) {
     shutdown();  // join the workers: a throwing constructor runs no destructor
@@ -28,13 +34,22 @@ TpExecutor::TpExecutor(int size, BackendFactory make_backend, ModelFactory make_
 
 TpExecutor::~TpExecutor() { shutdown(); }
 
+void TpExecutor::fail(const std::string& why) {
+  group_.poison(why);
+  std::lock_guard<std::mutex> lock(comm_mu_);
+  if (aborted_) return;
+  aborted_ = true;
+  for (auto& w : workers_)
+    if (w->comm) w->comm->abort();
+}
+
 void TpExecutor::shutdown() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return;
     stop_ = true;
   }
-  group_.poison("the executor is shutting down");
+  fail("the executor is shutting down");
   task_cv_.notify_all();
   for (auto& w : workers_)
     if (w->thread.joinable()) w->thread.join();
@@ -62,7 +77,7 @@ void TpExecutor::worker_loop(Worker& w) {
       if (!err.empty() && error_.empty()) error_ = err;
       ++done_;
     }
-    if (!err.empty()) group_.poison(err);  // release ranks waiting in a collective
+    if (!err.empty()) fail(err);  // release ranks waiting in a collective
     done_cv_.notify_all();
   }
 }
@@ -77,8 +92,9 @@ void TpExecutor::run_on_all(const std::function<void(Worker&)>& task) {
   const int n = static_cast<int>(workers_.size());
   if (!done_cv_.wait_for(lock, step_timeout_, [&] { return done_ == n; })) {
     if (error_.empty()) error_ = "a step did not finish within the step timeout";
+    const std::string why = error_;
     lock.unlock();
-    group_.poison(error_);
+    fail(why);
     lock.lock();
     done_cv_.wait_for(lock, std::chrono::seconds(10), [&] { return done_ == n; });
   }
@@ -117,6 +133,7 @@ std::vector<int32_t> TpExecutor::capture_decode_graphs(const std::vector<int32_t
   // Every rank captures every bucket in the same order, so the collectives inside line up.
   std::vector<int32_t> got;
   run_on_all([&](Worker& w) {
+    w.comm->barrier();  // collectives warmed (NCCL connects lazily) before any is captured
     w.model->capture_decode_graphs(buckets, max_tokens, max_seqs, max_pages_per_seq);
     if (w.rank == 0) got = w.model->graph_buckets();
   });

@@ -72,11 +72,18 @@ class TpExecutor final : public Executor {
   using BackendFactory = std::function<std::unique_ptr<backend::Backend>(int rank)>;
   using ModelFactory = std::function<std::unique_ptr<model::Qwen35Model>(
       int rank, backend::Backend&, dist::Communicator*)>;
+  // Makes rank `rank`'s communicator on its worker thread after its backend (e.g. NCCL on the
+  // backend's stream). Without one, ranks use the in-process group (CPU ranks).
+  using CommFactory =
+      std::function<std::unique_ptr<dist::Communicator>(int rank, backend::Backend&)>;
 
   // Starts `size` workers; each makes its backend and loads its shard on its own thread. Throws the
   // first rank's error. A step that takes longer than `step_timeout` poisons the executor.
+  // With `make_comm`, every rank's model all-reduces through its communicator, one rank included
+  // (so TP 1 runs the NCCL path too), and a failing rank aborts every communicator.
   TpExecutor(int size, BackendFactory make_backend, ModelFactory make_model,
-             std::chrono::milliseconds step_timeout = std::chrono::minutes(30));
+             std::chrono::milliseconds step_timeout = std::chrono::minutes(30),
+             CommFactory make_comm = {});
   // Stops the workers; a rank blocked in a collective is released by poisoning the group.
   ~TpExecutor() override;
 
@@ -99,6 +106,8 @@ class TpExecutor final : public Executor {
     std::thread thread;
   };
   void worker_loop(Worker& w);
+  // Poisons the group and aborts every rank's communicator (once).
+  void fail(const std::string& why);
   void shutdown();
   // Runs `task` on every worker and waits (bounded); throws the first error.
   void run_on_all(const std::function<void(Worker&)>& task);
@@ -113,6 +122,8 @@ class TpExecutor final : public Executor {
   int done_ = 0;
   bool stop_ = false;
   std::string error_;  // first failure; non-empty = poisoned
+  std::mutex comm_mu_;  // guards the communicators against abort during their creation
+  bool aborted_ = false;
   std::vector<float> logits_;
   std::vector<backend::Sampled> sampled_;
 };

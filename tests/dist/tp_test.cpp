@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "dist/communicator.h"
 #include "dist/faulty_comm.h"
+#include "dist/tp_fixtures.h"
 #include "model/qwen35.h"
 #include "model/tp_shard.h"
 #include "test_util.h"
@@ -77,32 +78,6 @@ TEST(LocalGroup, MissingRankTimesOutAndPoisonStopsEveryone) {
   EXPECT_THROW(c->barrier(), Error);  // later collectives fail promptly
 }
 
-// A dummy checkpoint whose head counts allow TP4 (KV heads replicated 2x at TP4), untied.
-std::filesystem::path make_tp4_checkpoint(const TempDir& d) {
-  const std::string cfg =
-      R"({"model_type": "qwen3_5", "tie_word_embeddings": false, "text_config": {
-    "model_type": "qwen3_5_text", "vocab_size": 97, "hidden_size": 64, "intermediate_size": 96,
-    "num_hidden_layers": 4, "layer_types": ["linear_attention", "full_attention", "linear_attention", "full_attention"],
-    "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32, "linear_num_key_heads": 4,
-    "linear_num_value_heads": 8, "linear_key_head_dim": 16, "linear_value_head_dim": 24,
-    "linear_conv_kernel_dim": 4, "max_position_embeddings": 1024,
-    "rope_parameters": {"rope_theta": 10000.0, "partial_rotary_factor": 0.5}}})";
-  std::ofstream(d.path() / "config.json") << cfg;
-  const model::ModelConfig c = model::parse_model_config(cfg, "cfg");
-  backend::CpuBackend be;
-  const model::ModelWeights w = model::dummy_weights(c, be, 11);
-  model::ModelWeights names;
-  const auto specs = model::weight_specs(c, names);
-  std::vector<model::TensorToWrite> tw;
-  for (size_t i = 0; i < specs.size(); ++i) {  // dummy_weights allocates storage in spec order
-    const std::string name =
-        specs[i].name == "lm_head.weight" ? specs[i].name : "model.language_model." + specs[i].name;
-    tw.push_back({name, DType::kF32, specs[i].shape, w.storage[i].tensor().data});
-  }
-  model::write_safetensors(d.path() / "model.safetensors", tw);
-  return d.path();
-}
-
 // Runs `steps` on N CPU ranks; returns rank 0's logits of every step.
 std::vector<std::vector<float>> run_tp(const std::filesystem::path& dir, int N,
                                        const std::vector<ForwardBatch>& steps,
@@ -147,38 +122,6 @@ std::vector<std::vector<float>> run_tp(const std::filesystem::path& dir, int N,
   return out;
 }
 
-// Prefill chunks, decode rows and mixed steps over three sequences (all rows' logits).
-std::vector<ForwardBatch> scenario(int vocab) {
-  std::mt19937 gen(5);
-  auto ids = [&](int n) {
-    std::vector<int32_t> v(static_cast<size_t>(n));
-    for (auto& x : v) x = static_cast<int32_t>(gen() % static_cast<uint32_t>(vocab));
-    return v;
-  };
-  struct Part {
-    int seq, n, start;
-  };
-  const std::vector<std::vector<Part>> plan = {
-      {{0, 40, 0}, {1, 7, 0}},              // two prefills
-      {{0, 1, 40}, {1, 30, 7}, {2, 5, 0}},  // decode + chunked prefill + new prefill
-      {{0, 1, 41}, {1, 1, 37}, {2, 1, 5}},  // decode rows only
-  };
-  std::vector<ForwardBatch> steps;
-  for (const auto& parts : plan) {
-    ForwardBatch b;
-    for (const Part& p : parts) {
-      const int32_t begin = static_cast<int32_t>(b.token_ids.size());
-      const auto t = ids(p.n);
-      b.token_ids.insert(b.token_ids.end(), t.begin(), t.end());
-      backend::SeqDesc s{begin, p.n, p.start, p.seq, {}};
-      for (int q = 0; q * 16 < p.start + p.n; ++q) s.pages.push_back(p.seq * 16 + q);
-      b.seqs.push_back(s);
-      for (int i = 0; i < p.n; ++i) b.logits_rows.push_back(begin + i);
-    }
-    steps.push_back(b);
-  }
-  return steps;
-}
 
 void expect_same_logits(const std::vector<std::vector<float>>& a,
                         const std::vector<std::vector<float>>& b, const std::string& label) {

@@ -1,0 +1,171 @@
+// Tensor parallelism with GPU ranks on one H200 (label gpu): TP 1 through the NCCL path (the
+// executor's worker, NCCL all-reduces inside the model, decode graphs captured in lock-step) equals
+// the plain single-GPU model bit for bit; and the rank-local GPU kernels at TP2 / TP4 shapes (all
+// ranks on GPU 0, all-reduced through host memory — NCCL wants a GPU per rank) match the CPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "backend/cuda/cuda_backend.h"
+#include "dist/communicator.h"
+#include "dist/nccl_communicator.h"
+#include "dist/tp_fixtures.h"
+#include "engine/executor.h"
+#include "model/loader.h"
+#include "model/tp_shard.h"
+
+namespace deltaserve {
+namespace {
+
+using model::ForwardBatch;
+
+bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+// All-reduce of device tensors through host memory and the in-process group (several ranks on
+// one GPU). Only what the model uses.
+class HostStagedComm final : public dist::Communicator {
+ public:
+  HostStagedComm(std::unique_ptr<dist::Communicator> inner, backend::Backend& be)
+      : inner_(std::move(inner)), be_(be) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  void all_reduce_sum(const Tensor& t) override {
+    std::vector<float> h(static_cast<size_t>(t.numel()));
+    be_.download_f32(t, h.data());
+    inner_->all_reduce_sum(Tensor(h.data(), DType::kF32, {t.numel()}));
+    be_.upload(DType::kF32, h.data(), h.size(), t);
+  }
+  void reduce_scatter_sum(const Tensor&, const Tensor&) override { throw Error("not used"); }
+  void all_gather(const Tensor&, const Tensor&) override { throw Error("not used"); }
+  void broadcast(const Tensor&, int) override { throw Error("not used"); }
+  void barrier() override { inner_->barrier(); }
+
+ private:
+  std::unique_ptr<dist::Communicator> inner_;
+  backend::Backend& be_;
+};
+
+// Rank 0's logits of every step, N ranks on GPU 0 (host-staged all-reduce).
+std::vector<std::vector<float>> run_gpu_tp(const std::filesystem::path& dir, int N,
+                                           const std::vector<ForwardBatch>& steps) {
+  const model::ModelConfig cfg = model::load_model_config(dir);
+  const model::Checkpoint ckpt(dir);
+  dist::LocalGroup g(N);
+  std::vector<std::vector<float>> out;
+  std::vector<std::thread> ts;
+  std::exception_ptr err;
+  std::mutex mu;
+  for (int r = 0; r < N; ++r)
+    ts.emplace_back([&, r] {
+      try {
+        backend::CudaBackend be(0);
+        HostStagedComm comm(g.communicator(r), be);
+        model::Qwen35Model m(N > 1 ? model::rank_local_config(cfg, N) : cfg, be,
+                             model::load_weights(ckpt, cfg, be, {}, {N, r}), &comm);
+        m.allocate_cache(64, 16, 4);
+        for (const ForwardBatch& b : steps) {
+          std::vector<float> l = m.forward(b);
+          if (r == 0) out.push_back(std::move(l));
+        }
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        err = std::current_exception();
+        g.poison("rank failed");
+      }
+    });
+  for (auto& t : ts) t.join();
+  if (err) std::rethrow_exception(err);
+  return out;
+}
+
+class TpGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU tests run on the H200 test machine";
+  }
+};
+
+TEST_F(TpGpu, RankLocalKernelsAtTp2AndTp4MatchCpu) {
+  testing::TempDir d;
+  const auto dir = make_tp4_checkpoint(d);
+  const model::ModelConfig cfg = model::load_model_config(dir);
+  const auto steps = scenario(static_cast<int>(cfg.vocab_size));
+  // The f32 CPU reference (TP 1).
+  std::vector<std::vector<float>> ref;
+  {
+    backend::CpuBackend be;
+    const model::Checkpoint ckpt(dir);
+    model::Qwen35Model m(cfg, be, model::load_weights(ckpt, cfg, be));
+    m.allocate_cache(64, 16, 4);
+    for (const ForwardBatch& b : steps) ref.push_back(m.forward(b));
+  }
+  const int64_t V = cfg.vocab_size;
+  double tp1_err = 0;
+  for (int N : {1, 2, 4}) {
+    const auto got = run_gpu_tp(dir, N, steps);
+    ASSERT_EQ(got.size(), ref.size());
+    double err = 0, scale = 0, agree = 0, rows = 0;
+    for (size_t s = 0; s < ref.size(); ++s) {
+      ASSERT_EQ(got[s].size(), ref[s].size());
+      for (size_t i = 0; i < ref[s].size(); ++i) {
+        err = std::max(err, static_cast<double>(std::abs(got[s][i] - ref[s][i])));
+        scale = std::max(scale, static_cast<double>(std::abs(ref[s][i])));
+      }
+      for (size_t r = 0; r < ref[s].size() / static_cast<size_t>(V); ++r) {
+        const float *a = got[s].data() + r * V, *b = ref[s].data() + r * V;
+        agree += std::max_element(a, a + V) - a == std::max_element(b, b + V) - b;
+        rows += 1;
+      }
+    }
+    std::printf("  GPU TP%d vs CPU f32: max|err| %.4f of max|logit| %.3f, argmax agreement %.4f\n",
+                N, err, scale, agree / rows);
+    if (N == 1) tp1_err = err;
+    // bf16 end to end: within 5% of the logit range, and (TP > 1) at most twice TP 1's error
+    // plus a bf16 step: the all-reduce of bf16 partials rounds once more per layer.
+    EXPECT_LE(err, 0.05 * scale) << "TP" << N;
+    if (N > 1) EXPECT_LE(err, 2.0 * tp1_err + 0.01 * scale) << "TP" << N;
+    EXPECT_GE(agree / rows, 0.9) << "TP" << N;
+  }
+}
+
+TEST_F(TpGpu, Tp1ThroughNcclWithGraphsEqualsTheSingleGpuModel) {
+  const auto dir = testing::test_data() / "tiny_real";
+  const model::ModelConfig cfg = model::load_model_config(dir);
+  const auto steps = scenario(static_cast<int>(cfg.vocab_size));
+  std::vector<std::vector<float>> plain;
+  {
+    backend::CudaBackend be(0);
+    auto m = model::load_model(dir.string(), model::LoadFormat::kSafetensors, be, false);
+    m->allocate_cache(64, 16, 4);
+    m->capture_decode_graphs({1, 2, 4}, 256, 4, 16);
+    for (const ForwardBatch& b : steps) plain.push_back(m->forward(b));
+  }
+  const ncclUniqueId id = dist::nccl_unique_id();
+  engine::TpExecutor ex(
+      1, [](int) { return std::make_unique<backend::CudaBackend>(0); },
+      [&](int, backend::Backend& be, dist::Communicator* comm) {
+        EXPECT_NE(comm, nullptr) << "TP 1 with a communicator factory must all-reduce through it";
+        return model::load_model(dir.string(), model::LoadFormat::kSafetensors, be, false, {},
+                                 comm);
+      },
+      std::chrono::minutes(5),
+      [&](int rank, backend::Backend& be) -> std::unique_ptr<dist::Communicator> {
+        return std::make_unique<dist::NcclCommunicator>(
+            id, 1, rank, 0, static_cast<backend::CudaBackend&>(be).stream());
+      });
+  ex.allocate_cache(64, 16, 4);
+  EXPECT_EQ(ex.capture_decode_graphs({1, 2, 4}, 256, 4, 16), (std::vector<int32_t>{1, 2, 4}));
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const std::vector<float> got = ex.execute(steps[s]);
+    ASSERT_EQ(got.size(), plain[s].size());
+    EXPECT_EQ(testing::max_abs_diff(got.data(), plain[s].data(), got.size()), 0.0f)
+        << "step " << s << " (the last is decode-only: a graph replay with an NCCL all-reduce)";
+  }
+}
+
+}  // namespace
+}  // namespace deltaserve
