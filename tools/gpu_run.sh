@@ -55,7 +55,7 @@ for stage in "$@"; do
       for c in 1 16 64; do
         n=$((c < 4 ? 4 : 2 * c))
         $BIN/deltaserve bench serve --port 8011 --num-prompts $n --input-len 1024 --output-len 256 \
-          --max-concurrency $c --vocab 200000 >>"$LOG/bench_serve.jsonl" 2>>"$LOG/bench_serve.err"
+          --max-concurrency $c --vocab 150000 >>"$LOG/bench_serve.jsonl" 2>>"$LOG/bench_serve.err"
       done
       kill -TERM $SP; wait $SP
       summary+=("serve rc=$? $(wc -l <"$LOG/bench_serve.jsonl") bench lines") ;;

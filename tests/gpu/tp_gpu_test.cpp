@@ -1,7 +1,8 @@
 // Tensor parallelism with GPU ranks on one H200 (label gpu): TP 1 through the NCCL path (the
 // executor's worker, NCCL all-reduces inside the model, decode graphs captured in lock-step) equals
 // the plain single-GPU model bit for bit; and the rank-local GPU kernels at TP2 / TP4 shapes (all
-// ranks on GPU 0, all-reduced through host memory — NCCL wants a GPU per rank) match the CPU.
+// ranks on GPU 0, all-reduced through host memory — NCCL wants a GPU per rank) against the f32 CPU
+// forward: their error may exceed GPU TP 1's only by the extra bf16 rounding of the all-reduces.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -104,7 +105,7 @@ TEST_F(TpGpu, RankLocalKernelsAtTp2AndTp4MatchCpu) {
     for (const ForwardBatch& b : steps) ref.push_back(m.forward(b));
   }
   const int64_t V = cfg.vocab_size;
-  double tp1_err = 0;
+  double tp1_err = 0, tp1_agree = 0;
   for (int N : {1, 2, 4}) {
     const auto got = run_gpu_tp(dir, N, steps);
     ASSERT_EQ(got.size(), ref.size());
@@ -123,12 +124,16 @@ TEST_F(TpGpu, RankLocalKernelsAtTp2AndTp4MatchCpu) {
     }
     std::printf("  GPU TP%d vs CPU f32: max|err| %.4f of max|logit| %.3f, argmax agreement %.4f\n",
                 N, err, scale, agree / rows);
-    if (N == 1) tp1_err = err;
-    // bf16 end to end: within 5% of the logit range, and (TP > 1) at most twice TP 1's error
-    // plus a bf16 step: the all-reduce of bf16 partials rounds once more per layer.
-    EXPECT_LE(err, 0.05 * scale) << "TP" << N;
-    if (N > 1) EXPECT_LE(err, 2.0 * tp1_err + 0.01 * scale) << "TP" << N;
-    EXPECT_GE(agree / rows, 0.9) << "TP" << N;
+    // The yardstick is GPU TP 1 (the single-GPU forward, gated against HF on the tiny and the
+    // 4B-shaped checkpoints): TP N may add one bf16 rounding of the partial sums per all-reduce.
+    if (N == 1) {
+      tp1_err = err;
+      tp1_agree = agree / rows;
+    } else {
+      EXPECT_LE(err, 1.25 * tp1_err + 0.01 * scale) << "TP" << N;
+      EXPECT_GE(agree / rows, tp1_agree - 0.01) << "TP" << N;
+    }
+    EXPECT_GE(agree / rows, 0.9) << "TP" << N;  // a wrong shard gives chance agreement
   }
 }
 
