@@ -1,3 +1,5 @@
+#include <mma.h>
+
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gdn.cuh"
 
@@ -253,10 +255,48 @@ __global__ void __launch_bounds__(kFastThreads)
     if (r < rows) S[(warp + kFastWarps * r) * 32 + lane] = st[r];
 }
 
+// ---- Tensor cores for the chunked delta rule: 16x16x8 TF32 WMMA in the "3xTF32" split (a = hi +
+// lo, both TF32; a.b ~ hi.hi + hi.lo + lo.hi), which keeps f32-level accuracy on tensor cores.
+namespace tc {
+using namespace nvcuda;
+using Acc = wmma::fragment<wmma::accumulator, 16, 16, 8, float>;
+template <class Layout>
+using A = wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, Layout>;
+template <class Layout>
+using B = wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, Layout>;
+
+template <class Frag>
+__device__ inline void split(const Frag& f, Frag& hi, Frag& lo) {
+#pragma unroll
+  for (int i = 0; i < f.num_elements; ++i) {
+    hi.x[i] = wmma::__float_to_tf32(f.x[i]);
+    lo.x[i] = wmma::__float_to_tf32(f.x[i] - hi.x[i]);
+  }
+}
+
+// acc += A (16 x 8k, at a, layout La, leading dim lda) . B (8k x 16, at b, Lb, ldb), k steps of 8
+// along the inner dimension (a_step / b_step: pointer advance per step).
+template <class La, class Lb>
+__device__ inline void mma(Acc& acc, const float* a, int lda, int a_step, const float* b, int ldb,
+                           int b_step, int steps) {
+  for (int k = 0; k < steps; ++k) {
+    A<La> fa, ah, al;
+    B<Lb> fb, bh, bl;
+    wmma::load_matrix_sync(fa, a + k * a_step, lda);
+    wmma::load_matrix_sync(fb, b + k * b_step, ldb);
+    split(fa, ah, al);
+    split(fb, bh, bl);
+    wmma::mma_sync(acc, al, bh, acc);
+    wmma::mma_sync(acc, ah, bl, acc);
+    wmma::mma_sync(acc, ah, bh, acc);
+  }
+}
+}  // namespace tc
+
 // ---- Chunked prefill (chunk 64, the WY form of the CPU backend and the spec) in two kernels.
 // Per (token, value head) the workspace holds, at 16-byte aligned offsets,
 // [U dv | W dk | P 64 | q dk | k dk | gamma] f32.
-constexpr int kChunk = 64, kChunkThreads = 256;
+constexpr int kChunk = 64, kChunkThreads = 256, kLdLP = kChunk + 4;
 
 struct WsLayout {
   int u, w, p, q, k, gam, per;
@@ -280,15 +320,16 @@ __global__ void __launch_bounds__(kChunkThreads)
                           const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ bg,
                           const float* __restrict__ A_log, const float* __restrict__ dt_bias,
                           GdnShape s, float* __restrict__ ws) {
-  extern __shared__ float sm[];
-  const int dk = s.dk, dv = s.dv, kp = dk + 1, vp = dv + 1;
-  float* Ks = sm;                // [64][dk + 1]
-  float* Qs = Ks + kChunk * kp;  // [64][dk + 1]
-  float* Vs = Qs + kChunk * kp;  // [64][dv + 1]
-  float* L = Vs + kChunk * vp;   // [64][65]
-  float* P = L + kChunk * 65;    // [64][65]
-  float* gam = P + kChunk * 65;  // [64]
-  float* beta = gam + kChunk;    // [64]
+  extern __shared__ __align__(128) float sm[];
+  // Rows padded to dk + 4 (WMMA wants a multiple of 4; lanes reading other rows hit other banks).
+  const int dk = s.dk, dv = s.dv, kp = dk + 4, vp = dv + 1;
+  float* Ks = sm;                  // [64][dk + 4]
+  float* Qs = Ks + kChunk * kp;    // [64][dk + 4]
+  float* L = Qs + kChunk * kp;     // [64][68]
+  float* P = L + kChunk * kLdLP;   // [64][68]
+  float* Vs = P + kChunk * kLdLP;  // [64][dv + 1]
+  float* gam = Vs + kChunk * vp;   // [64]
+  float* beta = gam + kChunk;      // [64]
   const int seq = blockIdx.x, chunk = blockIdx.y, h = blockIdx.z, kh = h / (s.nv / s.nk);
   const int t0 = chunk * kChunk, len = b.seq_len[seq];
   if (t0 >= len) return;
@@ -298,6 +339,11 @@ __global__ void __launch_bounds__(kChunkThreads)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, tid = threadIdx.x;
   constexpr int kW = kChunkThreads / 32;
   const float qscale = rsqrtf(static_cast<float>(dk));
+  for (int e = tid; e < kChunk * kp; e += kChunkThreads) {  // rows past n stay zero for the MMAs
+    Ks[e] = 0.0f;
+    Qs[e] = 0.0f;
+  }
+  __syncthreads();
   // Normalised q and k (to shared and the workspace), v, gates: warp per token.
   for (int i = warp; i < n; i += kW) {
     const __nv_bfloat16* row = y + static_cast<size_t>(begin + i) * C;
@@ -335,19 +381,25 @@ __global__ void __launch_bounds__(kChunkThreads)
   if (tid == 0)
     for (int i = 1; i < n; ++i) gam[i] += gam[i - 1];
   __syncthreads();
-  // L and P: warp per row i, lanes over j (j <= i).
-  for (int i = warp; i < n; i += kW)
-    for (int j = lane; j <= i; j += 32) {
-      float dqk = 0.0f, dkk = 0.0f;
-      for (int x = 0; x < dk; ++x) {
-        const float kj = Ks[j * kp + x];
-        dqk = fmaf(Qs[i * kp + x], kj, dqk);
-        dkk = fmaf(Ks[i * kp + x], kj, dkk);
-      }
-      const float dec = __expf(gam[i] - gam[j]);
-      P[i * 65 + j] = dqk * dec;
-      L[i * 65 + j] = j < i ? beta[i] * dkk * dec : 0.0f;
-    }
+  using namespace nvcuda;
+  // Q K^T -> P and K K^T -> L on tensor cores (4 x 4 tiles each; 4 tiles per warp), then the
+  // decay, beta and causal masks elementwise.
+  for (int t = warp; t < 32; t += kW) {
+    const int which = t / 16, ti = (t % 16) / 4, tj = t % 4;
+    tc::Acc acc;
+    wmma::fill_fragment(acc, 0.0f);
+    tc::mma<wmma::row_major, wmma::col_major>(acc, (which ? Ks : Qs) + 16 * ti * kp, kp, 8,
+                                              Ks + 16 * tj * kp, kp, 8, dk / 8);
+    wmma::store_matrix_sync((which ? L : P) + 16 * ti * kLdLP + 16 * tj, acc, kLdLP,
+                            wmma::mem_row_major);
+  }
+  __syncthreads();
+  for (int e = tid; e < kChunk * kChunk; e += kChunkThreads) {
+    const int i = e / kChunk, j = e % kChunk;
+    const float dec = (i < n && j <= i) ? __expf(gam[i] - gam[j]) : 0.0f;
+    P[i * kLdLP + j] *= dec;
+    L[i * kLdLP + j] = j < i ? L[i * kLdLP + j] * dec * beta[i] : 0.0f;
+  }
   __syncthreads();
   // Forward substitution, in place: column col of V (-> U) or of K (-> W) per thread.
   for (int col = tid; col < dv + dk; col += kChunkThreads) {
@@ -356,7 +408,7 @@ __global__ void __launch_bounds__(kChunkThreads)
     const int ld = is_u ? vp : kp;
     for (int i = 0; i < n; ++i) {
       float acc = X[i * ld] * beta[i] * (is_u ? 1.0f : __expf(gam[i]));
-      for (int j = 0; j < i; ++j) acc = fmaf(-L[i * 65 + j], X[j * ld], acc);
+      for (int j = 0; j < i; ++j) acc = fmaf(-L[i * kLdLP + j], X[j * ld], acc);
       X[i * ld] = acc;
     }
   }
@@ -365,85 +417,119 @@ __global__ void __launch_bounds__(kChunkThreads)
     float* wrow = ws + (static_cast<size_t>(begin + i) * s.nv + h) * lay.per;
     for (int x = lane; x < dv; x += 32) wrow[lay.u + x] = Vs[i * vp + x];
     for (int x = lane; x < dk; x += 32) wrow[lay.w + x] = Ks[i * kp + x];
-    for (int j = lane; j < kChunk; j += 32) wrow[lay.p + j] = j <= i ? P[i * 65 + j] : 0.0f;
+    for (int j = lane; j < kChunk; j += 32) wrow[lay.p + j] = P[i * kLdLP + j];
     if (lane == 0) wrow[lay.gam] = gam[i];
   }
 }
 
 // Kernel 2, block (sequence, value head, 16-column slice of the state): walks the chunks in order
-// with the state slice in shared memory: V' = U - W S; O = e^gam q S + P V'; S = e^gam_n S +
-// sum_j e^(gam_n - gam_j) k_j V'_j. Thread (group g of 16, column c): rows g, g + 16, ...
-constexpr int kSlice = 16, kGroups = kChunkThreads / kSlice;
+// with the state slice in shared memory, every product on tensor cores (3xTF32):
+// V' = U - W S; O = (e^gam q) S + P V'; S = e^gam_n S + (e^(gam_n - gam) k)^T V'.
+constexpr int kSlice = 16;
 
 __global__ void __launch_bounds__(kChunkThreads)
     gdn_chunk_state_kernel(BatchMeta b, const float* __restrict__ ws, float* __restrict__ state,
                            GdnShape s, __nv_bfloat16* __restrict__ out) {
-  extern __shared__ float sm[];
-  const int dk = s.dk, dv = s.dv, kp = dk + 4;  // rows stay 16-byte aligned
+  using namespace nvcuda;
+  extern __shared__ __align__(128) float sm2[];
+  const int dk = s.dk, dv = s.dv, kp = dk + 4;  // rows 16-byte aligned, a multiple of 4
   const WsLayout lay(s);
-  float* St = sm;                    // [dk][16]
-  float* X = St + dk * kSlice;       // [64][dk + 4]: W, then q, then k of the chunk
-  float* Vp = X + kChunk * kp;       // [64][16]
-  float* P = Vp + kChunk * kSlice;   // [64][64]
+  float* St = sm2;                   // [dk][16]
+  float* X = St + dk * kSlice;       // [64][dk + 4]: -W, then e^gam q, then e^(gam_n - gam) k
+  float* Vp = X + kChunk * kp;       // [64][16]: U, then V'
+  float* Ot = Vp + kChunk * kSlice;  // [64][16]
+  float* P = Ot + kChunk * kSlice;   // [64][64]
   float* gam = P + kChunk * kChunk;  // [64]
   float* dec = gam + kChunk;         // [64] e^(gam_n - gam_j)
   const int seq = blockIdx.x, h = blockIdx.y, col0 = blockIdx.z * kSlice;
-  const int tid = threadIdx.x, c = tid % kSlice, g = tid / kSlice;
-  const int col = col0 + c;
-  const bool has = col < dv;
+  const int tid = threadIdx.x, warp = tid / 32;
   float* S = state + (static_cast<size_t>(b.seq_slot[seq]) * s.nv + h) * dk * dv;
   const bool fresh = b.seq_start[seq] == 0;
-  for (int x = g; x < dk; x += kGroups)
-    St[x * kSlice + c] = (!fresh && has) ? S[x * dv + col] : 0.0f;
+  for (int e = tid; e < dk * kSlice; e += kChunkThreads) {
+    const int x = e / kSlice, col = col0 + e % kSlice;
+    St[e] = (!fresh && col < dv) ? S[x * dv + col] : 0.0f;
+  }
   const int len = b.seq_len[seq], base = b.seq_begin[seq];
   const int dk4 = dk / 4;
   for (int t0 = 0; t0 < len; t0 += kChunk) {
     const int n = min(kChunk, len - t0), begin = base + t0;
     auto wrow = [&](int i) { return ws + (static_cast<size_t>(begin + i) * s.nv + h) * lay.per; };
-    auto stage = [&](int off) {  // rows [0, n) of the workspace field at `off` into X
-      for (int e = tid; e < n * dk4; e += kChunkThreads) {
+    // Rows [0, n) of a workspace field times f(i) into X; rows past n zero.
+    auto stage = [&](int off, auto&& f) {
+      for (int e = tid; e < kChunk * dk4; e += kChunkThreads) {
         const int i = e / dk4, x4 = e % dk4;
-        *reinterpret_cast<float4*>(X + i * kp + 4 * x4) =
-            *reinterpret_cast<const float4*>(wrow(i) + off + 4 * x4);
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (i < n) {
+          v = *reinterpret_cast<const float4*>(wrow(i) + off + 4 * x4);
+          const float m = f(i);
+          v.x *= m;
+          v.y *= m;
+          v.z *= m;
+          v.w *= m;
+        }
+        *reinterpret_cast<float4*>(X + i * kp + 4 * x4) = v;
       }
     };
-    stage(lay.w);
-    for (int e = tid; e < n * (kChunk / 4); e += kChunkThreads) {
+    if (tid < kChunk) gam[tid] = tid < n ? wrow(tid)[lay.gam] : 0.0f;
+    for (int e = tid; e < kChunk * (kChunk / 4); e += kChunkThreads) {
       const int i = e / (kChunk / 4), j4 = e % (kChunk / 4);
-      *reinterpret_cast<float4*>(P + i * kChunk + 4 * j4) =
-          *reinterpret_cast<const float4*>(wrow(i) + lay.p + 4 * j4);
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (i < n) v = *reinterpret_cast<const float4*>(wrow(i) + lay.p + 4 * j4);
+      *reinterpret_cast<float4*>(P + i * kChunk + 4 * j4) = v;
     }
-    if (tid < n) gam[tid] = wrow(tid)[lay.gam];
-    __syncthreads();
-    if (tid < n) dec[tid] = __expf(gam[n - 1] - gam[tid]);
-    for (int i = g; i < n; i += kGroups) {
-      float acc = has ? wrow(i)[lay.u + col] : 0.0f;
-      for (int x = 0; x < dk; ++x) acc = fmaf(-X[i * kp + x], St[x * kSlice + c], acc);
-      Vp[i * kSlice + c] = acc;
+    for (int e = tid; e < kChunk * kSlice; e += kChunkThreads) {
+      const int i = e / kSlice, col = col0 + e % kSlice;
+      Vp[e] = (i < n && col < dv) ? wrow(i)[lay.u + col] : 0.0f;
     }
+    stage(lay.w, [](int) { return -1.0f; });
     __syncthreads();
-    stage(lay.q);
-    __syncthreads();
-    for (int i = g; i < n; i += kGroups) {
-      float qs = 0.0f;
-      for (int x = 0; x < dk; ++x) qs = fmaf(X[i * kp + x], St[x * kSlice + c], qs);
-      float o = __expf(gam[i]) * qs;
-      for (int j = 0; j <= i; ++j) o = fmaf(P[i * kChunk + j], Vp[j * kSlice + c], o);
-      if (has) out[(static_cast<size_t>(begin + i) * s.nv + h) * dv + col] = __float2bfloat16(o);
+    if (tid < kChunk) dec[tid] = tid < n ? __expf(gam[n - 1] - gam[tid]) : 0.0f;
+    // V' = U - W S: row tile per warp (4 tiles).
+    if (warp < kChunk / 16) {
+      tc::Acc acc;
+      wmma::load_matrix_sync(acc, Vp + 16 * warp * kSlice, kSlice, wmma::mem_row_major);
+      tc::mma<wmma::row_major, wmma::row_major>(acc, X + 16 * warp * kp, kp, 8, St, kSlice,
+                                                8 * kSlice, dk / 8);
+      wmma::store_matrix_sync(Vp + 16 * warp * kSlice, acc, kSlice, wmma::mem_row_major);
     }
     __syncthreads();
-    stage(lay.k);
+    stage(lay.q, [&](int i) { return __expf(gam[i]); });
     __syncthreads();
+    // O = (e^gam q) S + P V'.
+    if (warp < kChunk / 16) {
+      tc::Acc acc;
+      wmma::fill_fragment(acc, 0.0f);
+      tc::mma<wmma::row_major, wmma::row_major>(acc, X + 16 * warp * kp, kp, 8, St, kSlice,
+                                                8 * kSlice, dk / 8);
+      tc::mma<wmma::row_major, wmma::row_major>(acc, P + 16 * warp * kChunk, kChunk, 8, Vp, kSlice,
+                                                8 * kSlice, kChunk / 8);
+      wmma::store_matrix_sync(Ot + 16 * warp * kSlice, acc, kSlice, wmma::mem_row_major);
+    }
+    __syncthreads();
+    for (int e = tid; e < n * kSlice; e += kChunkThreads) {
+      const int i = e / kSlice, col = col0 + e % kSlice;
+      if (col < dv)
+        out[(static_cast<size_t>(begin + i) * s.nv + h) * dv + col] = __float2bfloat16(Ot[e]);
+    }
+    stage(lay.k, [&](int i) { return dec[i]; });
+    __syncthreads();
+    // S = e^gam_n S + K'^T V': a 16-row tile of S per warp.
     const float en = __expf(gam[n - 1]);
-    for (int x = g; x < dk; x += kGroups) {
-      float acc = St[x * kSlice + c] * en;
-      for (int j = 0; j < n; ++j) acc = fmaf(X[j * kp + x] * dec[j], Vp[j * kSlice + c], acc);
-      St[x * kSlice + c] = acc;
+    for (int t = warp; t < dk / 16; t += kChunkThreads / 32) {
+      tc::Acc acc;
+      wmma::load_matrix_sync(acc, St + 16 * t * kSlice, kSlice, wmma::mem_row_major);
+#pragma unroll
+      for (int i = 0; i < acc.num_elements; ++i) acc.x[i] *= en;
+      tc::mma<wmma::col_major, wmma::row_major>(acc, X + 16 * t, kp, 8 * kp, Vp, kSlice, 8 * kSlice,
+                                                kChunk / 8);
+      wmma::store_matrix_sync(St + 16 * t * kSlice, acc, kSlice, wmma::mem_row_major);
     }
     __syncthreads();
   }
-  if (has)
-    for (int x = g; x < dk; x += kGroups) S[x * dv + col] = St[x * kSlice + c];
+  for (int e = tid; e < dk * kSlice; e += kChunkThreads) {
+    const int x = e / kSlice, col = col0 + e % kSlice;
+    if (col < dv) S[x * dv + col] = St[e];
+  }
 }
 
 }  // namespace
@@ -468,13 +554,13 @@ void launch_gated_delta_rule(const BatchMeta& b, const __nv_bfloat16* y, const _
         b, y, a, bgate, A_log, dt_bias, state, s, out);
     return;
   }
-  if (ws != nullptr && b.num_tokens > b.num_seqs && s.dk <= 128 && s.dv <= 256 && s.dk % 4 == 0 &&
+  if (ws != nullptr && b.num_tokens > b.num_seqs && s.dk <= 128 && s.dv <= 256 && s.dk % 16 == 0 &&
       s.dv % 4 == 0) {
-    const size_t smem1 =
-        (static_cast<size_t>(kChunk) * (2 * (s.dk + 1) + s.dv + 1) + 2 * kChunk * 65 + 2 * kChunk) *
-        sizeof(float);
+    const size_t smem1 = (static_cast<size_t>(kChunk) * (2 * (s.dk + 4) + s.dv + 1) +
+                          2 * kChunk * kLdLP + 2 * kChunk) *
+                         sizeof(float);
     const size_t smem2 = (static_cast<size_t>(s.dk) * kSlice + kChunk * (s.dk + 4) +
-                          kChunk * kSlice + kChunk * kChunk + 2 * kChunk) *
+                          2 * kChunk * kSlice + kChunk * kChunk + 2 * kChunk) *
                          sizeof(float);
     cudaFuncSetAttribute(gdn_chunk_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(smem1));
