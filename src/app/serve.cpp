@@ -108,9 +108,10 @@ int cmd_serve(const std::vector<std::string>& argv) {
                              mc.num_kv_heads * mc.head_dim * ecfg.page_size * act;
   const int64_t per_request = (ecfg.max_model_len + ecfg.page_size - 1) / ecfg.page_size;
   size_t free_b = 0, total_b = 0;
-  if (rt.be && rt.be->memory_info(free_b, total_b)) {
-    // GPU memory plan: weights are loaded; then GDN state slots and step scratch; the rest of
-    // --gpu-memory-utilization x total becomes KV pages. Fail closed if one request cannot fit.
+  if (rt.exec->memory_info(free_b, total_b)) {
+    // GPU memory plan (per rank, from the rank with the least free memory; all ranks hold the
+    // same rank-local shapes): weights are loaded; then GDN state slots and step scratch; the rest
+    // of --gpu-memory-utilization x total becomes KV pages. Fail closed if one request cannot fit.
     const double gib = 1 << 30;
     const int64_t slot_bytes = mc.num_layers_of(model::LayerType::kLinearAttention) *
                                (mc.lin_num_v_heads * mc.lin_k_dim * mc.lin_v_dim * 4 +

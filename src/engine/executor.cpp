@@ -1,5 +1,8 @@
 #include "engine/executor.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "core/error.h"
 
 namespace deltaserve::engine {
@@ -125,6 +128,21 @@ std::vector<backend::Sampled> TpExecutor::execute_sample(
       w.model->compute(batch);  // the same collectives; its logits are not needed
   });
   return std::move(sampled_);
+}
+
+bool TpExecutor::memory_info(size_t& free_bytes, size_t& total_bytes) {
+  std::mutex mu;
+  bool limited = false;
+  free_bytes = total_bytes = SIZE_MAX;
+  run_on_all([&](Worker& w) {
+    size_t f = 0, t = 0;
+    if (!w.be->memory_info(f, t)) return;
+    std::lock_guard<std::mutex> lock(mu);
+    limited = true;
+    free_bytes = std::min(free_bytes, f);
+    total_bytes = std::min(total_bytes, t);
+  });
+  return limited;
 }
 
 std::vector<int32_t> TpExecutor::capture_decode_graphs(const std::vector<int32_t>& buckets,

@@ -39,6 +39,9 @@ class Executor {
   virtual std::vector<int32_t> capture_decode_graphs(const std::vector<int32_t>& buckets,
                                                      int64_t max_tokens, int32_t max_seqs,
                                                      int32_t max_pages_per_seq) = 0;
+  // Free and total device memory: the minimum over ranks; false where the backends have no such
+  // limit (CPU).
+  virtual bool memory_info(size_t& free_bytes, size_t& total_bytes) = 0;
 };
 
 class LocalExecutor final : public Executor {
@@ -61,6 +64,9 @@ class LocalExecutor final : public Executor {
                                              int32_t max_pages_per_seq) override {
     m_.capture_decode_graphs(buckets, max_tokens, max_seqs, max_pages_per_seq);
     return m_.graph_buckets();
+  }
+  bool memory_info(size_t& free_bytes, size_t& total_bytes) override {
+    return m_.backend().memory_info(free_bytes, total_bytes);
   }
 
  private:
@@ -96,6 +102,7 @@ class TpExecutor final : public Executor {
   std::vector<int32_t> capture_decode_graphs(const std::vector<int32_t>& buckets,
                                              int64_t max_tokens, int32_t max_seqs,
                                              int32_t max_pages_per_seq) override;
+  bool memory_info(size_t& free_bytes, size_t& total_bytes) override;
 
  private:
   struct Worker {

@@ -59,6 +59,7 @@ class Qwen35Model {
 
   const ModelConfig& config() const { return cfg_; }
   const ModelWeights& weights() const { return w_; }
+  backend::Backend& backend() const { return be_; }
   int32_t page_size() const { return page_size_; }
   int32_t num_pages() const { return num_pages_; }
   int32_t num_slots() const { return num_slots_; }
