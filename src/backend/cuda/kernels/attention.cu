@@ -214,22 +214,28 @@ __global__ void attn_combine_kernel(BatchMeta b, AttnShape s, int splits, int mi
 }
 
 // ---- Prefill: tensor-core (WMMA bf16, f32 accumulate) causal flash attention over the paged
-// KV. Block (64-query tile, sequence, query head), 4 warps of 16 query rows; key/value tiles of 64
-// go through shared memory; S = Q K^T and O += P V on tensor cores, the online softmax in f32.
+// KV. Block (64-query tile, sequence, query head), 4 warps of 16 query rows (two blocks per SM);
+// the warp's Q rows and its output accumulators stay in registers, key/value tiles of 64 go
+// through shared memory; S = Q K^T and O += P V on tensor cores, the online softmax in f32.
 constexpr int kTile = 64, kTcWarps = 4;
 
 template <int HD>
 struct TcLayout {
-  static constexpr int ldh = HD + 8;     // bf16 rows of Q, K, V
+  static constexpr int ldh = HD + 8;     // bf16 rows of K, V (and Q while it is loaded)
   static constexpr int lds = kTile + 4;  // f32 scores
   static constexpr int ldp = kTile + 8;  // bf16 probabilities
-  static constexpr int ldo = HD + 4;     // f32 output accumulators
   static constexpr size_t bytes =
-      3 * kTile * ldh * 2 + kTile * lds * 4 + kTile * ldp * 2 + kTile * ldo * 4 + kTile * 4;
+      2 * kTile * ldh * 2 + kTile * lds * 4 + kTile * ldp * 2 + kTile * 4;
 };
 
+// Row of element i of a 16x16 f32 WMMA accumulator held by `lane` (sm_80+: the fragment is two
+// m16n8 MMA accumulators — x[0..3] columns 0-7, x[4..7] columns 8-15; pairs of rows lane / 4 and
+// lane / 4 + 8). The ops test's prefill cases check every element through the output.
+__device__ inline int acc_row(int lane, int i) { return (lane >> 2) + 8 * ((i >> 1) & 1); }
+__device__ inline int acc_col(int lane, int i) { return 2 * (lane & 3) + (i & 1) + 8 * (i >> 2); }
+
 template <int HD>
-__global__ void __launch_bounds__(32 * kTcWarps)
+__global__ void __launch_bounds__(32 * kTcWarps, 2)
     attn_prefill_tc_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ q,
                            const __nv_bfloat16* __restrict__ gate,
                            const __nv_bfloat16* __restrict__ kc,
@@ -237,14 +243,13 @@ __global__ void __launch_bounds__(32 * kTcWarps)
                            __nv_bfloat16* __restrict__ out) {
   using namespace nvcuda;
   using Lay = TcLayout<HD>;
+  constexpr int ND = HD / 16;
   extern __shared__ __align__(128) unsigned char smem[];
-  __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smem);
-  __nv_bfloat16* Ks = Qs + kTile * Lay::ldh;
+  __nv_bfloat16* Ks = reinterpret_cast<__nv_bfloat16*>(smem);
   __nv_bfloat16* Vs = Ks + kTile * Lay::ldh;
   float* Ss = reinterpret_cast<float*>(Vs + kTile * Lay::ldh);
   __nv_bfloat16* Ps = reinterpret_cast<__nv_bfloat16*>(Ss + kTile * Lay::lds);
-  float* Os = reinterpret_cast<float*>(Ps + kTile * Lay::ldp);
-  float* corr = Os + kTile * Lay::ldo;
+  float* corr = reinterpret_cast<float*>(Ps + kTile * Lay::ldp);
   const int tile = blockIdx.x, seq = blockIdx.y, h = blockIdx.z;
   const int n = b.seq_len[seq];
   if (n < min_len || tile * kTile >= n) return;
@@ -253,15 +258,23 @@ __global__ void __launch_bounds__(32 * kTcWarps)
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int* pages = b.pages + b.seq_page_off[seq];
   constexpr int kVec = HD / 8;  // 16-byte vectors per row
+  // The Q tile through shared memory (rows past the sequence zero) into this warp's fragments.
   for (int e = tid; e < kTile * kVec; e += 32 * kTcWarps) {
     const int r = e / kVec, c = e % kVec;
     uint4 v = make_uint4(0, 0, 0, 0);
     if (r < rows)
       v = *reinterpret_cast<const uint4*>(
           q + (static_cast<size_t>(begin + q0 + r) * s.nh + h) * HD + c * 8);
-    *reinterpret_cast<uint4*>(Qs + r * Lay::ldh + c * 8) = v;
+    *reinterpret_cast<uint4*>(Ks + r * Lay::ldh + c * 8) = v;
   }
-  for (int e = tid; e < kTile * HD; e += 32 * kTcWarps) Os[(e / HD) * Lay::ldo + e % HD] = 0.0f;
+  __syncthreads();
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> qf[ND];
+#pragma unroll
+  for (int kk = 0; kk < ND; ++kk)
+    wmma::load_matrix_sync(qf[kk], Ks + 16 * warp * Lay::ldh + kk * 16, Lay::ldh);
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> of[ND];
+#pragma unroll
+  for (int d = 0; d < ND; ++d) wmma::fill_fragment(of[d], 0.0f);
   // Softmax state of row (16 warp + lane / 2), kept by both lanes of the row.
   const int my_row = 16 * warp + lane / 2, half = lane % 2;
   const int qpos = start + q0 + my_row;
@@ -269,7 +282,7 @@ __global__ void __launch_bounds__(32 * kTcWarps)
   const float scale = rsqrtf(static_cast<float>(HD));
   const int last_key = start + q0 + rows - 1;
   for (int k0 = 0; k0 <= last_key; k0 += kTile) {
-    __syncthreads();  // the previous tile's K / V are no longer read
+    __syncthreads();  // Q (first tile) / the previous K and V are no longer read
     for (int e = tid; e < kTile * kVec; e += 32 * kTcWarps) {
       const int r = e / kVec, c = e % kVec, p = k0 + r;
       uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
@@ -285,15 +298,15 @@ __global__ void __launch_bounds__(32 * kTcWarps)
     }
     __syncthreads();
     // S[16 warp .., 0..64) = Q K^T.
+#pragma unroll
     for (int j = 0; j < kTile / 16; ++j) {
       wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
       wmma::fill_fragment(acc, 0.0f);
-      for (int kk = 0; kk < HD / 16; ++kk) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+#pragma unroll
+      for (int kk = 0; kk < ND; ++kk) {
         wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
-        wmma::load_matrix_sync(fa, Qs + 16 * warp * Lay::ldh + kk * 16, Lay::ldh);
         wmma::load_matrix_sync(fb, Ks + 16 * j * Lay::ldh + kk * 16, Lay::ldh);
-        wmma::mma_sync(acc, fa, fb, acc);
+        wmma::mma_sync(acc, qf[kk], fb, acc);
       }
       wmma::store_matrix_sync(Ss + 16 * warp * Lay::lds + 16 * j, acc, Lay::lds,
                               wmma::mem_row_major);
@@ -323,37 +336,37 @@ __global__ void __launch_bounds__(32 * kTcWarps)
     m = m_new;
     if (half == 0) corr[my_row] = cf;
     __syncwarp();
-    for (int e = lane; e < 16 * HD; e += 32) {
-      const int r = 16 * warp + e / HD;
-      Os[r * Lay::ldo + e % HD] *= corr[r];
-    }
-    __syncwarp();
-    // O[16 warp .., :] += P V.
-    for (int d = 0; d < HD / 16; ++d) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::load_matrix_sync(acc, Os + 16 * warp * Lay::ldo + 16 * d, Lay::ldo,
-                             wmma::mem_row_major);
+    // O = corr * O + P V, O in registers.
+#pragma unroll
+    for (int d = 0; d < ND; ++d)
+#pragma unroll
+      for (int i = 0; i < of[d].num_elements; ++i) of[d].x[i] *= corr[16 * warp + acc_row(lane, i)];
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> pf[kTile / 16];
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk)
+      wmma::load_matrix_sync(pf[kk], Ps + 16 * warp * Lay::ldp + 16 * kk, Lay::ldp);
+#pragma unroll
+    for (int d = 0; d < ND; ++d)
+#pragma unroll
       for (int kk = 0; kk < kTile / 16; ++kk) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
         wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
-        wmma::load_matrix_sync(fa, Ps + 16 * warp * Lay::ldp + 16 * kk, Lay::ldp);
         wmma::load_matrix_sync(fb, Vs + 16 * kk * Lay::ldh + 16 * d, Lay::ldh);
-        wmma::mma_sync(acc, fa, fb, acc);
+        wmma::mma_sync(of[d], pf[kk], fb, of[d]);
       }
-      wmma::store_matrix_sync(Os + 16 * warp * Lay::ldo + 16 * d, acc, Lay::ldo,
-                              wmma::mem_row_major);
-    }
   }
   __syncwarp();
   if (half == 0) corr[my_row] = 1.0f / l;
   __syncwarp();
-  for (int e = lane; e < 16 * HD; e += 32) {
-    const int r = 16 * warp + e / HD, d = e % HD;
-    if (r >= rows) continue;
-    const size_t idx = (static_cast<size_t>(begin + q0 + r) * s.nh + h) * HD + d;
-    out[idx] = __float2bfloat16(Os[r * Lay::ldo + d] * corr[r] /
-                                (1.0f + __expf(-__bfloat162float(gate[idx]))));
-  }
+#pragma unroll
+  for (int d = 0; d < ND; ++d)
+#pragma unroll
+    for (int i = 0; i < of[d].num_elements; ++i) {
+      const int r = 16 * warp + acc_row(lane, i), c = 16 * d + acc_col(lane, i);
+      if (r >= rows) continue;
+      const size_t idx = (static_cast<size_t>(begin + q0 + r) * s.nh + h) * HD + c;
+      out[idx] =
+          __float2bfloat16(of[d].x[i] * corr[r] / (1.0f + __expf(-__bfloat162float(gate[idx]))));
+    }
 }
 
 template <int HD>
