@@ -1,9 +1,8 @@
 // CudaBackend: the Backend on one NVIDIA GPU (sm_90a). bf16 weights (f32 vectors: norms, A_log,
 // dt_bias) and activations with f32 accumulation; every op is a stream-ordered launch.
-// NOTE: in progress (the CUDA backend issue): every op of the forward exists; attention and the
-// Gated DeltaNet use straightforward kernels (one block per token/head, token-by-token delta
-// rule); the tuned split-KV decode, tensor-core prefill, chunked delta rule, GPU sampling and CUDA
-// graphs come next.
+// Decode-size projections run the GEMV kernel, larger ones cuBLASLt; decode rows take split-KV
+// attention and the recurrent delta rule, prefill sequences tensor-core attention and the chunked
+// delta rule; sampling runs on the GPU; decode steps can be captured as CUDA graphs.
 #pragma once
 
 #include <cuda_runtime.h>
