@@ -1,15 +1,15 @@
 // gpu_bench: model-level timings on one CUDA GPU for the benchmark table of bench/results/:
 // decode step time at batch sizes B (every sequence at context C; eager and CUDA-graphed; greedy
-// sampling on the GPU included) and prefill throughput for prompts of N tokens (one step each), next
-// to the memory-bandwidth floor of a decode step and the tensor-core peak. With --profile, a
+// sampling on the GPU included) and prefill throughput for prompts of N tokens (one step each),
+// next to the memory-bandwidth floor of a decode step and the tensor-core peak. With --profile, a
 // per-op breakdown (CUDA events) of one eager decode step per B and of each prefill follows.
 // Usage: gpu_bench --model DIR [--batches 1,16,64,256] [--context 1024]
 //                  [--prefill 512,2048,8192] [--iters 30] [--profile] [--gemv]
 // --gemv adds a table of the 4B shapes' decode projections (T = 1): our GEMV vs cuBLASLt, each over
 // weight copies larger than L2, in us per call and GB/s.
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -50,8 +50,7 @@ constexpr double kBandwidth = 4.25e12, kPeakFlops = 768e12;
 int main(int argc, char** argv) {
   try {
     std::vector<std::string> args(argv + 1, argv + argc);
-    ds::app::Args a(args, "gpu_bench",
-                    {"model", "batches", "context", "prefill", "iters"},
+    ds::app::Args a(args, "gpu_bench", {"model", "batches", "context", "prefill", "iters"},
                     {"profile", "gemv"});
     const std::vector<int32_t> batches = parse_list(a.get("batches", "1,16,64,256"));
     const std::vector<int32_t> prefills = parse_list(a.get("prefill", "512,2048,8192"));
@@ -76,16 +75,18 @@ int main(int argc, char** argv) {
     const int64_t embed_bytes = c.vocab_size * c.hidden_size * 2;
     const double weight_bytes =
         static_cast<double>(m->weights().total_bytes - (c.tie_word_embeddings ? 0 : embed_bytes));
-    const double state_bytes = static_cast<double>(
-        c.num_layers_of(ds::model::LayerType::kLinearAttention) *
-        (c.lin_num_v_heads * c.lin_k_dim * c.lin_v_dim * 4 * 2 +
-         c.conv_dim() * (c.conv_kernel - 1) * 2 * 2));
-    const double kv_bytes_per_token = static_cast<double>(
-        c.num_layers_of(ds::model::LayerType::kFullAttention) * 2 * c.num_kv_heads * c.head_dim * 2);
+    const double state_bytes =
+        static_cast<double>(c.num_layers_of(ds::model::LayerType::kLinearAttention) *
+                            (c.lin_num_v_heads * c.lin_k_dim * c.lin_v_dim * 4 * 2 +
+                             c.conv_dim() * (c.conv_kernel - 1) * 2 * 2));
+    const double kv_bytes_per_token =
+        static_cast<double>(c.num_layers_of(ds::model::LayerType::kFullAttention) * 2 *
+                            c.num_kv_heads * c.head_dim * 2);
 
-    std::printf("\n| decode B | ctx | eager ms/step | graphed ms/step | tok/s (graphed) | floor ms "
-                "(weights) | floor ms (all bytes) | graphed / weights floor |\n|---|---|---|---|"
-                "---|---|---|---|\n");
+    std::printf(
+        "\n| decode B | ctx | eager ms/step | graphed ms/step | tok/s (graphed) | floor ms "
+        "(weights) | floor ms (all bytes) | graphed / weights floor |\n|---|---|---|---|"
+        "---|---|---|---|\n");
     std::vector<std::string> reports;
     for (const int32_t B : batches) {
       ds::model::ForwardBatch fb;
@@ -121,8 +122,8 @@ int main(int argc, char** argv) {
         be.set_profiling(true);
         be.profile_report(true);
         run(true, 5);
-        reports.push_back("eager decode step, B=" + std::to_string(B) + " (8 steps incl. warm-up)\n" +
-                          be.profile_report(true));
+        reports.push_back("eager decode step, B=" + std::to_string(B) +
+                          " (8 steps incl. warm-up)\n" + be.profile_report(true));
         be.set_profiling(false);
       }
     }
@@ -130,15 +131,16 @@ int main(int argc, char** argv) {
     // Linear-layer FLOPs per token (lm_head only for the one sampled row).
     double linear_params = 0;
     for (const auto& l : m->weights().layers) {
-      for (const ds::Tensor* t : {&l.gate_proj, &l.up_proj, &l.down_proj, &l.attn.q_proj,
-                                  &l.attn.k_proj, &l.attn.v_proj, &l.attn.o_proj,
-                                  &l.gdn.in_proj_qkv, &l.gdn.in_proj_z, &l.gdn.in_proj_a,
-                                  &l.gdn.in_proj_b, &l.gdn.out_proj})
+      for (const ds::Tensor* t :
+           {&l.gate_proj, &l.up_proj, &l.down_proj, &l.attn.q_proj, &l.attn.k_proj, &l.attn.v_proj,
+            &l.attn.o_proj, &l.gdn.in_proj_qkv, &l.gdn.in_proj_z, &l.gdn.in_proj_a,
+            &l.gdn.in_proj_b, &l.gdn.out_proj})
         if (!t->empty()) linear_params += static_cast<double>(t->numel());
     }
-    std::printf("\n| prefill N | ms | tok/s | linear+attention TFLOP/s | share of %.0f TFLOP/s |\n"
-                "|---|---|---|---|---|\n",
-                kPeakFlops / 1e12);
+    std::printf(
+        "\n| prefill N | ms | tok/s | linear+attention TFLOP/s | share of %.0f TFLOP/s |\n"
+        "|---|---|---|---|---|\n",
+        kPeakFlops / 1e12);
     m->set_eager(true);
     for (const int32_t N : prefills) {
       ds::model::ForwardBatch fb;
@@ -180,18 +182,23 @@ int main(int argc, char** argv) {
     if (a.has("gemv")) {
       // Decode projections of one token: ours (GEMV) and cuBLASLt on the same weights.
       const int64_t H = c.hidden_size, I = c.intermediate_size;
-      const std::vector<std::pair<int64_t, int64_t>> shapes{
-          {2 * c.num_heads * c.head_dim, H}, {c.num_kv_heads * c.head_dim, H},
-          {H, c.num_heads * c.head_dim},     {c.conv_dim(), H},
-          {c.value_dim(), H},                {c.lin_num_v_heads, H},
-          {H, c.value_dim()},                {I, H},
-          {H, I},                            {c.vocab_size, H}};
+      const std::vector<std::pair<int64_t, int64_t>> shapes{{2 * c.num_heads * c.head_dim, H},
+                                                            {c.num_kv_heads * c.head_dim, H},
+                                                            {H, c.num_heads * c.head_dim},
+                                                            {c.conv_dim(), H},
+                                                            {c.value_dim(), H},
+                                                            {c.lin_num_v_heads, H},
+                                                            {H, c.value_dim()},
+                                                            {I, H},
+                                                            {H, I},
+                                                            {c.vocab_size, H}};
       ds::cuda::CublasLtLinear lt;
       cudaEvent_t e0, e1;
       cudaEventCreate(&e0);
       cudaEventCreate(&e1);
-      std::printf("\n| N x K (T=1) | MB | GEMV us | GEMV GB/s | cuBLASLt us | cuBLASLt GB/s |\n"
-                  "|---|---|---|---|---|---|\n");
+      std::printf(
+          "\n| N x K (T=1) | MB | GEMV us | GEMV GB/s | cuBLASLt us | cuBLASLt GB/s |\n"
+          "|---|---|---|---|---|---|\n");
       for (const auto& [N, K] : shapes) {
         const double bytes = static_cast<double>(N * K * 2);
         const int copies = static_cast<int>(std::max(1.0, std::ceil(256e6 / bytes)));

@@ -67,9 +67,9 @@ std::vector<std::pair<int32_t, double>> kept_distribution(std::span<const float>
   std::vector<float> x = penalized(logits, vocab, p);
   for (float& v : x) v /= p.temperature;
   // Every cut is a threshold on the value, so tokens tied with the last one kept are kept too
-  // (as vLLM's masks do): top-k keeps x >= the k-th largest value; top-p then the tokens down to the
-  // one at which the running mass (largest first, of the top-k set) reaches top_p; min-p
-  // x >= max + ln(min_p).
+  // (as vLLM's masks do): top-k keeps x >= the k-th largest value; top-p then the tokens down to
+  // the one at which the running mass (largest first, of the top-k set) reaches top_p; min-p x >=
+  // max + ln(min_p).
   const float mx = *std::max_element(x.begin(), x.end());
   float t = -std::numeric_limits<float>::infinity();
   if (p.top_k > 0 && p.top_k < vocab) {

@@ -128,7 +128,7 @@ class TpExecutor final : public Executor {
   uint64_t task_gen_ = 0;
   int done_ = 0;
   bool stop_ = false;
-  std::string error_;  // first failure; non-empty = poisoned
+  std::string error_;   // first failure; non-empty = poisoned
   std::mutex comm_mu_;  // guards the communicators against abort during their creation
   bool aborted_ = false;
   std::vector<float> logits_;

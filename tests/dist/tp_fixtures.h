@@ -2,13 +2,17 @@
 // and a step scenario (prefills, a mixed step, decode rows) over three sequences.
 #pragma once
 
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "dist/communicator.h"
 #include "model/config.h"
 #include "model/qwen35.h"
 #include "model/safetensors.h"
@@ -74,6 +78,28 @@ inline std::vector<model::ForwardBatch> scenario(int vocab) {
     steps.push_back(b);
   }
   return steps;
+}
+
+// Runs rank(r, group) on N threads of an in-process group; the first exception poisons the group
+// (releasing ranks waiting in a collective) and is rethrown after every thread joined.
+template <class RankFn>
+void run_ranks(int N, RankFn&& rank) {
+  dist::LocalGroup g(N);
+  std::vector<std::thread> ts;
+  std::exception_ptr err;
+  std::mutex mu;
+  for (int r = 0; r < N; ++r)
+    ts.emplace_back([&, r] {
+      try {
+        rank(r, g);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!err) err = std::current_exception();
+        g.poison("rank failed");
+      }
+    });
+  for (auto& t : ts) t.join();
+  if (err) std::rethrow_exception(err);
 }
 
 }  // namespace deltaserve

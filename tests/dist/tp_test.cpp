@@ -84,44 +84,30 @@ std::vector<std::vector<float>> run_tp(const std::filesystem::path& dir, int N,
                                        int64_t* gdn_weight_bytes = nullptr) {
   const model::ModelConfig cfg = model::load_model_config(dir);
   const model::Checkpoint ckpt(dir);
-  dist::LocalGroup g(N);
   std::vector<std::vector<float>> out;
-  std::vector<std::thread> ts;
-  std::exception_ptr err;
-  std::mutex mu;
-  for (int r = 0; r < N; ++r)
-    ts.emplace_back([&, r] {
-      try {
-        backend::CpuBackend be;
-        auto comm = g.communicator(r);
-        model::ModelWeights w = model::load_weights(ckpt, cfg, be, {}, {N, r});
-        if (r == 0 && gdn_weight_bytes) {
-          *gdn_weight_bytes = 0;
-          for (const auto& l : w.layers)
-            if (l.type == model::LayerType::kLinearAttention)
-              for (const Tensor* t :
-                   {&l.gdn.in_proj_qkv, &l.gdn.in_proj_z, &l.gdn.in_proj_b, &l.gdn.in_proj_a,
-                    &l.gdn.conv1d, &l.gdn.dt_bias, &l.gdn.A_log, &l.gdn.out_proj})
-                *gdn_weight_bytes += static_cast<int64_t>(t->nbytes());
-        }
-        model::Qwen35Model m(N > 1 ? model::rank_local_config(cfg, N) : cfg, be, std::move(w),
-                             N > 1 ? comm.get() : nullptr);
-        m.allocate_cache(64, 16, 4);
-        for (const ForwardBatch& b : steps) {
-          std::vector<float> l = m.forward(b);
-          if (r == 0) out.push_back(std::move(l));
-        }
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mu);
-        err = std::current_exception();
-        g.poison("rank failed");
-      }
-    });
-  for (auto& t : ts) t.join();
-  if (err) std::rethrow_exception(err);
+  run_ranks(N, [&](int r, dist::LocalGroup& g) {
+    backend::CpuBackend be;
+    auto comm = g.communicator(r);
+    model::ModelWeights w = model::load_weights(ckpt, cfg, be, {}, {N, r});
+    if (r == 0 && gdn_weight_bytes) {
+      *gdn_weight_bytes = 0;
+      for (const auto& l : w.layers)
+        if (l.type == model::LayerType::kLinearAttention)
+          for (const Tensor* t :
+               {&l.gdn.in_proj_qkv, &l.gdn.in_proj_z, &l.gdn.in_proj_b, &l.gdn.in_proj_a,
+                &l.gdn.conv1d, &l.gdn.dt_bias, &l.gdn.A_log, &l.gdn.out_proj})
+            *gdn_weight_bytes += static_cast<int64_t>(t->nbytes());
+    }
+    model::Qwen35Model m(N > 1 ? model::rank_local_config(cfg, N) : cfg, be, std::move(w),
+                         N > 1 ? comm.get() : nullptr);
+    m.allocate_cache(64, 16, 4);
+    for (const ForwardBatch& b : steps) {
+      std::vector<float> l = m.forward(b);
+      if (r == 0) out.push_back(std::move(l));
+    }
+  });
   return out;
 }
-
 
 void expect_same_logits(const std::vector<std::vector<float>>& a,
                         const std::vector<std::vector<float>>& b, const std::string& label) {

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "backend/cuda/cuda_backend.h"
+#include "gpu_test_util.h"
 #include "model/qwen35.h"
 #include "model/safetensors.h"
 #include "test_util.h"
@@ -20,17 +21,8 @@ namespace {
 
 using deltaserve::testing::test_data;
 
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-template <class T>
-std::vector<T> read(const TensorInfo& t) {
-  std::vector<T> v(static_cast<size_t>(t.numel()));
-  std::memcpy(v.data(), t.data, t.nbytes);
-  return v;
-}
+using deltaserve::testing::have_gpu;
+using deltaserve::testing::read_tensor;
 
 struct Deviation {
   float err = 0, scale = 0;
@@ -92,22 +84,23 @@ TEST_P(CudaModel, MatchesHfGoldens) {
   Totals tot;
   for (int i = 0; t.count("prompt." + std::to_string(i) + ".ids"); ++i) {
     const std::string p = "prompt." + std::to_string(i);
-    const auto ids = read<int32_t>(t.at(p + ".ids"));
+    const auto ids = read_tensor<int32_t>(t.at(p + ".ids"));
     ForwardBatch b;
     b.token_ids = ids;
     backend::SeqDesc s{0, static_cast<int32_t>(ids.size()), 0, 1, {}};
     for (int32_t q = 0; q * 16 < static_cast<int32_t>(ids.size()); ++q) s.pages.push_back(255 - q);
     b.seqs.push_back(s);
     for (int32_t r = 0; r < static_cast<int32_t>(ids.size()); ++r) b.logits_rows.push_back(r);
-    compare(m.forward(b), read<float>(t.at(p + ".logits")), read<float>(tb.at(p + ".logits")),
-            cfg.vocab_size, GetParam() + " prefill T=" + std::to_string(ids.size()), tot);
+    compare(m.forward(b), read_tensor<float>(t.at(p + ".logits")),
+            read_tensor<float>(tb.at(p + ".logits")), cfg.vocab_size,
+            GetParam() + " prefill T=" + std::to_string(ids.size()), tot);
   }
   // Teacher-forced decode after a prefill: eagerly, then through the decode graphs (which must
   // give the same bits: every kernel computes a row the same way whatever the batch size).
   auto decode_all = [&](int j, int32_t& P) {
     const std::string p = "decode." + std::to_string(j);
-    const auto ids = read<int32_t>(t.at(p + ".ids"));
-    P = read<int32_t>(t.at(p + ".prefill_len"))[0];
+    const auto ids = read_tensor<int32_t>(t.at(p + ".ids"));
+    P = read_tensor<int32_t>(t.at(p + ".prefill_len"))[0];
     std::vector<float> ours;
     for (int32_t start = 0; start < static_cast<int32_t>(ids.size());) {
       const int32_t n = start == 0 ? P : 1;
@@ -128,8 +121,9 @@ TEST_P(CudaModel, MatchesHfGoldens) {
     int32_t P = 0;
     eager.push_back(decode_all(j, P));
     const std::string p = "decode." + std::to_string(j);
-    compare(eager.back(), read<float>(t.at(p + ".logits")), read<float>(tb.at(p + ".logits")),
-            cfg.vocab_size, GetParam() + " decode after P=" + std::to_string(P), tot);
+    compare(eager.back(), read_tensor<float>(t.at(p + ".logits")),
+            read_tensor<float>(tb.at(p + ".logits")), cfg.vocab_size,
+            GetParam() + " decode after P=" + std::to_string(P), tot);
   }
   m.capture_decode_graphs({1, 2, 4}, 2048, 4, 128);
   ASSERT_EQ(m.graph_buckets(), (std::vector<int32_t>{1, 2, 4}));

@@ -7,15 +7,13 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
+#include "gpu_test_util.h"
 #include "test_util.h"
 
 namespace deltaserve::backend {
 namespace {
 
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
+using deltaserve::testing::have_gpu;
 
 class CudaOps : public ::testing::Test {
  protected:

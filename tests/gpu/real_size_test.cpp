@@ -17,6 +17,7 @@
 #include <filesystem>
 
 #include "backend/cuda/cuda_backend.h"
+#include "gpu_test_util.h"
 #include "model/loader.h"
 #include "model/safetensors.h"
 #include "test_util.h"
@@ -24,17 +25,8 @@
 namespace deltaserve::model {
 namespace {
 
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-template <class T>
-std::vector<T> read(const TensorInfo& t) {
-  std::vector<T> v(static_cast<size_t>(t.numel()));
-  std::memcpy(v.data(), t.data, t.nbytes);
-  return v;
-}
+using deltaserve::testing::have_gpu;
+using deltaserve::testing::read_tensor;
 
 struct Stats {
   double agree = 0, max_lp_err = 0;
@@ -89,8 +81,8 @@ TEST_F(RealSize, Qwen35_4bShapeMatchesHf) {
   const char* names[2] = {"short", "long"};
   for (int c = 0; c < 2; ++c) {
     const std::string n = names[c];
-    cases[c] = {read<int32_t>(t.at(n + ".ids")), read<int32_t>(t.at(n + ".rows")),
-                read<float>(t.at(n + ".f32")), read<float>(t.at(n + ".bf16"))};
+    cases[c] = {read_tensor<int32_t>(t.at(n + ".ids")), read_tensor<int32_t>(t.at(n + ".rows")),
+                read_tensor<float>(t.at(n + ".f32")), read_tensor<float>(t.at(n + ".bf16"))};
   }
   const int32_t page = 16, D = 32;
   const int32_t pps = static_cast<int32_t>(cases[1].ids.size()) / page + 2;

@@ -13,6 +13,7 @@
 #include "dist/nccl_communicator.h"
 #include "dist/tp_fixtures.h"
 #include "engine/executor.h"
+#include "gpu_test_util.h"
 #include "model/loader.h"
 #include "model/tp_shard.h"
 
@@ -21,10 +22,7 @@ namespace {
 
 using model::ForwardBatch;
 
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
+using deltaserve::testing::have_gpu;
 
 // All-reduce of device tensors through host memory and the in-process group (several ranks on
 // one GPU). Only what the model uses.
@@ -55,38 +53,26 @@ std::vector<std::vector<float>> run_gpu_tp(const std::filesystem::path& dir, int
                                            const std::vector<ForwardBatch>& steps) {
   const model::ModelConfig cfg = model::load_model_config(dir);
   const model::Checkpoint ckpt(dir);
-  dist::LocalGroup g(N);
   std::vector<std::vector<float>> out;
-  std::vector<std::thread> ts;
-  std::exception_ptr err;
-  std::mutex mu;
-  for (int r = 0; r < N; ++r)
-    ts.emplace_back([&, r] {
-      try {
-        backend::CudaBackend be(0);
-        HostStagedComm comm(g.communicator(r), be);
-        model::Qwen35Model m(N > 1 ? model::rank_local_config(cfg, N) : cfg, be,
-                             model::load_weights(ckpt, cfg, be, {}, {N, r}), &comm);
-        m.allocate_cache(64, 16, 4);
-        for (const ForwardBatch& b : steps) {
-          std::vector<float> l = m.forward(b);
-          if (r == 0) out.push_back(std::move(l));
-        }
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mu);
-        err = std::current_exception();
-        g.poison("rank failed");
-      }
-    });
-  for (auto& t : ts) t.join();
-  if (err) std::rethrow_exception(err);
+  run_ranks(N, [&](int r, dist::LocalGroup& g) {
+    backend::CudaBackend be(0);
+    HostStagedComm comm(g.communicator(r), be);
+    model::Qwen35Model m(N > 1 ? model::rank_local_config(cfg, N) : cfg, be,
+                         model::load_weights(ckpt, cfg, be, {}, {N, r}), &comm);
+    m.allocate_cache(64, 16, 4);
+    for (const ForwardBatch& b : steps) {
+      std::vector<float> l = m.forward(b);
+      if (r == 0) out.push_back(std::move(l));
+    }
+  });
   return out;
 }
 
 class TpGpu : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU tests run on the H200 test machine";
+    if (!have_gpu())
+      GTEST_SKIP() << "no CUDA device visible: GPU tests run on the H200 test machine";
   }
 };
 
