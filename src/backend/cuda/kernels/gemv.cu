@@ -1,4 +1,5 @@
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/kernels/gemv.cuh"
 
@@ -163,6 +164,29 @@ void launch(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, in
   gemv_kernel<T><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(x, w, y, K, N, split);
 }
 
+// Calls f(std::integral_constant<int, T>) for the row count T in [1, kGemvMaxRows].
+template <class F>
+void with_rows(int T, F&& f) {
+  switch (T) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 3:
+      return f(std::integral_constant<int, 3>{});
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+    case 5:
+      return f(std::integral_constant<int, 5>{});
+    case 6:
+      return f(std::integral_constant<int, 6>{});
+    case 7:
+      return f(std::integral_constant<int, 7>{});
+    default:
+      return f(std::integral_constant<int, 8>{});
+  }
+}
+
 }  // namespace
 
 bool gemv_supported(const void* x, const void* w, int T, int K) {
@@ -172,46 +196,12 @@ bool gemv_supported(const void* x, const void* w, int T, int K) {
 
 void launch_gemv_bf16(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int T,
                       int K, int N, cudaStream_t stream) {
-  switch (T) {
-    case 1:
-      return launch<1>(x, w, y, K, N, stream);
-    case 2:
-      return launch<2>(x, w, y, K, N, stream);
-    case 3:
-      return launch<3>(x, w, y, K, N, stream);
-    case 4:
-      return launch<4>(x, w, y, K, N, stream);
-    case 5:
-      return launch<5>(x, w, y, K, N, stream);
-    case 6:
-      return launch<6>(x, w, y, K, N, stream);
-    case 7:
-      return launch<7>(x, w, y, K, N, stream);
-    default:
-      return launch<8>(x, w, y, K, N, stream);
-  }
+  with_rows(T, [&](auto t) { launch<decltype(t)::value>(x, w, y, K, N, stream); });
 }
 
 void launch_gemv_multi_bf16(const __nv_bfloat16* x, const GemvGroups& g, int T, int K,
                             cudaStream_t stream) {
-  switch (T) {
-    case 1:
-      return launch_multi<1>(x, g, K, stream);
-    case 2:
-      return launch_multi<2>(x, g, K, stream);
-    case 3:
-      return launch_multi<3>(x, g, K, stream);
-    case 4:
-      return launch_multi<4>(x, g, K, stream);
-    case 5:
-      return launch_multi<5>(x, g, K, stream);
-    case 6:
-      return launch_multi<6>(x, g, K, stream);
-    case 7:
-      return launch_multi<7>(x, g, K, stream);
-    default:
-      return launch_multi<8>(x, g, K, stream);
-  }
+  with_rows(T, [&](auto t) { launch_multi<decltype(t)::value>(x, g, K, stream); });
 }
 
 }  // namespace deltaserve::cuda
