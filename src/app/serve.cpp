@@ -13,6 +13,7 @@
 #include "app/commands.h"
 #include "app/runtime.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/gdn_workspace.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "model/loader.h"
@@ -124,7 +125,10 @@ int cmd_serve(const std::vector<std::string>& argv) {
         static_cast<int64_t>(ecfg.max_num_seqs) * mc.vocab_size * act +
         // the chunked delta rule's workspace of a prefill step (f32, ~dv + 3 dk + 65 per token
         // and value head) and the split-KV attention partials (64 MiB), plus a margin
-        T * mc.lin_num_v_heads * ((mc.lin_v_dim + 3 * mc.lin_k_dim + 68) / 4 * 4) * 4 +
+        T * mc.lin_num_v_heads *
+            backend::gdn_chunk_floats_per_token(static_cast<int32_t>(mc.lin_k_dim),
+                                                static_cast<int32_t>(mc.lin_v_dim)) *
+            4 +
         (int64_t{64} << 20) + (int64_t{256} << 20);
     const int64_t used = static_cast<int64_t>(total_b - free_b);
     const int64_t budget = static_cast<int64_t>(util * static_cast<double>(total_b)) - used -

@@ -2,6 +2,7 @@
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gdn.cuh"
+#include "backend/gdn_workspace.h"
 
 namespace deltaserve::cuda {
 namespace {
@@ -297,6 +298,8 @@ __device__ inline void mma(Acc& acc, const float* a, int lda, int a_step, const 
 // Per (token, value head) the workspace holds, at 16-byte aligned offsets,
 // [U dv | W dk | P 64 | q dk | k dk | gamma] f32.
 constexpr int kChunk = 64, kChunkThreads = 256, kLdLP = kChunk + 4;
+static_assert(backend::gdn_chunk_floats_per_token(0, 0) >= kChunk + 1,
+              "the workspace row holds P (chunk) and gamma");
 
 struct WsLayout {
   int u, w, p, q, k, gam, per;
@@ -307,7 +310,7 @@ struct WsLayout {
         q(s.dv + s.dk + kChunk),
         k(s.dv + 2 * s.dk + kChunk),
         gam(s.dv + 3 * s.dk + kChunk),
-        per((s.dv + 3 * s.dk + kChunk + 1 + 3) / 4 * 4) {}
+        per(backend::gdn_chunk_floats_per_token(s.dk, s.dv)) {}
 };
 
 // Kernel 1, block (sequence, chunk, value head) — chunks are independent: normalised q / k, gamma
