@@ -7,18 +7,27 @@
 //                  [--prefill 512,2048,8192] [--iters 30] [--profile] [--gemv]
 // --gemv adds a table of the 4B shapes' decode projections (T = 1): our GEMV vs cuBLASLt, each over
 // weight copies larger than L2, in us per call and GB/s.
+// With --tp 1,2[,4] it prints the tensor-parallel tables instead, every degree in one run (TP N on
+// NCCL ranks over GPUs 0..N-1 through the server's TpExecutor; TP 1 without collectives): per-rank
+// memory, decode step time (graphed) at each B and prefill throughput, and for N > 1 the time of
+// the step's all-reduces alone (the same count and sizes on the same GPUs, captured in a CUDA graph
+// like the decode step) next to the rest (compute). Skips degrees above the visible GPU count.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "app/args.h"
 #include "backend/cuda/cublaslt_linear.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
+#include "dist/nccl_communicator.h"
+#include "engine/executor.h"
 #include "model/loader.h"
+#include "model/tp_shard.h"
 
 namespace ds = deltaserve;
 using clock_type = std::chrono::steady_clock;
@@ -45,18 +54,215 @@ double median(std::vector<double> v) {
 // Peak figures of H200.md (measured there): device copy bandwidth and bf16 GEMM throughput.
 constexpr double kBandwidth = 4.25e12, kPeakFlops = 768e12;
 
+
+struct Bytes {
+  double weights, state_per_seq, kv_per_token;
+};
+
+// Per-rank bytes of a (rank-local) config: weights as loaded, the GDN state of one sequence (f32
+// recurrent state + bf16 conv window) and the KV of one token over the full-attention layers.
+Bytes rank_bytes(const ds::model::Qwen35Model& m) {
+  const ds::model::ModelConfig& c = m.config();
+  return {static_cast<double>(m.weights().total_bytes),
+          static_cast<double>(c.num_layers_of(ds::model::LayerType::kLinearAttention) *
+                              (c.lin_num_v_heads * c.lin_k_dim * c.lin_v_dim * 4 +
+                               c.conv_dim() * (c.conv_kernel - 1) * 2)),
+          static_cast<double>(c.num_layers_of(ds::model::LayerType::kFullAttention) * 2 *
+                              c.num_kv_heads * c.head_dim * 2)};
+}
+
+// Milliseconds of `calls` back-to-back bf16 all-reduces of `elems` each over N NCCL ranks on GPUs
+// 0..N-1, captured in one CUDA graph per rank and replayed (median of `iters`, rank 0's events).
+double allreduce_ms(int N, int64_t elems, int calls, int iters) {
+  const ncclUniqueId id = ds::dist::nccl_unique_id();
+  double result = 0;
+  std::vector<std::thread> ts;
+  std::vector<std::string> errors(static_cast<size_t>(N));
+  for (int r = 0; r < N; ++r)
+    ts.emplace_back([&, r] {
+      try {
+        ds::backend::CudaBackend be(r);
+        ds::dist::NcclCommunicator comm(id, N, r, r, be.stream());
+        ds::Buffer buf = be.alloc(ds::DType::kBF16, {elems});
+        DS_CHECK(cudaMemsetAsync(buf.tensor().data, 0, static_cast<size_t>(elems) * 2,
+                                 be.stream()) == cudaSuccess,
+                 "memset");
+        comm.barrier();
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        DS_CHECK(cudaStreamBeginCapture(be.stream(), cudaStreamCaptureModeThreadLocal) ==
+                     cudaSuccess,
+                 "capture");
+        for (int i = 0; i < calls; ++i) comm.all_reduce_sum(buf.tensor());
+        DS_CHECK(cudaStreamEndCapture(be.stream(), &g) == cudaSuccess, "end capture");
+        DS_CHECK(cudaGraphInstantiate(&ge, g, 0) == cudaSuccess, "instantiate");
+        cudaEvent_t e0, e1;
+        cudaEventCreate(&e0);
+        cudaEventCreate(&e1);
+        std::vector<double> t;
+        for (int i = 0; i < iters + 2; ++i) {
+          cudaEventRecord(e0, be.stream());
+          cudaGraphLaunch(ge, be.stream());
+          cudaEventRecord(e1, be.stream());
+          cudaEventSynchronize(e1);
+          float ms = 0;
+          cudaEventElapsedTime(&ms, e0, e1);
+          if (i >= 2) t.push_back(ms);
+        }
+        comm.barrier();
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+        cudaGraphExecDestroy(ge);
+        cudaGraphDestroy(g);
+        if (r == 0) result = median(t);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : ts) t.join();
+  for (const auto& e : errors)
+    if (!e.empty()) throw ds::Error("all-reduce benchmark: " + e);
+  return result;
+}
+
+int run_tp(const std::string& dir, const std::vector<int32_t>& tps,
+           const std::vector<int32_t>& batches, const std::vector<int32_t>& prefills, int32_t ctx,
+           int iters) {
+  int gpus = 0;
+  cudaGetDeviceCount(&gpus);
+  const ds::model::ModelConfig gc = ds::model::load_config(dir);
+  const int32_t page = 16;
+  const int32_t maxB = *std::max_element(batches.begin(), batches.end());
+  const int32_t maxN = prefills.empty() ? 1 : *std::max_element(prefills.begin(), prefills.end());
+  const int32_t pps = (ctx + 1 + page - 1) / page, ppp = (maxN + page - 1) / page;
+  const int ar_per_step = 2 * static_cast<int>(gc.num_layers);  // mixer out + MLP down per layer
+  struct Row {
+    int tp;
+    std::string what;
+    double ms, ar_ms;
+  };
+  std::vector<Row> rows;
+  std::printf("\n%s: H %lld, %lld layers, %lld/%lld heads, GDN %lld/%lld, I %lld; %d GPUs visible\n",
+              dir.c_str(), static_cast<long long>(gc.hidden_size),
+              static_cast<long long>(gc.num_layers), static_cast<long long>(gc.num_heads),
+              static_cast<long long>(gc.num_kv_heads), static_cast<long long>(gc.lin_num_k_heads),
+              static_cast<long long>(gc.lin_num_v_heads),
+              static_cast<long long>(gc.intermediate_size), gpus);
+  std::printf(
+      "\n| TP | weights GB / rank | GDN state MiB / seq / rank | KV KiB / token / rank | free GiB "
+      "(min over ranks, after cache) | load s |\n|---|---|---|---|---|---|\n");
+  std::fflush(stdout);
+  for (const int N : tps) {
+    if (N > gpus) {
+      std::printf("| %d | skipped: %d GPUs visible | | | | |\n", N, gpus);
+      continue;
+    }
+    ds::model::validate_tp(gc, N);
+    std::vector<ds::model::Qwen35Model*> models(static_cast<size_t>(N));
+    const ncclUniqueId id = ds::dist::nccl_unique_id();
+    const auto t0 = clock_type::now();
+    ds::engine::TpExecutor ex(
+        N, [](int rank) { return std::make_unique<ds::backend::CudaBackend>(rank); },
+        [&](int rank, ds::backend::Backend& be, ds::dist::Communicator* comm) {
+          auto m = ds::model::load_model(dir, ds::model::LoadFormat::kDummy, be, false,
+                                         {N, rank}, N > 1 ? comm : nullptr);
+          models[static_cast<size_t>(rank)] = m.get();
+          return m;
+        },
+        std::chrono::minutes(10),
+        [&](int rank, ds::backend::Backend& be) -> std::unique_ptr<ds::dist::Communicator> {
+          return std::make_unique<ds::dist::NcclCommunicator>(
+              id, N, rank, rank, static_cast<ds::backend::CudaBackend&>(be).stream());
+        });
+    const double load_s = std::chrono::duration<double>(clock_type::now() - t0).count();
+    ex.allocate_cache(maxB * pps + ppp, page, maxB + 1);
+    ex.capture_decode_graphs(batches, std::max(maxN, maxB), maxB + 1, std::max(pps, ppp));
+    size_t free_b = 0, total_b = 0;
+    ex.memory_info(free_b, total_b);
+    const Bytes b = rank_bytes(*models[0]);
+    std::printf("| %d | %.2f | %.1f | %.1f | %.1f | %.0f |\n", N, b.weights / 1e9,
+                b.state_per_seq / (1 << 20), b.kv_per_token / 1024, free_b / double(1 << 30),
+                load_s);
+    std::fflush(stdout);
+    const int32_t V = static_cast<int32_t>(gc.vocab_size);
+    auto time_steps = [&](const ds::model::ForwardBatch& fb, size_t nspecs, int n, bool eager) {
+      for (auto* m : models) m->set_eager(eager);
+      const std::vector<ds::backend::SampleSpec> specs(nspecs);
+      std::vector<double> t;
+      for (int i = 0; i < n + 2; ++i) {
+        const auto s0 = clock_type::now();
+        ex.execute_sample(fb, V, specs);
+        const double ms = std::chrono::duration<double, std::milli>(clock_type::now() - s0).count();
+        if (i >= 2) t.push_back(ms);
+      }
+      return median(t);
+    };
+    for (const int32_t B : batches) {
+      ds::model::ForwardBatch fb;
+      for (int32_t r = 0; r < B; ++r) {
+        fb.token_ids.push_back((r * 7919 + 11) % V);
+        ds::backend::SeqDesc sd{r, 1, ctx, r, {}};
+        for (int32_t q = 0; q < pps; ++q) sd.pages.push_back(r * pps + q);
+        fb.seqs.push_back(sd);
+        fb.logits_rows.push_back(r);
+      }
+      const double eager = time_steps(fb, static_cast<size_t>(B), iters, true);
+      const double graphed = time_steps(fb, static_cast<size_t>(B), iters, false);
+      rows.push_back({N, "decode B=" + std::to_string(B) + " graphed", graphed, 0});
+      rows.push_back({N, "decode B=" + std::to_string(B) + " eager", eager, 0});
+    }
+    for (const int32_t P : prefills) {
+      ds::model::ForwardBatch fb;
+      for (int32_t i = 0; i < P; ++i) fb.token_ids.push_back((i * 104729 + 7) % V);
+      ds::backend::SeqDesc sd{0, P, 0, maxB, {}};
+      for (int32_t q = 0; q < ppp; ++q) sd.pages.push_back(maxB * pps + q);
+      fb.seqs.push_back(sd);
+      fb.logits_rows.push_back(P - 1);
+      rows.push_back({N, "prefill " + std::to_string(P), time_steps(fb, 1, std::max(3, iters / 10), true), 0});
+    }
+  }
+  // The all-reduces alone (after the executors are gone: nothing else on the GPUs).
+  for (Row& r : rows) {
+    if (r.tp == 1) continue;
+    const bool decode = r.what.starts_with("decode");
+    const int64_t tokens = std::stoll(r.what.substr(decode ? 9 : 8));
+    r.ar_ms = allreduce_ms(r.tp, tokens * gc.hidden_size, ar_per_step, decode ? iters : 5);
+  }
+  std::printf(
+      "\n| step | TP | ms / step | tok/s | speed-up vs TP1 | scaling efficiency | all-reduces ms "
+      "(%d per step, alone) | rest (compute) ms |\n|---|---|---|---|---|---|---|---|\n",
+      ar_per_step);
+  for (const Row& r : rows) {
+    double t1 = 0;
+    for (const Row& o : rows)
+      if (o.tp == 1 && o.what == r.what) t1 = o.ms;
+    const bool decode = r.what.starts_with("decode");
+    const int64_t tokens = std::stoll(r.what.substr(decode ? 9 : 8));
+    std::printf("| %s | %d | %.3f | %.0f | %s | %s | %s | %s |\n", r.what.c_str(), r.tp, r.ms,
+                tokens / r.ms * 1e3, t1 > 0 ? std::to_string(t1 / r.ms).substr(0, 4).c_str() : "-",
+                t1 > 0 ? (std::to_string(100 * t1 / r.ms / r.tp).substr(0, 4) + "%").c_str() : "-",
+                r.tp > 1 ? std::to_string(r.ar_ms).substr(0, 6).c_str() : "-",
+                r.tp > 1 ? std::to_string(r.ms - r.ar_ms).substr(0, 6).c_str() : "-");
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     std::vector<std::string> args(argv + 1, argv + argc);
-    ds::app::Args a(args, "gpu_bench", {"model", "batches", "context", "prefill", "iters"},
+    ds::app::Args a(args, "gpu_bench", {"model", "batches", "context", "prefill", "iters", "tp"},
                     {"profile", "gemv"});
     const std::vector<int32_t> batches = parse_list(a.get("batches", "1,16,64,256"));
     const std::vector<int32_t> prefills = parse_list(a.get("prefill", "512,2048,8192"));
     const int32_t ctx = static_cast<int32_t>(a.get_int("context", 1024, 1, 1 << 20));
     const int iters = static_cast<int>(a.get_int("iters", 30, 1, 10000));
     const bool profile = a.has("profile");
+    if (a.has("tp"))
+      return run_tp(a.get("model", ""), parse_list(a.get("tp", "1")), batches, prefills, ctx,
+                    iters);
     const int32_t page = 16;
     const int32_t maxB = *std::max_element(batches.begin(), batches.end());
     const int32_t maxN = prefills.empty() ? 1 : *std::max_element(prefills.begin(), prefills.end());

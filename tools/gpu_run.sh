@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
 # Usage: tools/gpu_run.sh STAGE...   stages: ops model nccl bench1 prof bench hf real serve
+#        benchtp[:MODELS] servetp   (multi-GPU: TP1 vs TP2 vs TP4 on the visible GPUs)
 # Logs go to $OUT (or ./gpu_logs) and a short summary is printed last.
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$PWD/.device_out/lib:${LD_LIBRARY_PATH:-}
@@ -11,6 +12,30 @@ LOG=${OUT:-$PWD/gpu_logs}
 M=bench/configs/qwen3.5-4b
 mkdir -p "$LOG"
 summary=()
+# serve_bench TP C...: serve (4B shape, dummy) at tensor-parallel size TP, bench serve 1k in / 256 out
+# at each concurrency, one JSON line each into bench_serve.jsonl (tagged with the TP size).
+serve_bench() {
+  local tp=$1; shift
+  $BIN/deltaserve serve --model $M --load-format dummy --device cuda --tokenizer .device_out/qwen3 \
+    --port 8011 --max-num-seqs 64 --max-model-len 1536 --max-num-batched-tokens 2048 \
+    --tensor-parallel-size "$tp" >"$LOG/serve_tp$tp.log" 2>&1 &
+  local sp=$!
+  for i in $(seq 1 180); do
+    python3 -c "import urllib.request;urllib.request.urlopen('http://127.0.0.1:8011/health')" \
+      2>/dev/null && break
+    sleep 1
+  done
+  for c in "$@"; do
+    local n=$((c < 4 ? 4 : 2 * c))
+    echo -n "{\"tp\": $tp, \"run\": " >>"$LOG/bench_serve.jsonl"
+    timeout 200 $BIN/deltaserve bench serve --port 8011 --num-prompts $n --input-len 1024 \
+      --output-len 256 --max-concurrency $c --vocab 150000 >>"$LOG/bench_serve.jsonl" \
+      2>>"$LOG/bench_serve.err" || echo "null" >>"$LOG/bench_serve.jsonl"
+    echo "}" >>"$LOG/bench_serve.jsonl"
+  done
+  kill -TERM $sp; wait $sp
+  summary+=("serve tp$tp rc=$?")
+}
 for stage in "$@"; do
   case $stage in
     ops)
@@ -20,8 +45,12 @@ for stage in "$@"; do
       summary+=("model rc=$? $(grep -E 'totals' "$LOG/model.log" | tr '\n' ' ') $(tail -1 "$LOG/model.log")") ;;
     nccl)
       $BIN/nccl_test >"$LOG/nccl.log" 2>&1; summary+=("nccl rc=$? $(tail -1 "$LOG/nccl.log")")
-      $BIN/tp_gpu_test >"$LOG/tp_gpu.log" 2>&1
-      summary+=("tp_gpu rc=$? $(grep -E 'GPU TP' "$LOG/tp_gpu.log" | tr '\n' ' ') $(tail -1 "$LOG/tp_gpu.log")") ;;
+      # The rank-fault test in a process of its own: an aborted NCCL kernel must not touch the
+      # other tests' CUDA contexts.
+      timeout ${TP_TIMEOUT:-120} stdbuf -oL $BIN/tp_gpu_test --gtest_filter=-*RankFault* >"$LOG/tp_gpu.log" 2>&1
+      summary+=("tp_gpu rc=$? $(grep -E 'GPU TP|engine GPU|FAILED|OK \]' "$LOG/tp_gpu.log" | tr '\n' ' ') $(tail -1 "$LOG/tp_gpu.log")")
+      timeout ${TP_TIMEOUT:-120} stdbuf -oL $BIN/tp_gpu_test --gtest_filter=*RankFault* >>"$LOG/tp_gpu.log" 2>&1
+      summary+=("tp_gpu fault rc=$? $(grep -E 'fault \(|FAILED|Failure' "$LOG/tp_gpu.log" | tr '\n' ' ') $(tail -1 "$LOG/tp_gpu.log")") ;;
     bench1)
       $BIN/deltaserve bench offline --device cuda --model $M --load-format dummy --num-prompts 4 \
         --input-len 1024 --output-len 64 --max-concurrency 1 --max-num-seqs 16 >"$LOG/bench1.log" 2>&1
@@ -38,10 +67,11 @@ for stage in "$@"; do
       python3 tools/hf_bench.py >"$LOG/hf_bench.md" 2>"$LOG/hf_bench.err"
       summary+=("hf rc=$?") ;;
     real)  # the real-size check: random 4B checkpoint + HF logits, then our forward against them
-      python3 tools/make_4b_check.py --out /tmp/q4b_check >"$LOG/make_4b_check.log" 2>&1
+      [ -f /tmp/q4b_check/ref.safetensors ] ||
+        timeout 240 python3 tools/make_4b_check.py --out /tmp/q4b_check >"$LOG/make_4b_check.log" 2>&1
       summary+=("make_4b_check rc=$? $(tail -3 "$LOG/make_4b_check.log" | tr '\n' ' ')")
-      DS_REAL_CHECK_DIR=/tmp/q4b_check $BIN/real_size_test >"$LOG/real_size.log" 2>&1
-      summary+=("real_size rc=$? $(tail -1 "$LOG/real_size.log")") ;;
+      DS_REAL_CHECK_DIR=/tmp/q4b_check timeout 150 stdbuf -oL $BIN/real_size_test >"$LOG/real_size.log" 2>&1
+      summary+=("real_size rc=$? $(grep -E 'TP[0-9] |FAILED|Failure' "$LOG/real_size.log" | tr '\n' ' ') $(tail -1 "$LOG/real_size.log")") ;;
     serve)  # end to end: serve --device cuda (4B shape, dummy) + bench serve 1k in / 256 out
       $BIN/deltaserve serve --model $M --load-format dummy --device cuda --tokenizer .device_out/qwen3 \
         --port 8011 --max-num-seqs 64 --max-model-len 1536 --max-num-batched-tokens 2048 \
@@ -59,7 +89,17 @@ for stage in "$@"; do
       done
       kill -TERM $SP; wait $SP
       summary+=("serve rc=$? $(wc -l <"$LOG/bench_serve.jsonl") bench lines") ;;
+    benchtp*)  # TP1 vs TP2 vs TP4 (those the GPUs allow) per model shape, one table each
+      models=${stage#benchtp}; models=${models#:}
+      for size in ${models//,/ }; do
+        timeout ${BENCH_TIMEOUT:-400} stdbuf -oL $BIN/gpu_bench --model bench/configs/qwen3.5-$size --tp 1,2,4 --batches 1,16,64 \
+          --prefill 2048,8192 --iters 20 >>"$LOG/tp_bench.md" 2>>"$LOG/tp_bench.err"
+        summary+=("benchtp $size rc=$?")
+      done ;;
+    servetp)
+      for tp in 1 2; do serve_bench $tp 16 64; done ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done
 printf '%s\n' "${summary[@]}"
+[ -f "$LOG/tp_bench.md" ] && cat "$LOG/tp_bench.md"

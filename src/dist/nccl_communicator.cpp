@@ -1,6 +1,7 @@
 #include "dist/nccl_communicator.h"
 
 #include <cstdlib>
+#include <mutex>
 
 #include "core/error.h"
 
@@ -35,6 +36,9 @@ ncclDataType_t nccl_type(DType t) {
 
 ncclUniqueId nccl_unique_id() {
   setenv("NCCL_NVLS_ENABLE", "0", 1);
+  // Connect every algorithm and protocol at init, so that enqueueing a collective never waits for
+  // a peer (lazy connection set-up would block a rank whose peer already failed, holding mu_).
+  setenv("NCCL_RUNTIME_CONNECT", "0", 1);
   ncclUniqueId id;
   check(ncclGetUniqueId(&id), "ncclGetUniqueId");
   return id;
@@ -43,7 +47,8 @@ ncclUniqueId nccl_unique_id() {
 NcclCommunicator::NcclCommunicator(const ncclUniqueId& id, int size, int rank, int device,
                                    cudaStream_t stream)
     : stream_(stream), rank_(rank), size_(size), device_(device) {
-  setenv("NCCL_NVLS_ENABLE", "0", 1);
+  // NCCL_NVLS_ENABLE=0 was set by nccl_unique_id() on the calling thread before the workers
+  // started (setenv here would race with other ranks' NCCL reading the environment).
   int count = 0;
   check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
   if (device < 0 || device >= count)
@@ -55,16 +60,27 @@ NcclCommunicator::NcclCommunicator(const ncclUniqueId& id, int size, int rank, i
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  if (abort_thread_.joinable()) abort_thread_.join();
   if (scratch_) cudaFree(scratch_);
   if (comm_) ncclCommDestroy(comm_);
 }
 
 void NcclCommunicator::abort() {
-  if (comm_) ncclCommAbort(comm_);
-  comm_ = nullptr;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!comm_) return;
+  // ncclCommAbort raises the abort flag first (in-flight kernels quit and the waiting rank's stream
+  // drains), then waits until every CUDA graph that captured this communicator is destroyed
+  // (NCCL >= 2.26): run it on a thread of its own, joined by the destructor, so the caller never
+  // blocks on graphs that its own teardown destroys later.
+  abort_thread_ = std::thread([c = comm_, dev = device_] {
+    cudaSetDevice(dev);
+    ncclCommAbort(c);
+  });
+  comm_ = nullptr;  // later collectives throw
 }
 
 void NcclCommunicator::all_reduce_sum(const Tensor& t) {
+  std::unique_lock<std::mutex> lock(mu_);
   if (!comm_) throw Error("NCCL communicator was aborted");
   check(ncclAllReduce(t.data, t.data, static_cast<size_t>(t.numel()), nccl_type(t.dtype), ncclSum,
                       comm_, stream_),
@@ -72,6 +88,7 @@ void NcclCommunicator::all_reduce_sum(const Tensor& t) {
 }
 
 void NcclCommunicator::reduce_scatter_sum(const Tensor& in, const Tensor& out) {
+  std::unique_lock<std::mutex> lock(mu_);
   if (!comm_) throw Error("NCCL communicator was aborted");
   DS_CHECK(in.numel() == out.numel() * size_, "reduce_scatter: out must be 1/size of in");
   check(ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()), nccl_type(in.dtype),
@@ -80,6 +97,7 @@ void NcclCommunicator::reduce_scatter_sum(const Tensor& in, const Tensor& out) {
 }
 
 void NcclCommunicator::all_gather(const Tensor& in, const Tensor& out) {
+  std::unique_lock<std::mutex> lock(mu_);
   if (!comm_) throw Error("NCCL communicator was aborted");
   DS_CHECK(out.numel() == in.numel() * size_, "all_gather: out must be size x in");
   check(ncclAllGather(in.data, out.data, static_cast<size_t>(in.numel()), nccl_type(in.dtype),
@@ -88,6 +106,7 @@ void NcclCommunicator::all_gather(const Tensor& in, const Tensor& out) {
 }
 
 void NcclCommunicator::broadcast(const Tensor& t, int root) {
+  std::unique_lock<std::mutex> lock(mu_);
   if (!comm_) throw Error("NCCL communicator was aborted");
   check(ncclBroadcast(t.data, t.data, static_cast<size_t>(t.numel()), nccl_type(t.dtype), root,
                       comm_, stream_),
@@ -95,8 +114,10 @@ void NcclCommunicator::broadcast(const Tensor& t, int root) {
 }
 
 void NcclCommunicator::barrier() {
+  std::unique_lock<std::mutex> lock(mu_);
   if (!comm_) throw Error("NCCL communicator was aborted");
   check(ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_), "barrier");
+  lock.unlock();  // abort() from another thread releases a wait on a failed peer
   check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 }
 

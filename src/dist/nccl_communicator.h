@@ -6,7 +6,9 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "dist/communicator.h"
 
@@ -32,14 +34,19 @@ class NcclCommunicator final : public Communicator {
   void broadcast(const Tensor& t, int root) override;
   // Enqueues a 1-element all-reduce and waits for the stream (a host-side rendezvous).
   void barrier() override;
-  // Aborts the communicator so that no rank stays blocked in a collective (fail-stop).
+  // Aborts the communicator so that no rank stays blocked in a collective (fail-stop). Callable
+  // from any thread, never blocks on the peers: collectives enqueue under the same lock, and later
+  // ones throw. The destructor waits for NCCL's teardown, which needs every CUDA graph that
+  // captured a collective of this communicator destroyed first.
   void abort() override;
 
  private:
+  std::mutex mu_;  // a collective's enqueue vs abort() from another thread
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_;
   int rank_, size_, device_;
   float* scratch_ = nullptr;  // [1] for barrier()
+  std::thread abort_thread_;  // runs ncclCommAbort (see abort())
 };
 
 }  // namespace deltaserve::dist

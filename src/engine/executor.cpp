@@ -56,6 +56,14 @@ void TpExecutor::shutdown() {
   task_cv_.notify_all();
   for (auto& w : workers_)
     if (w->thread.joinable()) w->thread.join();
+  // Graphs and models of every rank first: NCCL's teardown of an (aborted) communicator waits
+  // until every CUDA graph that captured one of the process's communicators is destroyed.
+  for (auto& w : workers_) {
+    if (w->be) w->be->drop_graphs();
+    w->model.reset();
+  }
+  for (auto& w : workers_) w->comm.reset();
+  for (auto& w : workers_) w->be.reset();
 }
 
 void TpExecutor::worker_loop(Worker& w) {

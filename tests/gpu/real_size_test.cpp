@@ -7,7 +7,8 @@
 // Metric, against HF float32: argmax agreement over the compared positions and the max |error| of
 // the log-softmax over every vocabulary entry; HF's own bf16 forward on the same positions is the
 // yardstick: agreement at most 3 points below it and max log-prob error at most 1.5x its + 0.02.
-// Graphed batch-1 decode must equal eager decode bit for bit.
+// Graphed batch-1 decode must equal eager decode bit for bit. The same cases run on one GPU and, with
+// 2+ GPUs, on NCCL tensor-parallel ranks (TP2; TP4 with 4 GPUs).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -15,8 +16,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include "backend/cuda/cuda_backend.h"
+#include "dist/nccl_communicator.h"
+#include "engine/executor.h"
 #include "gpu_test_util.h"
 #include "model/loader.h"
 #include "model/safetensors.h"
@@ -57,6 +61,118 @@ struct Case {
   std::vector<float> f32, bf16;
 };
 
+// A model under test: one GPU (Qwen35Model) or N NCCL ranks (TpExecutor).
+struct Runner {
+  std::function<void(int32_t pages, int32_t page_size, int32_t slots)> allocate_cache;
+  std::function<std::vector<float>(const ForwardBatch&)> forward;
+  std::function<std::vector<int32_t>(const std::vector<int32_t>& buckets, int64_t max_tokens,
+                                     int32_t max_seqs, int32_t max_pages_per_seq)>
+      capture;
+};
+
+// Every case of the file comment through `m`; `label` prefixes the printed rows.
+void check_against_hf(const std::string& dir, const std::string& label, const Runner& m,
+                      int64_t V) {
+  SafetensorsFile ref(std::filesystem::path(dir) / "ref.safetensors");
+  const auto& t = ref.tensors();
+  std::vector<Case> cases(2);
+  const char* names[2] = {"short", "long"};
+  for (int c = 0; c < 2; ++c) {
+    const std::string n = names[c];
+    cases[c] = {read_tensor<int32_t>(t.at(n + ".ids")), read_tensor<int32_t>(t.at(n + ".rows")),
+                read_tensor<float>(t.at(n + ".f32")), read_tensor<float>(t.at(n + ".bf16"))};
+  }
+  const int32_t page = 16, D = 32;
+  const int32_t pps = static_cast<int32_t>(cases[1].ids.size()) / page + 2;
+  m.allocate_cache(3 * pps, page, 4);
+  auto pages = [&](int slot) {
+    std::vector<int32_t> p;
+    for (int32_t q = 0; q < pps; ++q) p.push_back(slot * pps + q);
+    return p;
+  };
+  auto check = [&](const char* what, const Case& cs, const std::vector<float>& ours, int64_t first,
+                   int64_t R) {
+    const Stats o = stats(ours.data(), cs.f32.data() + first * V, R, V);
+    const Stats h = stats(cs.bf16.data() + first * V, cs.f32.data() + first * V, R, V);
+    std::printf("  %s %-34s rows %3lld: ours argmax %.4f max|dlogprob| %.4f | HF bf16 %.4f %.4f\n",
+                label.c_str(), what, static_cast<long long>(R), o.agree, o.max_lp_err, h.agree,
+                h.max_lp_err);
+    EXPECT_GE(o.agree, h.agree - 0.03) << label << " " << what;
+    EXPECT_LE(o.max_lp_err, 1.5 * h.max_lp_err + 0.02) << label << " " << what;
+  };
+  // Full prefill, eager.
+  for (int c = 0; c < 2; ++c) {
+    const Case& cs = cases[c];
+    ForwardBatch b{cs.ids, {{0, static_cast<int32_t>(cs.ids.size()), 0, c, pages(c)}}, {}};
+    for (int32_t r : cs.rows) b.logits_rows.push_back(r);
+    check((std::string("prefill ") + names[c] + " T=" + std::to_string(cs.ids.size())).c_str(), cs,
+          m.forward(b), 0, static_cast<int64_t>(cs.rows.size()));
+  }
+  // Prefill all but the last D tokens of case c into `slot`, then decode them in `rows` steps.
+  auto prefill_head = [&](int c, int slot) {
+    const Case& cs = cases[c];
+    const int32_t P = static_cast<int32_t>(cs.ids.size()) - D;
+    m.forward({std::vector<int32_t>(cs.ids.begin(), cs.ids.begin() + P),
+                {{0, P, 0, slot, pages(slot)}},
+                {}});
+  };
+  auto decode_solo = [&](int c) {
+    prefill_head(c, c);
+    const Case& cs = cases[c];
+    const int32_t P = static_cast<int32_t>(cs.ids.size()) - D;
+    std::vector<float> out;
+    for (int32_t k = 0; k < D; ++k) {
+      const auto l =
+          m.forward({{cs.ids[static_cast<size_t>(P + k)]}, {{0, 1, P + k, c, pages(c)}}, {0}});
+      out.insert(out.end(), l.begin(), l.end());
+    }
+    return out;
+  };
+  std::vector<std::vector<float>> eager(2), graphed(2);
+  for (int c = 0; c < 2; ++c) {
+    eager[c] = decode_solo(c);
+    const int64_t R = static_cast<int64_t>(cases[c].rows.size());
+    check((std::string("decode eager ") + names[c]).c_str(), cases[c], eager[c], R - D, D);
+  }
+  ASSERT_EQ(m.capture({1, 2, 4}, static_cast<int64_t>(cases[1].ids.size()), 4, pps).size(), 3u);
+  for (int c = 0; c < 2; ++c) {
+    graphed[c] = decode_solo(c);
+    EXPECT_EQ(testing::max_abs_diff(graphed[c].data(), eager[c].data(), eager[c].size()), 0.0f)
+        << label << ": graphed batch-1 decode differs from eager (" << names[c] << ")";
+  }
+  // Batched: short (slot 0), long (slot 1), long again (slot 2) decode together: bucket 4.
+  prefill_head(0, 0);
+  prefill_head(1, 1);
+  prefill_head(1, 2);
+  std::vector<std::vector<float>> batched(3);
+  const int src[3] = {0, 1, 1};
+  for (int32_t k = 0; k < D; ++k) {
+    ForwardBatch b;
+    for (int r = 0; r < 3; ++r) {
+      const Case& cs = cases[src[r]];
+      const int32_t P = static_cast<int32_t>(cs.ids.size()) - D;
+      b.token_ids.push_back(cs.ids[static_cast<size_t>(P + k)]);
+      b.seqs.push_back({r, 1, P + k, r, pages(r)});
+      b.logits_rows.push_back(r);
+    }
+    const auto l = m.forward(b);
+    for (int r = 0; r < 3; ++r)
+      batched[r].insert(batched[r].end(), l.begin() + r * V, l.begin() + (r + 1) * V);
+  }
+  // Batched rows are checked against HF like the solo runs (not bit for bit: split-KV attention
+  // picks its split count from the step's token count, which changes the summation order).
+  for (int r = 0; r < 3; ++r) {
+    const Case& cs = cases[src[r]];
+    const int64_t R = static_cast<int64_t>(cs.rows.size());
+    check(("decode graphed batched row " + std::to_string(r) + " (" + names[src[r]] + ")").c_str(),
+          cs, batched[r], R - D, D);
+    std::printf(
+        "    max |batched - solo graphed| logit: %.4f\n",
+        testing::max_abs_diff(batched[r].data(), graphed[src[r]].data(), batched[r].size()));
+  }
+}
+
+
 class RealSize : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -74,103 +190,40 @@ class RealSize : public ::testing::Test {
 TEST_F(RealSize, Qwen35_4bShapeMatchesHf) {
   backend::CudaBackend be(0);
   auto m = load_model(dir_ + "/ckpt", LoadFormat::kSafetensors, be, true);
-  const int64_t V = m->config().vocab_size;
-  SafetensorsFile ref(std::filesystem::path(dir_) / "ref.safetensors");
-  const auto& t = ref.tensors();
-  std::vector<Case> cases(2);
-  const char* names[2] = {"short", "long"};
-  for (int c = 0; c < 2; ++c) {
-    const std::string n = names[c];
-    cases[c] = {read_tensor<int32_t>(t.at(n + ".ids")), read_tensor<int32_t>(t.at(n + ".rows")),
-                read_tensor<float>(t.at(n + ".f32")), read_tensor<float>(t.at(n + ".bf16"))};
-  }
-  const int32_t page = 16, D = 32;
-  const int32_t pps = static_cast<int32_t>(cases[1].ids.size()) / page + 2;
-  m->allocate_cache(3 * pps, page, 4);
-  auto pages = [&](int slot) {
-    std::vector<int32_t> p;
-    for (int32_t q = 0; q < pps; ++q) p.push_back(slot * pps + q);
-    return p;
-  };
-  auto check = [&](const char* what, const Case& cs, const std::vector<float>& ours, int64_t first,
-                   int64_t R) {
-    const Stats o = stats(ours.data(), cs.f32.data() + first * V, R, V);
-    const Stats h = stats(cs.bf16.data() + first * V, cs.f32.data() + first * V, R, V);
-    std::printf("  %-34s rows %3lld: ours argmax %.4f max|dlogprob| %.4f | HF bf16 %.4f %.4f\n",
-                what, static_cast<long long>(R), o.agree, o.max_lp_err, h.agree, h.max_lp_err);
-    EXPECT_GE(o.agree, h.agree - 0.03) << what;
-    EXPECT_LE(o.max_lp_err, 1.5 * h.max_lp_err + 0.02) << what;
-  };
-  // Full prefill, eager.
-  for (int c = 0; c < 2; ++c) {
-    const Case& cs = cases[c];
-    ForwardBatch b{cs.ids, {{0, static_cast<int32_t>(cs.ids.size()), 0, c, pages(c)}}, {}};
-    for (int32_t r : cs.rows) b.logits_rows.push_back(r);
-    check((std::string("prefill ") + names[c] + " T=" + std::to_string(cs.ids.size())).c_str(), cs,
-          m->forward(b), 0, static_cast<int64_t>(cs.rows.size()));
-  }
-  // Prefill all but the last D tokens of case c into `slot`, then decode them in `rows` steps.
-  auto prefill_head = [&](int c, int slot) {
-    const Case& cs = cases[c];
-    const int32_t P = static_cast<int32_t>(cs.ids.size()) - D;
-    m->forward({std::vector<int32_t>(cs.ids.begin(), cs.ids.begin() + P),
-                {{0, P, 0, slot, pages(slot)}},
-                {}});
-  };
-  auto decode_solo = [&](int c) {
-    prefill_head(c, c);
-    const Case& cs = cases[c];
-    const int32_t P = static_cast<int32_t>(cs.ids.size()) - D;
-    std::vector<float> out;
-    for (int32_t k = 0; k < D; ++k) {
-      const auto l =
-          m->forward({{cs.ids[static_cast<size_t>(P + k)]}, {{0, 1, P + k, c, pages(c)}}, {0}});
-      out.insert(out.end(), l.begin(), l.end());
-    }
-    return out;
-  };
-  std::vector<std::vector<float>> eager(2), graphed(2);
-  for (int c = 0; c < 2; ++c) {
-    eager[c] = decode_solo(c);
-    const int64_t R = static_cast<int64_t>(cases[c].rows.size());
-    check((std::string("decode eager ") + names[c]).c_str(), cases[c], eager[c], R - D, D);
-  }
-  m->capture_decode_graphs({1, 2, 4}, static_cast<int64_t>(cases[1].ids.size()), 4, pps);
-  ASSERT_EQ(m->graph_buckets().size(), 3u);
-  for (int c = 0; c < 2; ++c) {
-    graphed[c] = decode_solo(c);
-    EXPECT_EQ(testing::max_abs_diff(graphed[c].data(), eager[c].data(), eager[c].size()), 0.0f)
-        << "graphed batch-1 decode differs from eager (" << names[c] << ")";
-  }
-  // Batched: short (slot 0), long (slot 1), long again (slot 2) decode together: bucket 4.
-  prefill_head(0, 0);
-  prefill_head(1, 1);
-  prefill_head(1, 2);
-  std::vector<std::vector<float>> batched(3);
-  const int src[3] = {0, 1, 1};
-  for (int32_t k = 0; k < D; ++k) {
-    ForwardBatch b;
-    for (int r = 0; r < 3; ++r) {
-      const Case& cs = cases[src[r]];
-      const int32_t P = static_cast<int32_t>(cs.ids.size()) - D;
-      b.token_ids.push_back(cs.ids[static_cast<size_t>(P + k)]);
-      b.seqs.push_back({r, 1, P + k, r, pages(r)});
-      b.logits_rows.push_back(r);
-    }
-    const auto l = m->forward(b);
-    for (int r = 0; r < 3; ++r)
-      batched[r].insert(batched[r].end(), l.begin() + r * V, l.begin() + (r + 1) * V);
-  }
-  // Batched rows are checked against HF like the solo runs (not bit for bit: split-KV attention
-  // picks its split count from the step's token count, which changes the summation order).
-  for (int r = 0; r < 3; ++r) {
-    const Case& cs = cases[src[r]];
-    const int64_t R = static_cast<int64_t>(cs.rows.size());
-    check(("decode graphed batched row " + std::to_string(r) + " (" + names[src[r]] + ")").c_str(),
-          cs, batched[r], R - D, D);
-    std::printf(
-        "    max |batched - solo graphed| logit: %.4f\n",
-        testing::max_abs_diff(batched[r].data(), graphed[src[r]].data(), batched[r].size()));
+  Runner r{[&](int32_t p, int32_t ps, int32_t s) { m->allocate_cache(p, ps, s); },
+           [&](const ForwardBatch& b) { return m->forward(b); },
+           [&](const std::vector<int32_t>& bk, int64_t t, int32_t s, int32_t pp) {
+             m->capture_decode_graphs(bk, t, s, pp);
+             return m->graph_buckets();
+           }};
+  check_against_hf(dir_, "TP1", r, m->config().vocab_size);
+}
+
+// The same cases on NCCL ranks over GPUs 0..N-1 (N = 2, and 4 with 4 GPUs): the multi-GPU issue's
+// real-size run. Held to the same HF bounds as one GPU.
+TEST_F(RealSize, Qwen35_4bShapeOnSeveralGpusMatchesHf) {
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 2)
+    GTEST_SKIP() << "needs 2 or more visible GPUs (" << gpus << " visible)";
+  for (int N : {2, 4}) {
+    if (N > gpus) continue;
+    const ncclUniqueId id = dist::nccl_unique_id();
+    engine::TpExecutor ex(
+        N, [](int rank) { return std::make_unique<backend::CudaBackend>(rank); },
+        [&](int rank, backend::Backend& be, dist::Communicator* comm) {
+          return load_model(dir_ + "/ckpt", LoadFormat::kSafetensors, be, false, {N, rank}, comm);
+        },
+        std::chrono::minutes(5),
+        [&](int rank, backend::Backend& be) -> std::unique_ptr<dist::Communicator> {
+          return std::make_unique<dist::NcclCommunicator>(
+              id, N, rank, rank, static_cast<backend::CudaBackend&>(be).stream());
+        });
+    Runner r{[&](int32_t p, int32_t ps, int32_t s) { ex.allocate_cache(p, ps, s); },
+             [&](const ForwardBatch& b) { return ex.execute(b); },
+             [&](const std::vector<int32_t>& bk, int64_t t, int32_t s, int32_t pp) {
+               return ex.capture_decode_graphs(bk, t, s, pp);
+             }};
+    check_against_hf(dir_, "TP" + std::to_string(N), r, ex.config().vocab_size);
   }
 }
 
