@@ -71,50 +71,55 @@ Bytes rank_bytes(const ds::model::Qwen35Model& m) {
                               c.num_kv_heads * c.head_dim * 2)};
 }
 
-// Milliseconds of `calls` back-to-back bf16 all-reduces of `elems` each over N NCCL ranks on GPUs
-// 0..N-1, captured in one CUDA graph per rank and replayed (median of `iters`, rank 0's events).
-double allreduce_ms(int N, int64_t elems, int calls, int iters) {
+// Milliseconds of `calls` back-to-back bf16 all-reduces of each of `elems` elements over N NCCL ranks
+// on GPUs 0..N-1, captured in one CUDA graph per size and rank and replayed (median of `iters`,
+// rank 0's events).
+std::vector<double> allreduce_ms(int N, const std::vector<int64_t>& elems, int calls, int iters) {
   const ncclUniqueId id = ds::dist::nccl_unique_id();
-  double result = 0;
+  std::vector<double> result(elems.size());
   std::vector<std::thread> ts;
   std::vector<std::string> errors(static_cast<size_t>(N));
+  const int64_t most = *std::max_element(elems.begin(), elems.end());
   for (int r = 0; r < N; ++r)
     ts.emplace_back([&, r] {
       try {
         ds::backend::CudaBackend be(r);
         ds::dist::NcclCommunicator comm(id, N, r, r, be.stream());
-        ds::Buffer buf = be.alloc(ds::DType::kBF16, {elems});
-        DS_CHECK(cudaMemsetAsync(buf.tensor().data, 0, static_cast<size_t>(elems) * 2,
+        ds::Buffer buf = be.alloc(ds::DType::kBF16, {most});
+        DS_CHECK(cudaMemsetAsync(buf.tensor().data, 0, static_cast<size_t>(most) * 2,
                                  be.stream()) == cudaSuccess,
                  "memset");
-        comm.barrier();
-        cudaGraph_t g;
-        cudaGraphExec_t ge;
-        DS_CHECK(cudaStreamBeginCapture(be.stream(), cudaStreamCaptureModeThreadLocal) ==
-                     cudaSuccess,
-                 "capture");
-        for (int i = 0; i < calls; ++i) comm.all_reduce_sum(buf.tensor());
-        DS_CHECK(cudaStreamEndCapture(be.stream(), &g) == cudaSuccess, "end capture");
-        DS_CHECK(cudaGraphInstantiate(&ge, g, 0) == cudaSuccess, "instantiate");
         cudaEvent_t e0, e1;
         cudaEventCreate(&e0);
         cudaEventCreate(&e1);
-        std::vector<double> t;
-        for (int i = 0; i < iters + 2; ++i) {
-          cudaEventRecord(e0, be.stream());
-          cudaGraphLaunch(ge, be.stream());
-          cudaEventRecord(e1, be.stream());
-          cudaEventSynchronize(e1);
-          float ms = 0;
-          cudaEventElapsedTime(&ms, e0, e1);
-          if (i >= 2) t.push_back(ms);
+        for (size_t k = 0; k < elems.size(); ++k) {
+          const ds::Tensor t(buf.tensor().data, ds::DType::kBF16, {elems[k]});
+          comm.barrier();
+          cudaGraph_t g;
+          cudaGraphExec_t ge;
+          DS_CHECK(cudaStreamBeginCapture(be.stream(), cudaStreamCaptureModeThreadLocal) ==
+                       cudaSuccess,
+                   "capture");
+          for (int i = 0; i < calls; ++i) comm.all_reduce_sum(t);
+          DS_CHECK(cudaStreamEndCapture(be.stream(), &g) == cudaSuccess, "end capture");
+          DS_CHECK(cudaGraphInstantiate(&ge, g, 0) == cudaSuccess, "instantiate");
+          std::vector<double> times;
+          for (int i = 0; i < iters + 2; ++i) {
+            cudaEventRecord(e0, be.stream());
+            cudaGraphLaunch(ge, be.stream());
+            cudaEventRecord(e1, be.stream());
+            cudaEventSynchronize(e1);
+            float ms = 0;
+            cudaEventElapsedTime(&ms, e0, e1);
+            if (i >= 2) times.push_back(ms);
+          }
+          cudaGraphExecDestroy(ge);  // before the communicator goes (NCCL waits for its graphs)
+          cudaGraphDestroy(g);
+          if (r == 0) result[k] = median(times);
         }
         comm.barrier();
         cudaEventDestroy(e0);
         cudaEventDestroy(e1);
-        cudaGraphExecDestroy(ge);
-        cudaGraphDestroy(g);
-        if (r == 0) result = median(t);
       } catch (const std::exception& e) {
         errors[static_cast<size_t>(r)] = e.what();
       }
@@ -221,12 +226,22 @@ int run_tp(const std::string& dir, const std::vector<int32_t>& tps,
       rows.push_back({N, "prefill " + std::to_string(P), time_steps(fb, 1, std::max(3, iters / 10), true), 0});
     }
   }
-  // The all-reduces alone (after the executors are gone: nothing else on the GPUs).
-  for (Row& r : rows) {
-    if (r.tp == 1) continue;
-    const bool decode = r.what.starts_with("decode");
-    const int64_t tokens = std::stoll(r.what.substr(decode ? 9 : 8));
-    r.ar_ms = allreduce_ms(r.tp, tokens * gc.hidden_size, ar_per_step, decode ? iters : 5);
+  // The all-reduces alone (after the executors are gone: nothing else on the GPUs), one set of
+  // communicators per degree for every step size.
+  auto tokens_of = [](const std::string& what) {
+    return std::stoll(what.substr(what.starts_with("decode") ? 9 : 8));
+  };
+  for (const int N : tps) {
+    std::vector<Row*> mine;
+    std::vector<int64_t> elems;
+    for (Row& r : rows)
+      if (r.tp == N && N > 1 && r.what.find("eager") == std::string::npos) {
+        mine.push_back(&r);
+        elems.push_back(tokens_of(r.what) * gc.hidden_size);
+      }
+    if (mine.empty()) continue;
+    const std::vector<double> ms = allreduce_ms(N, elems, ar_per_step, 10);
+    for (size_t k = 0; k < mine.size(); ++k) mine[k]->ar_ms = ms[k];
   }
   std::printf(
       "\n| step | TP | ms / step | tok/s | speed-up vs TP1 | scaling efficiency | all-reduces ms "
@@ -236,13 +251,12 @@ int run_tp(const std::string& dir, const std::vector<int32_t>& tps,
     double t1 = 0;
     for (const Row& o : rows)
       if (o.tp == 1 && o.what == r.what) t1 = o.ms;
-    const bool decode = r.what.starts_with("decode");
-    const int64_t tokens = std::stoll(r.what.substr(decode ? 9 : 8));
+    const int64_t tokens = tokens_of(r.what);
     std::printf("| %s | %d | %.3f | %.0f | %s | %s | %s | %s |\n", r.what.c_str(), r.tp, r.ms,
                 tokens / r.ms * 1e3, t1 > 0 ? std::to_string(t1 / r.ms).substr(0, 4).c_str() : "-",
                 t1 > 0 ? (std::to_string(100 * t1 / r.ms / r.tp).substr(0, 4) + "%").c_str() : "-",
-                r.tp > 1 ? std::to_string(r.ar_ms).substr(0, 6).c_str() : "-",
-                r.tp > 1 ? std::to_string(r.ms - r.ar_ms).substr(0, 6).c_str() : "-");
+                r.ar_ms > 0 ? std::to_string(r.ar_ms).substr(0, 6).c_str() : "-",
+                r.ar_ms > 0 ? std::to_string(r.ms - r.ar_ms).substr(0, 6).c_str() : "-");
   }
   std::fflush(stdout);
   return 0;

@@ -173,7 +173,13 @@ Reply OpenAiApi::handle(const Request& req) {
       if (std::string(auth) != "Bearer " + cfg_.api_key)
         throw ApiError{http::status::unauthorized, "Unauthorized: a valid API key is required", ""};
     }
-    if (path == "/health" && get) return json_response(http::status::ok, "");
+    if (path == "/health" && get) {
+      // Fail-stop: once a step failed (e.g. a tensor-parallel rank), the engine serves nothing.
+      const std::string failed = engine_.failure();
+      if (!failed.empty())
+        throw ApiError{http::status::service_unavailable, "the engine failed: " + failed, ""};
+      return json_response(http::status::ok, "");
+    }
     if (path == "/metrics" && get) return metrics_text();
     if (path == "/v1/models" && get) return models();
     if (path == "/v1/completions" && post) return completions(req, false);
@@ -350,6 +356,8 @@ Reply OpenAiApi::completions(const Request& req, bool chat) {
 
   if (draining_)
     throw ApiError{http::status::service_unavailable, "the server is shutting down", ""};
+  if (const std::string failed = engine_.failure(); !failed.empty())
+    throw ApiError{http::status::service_unavailable, "the engine failed: " + failed, ""};
   if (in_flight_.load() >= cfg_.max_pending)
     throw ApiError{http::status::service_unavailable,
                    "the server is overloaded: too many requests in flight; retry later", ""};
