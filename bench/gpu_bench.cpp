@@ -54,7 +54,6 @@ double median(std::vector<double> v) {
 // Peak figures of H200.md (measured there): device copy bandwidth and bf16 GEMM throughput.
 constexpr double kBandwidth = 4.25e12, kPeakFlops = 768e12;
 
-
 struct Bytes {
   double weights, state_per_seq, kv_per_token;
 };
@@ -71,9 +70,9 @@ Bytes rank_bytes(const ds::model::Qwen35Model& m) {
                               c.num_kv_heads * c.head_dim * 2)};
 }
 
-// Milliseconds of `calls` back-to-back bf16 all-reduces of each of `elems` elements over N NCCL ranks
-// on GPUs 0..N-1, captured in one CUDA graph per size and rank and replayed (median of `iters`,
-// rank 0's events).
+// Milliseconds of `calls` back-to-back bf16 all-reduces of each of `elems` elements over N NCCL
+// ranks on GPUs 0..N-1, captured in one CUDA graph per size and rank and replayed (median of
+// `iters`, rank 0's events).
 std::vector<double> allreduce_ms(int N, const std::vector<int64_t>& elems, int calls, int iters) {
   const ncclUniqueId id = ds::dist::nccl_unique_id();
   std::vector<double> result(elems.size());
@@ -97,9 +96,9 @@ std::vector<double> allreduce_ms(int N, const std::vector<int64_t>& elems, int c
           comm.barrier();
           cudaGraph_t g;
           cudaGraphExec_t ge;
-          DS_CHECK(cudaStreamBeginCapture(be.stream(), cudaStreamCaptureModeThreadLocal) ==
-                       cudaSuccess,
-                   "capture");
+          DS_CHECK(
+              cudaStreamBeginCapture(be.stream(), cudaStreamCaptureModeThreadLocal) == cudaSuccess,
+              "capture");
           for (int i = 0; i < calls; ++i) comm.all_reduce_sum(t);
           DS_CHECK(cudaStreamEndCapture(be.stream(), &g) == cudaSuccess, "end capture");
           DS_CHECK(cudaGraphInstantiate(&ge, g, 0) == cudaSuccess, "instantiate");
@@ -147,12 +146,12 @@ int run_tp(const std::string& dir, const std::vector<int32_t>& tps,
     double ms, ar_ms;
   };
   std::vector<Row> rows;
-  std::printf("\n%s: H %lld, %lld layers, %lld/%lld heads, GDN %lld/%lld, I %lld; %d GPUs visible\n",
-              dir.c_str(), static_cast<long long>(gc.hidden_size),
-              static_cast<long long>(gc.num_layers), static_cast<long long>(gc.num_heads),
-              static_cast<long long>(gc.num_kv_heads), static_cast<long long>(gc.lin_num_k_heads),
-              static_cast<long long>(gc.lin_num_v_heads),
-              static_cast<long long>(gc.intermediate_size), gpus);
+  std::printf(
+      "\n%s: H %lld, %lld layers, %lld/%lld heads, GDN %lld/%lld, I %lld; %d GPUs visible\n",
+      dir.c_str(), static_cast<long long>(gc.hidden_size), static_cast<long long>(gc.num_layers),
+      static_cast<long long>(gc.num_heads), static_cast<long long>(gc.num_kv_heads),
+      static_cast<long long>(gc.lin_num_k_heads), static_cast<long long>(gc.lin_num_v_heads),
+      static_cast<long long>(gc.intermediate_size), gpus);
   std::printf(
       "\n| TP | weights GB / rank | GDN state MiB / seq / rank | KV KiB / token / rank | free GiB "
       "(min over ranks, after cache) | load s |\n|---|---|---|---|---|---|\n");
@@ -169,8 +168,8 @@ int run_tp(const std::string& dir, const std::vector<int32_t>& tps,
     ds::engine::TpExecutor ex(
         N, [](int rank) { return std::make_unique<ds::backend::CudaBackend>(rank); },
         [&](int rank, ds::backend::Backend& be, ds::dist::Communicator* comm) {
-          auto m = ds::model::load_model(dir, ds::model::LoadFormat::kDummy, be, false,
-                                         {N, rank}, N > 1 ? comm : nullptr);
+          auto m = ds::model::load_model(dir, ds::model::LoadFormat::kDummy, be, false, {N, rank},
+                                         N > 1 ? comm : nullptr);
           models[static_cast<size_t>(rank)] = m.get();
           return m;
         },
@@ -223,7 +222,8 @@ int run_tp(const std::string& dir, const std::vector<int32_t>& tps,
       for (int32_t q = 0; q < ppp; ++q) sd.pages.push_back(maxB * pps + q);
       fb.seqs.push_back(sd);
       fb.logits_rows.push_back(P - 1);
-      rows.push_back({N, "prefill " + std::to_string(P), time_steps(fb, 1, std::max(3, iters / 10), true), 0});
+      rows.push_back(
+          {N, "prefill " + std::to_string(P), time_steps(fb, 1, std::max(3, iters / 10), true), 0});
     }
   }
   // The all-reduces alone (after the executors are gone: nothing else on the GPUs), one set of

@@ -2,7 +2,7 @@
 # Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
 # Usage: tools/gpu_run.sh STAGE...   stages: ops model nccl bench1 prof bench hf real serve
 #        benchtp[:MODELS] servetp   (multi-GPU: TP1 vs TP2 vs TP4 on the visible GPUs)
-# Logs go to $OUT (or ./gpu_logs) and a short summary is printed last.
+# Logs go to $OUT (or ./gpu_logs); a summary line is printed as each stage ends.
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$PWD/.device_out/lib:${LD_LIBRARY_PATH:-}
 export DS_TEST_DATA=$PWD/test_data
@@ -12,6 +12,7 @@ LOG=${OUT:-$PWD/gpu_logs}
 M=bench/configs/qwen3.5-4b
 mkdir -p "$LOG"
 summary=()
+note() { summary+=("$1"); echo "$1"; }  # printed as it happens: a deadline may cut the run
 # serve_bench TP C...: serve (4B shape, dummy) at tensor-parallel size TP, bench serve 1k in / 256 out
 # at each concurrency, one JSON line each into bench_serve.jsonl (tagged with the TP size).
 serve_bench() {
@@ -34,44 +35,46 @@ serve_bench() {
     echo "}" >>"$LOG/bench_serve.jsonl"
   done
   kill -TERM $sp; wait $sp
-  summary+=("serve tp$tp rc=$?")
+  note "serve tp$tp rc=$?"
 }
 for stage in "$@"; do
   case $stage in
     ops)
-      $BIN/cuda_ops_test >"$LOG/ops.log" 2>&1; summary+=("ops rc=$? $(tail -1 "$LOG/ops.log")") ;;
+      $BIN/cuda_ops_test >"$LOG/ops.log" 2>&1; note "ops rc=$? $(tail -1 "$LOG/ops.log")" ;;
     model)
       $BIN/cuda_model_test >"$LOG/model.log" 2>&1
-      summary+=("model rc=$? $(grep -E 'totals' "$LOG/model.log" | tr '\n' ' ') $(tail -1 "$LOG/model.log")") ;;
+      rc=$?
+      note "model rc=$rc $(grep -E 'totals' "$LOG/model.log" | tr '\n' ' ') $(tail -1 "$LOG/model.log")"
+      if [ $rc != 0 ] && [ -n "${STOP_ON_FAIL:-}" ]; then exit 1; fi ;;
     nccl)
-      $BIN/nccl_test >"$LOG/nccl.log" 2>&1; summary+=("nccl rc=$? $(tail -1 "$LOG/nccl.log")")
+      $BIN/nccl_test >"$LOG/nccl.log" 2>&1; note "nccl rc=$? $(tail -1 "$LOG/nccl.log")"
       # The rank-fault test in a process of its own: an aborted NCCL kernel must not touch the
       # other tests' CUDA contexts.
       timeout ${TP_TIMEOUT:-120} stdbuf -oL $BIN/tp_gpu_test --gtest_filter=-*RankFault* >"$LOG/tp_gpu.log" 2>&1
-      summary+=("tp_gpu rc=$? $(grep -E 'GPU TP|engine GPU|FAILED|OK \]' "$LOG/tp_gpu.log" | tr '\n' ' ') $(tail -1 "$LOG/tp_gpu.log")")
+      note "tp_gpu rc=$? $(grep -E 'GPU TP|engine GPU|FAILED|OK \]' "$LOG/tp_gpu.log" | tr '\n' ' ') $(tail -1 "$LOG/tp_gpu.log")"
       timeout ${TP_TIMEOUT:-120} stdbuf -oL $BIN/tp_gpu_test --gtest_filter=*RankFault* >>"$LOG/tp_gpu.log" 2>&1
-      summary+=("tp_gpu fault rc=$? $(grep -E 'fault \(|FAILED|Failure' "$LOG/tp_gpu.log" | tr '\n' ' ') $(tail -1 "$LOG/tp_gpu.log")") ;;
+      note "tp_gpu fault rc=$? $(grep -E 'fault \(|FAILED|Failure' "$LOG/tp_gpu.log" | tr '\n' ' ') $(tail -1 "$LOG/tp_gpu.log")" ;;
     bench1)
       $BIN/deltaserve bench offline --device cuda --model $M --load-format dummy --num-prompts 4 \
         --input-len 1024 --output-len 64 --max-concurrency 1 --max-num-seqs 16 >"$LOG/bench1.log" 2>&1
-      summary+=("bench1 rc=$? $(grep -E '^\{' "$LOG/bench1.log" | tail -1)") ;;
+      note "bench1 rc=$? $(grep -E '^\{' "$LOG/bench1.log" | tail -1)" ;;
     prof)
       DS_CUDA_PROFILE=1 $BIN/deltaserve bench offline --device cuda --model $M --load-format dummy \
         --num-prompts 2 --input-len 1024 --output-len 64 --max-concurrency 1 --max-num-seqs 4 \
         >"$LOG/prof.log" 2>&1
-      summary+=("prof rc=$?") ;;
+      note "prof rc=$?" ;;
     bench)  # the model-level table: decode B=1/16/64/256 at ctx 1k, prefill 512/2k/8k, per-op
       $BIN/gpu_bench --model $M --profile --gemv >"$LOG/gpu_bench.md" 2>"$LOG/gpu_bench.err"
-      summary+=("bench rc=$?") ;;
+      note "bench rc=$?" ;;
     hf)  # HF transformers on the same shapes (the peer in the table)
       python3 tools/hf_bench.py >"$LOG/hf_bench.md" 2>"$LOG/hf_bench.err"
-      summary+=("hf rc=$?") ;;
+      note "hf rc=$?" ;;
     real)  # the real-size check: random 4B checkpoint + HF logits, then our forward against them
       [ -f /tmp/q4b_check/ref.safetensors ] ||
         timeout 240 python3 tools/make_4b_check.py --out /tmp/q4b_check >"$LOG/make_4b_check.log" 2>&1
-      summary+=("make_4b_check rc=$? $(tail -3 "$LOG/make_4b_check.log" | tr '\n' ' ')")
+      note "make_4b_check rc=$? $(tail -3 "$LOG/make_4b_check.log" | tr '\n' ' ')"
       DS_REAL_CHECK_DIR=/tmp/q4b_check timeout 150 stdbuf -oL $BIN/real_size_test >"$LOG/real_size.log" 2>&1
-      summary+=("real_size rc=$? $(grep -E 'TP[0-9] |FAILED|Failure' "$LOG/real_size.log" | tr '\n' ' ') $(tail -1 "$LOG/real_size.log")") ;;
+      note "real_size rc=$? $(grep -E 'TP[0-9] |FAILED|Failure' "$LOG/real_size.log" | tr '\n' ' ') $(tail -1 "$LOG/real_size.log")" ;;
     serve)  # end to end: serve --device cuda (4B shape, dummy) + bench serve 1k in / 256 out
       $BIN/deltaserve serve --model $M --load-format dummy --device cuda --tokenizer .device_out/qwen3 \
         --port 8011 --max-num-seqs 64 --max-model-len 1536 --max-num-batched-tokens 2048 \
@@ -88,18 +91,18 @@ for stage in "$@"; do
           --max-concurrency $c --vocab 150000 >>"$LOG/bench_serve.jsonl" 2>>"$LOG/bench_serve.err"
       done
       kill -TERM $SP; wait $SP
-      summary+=("serve rc=$? $(wc -l <"$LOG/bench_serve.jsonl") bench lines") ;;
+      note "serve rc=$? $(wc -l <"$LOG/bench_serve.jsonl") bench lines" ;;
     benchtp*)  # TP1 vs TP2 vs TP4 (those the GPUs allow) per model shape, one table each
       models=${stage#benchtp}; models=${models#:}
       for size in ${models//,/ }; do
         timeout ${BENCH_TIMEOUT:-400} stdbuf -oL $BIN/gpu_bench --model bench/configs/qwen3.5-$size --tp 1,2,4 --batches 1,16,64 \
-          --prefill 2048,8192 --iters 20 >>"$LOG/tp_bench.md" 2>>"$LOG/tp_bench.err"
-        summary+=("benchtp $size rc=$?")
+          --prefill 2048,8192 --iters 20 >"$LOG/tp_bench_$size.md" 2>>"$LOG/tp_bench.err"
+        note "benchtp $size rc=$?"
+        cat "$LOG/tp_bench_$size.md"
       done ;;
     servetp)
-      for tp in 1 2; do serve_bench $tp 16 64; done ;;
+      for tp in 1 2; do serve_bench $tp 16 64; done
+      cat "$LOG/bench_serve.jsonl" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done
-printf '%s\n' "${summary[@]}"
-[ -f "$LOG/tp_bench.md" ] && cat "$LOG/tp_bench.md"

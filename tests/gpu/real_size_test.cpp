@@ -7,8 +7,8 @@
 // Metric, against HF float32: argmax agreement over the compared positions and the max |error| of
 // the log-softmax over every vocabulary entry; HF's own bf16 forward on the same positions is the
 // yardstick: agreement at most 3 points below it and max log-prob error at most 1.5x its + 0.02.
-// Graphed batch-1 decode must equal eager decode bit for bit. The same cases run on one GPU and, with
-// 2+ GPUs, on NCCL tensor-parallel ranks (TP2; TP4 with 4 GPUs).
+// Graphed batch-1 decode must equal eager decode bit for bit. The same cases run on one GPU and,
+// with 2+ GPUs, on NCCL tensor-parallel ranks (TP2; TP4 with 4 GPUs).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -113,8 +113,8 @@ void check_against_hf(const std::string& dir, const std::string& label, const Ru
     const Case& cs = cases[c];
     const int32_t P = static_cast<int32_t>(cs.ids.size()) - D;
     m.forward({std::vector<int32_t>(cs.ids.begin(), cs.ids.begin() + P),
-                {{0, P, 0, slot, pages(slot)}},
-                {}});
+               {{0, P, 0, slot, pages(slot)}},
+               {}});
   };
   auto decode_solo = [&](int c) {
     prefill_head(c, c);
@@ -171,7 +171,6 @@ void check_against_hf(const std::string& dir, const std::string& label, const Ru
         testing::max_abs_diff(batched[r].data(), graphed[src[r]].data(), batched[r].size()));
   }
 }
-
 
 class RealSize : public ::testing::Test {
  protected:

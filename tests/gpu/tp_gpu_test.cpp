@@ -15,8 +15,8 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "dist/communicator.h"
-#include "dist/nccl_communicator.h"
 #include "dist/faulty_comm.h"
+#include "dist/nccl_communicator.h"
 #include "dist/tp_fixtures.h"
 #include "engine/engine.h"
 #include "engine/executor.h"
@@ -180,8 +180,8 @@ int gpu_count() {
   return gpus;
 }
 
-#define SKIP_UNLESS_GPUS(n)                                                          \
-  if (gpu_count() < (n))                                                             \
+#define SKIP_UNLESS_GPUS(n)                                                                   \
+  if (gpu_count() < (n))                                                                      \
   GTEST_SKIP() << "needs " << (n) << " or more visible GPUs (" << gpu_count() << " visible: " \
                << "the multi-GPU runs need the device tool's nvidia-h200-x2 or larger)"
 
@@ -350,8 +350,9 @@ TEST_F(TpGpu, EngineLifecycleOnNcclRanksMatchesCpu) {
   auto ex = nccl_executor(dir, N);
   engine::Engine e(*ex, cfg);
   const Deviation tp2 = teacher_forced(dir, run(e));
-  std::printf("  engine GPU TP%d (NCCL) vs CPU f32 (teacher-forced): max|dlogprob| %.4f, argmax %.4f\n",
-              N, tp2.err, tp2.agree);
+  std::printf(
+      "  engine GPU TP%d (NCCL) vs CPU f32 (teacher-forced): max|dlogprob| %.4f, argmax %.4f\n", N,
+      tp2.err, tp2.agree);
   EXPECT_LE(tp2.err, 1.25 * tp1.err + 0.01 * tp2.scale);
   EXPECT_GE(tp2.agree, tp1.agree - 0.05);
   EXPECT_GE(tp2.agree, 0.9);
@@ -380,7 +381,8 @@ TEST_F(TpGpu, RankFaultOnGpusFailsEveryRequestOnce) {
       p.ignore_eos = true;
       p.max_tokens = 400;
       std::vector<std::shared_ptr<engine::RequestStream>> streams;
-      for (uint32_t i = 0; i < 3; ++i) streams.push_back(e.submit({random_ids(20, 10 + i, vocab), p}));
+      for (uint32_t i = 0; i < 3; ++i)
+        streams.push_back(e.submit({random_ids(20, 10 + i, vocab), p}));
       if (graphs) {
         engine::OutputDelta d;
         for (int i = 0; i < 5; ++i) ASSERT_TRUE(streams[0]->next(d, std::chrono::seconds(60)));
@@ -400,8 +402,7 @@ TEST_F(TpGpu, RankFaultOnGpusFailsEveryRequestOnce) {
     }
     EXPECT_THROW(ex->execute({}), Error);  // the executor stays poisoned
     ex.reset();                            // shutdown must not hang on the aborted communicators
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("  fault (TP%d, %s): every request failed once, shut down %.1f s after the start\n",
                 N, graphs ? "graphs" : "eager", s);
     EXPECT_LT(s, 60.0) << "aborted communicators must release the waiting rank well before the "

@@ -1,5 +1,6 @@
-// The OpenAI routes when the engine fails (fail-stop): a tensor-parallel rank faults mid-step on CPU
-// ranks; the request in flight gets an error naming the fault, /health and new requests answer 503.
+// The OpenAI routes when the engine fails (fail-stop): a tensor-parallel rank faults mid-step on
+// CPU ranks; the request in flight gets an error naming the fault, /health and new requests answer
+// 503.
 #include "server/openai_api.h"
 
 #include <gtest/gtest.h>

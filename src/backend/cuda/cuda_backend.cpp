@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "backend/cuda/kernels/attention.cuh"
@@ -189,16 +190,27 @@ void CudaBackend::upload(DType src_type, const void* src, size_t n, const Tensor
   DS_CHECK(static_cast<size_t>(dst.numel()) == n, "upload size");
   DS_CHECK(dst.dtype == DType::kF32 || dst.dtype == DType::kBF16,
            "upload: F32 or BF16 destinations");
-  std::vector<float> f(n);
-  convert_to_f32(src_type, src, f.data(), n);
-  std::vector<uint16_t> b;
-  const void* host = f.data();
-  if (dst.dtype == DType::kBF16) {
-    b.resize(n);
+  // Straight copies where the types match; otherwise one parallel conversion pass into an
+  // uninitialised staging buffer (weights of 27B pass through here: no serial passes).
+  std::unique_ptr<float[]> f;
+  std::unique_ptr<uint16_t[]> b;
+  const void* host = src;
+  if (src_type != dst.dtype) {
+    const float* in = static_cast<const float*>(src);
+    if (src_type != DType::kF32) {
+      f.reset(new float[n]);
+      convert_to_f32(src_type, src, f.get(), n);
+      in = f.get();
+    }
+    if (dst.dtype == DType::kBF16) {
+      b.reset(new uint16_t[n]);
+      uint16_t* out = b.get();
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < static_cast<int64_t>(n); ++i)
-      b[static_cast<size_t>(i)] = f32_to_bf16(f[static_cast<size_t>(i)]);
-    host = b.data();
+      for (int64_t i = 0; i < static_cast<int64_t>(n); ++i) out[i] = f32_to_bf16(in[i]);
+      host = out;
+    } else {
+      host = in;
+    }
   }
   check(cudaMemcpyAsync(dst.data, host, dst.nbytes(), cudaMemcpyHostToDevice, stream_), "upload");
   check(cudaStreamSynchronize(stream_), "upload sync");  // the host staging dies with this call
