@@ -34,8 +34,14 @@ serve_bench() {
       2>>"$LOG/bench_serve.err" || echo "null" >>"$LOG/bench_serve.jsonl"
     echo "}" >>"$LOG/bench_serve.jsonl"
   done
-  kill -TERM $sp; wait $sp
-  note "serve tp$tp rc=$?"
+  kill -TERM $sp
+  local waited=0
+  while kill -0 $sp 2>/dev/null && [ $waited -lt 30 ]; do sleep 1; waited=$((waited + 1)); done
+  if kill -0 $sp 2>/dev/null; then
+    kill -KILL $sp; wait $sp; note "serve tp$tp DID NOT EXIT within 30 s of SIGTERM (killed)"
+  else
+    wait $sp; note "serve tp$tp rc=$? (exited ${waited} s after SIGTERM)"
+  fi
 }
 for stage in "$@"; do
   case $stage in
