@@ -107,7 +107,10 @@ for stage in "$@"; do
         cat "$LOG/tp_bench_$size.md"
       done ;;
     servetp)
-      for tp in 1 2; do serve_bench $tp 16 64; done
+      gpus=$(nvidia-smi -L | wc -l)
+      for tp in 1 2; do
+        if [ "$tp" -le "$gpus" ]; then serve_bench $tp 16 64; else note "serve tp$tp skipped: $gpus GPU(s)"; fi
+      done
       cat "$LOG/bench_serve.jsonl" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
