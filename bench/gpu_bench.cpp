@@ -25,7 +25,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "dist/nccl_communicator.h"
-#include "engine/executor.h"
+#include "engine/gpu_tp_executor.h"
 #include "model/loader.h"
 #include "model/tp_shard.h"
 
@@ -143,6 +143,8 @@ int run_tp(const std::string& dir, const std::vector<int32_t>& tps,
   struct Row {
     int tp;
     std::string what;
+    int64_t tokens;  // of the step
+    bool time_ar;    // time its all-reduces alone (graphed decode steps and prefills)
     double ms, ar_ms;
   };
   std::vector<Row> rows;
@@ -163,21 +165,17 @@ int run_tp(const std::string& dir, const std::vector<int32_t>& tps,
     }
     ds::model::validate_tp(gc, N);
     std::vector<ds::model::Qwen35Model*> models(static_cast<size_t>(N));
-    const ncclUniqueId id = ds::dist::nccl_unique_id();
     const auto t0 = clock_type::now();
-    ds::engine::TpExecutor ex(
-        N, [](int rank) { return std::make_unique<ds::backend::CudaBackend>(rank); },
+    const auto exp = ds::engine::make_gpu_tp_executor(
+        N,
         [&](int rank, ds::backend::Backend& be, ds::dist::Communicator* comm) {
           auto m = ds::model::load_model(dir, ds::model::LoadFormat::kDummy, be, false, {N, rank},
                                          N > 1 ? comm : nullptr);
           models[static_cast<size_t>(rank)] = m.get();
           return m;
         },
-        std::chrono::minutes(10),
-        [&](int rank, ds::backend::Backend& be) -> std::unique_ptr<ds::dist::Communicator> {
-          return std::make_unique<ds::dist::NcclCommunicator>(
-              id, N, rank, rank, static_cast<ds::backend::CudaBackend&>(be).stream());
-        });
+        std::chrono::minutes(10));
+    ds::engine::TpExecutor& ex = *exp;
     const double load_s = std::chrono::duration<double>(clock_type::now() - t0).count();
     ex.allocate_cache(maxB * pps + ppp, page, maxB + 1);
     ex.capture_decode_graphs(batches, std::max(maxN, maxB), maxB + 1, std::max(pps, ppp));
@@ -212,8 +210,8 @@ int run_tp(const std::string& dir, const std::vector<int32_t>& tps,
       }
       const double eager = time_steps(fb, static_cast<size_t>(B), iters, true);
       const double graphed = time_steps(fb, static_cast<size_t>(B), iters, false);
-      rows.push_back({N, "decode B=" + std::to_string(B) + " graphed", graphed, 0});
-      rows.push_back({N, "decode B=" + std::to_string(B) + " eager", eager, 0});
+      rows.push_back({N, "decode B=" + std::to_string(B) + " graphed", B, true, graphed, 0});
+      rows.push_back({N, "decode B=" + std::to_string(B) + " eager", B, false, eager, 0});
     }
     for (const int32_t P : prefills) {
       ds::model::ForwardBatch fb;
@@ -222,22 +220,19 @@ int run_tp(const std::string& dir, const std::vector<int32_t>& tps,
       for (int32_t q = 0; q < ppp; ++q) sd.pages.push_back(maxB * pps + q);
       fb.seqs.push_back(sd);
       fb.logits_rows.push_back(P - 1);
-      rows.push_back(
-          {N, "prefill " + std::to_string(P), time_steps(fb, 1, std::max(3, iters / 10), true), 0});
+      rows.push_back({N, "prefill " + std::to_string(P), P, true,
+                      time_steps(fb, 1, std::max(3, iters / 10), true), 0});
     }
   }
   // The all-reduces alone (after the executors are gone: nothing else on the GPUs), one set of
-  // communicators per degree for every step size.
-  auto tokens_of = [](const std::string& what) {
-    return std::stoll(what.substr(what.starts_with("decode") ? 9 : 8));
-  };
+  // communicators per degree for every step size (graphed decode steps and prefills).
   for (const int N : tps) {
     std::vector<Row*> mine;
     std::vector<int64_t> elems;
     for (Row& r : rows)
-      if (r.tp == N && N > 1 && r.what.find("eager") == std::string::npos) {
+      if (r.tp == N && N > 1 && r.time_ar) {
         mine.push_back(&r);
-        elems.push_back(tokens_of(r.what) * gc.hidden_size);
+        elems.push_back(r.tokens * gc.hidden_size);
       }
     if (mine.empty()) continue;
     const std::vector<double> ms = allreduce_ms(N, elems, ar_per_step, 10);
@@ -251,9 +246,9 @@ int run_tp(const std::string& dir, const std::vector<int32_t>& tps,
     double t1 = 0;
     for (const Row& o : rows)
       if (o.tp == 1 && o.what == r.what) t1 = o.ms;
-    const int64_t tokens = tokens_of(r.what);
     std::printf("| %s | %d | %.3f | %.0f | %s | %s | %s | %s |\n", r.what.c_str(), r.tp, r.ms,
-                tokens / r.ms * 1e3, t1 > 0 ? std::to_string(t1 / r.ms).substr(0, 4).c_str() : "-",
+                static_cast<double>(r.tokens) / r.ms * 1e3,
+                t1 > 0 ? std::to_string(t1 / r.ms).substr(0, 4).c_str() : "-",
                 t1 > 0 ? (std::to_string(100 * t1 / r.ms / r.tp).substr(0, 4) + "%").c_str() : "-",
                 r.ar_ms > 0 ? std::to_string(r.ar_ms).substr(0, 6).c_str() : "-",
                 r.ar_ms > 0 ? std::to_string(r.ms - r.ar_ms).substr(0, 6).c_str() : "-");

@@ -15,7 +15,7 @@
 #include "backend/cuda/cuda_backend.h"
 #endif
 #ifdef DS_HAVE_NCCL
-#include "dist/nccl_communicator.h"
+#include "engine/gpu_tp_executor.h"
 #endif
 
 namespace deltaserve::app {
@@ -44,18 +44,13 @@ inline ModelRuntime make_runtime(const std::string& dir, model::LoadFormat fmt, 
                     std::to_string(tp) + " CUDA devices (ranks on GPUs 0.." +
                     std::to_string(tp - 1) + "); " + std::to_string(count) + " visible");
       model::validate_tp(model::load_config(dir), tp);  // fail closed before loading
-      const ncclUniqueId id = dist::nccl_unique_id();
       rt.act_dtype = DType::kBF16;
-      rt.exec = std::make_unique<engine::TpExecutor>(
-          tp, [](int rank) { return std::make_unique<backend::CudaBackend>(rank); },
+      rt.exec = engine::make_gpu_tp_executor(
+          tp,
           [&](int rank, backend::Backend& be, dist::Communicator* comm) {
             return model::load_model(dir, fmt, be, verbose && rank == 0, {tp, rank}, comm);
           },
-          std::chrono::minutes(30),
-          [id, tp](int rank, backend::Backend& be) -> std::unique_ptr<dist::Communicator> {
-            auto& cb = static_cast<backend::CudaBackend&>(be);
-            return std::make_unique<dist::NcclCommunicator>(id, tp, rank, rank, cb.stream());
-          });
+          std::chrono::minutes(30));
       return rt;
 #else
       throw Error("--device cuda --tensor-parallel-size > 1: this build has no NCCL");

@@ -79,17 +79,21 @@ void NcclCommunicator::abort() {
   comm_ = nullptr;  // later collectives throw
 }
 
-void NcclCommunicator::all_reduce_sum(const Tensor& t) {
-  std::unique_lock<std::mutex> lock(mu_);
+void NcclCommunicator::live() const {
   if (!comm_) throw Error("NCCL communicator was aborted");
+}
+
+void NcclCommunicator::all_reduce_sum(const Tensor& t) {
+  const std::lock_guard<std::mutex> lock(mu_);
+  live();
   check(ncclAllReduce(t.data, t.data, static_cast<size_t>(t.numel()), nccl_type(t.dtype), ncclSum,
                       comm_, stream_),
         "all_reduce");
 }
 
 void NcclCommunicator::reduce_scatter_sum(const Tensor& in, const Tensor& out) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!comm_) throw Error("NCCL communicator was aborted");
+  const std::lock_guard<std::mutex> lock(mu_);
+  live();
   DS_CHECK(in.numel() == out.numel() * size_, "reduce_scatter: out must be 1/size of in");
   check(ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()), nccl_type(in.dtype),
                           ncclSum, comm_, stream_),
@@ -97,8 +101,8 @@ void NcclCommunicator::reduce_scatter_sum(const Tensor& in, const Tensor& out) {
 }
 
 void NcclCommunicator::all_gather(const Tensor& in, const Tensor& out) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!comm_) throw Error("NCCL communicator was aborted");
+  const std::lock_guard<std::mutex> lock(mu_);
+  live();
   DS_CHECK(out.numel() == in.numel() * size_, "all_gather: out must be size x in");
   check(ncclAllGather(in.data, out.data, static_cast<size_t>(in.numel()), nccl_type(in.dtype),
                       comm_, stream_),
@@ -106,8 +110,8 @@ void NcclCommunicator::all_gather(const Tensor& in, const Tensor& out) {
 }
 
 void NcclCommunicator::broadcast(const Tensor& t, int root) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!comm_) throw Error("NCCL communicator was aborted");
+  const std::lock_guard<std::mutex> lock(mu_);
+  live();
   check(ncclBroadcast(t.data, t.data, static_cast<size_t>(t.numel()), nccl_type(t.dtype), root,
                       comm_, stream_),
         "broadcast");
@@ -115,7 +119,7 @@ void NcclCommunicator::broadcast(const Tensor& t, int root) {
 
 void NcclCommunicator::barrier() {
   std::unique_lock<std::mutex> lock(mu_);
-  if (!comm_) throw Error("NCCL communicator was aborted");
+  live();
   check(ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_), "barrier");
   lock.unlock();  // abort() from another thread releases a wait on a failed peer
   check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");

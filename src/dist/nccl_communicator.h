@@ -41,7 +41,8 @@ class NcclCommunicator final : public Communicator {
   void abort() override;
 
  private:
-  std::mutex mu_;  // a collective's enqueue vs abort() from another thread
+  void live() const;  // throws once aborted; call with mu_ held
+  std::mutex mu_;     // a collective's enqueue vs abort() from another thread
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_;
   int rank_, size_, device_;

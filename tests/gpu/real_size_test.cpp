@@ -19,8 +19,7 @@
 #include <functional>
 
 #include "backend/cuda/cuda_backend.h"
-#include "dist/nccl_communicator.h"
-#include "engine/executor.h"
+#include "engine/gpu_tp_executor.h"
 #include "gpu_test_util.h"
 #include "model/loader.h"
 #include "model/safetensors.h"
@@ -206,23 +205,18 @@ TEST_F(RealSize, Qwen35_4bShapeOnSeveralGpusMatchesHf) {
     GTEST_SKIP() << "needs 2 or more visible GPUs (" << gpus << " visible)";
   for (int N : {2, 4}) {
     if (N > gpus) continue;
-    const ncclUniqueId id = dist::nccl_unique_id();
-    engine::TpExecutor ex(
-        N, [](int rank) { return std::make_unique<backend::CudaBackend>(rank); },
+    auto ex = engine::make_gpu_tp_executor(
+        N,
         [&](int rank, backend::Backend& be, dist::Communicator* comm) {
           return load_model(dir_ + "/ckpt", LoadFormat::kSafetensors, be, false, {N, rank}, comm);
         },
-        std::chrono::minutes(5),
-        [&](int rank, backend::Backend& be) -> std::unique_ptr<dist::Communicator> {
-          return std::make_unique<dist::NcclCommunicator>(
-              id, N, rank, rank, static_cast<backend::CudaBackend&>(be).stream());
-        });
-    Runner r{[&](int32_t p, int32_t ps, int32_t s) { ex.allocate_cache(p, ps, s); },
-             [&](const ForwardBatch& b) { return ex.execute(b); },
+        std::chrono::minutes(5));
+    Runner r{[&](int32_t p, int32_t ps, int32_t s) { ex->allocate_cache(p, ps, s); },
+             [&](const ForwardBatch& b) { return ex->execute(b); },
              [&](const std::vector<int32_t>& bk, int64_t t, int32_t s, int32_t pp) {
-               return ex.capture_decode_graphs(bk, t, s, pp);
+               return ex->capture_decode_graphs(bk, t, s, pp);
              }};
-    check_against_hf(dir_, "TP" + std::to_string(N), r, ex.config().vocab_size);
+    check_against_hf(dir_, "TP" + std::to_string(N), r, ex->config().vocab_size);
   }
 }
 

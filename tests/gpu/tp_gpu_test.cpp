@@ -16,10 +16,10 @@
 #include "backend/cuda/cuda_backend.h"
 #include "dist/communicator.h"
 #include "dist/faulty_comm.h"
-#include "dist/nccl_communicator.h"
 #include "dist/tp_fixtures.h"
 #include "engine/engine.h"
 #include "engine/executor.h"
+#include "engine/gpu_tp_executor.h"
 #include "gpu_test_util.h"
 #include "model/loader.h"
 #include "model/tp_shard.h"
@@ -156,9 +156,8 @@ TEST_F(TpGpu, RankLocalKernelsAtTp2AndTp4MatchCpu) {
 std::unique_ptr<engine::TpExecutor> nccl_executor(
     const std::filesystem::path& dir, int N,
     std::unique_ptr<deltaserve::testing::FaultyComm>* fault = nullptr, int fail_at = 0) {
-  const ncclUniqueId id = dist::nccl_unique_id();
-  return std::make_unique<engine::TpExecutor>(
-      N, [](int rank) { return std::make_unique<backend::CudaBackend>(rank); },
+  return engine::make_gpu_tp_executor(
+      N,
       [=](int rank, backend::Backend& be, dist::Communicator* comm) {
         if (fault && rank == N - 1) {
           *fault = std::make_unique<deltaserve::testing::FaultyComm>(comm, fail_at);
@@ -167,11 +166,7 @@ std::unique_ptr<engine::TpExecutor> nccl_executor(
         return model::load_model(dir.string(), model::LoadFormat::kSafetensors, be, false,
                                  {N, rank}, comm);
       },
-      std::chrono::minutes(5),
-      [=](int rank, backend::Backend& be) -> std::unique_ptr<dist::Communicator> {
-        return std::make_unique<dist::NcclCommunicator>(
-            id, N, rank, rank, static_cast<backend::CudaBackend&>(be).stream());
-      });
+      std::chrono::minutes(5));
 }
 
 int gpu_count() {
@@ -422,23 +417,18 @@ TEST_F(TpGpu, Tp1ThroughNcclWithGraphsEqualsTheSingleGpuModel) {
     m->capture_decode_graphs({1, 2, 4}, 256, 4, 16);
     for (const ForwardBatch& b : steps) plain.push_back(m->forward(b));
   }
-  const ncclUniqueId id = dist::nccl_unique_id();
-  engine::TpExecutor ex(
-      1, [](int) { return std::make_unique<backend::CudaBackend>(0); },
+  auto ex = engine::make_gpu_tp_executor(
+      1,
       [&](int, backend::Backend& be, dist::Communicator* comm) {
         EXPECT_NE(comm, nullptr) << "TP 1 with a communicator factory must all-reduce through it";
         return model::load_model(dir.string(), model::LoadFormat::kSafetensors, be, false, {},
                                  comm);
       },
-      std::chrono::minutes(5),
-      [&](int rank, backend::Backend& be) -> std::unique_ptr<dist::Communicator> {
-        return std::make_unique<dist::NcclCommunicator>(
-            id, 1, rank, 0, static_cast<backend::CudaBackend&>(be).stream());
-      });
-  ex.allocate_cache(64, 16, 4);
-  EXPECT_EQ(ex.capture_decode_graphs({1, 2, 4}, 256, 4, 16), (std::vector<int32_t>{1, 2, 4}));
+      std::chrono::minutes(5));
+  ex->allocate_cache(64, 16, 4);
+  EXPECT_EQ(ex->capture_decode_graphs({1, 2, 4}, 256, 4, 16), (std::vector<int32_t>{1, 2, 4}));
   for (size_t s = 0; s < steps.size(); ++s) {
-    const std::vector<float> got = ex.execute(steps[s]);
+    const std::vector<float> got = ex->execute(steps[s]);
     ASSERT_EQ(got.size(), plain[s].size());
     EXPECT_EQ(testing::max_abs_diff(got.data(), plain[s].data(), got.size()), 0.0f)
         << "step " << s << " (the last is decode-only: a graph replay with an NCCL all-reduce)";
