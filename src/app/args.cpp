@@ -1,5 +1,6 @@
 #include "app/args.h"
 
+#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 
@@ -54,6 +55,25 @@ long long Args::get_int(const std::string& name, long long fallback, long long l
   if (pos == 0 || pos != it->second.size() || v < lo || v > hi)
     throw Error("deltaserve " + command_ + ": --" + name + " must be an integer in [" +
                 std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + it->second + "'");
+  return v;
+}
+
+double Args::get_double(const std::string& name, double fallback, double lo, double hi,
+                        bool lo_open) const {
+  const auto it = values_.find(name);
+  if (it == values_.end()) return fallback;
+  size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(it->second, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  const bool in_range = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && v <= hi;
+  if (pos == 0 || pos != it->second.size() || !in_range)
+    throw Error("deltaserve " + command_ + ": --" + name + " must be a number in " +
+                (lo_open ? "(" : "[") + std::to_string(lo) + ", " + std::to_string(hi) +
+                "], got '" + it->second + "'");
   return v;
 }
 

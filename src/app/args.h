@@ -18,6 +18,10 @@ class Args {
   std::string get(const std::string& name, const std::string& fallback) const;
   // Integer flag in [lo, hi]; throws deltaserve::Error otherwise.
   long long get_int(const std::string& name, long long fallback, long long lo, long long hi) const;
+  // Finite number flag in the interval (lo, hi] (lo_open) or [lo, hi]; throws deltaserve::Error
+  // otherwise.
+  double get_double(const std::string& name, double fallback, double lo, double hi,
+                    bool lo_open = false) const;
 
  private:
   std::string command_;

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -105,7 +106,9 @@ int cmd_bench_serve(const std::vector<std::string>& argv) {
   const int in_len = static_cast<int>(a.get_int("input-len", 128, 1, 1 << 20));
   const int out_len = static_cast<int>(a.get_int("output-len", 32, 1, 1 << 20));
   const int concurrency = static_cast<int>(a.get_int("max-concurrency", 16, 1, 100000));
-  const double rate = std::stod(a.get("request-rate", "inf"));
+  const double rate = a.get("request-rate", "inf") == "inf"
+                          ? std::numeric_limits<double>::infinity()
+                          : a.get_double("request-rate", 0, 0, 1e9, true);
   const int vocab =
       static_cast<int>(a.get_int("vocab", 100000, 2, 1 << 30));  // ids drawn from [0, vocab)
   std::mt19937 g(static_cast<uint32_t>(a.get_int("seed", 0, 0, 1LL << 32)));

@@ -195,5 +195,11 @@ int main(int argc, char** argv) {
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {  // a bug: still a message and an exit code, not an abort
+    std::fprintf(stderr, "error: internal error: %s\n", e.what());
+    return 1;
   }
 }

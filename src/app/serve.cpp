@@ -57,6 +57,27 @@ std::vector<int32_t> eos_ids(const model::ModelConfig& cfg, const std::string& m
   return ids;
 }
 
+// Waits for the requests in flight up to `timeout_s` (or a second signal), then ends every reply
+// still open with a final error event (streams) or a 503 (whole bodies), and stops the server.
+void drain_then_stop(const server::OpenAiApi& api, server::HttpServer& http, double timeout_s,
+                     const std::atomic<bool>& hurry) {
+  using clock = std::chrono::steady_clock;
+  const auto busy = [&] { return api.in_flight() > 0 || http.open_replies() > 0; };
+  const auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(
+                                           std::chrono::duration<double>(timeout_s));
+  while (busy() && !hurry && clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (busy()) {
+    std::fprintf(stderr, "deltaserve: ending %lld open replies\n",
+                 static_cast<long long>(http.open_replies()));
+    http.cut_open_replies("the server is shutting down");
+    const auto flush_deadline = clock::now() + std::chrono::seconds(2);
+    while (http.open_replies() > 0 && clock::now() < flush_deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  http.stop();
+}
+
 }  // namespace
 
 int cmd_serve(const std::vector<std::string>& argv) {
@@ -64,12 +85,11 @@ int cmd_serve(const std::vector<std::string>& argv) {
          {"model", "tokenizer", "host", "port", "served-model-name", "tensor-parallel-size",
           "max-num-seqs", "max-model-len", "max-num-batched-tokens", "gpu-memory-utilization",
           "load-format", "api-key", "device", "kv-cache-gib", "max-pending", "max-body-bytes",
-          "http-threads"},
+          "http-threads", "shutdown-timeout", "max-connections"},
          {"enforce-eager"});
   check_device(a);
   const int tp = static_cast<int>(a.get_int("tensor-parallel-size", 1, 1, 1024));
-  const double util = std::stod(a.get("gpu-memory-utilization", "0.9"));
-  if (!(util > 0 && util <= 1)) throw Error("--gpu-memory-utilization must be in (0, 1]");
+  const double util = a.get_double("gpu-memory-utilization", 0.9, 0, 1, true);
   const std::string model_dir = a.get("model", "");
   fs::path tok_dir =
       a.get("tokenizer", model_dir.empty() ? std::string(DS_DEFAULT_TOKENIZER_DIR) : model_dir);
@@ -89,12 +109,15 @@ int cmd_serve(const std::vector<std::string>& argv) {
   hcfg.port = static_cast<uint16_t>(a.get_int("port", 8000, 0, 65535));
   hcfg.max_body_bytes = static_cast<size_t>(a.get_int("max-body-bytes", 32 << 20, 1024, 1LL << 34));
   hcfg.threads = static_cast<int>(a.get_int("http-threads", 2, 1, 256));
+  hcfg.worker_threads = hcfg.threads;
+  hcfg.max_connections = static_cast<int>(a.get_int("max-connections", 0, 0, 1 << 20));
+  const double shutdown_s = a.get_double("shutdown-timeout", 60, 0, 86400);
   server::ApiConfig acfg;
   acfg.api_key = a.get("api-key", "");
   acfg.max_pending = a.get_int("max-pending", 512, 1, 1 << 24);
   acfg.served_model_name =
       a.get("served-model-name", model_dir.empty() ? "deltaserve-default" : model_dir);
-  const double kv_gib = std::stod(a.get("kv-cache-gib", "2"));
+  const double kv_gib = a.get_double("kv-cache-gib", 2, 0, 1 << 20, true);
 
   std::fprintf(stderr, "deltaserve: loading %s\n",
                model_dir.empty() ? "the embedded default model" : model_dir.c_str());
@@ -194,17 +217,17 @@ int cmd_serve(const std::vector<std::string>& argv) {
   std::fflush(stdout);
 
   std::thread drainer;
-  http.run([&] {
-    std::fprintf(stderr, "deltaserve: signal received, draining %lld in-flight requests\n",
-                 static_cast<long long>(api.in_flight()));
+  std::atomic<bool> hurry{false};
+  http.run([&](int nth) {
+    if (nth > 1) {  // a second signal: stop waiting for the streams
+      std::fprintf(stderr, "deltaserve: second signal, cutting open streams now\n");
+      hurry = true;
+      return;
+    }
+    std::fprintf(stderr, "deltaserve: signal received, draining %lld in-flight requests (%.0f s)\n",
+                 static_cast<long long>(api.in_flight()), shutdown_s);
     api.set_draining();
-    drainer = std::thread([&] {
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-      while ((api.in_flight() > 0 || http.open_replies() > 0) &&
-             std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      http.stop();
-    });
+    drainer = std::thread([&] { drain_then_stop(api, http, shutdown_s, hurry); });
   });
   if (drainer.joinable()) drainer.join();
   std::fprintf(stderr, "deltaserve: stopped\n");

@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/error.h"
+
 namespace deltaserve {
 
 Tensor::Tensor(void* d, DType t, std::initializer_list<int64_t> dims, Device dev)
@@ -60,7 +62,7 @@ Buffer host_buffer(DType t, std::initializer_list<int64_t> dims) {
   Tensor v(nullptr, t, dims);
   const size_t bytes = (v.nbytes() + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, bytes ? bytes : 64);
-  DS_CHECK(p != nullptr, "host allocation of " + std::to_string(bytes) + " bytes failed");
+  if (p == nullptr) throw Error("out of host memory: allocating " + std::to_string(bytes) + " bytes failed");
   std::memset(p, 0, bytes);
   v.data = p;
   return Buffer(v, [](void* q) { std::free(q); });

@@ -24,11 +24,15 @@ class Reader {
 
   [[noreturn]] void fail(const std::string& msg) const { throw Error(source_ + ": " + msg); }
 
-  int64_t positive_int(const char* key) const {
+  // A positive integer no larger than `max` (sizes beyond any real model are refused here, before
+  // anything is allocated from them).
+  int64_t positive_int(const char* key, int64_t max = int64_t{1} << 20) const {
     if (!j_.contains(key)) fail(std::string("missing field \"") + key + "\"");
     const json& v = j_[key];
-    if (!v.is_number_integer() || v.get<int64_t>() <= 0)
-      fail(std::string("field \"") + key + "\" must be a positive integer, got " + v.dump());
+    if (!v.is_number_integer() || v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(max) ||
+        v.get<int64_t>() <= 0 || v.get<int64_t>() > max)
+      fail(std::string("field \"") + key + "\" must be a positive integer (at most " + std::to_string(max) +
+           "), got " + v.dump(-1, ' ', false, json::error_handler_t::replace));
     return v.get<int64_t>();
   }
   double number(const json& obj, const char* key, double fallback) const {
@@ -52,9 +56,7 @@ std::vector<int32_t> parse_eos(const json& v) {
   return r;
 }
 
-}  // namespace
-
-ModelConfig parse_model_config(const std::string& json_text, const std::string& source) {
+ModelConfig parse_fields(const std::string& json_text, const std::string& source) {
   const json top = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (top.is_discarded() || !top.is_object()) throw Error(source + ": bad JSON (not an object)");
   const bool nested = top.contains("text_config");
@@ -63,25 +65,28 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   const json& tj = nested ? top["text_config"] : top;
   Reader r(tj, source + (nested ? " (text_config)" : ""));
 
-  const std::string model_type = top.value("model_type", std::string());
+  const std::string model_type =
+      top.contains("model_type") && top["model_type"].is_string() ? top["model_type"].get<std::string>() : "";
   if (model_type != "qwen3_5" && model_type != "qwen3_5_text")
     r.fail("unsupported model_type \"" + model_type +
            "\" (deltaserve serves dense Qwen3.5: qwen3_5 or qwen3_5_text)");
 
   ModelConfig c;
-  c.vocab_size = r.positive_int("vocab_size");
-  c.hidden_size = r.positive_int("hidden_size");
-  c.intermediate_size = r.positive_int("intermediate_size");
-  c.num_layers = r.positive_int("num_hidden_layers");
-  c.num_heads = r.positive_int("num_attention_heads");
-  c.num_kv_heads = r.positive_int("num_key_value_heads");
-  c.head_dim = tj.contains("head_dim") ? r.positive_int("head_dim") : c.hidden_size / c.num_heads;
-  c.lin_num_k_heads = r.positive_int("linear_num_key_heads");
-  c.lin_num_v_heads = r.positive_int("linear_num_value_heads");
-  c.lin_k_dim = r.positive_int("linear_key_head_dim");
-  c.lin_v_dim = r.positive_int("linear_value_head_dim");
-  c.conv_kernel = r.positive_int("linear_conv_kernel_dim");
-  c.max_position_embeddings = r.positive_int("max_position_embeddings");
+  c.vocab_size = r.positive_int("vocab_size", int64_t{1} << 24);
+  c.hidden_size = r.positive_int("hidden_size", 65536);
+  c.intermediate_size = r.positive_int("intermediate_size", 1 << 18);
+  c.num_layers = r.positive_int("num_hidden_layers", 1024);
+  c.num_heads = r.positive_int("num_attention_heads", 1024);
+  c.num_kv_heads = r.positive_int("num_key_value_heads", 1024);
+  c.head_dim =
+      tj.contains("head_dim") ? r.positive_int("head_dim", 4096) : c.hidden_size / c.num_heads;
+  if (c.head_dim <= 0) r.fail("head_dim is 0 (hidden_size < num_attention_heads)");
+  c.lin_num_k_heads = r.positive_int("linear_num_key_heads", 1024);
+  c.lin_num_v_heads = r.positive_int("linear_num_value_heads", 1024);
+  c.lin_k_dim = r.positive_int("linear_key_head_dim", 4096);
+  c.lin_v_dim = r.positive_int("linear_value_head_dim", 4096);
+  c.conv_kernel = r.positive_int("linear_conv_kernel_dim", 8);
+  c.max_position_embeddings = r.positive_int("max_position_embeddings", int64_t{1} << 24);
   c.rms_norm_eps = r.number(tj, "rms_norm_eps", 1e-6);
   if (!(c.rms_norm_eps > 0)) r.fail("rms_norm_eps must be positive");
 
@@ -147,6 +152,16 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     if (e < 0 || e >= c.vocab_size)
       r.fail("eos_token_id " + std::to_string(e) + " is outside the vocabulary");
   return c;
+}
+
+}  // namespace
+
+ModelConfig parse_model_config(const std::string& json_text, const std::string& source) {
+  try {
+    return parse_fields(json_text, source);
+  } catch (const json::exception& e) {  // a field of the wrong JSON type
+    throw Error(source + ": a field has the wrong type (" + e.what() + ")");
+  }
 }
 
 ModelConfig load_model_config(const std::filesystem::path& dir) {

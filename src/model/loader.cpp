@@ -1,5 +1,8 @@
 #include "model/loader.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -38,6 +41,39 @@ const std::string& embedded_default_config_json() {
   return kJson;
 }
 
+namespace {
+
+// A lower bound on the weight bytes of one rank (bf16, every projection counted once): enough to
+// refuse a config whose sizes cannot fit before anything is allocated from them.
+double min_weight_bytes(const ModelConfig& c, int tp) {
+  const double h = static_cast<double>(c.hidden_size);
+  const double attn = h * static_cast<double>(c.num_heads * c.head_dim) * 2;
+  const double gdn = h * static_cast<double>(c.lin_num_v_heads * c.lin_v_dim) * 2;
+  const double mlp = 3 * h * static_cast<double>(c.intermediate_size);
+  const double layers = static_cast<double>(c.num_layers) * (std::min(attn, gdn) + mlp);
+  const double embed = static_cast<double>(c.vocab_size) * h;
+  return 2 * (layers + embed) / tp;
+}
+
+void check_weights_fit(const ModelConfig& c, const backend::Backend& be, int tp) {
+  size_t free_b = 0, total_b = 0;
+  double room = 0;
+  const char* where = "device";
+  if (be.memory_info(free_b, total_b)) {
+    room = static_cast<double>(free_b);
+  } else {
+    room = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+    where = "host";
+  }
+  const double need = min_weight_bytes(c, tp);
+  if (room > 0 && need > room)
+    throw Error("the model's config needs at least " + std::to_string(need / (1 << 30)) +
+                " GiB of weights per rank, more than the " + where + "'s " +
+                std::to_string(room / (1 << 30)) + " GiB of memory");
+}
+
+}  // namespace
+
 ModelConfig load_config(const std::string& dir) {
   return dir.empty() ? parse_model_config(embedded_default_config_json(), "embedded default config")
                      : load_model_config(dir);
@@ -51,6 +87,7 @@ std::unique_ptr<Qwen35Model> load_model(const std::string& dir, LoadFormat forma
   if (shard.size > 1) validate_tp(cfg, shard.size);
   const ModelConfig local = shard.size > 1 ? rank_local_config(cfg, shard.size) : cfg;
   verbose = verbose && shard.rank == 0;
+  check_weights_fit(cfg, be, std::max(1, shard.size));
   ModelWeights w;
   if (dir.empty()) {
     w = dummy_weights(cfg, be, 0, shard);

@@ -1,17 +1,35 @@
 #include "server/http_server.h"
 
-#include <boost/beast/core.hpp>
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <csignal>
-#include <deque>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "core/error.h"
+#include "server/http_session.h"
 
 namespace deltaserve::server {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 using tcp = asio::ip::tcp;
+
+namespace {
+
+int default_max_connections() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 16384;
+  return static_cast<int>(std::clamp<rlim_t>(rl.rlim_cur, 128, 16384 + 64) - 64);
+}
+
+// Cheap routes answered on the io thread; everything else goes to the worker pool.
+bool answer_inline(const Request& req) {
+  return req.method() == http::verb::get && req.body().empty();
+}
+
+}  // namespace
 
 Response json_response(http::status status, std::string body, unsigned version, bool keep_alive) {
   Response res{status, version};
@@ -23,166 +41,30 @@ Response json_response(http::status status, std::string body, unsigned version, 
   return res;
 }
 
-// One connection: reads requests (keep-alive) and writes replies; an AsyncReply ends the
-// connection when done (Connection: close), which keeps the disconnect watch simple.
-class Session : public std::enable_shared_from_this<Session> {
- public:
-  Session(tcp::socket socket, HttpServer& server) : stream_(std::move(socket)), server_(server) {}
-
-  void start() { read(); }
-
- private:
-  void read() {
-    parser_.emplace();
-    parser_->body_limit(server_.cfg_.max_body_bytes);
-    stream_.expires_after(std::chrono::minutes(10));
-    http::async_read(stream_, buffer_, *parser_,
-                     beast::bind_front_handler(&Session::on_read, shared_from_this()));
-  }
-
-  void on_read(beast::error_code ec, size_t) {
-    if (ec == http::error::end_of_stream || ec == beast::error::timeout) return close();
-    if (ec == http::error::body_limit) {
-      return write_response(json_response(
-          http::status::payload_too_large,
-          R"({"error": {"message": "request body exceeds the server's limit", "type": "invalid_request_error", "param": null, "code": 413}})",
-          11, false));
-    }
-    if (ec) return close();
-    stream_.expires_never();
-    const Request req = parser_->release();
-    Reply reply = server_.handler_(req);
-    if (auto* r = std::get_if<Response>(&reply)) {
-      r->version(req.version());
-      r->keep_alive(r->keep_alive() && req.keep_alive());
-      return write_response(std::move(*r));
-    }
-    start_async(std::move(std::get<AsyncReply>(reply)), req.version());
-  }
-
-  void write_response(Response res) {
-    auto sp = std::make_shared<Response>(std::move(res));
-    http::async_write(stream_, *sp, [self = shared_from_this(), sp](beast::error_code ec, size_t) {
-      if (ec || !sp->keep_alive()) return self->close();
-      self->read();
-    });
-  }
-
-  void start_async(AsyncReply reply, unsigned version) {
-    reply_ = std::move(reply);
-    ++server_.open_replies_;
-    open_ = true;
-    if (reply_.sse) {
-      std::string head = "HTTP/1." + std::to_string(version % 10) +
-                         " 200 OK\r\nServer: deltaserve\r\nContent-Type: text/event-stream\r\n"
-                         "Cache-Control: no-cache\r\nConnection: close\r\n\r\n";
-      enqueue(std::move(head));
-    }
-    watch_disconnect();
-    auto weak = weak_from_this();
-    auto exec = stream_.get_executor();
-    reply_.stream->set_listener([weak, exec] {
-      asio::post(exec, [weak] {
-        if (auto self = weak.lock()) self->drain();
-      });
-    });
-  }
-
-  // Takes every queued delta (on the session's strand).
-  void drain() {
-    if (!open_) return;
-    engine::OutputDelta d;
-    std::string bytes;
-    bool finished = false;
-    while (!finished && reply_.stream->try_next(d)) {
-      bytes += reply_.on_delta(d);
-      finished = d.finished;
-    }
-    if (finished) {
-      open_ = false;
-      --server_.open_replies_;
-      reply_.stream->set_listener(nullptr);
-      if (reply_.sse) {
-        bytes += reply_.on_finish();
-      } else {
-        std::string body = reply_.on_finish();
-        Response res = json_response(reply_.final_status ? reply_.final_status() : http::status::ok,
-                                     std::move(body), 11, false);
-        std::ostringstream os;
-        os << res;
-        bytes = os.str();
-      }
-      done_ = true;
-    }
-    if (!bytes.empty()) enqueue(std::move(bytes));
-  }
-
-  void enqueue(std::string bytes) {
-    writes_.push_back(std::move(bytes));
-    if (writes_.size() == 1) write_next();
-  }
-
-  void write_next() {
-    asio::async_write(stream_.socket(), asio::buffer(writes_.front()),
-                      [self = shared_from_this()](beast::error_code ec, size_t) {
-                        if (ec) return self->client_gone();
-                        self->writes_.pop_front();
-                        if (!self->writes_.empty()) return self->write_next();
-                        if (self->done_) self->close();
-                      });
-  }
-
-  // A readable socket while replying means the client closed (or sent bytes we discard). The read
-  // is non-blocking: a readiness report with nothing to read must not block the io thread.
-  void watch_disconnect() {
-    stream_.socket().async_wait(
-        tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
-          if (ec || !self->open_) return;
-          char buf[512];
-          beast::error_code rec;
-          self->stream_.socket().non_blocking(true, rec);
-          const size_t n = rec ? 0 : self->stream_.socket().read_some(asio::buffer(buf), rec);
-          if (rec == asio::error::would_block || rec == asio::error::try_again)
-            return self->watch_disconnect();
-          if (rec || n == 0) return self->client_gone();
-          self->watch_disconnect();
-        });
-  }
-
-  void client_gone() {
-    if (open_) {
-      open_ = false;
-      --server_.open_replies_;
-      reply_.stream->set_listener(nullptr);
-      reply_.abort();
-    }
-    close();
-  }
-
-  void close() {
-    beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
-    stream_.socket().close(ec);
-  }
-
-  beast::tcp_stream stream_;
-  HttpServer& server_;
-  beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
-  AsyncReply reply_;
-  bool open_ = false;  // an async reply is in progress
-  bool done_ = false;
-  std::deque<std::string> writes_;
-};
+std::string error_body(const std::string& message, const char* type, int code) {
+  const nlohmann::ordered_json j = {
+      {"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", code}}}};
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
 
 HttpServer::HttpServer(HttpServerConfig cfg, Handler handler)
     : cfg_(std::move(cfg)),
       handler_(std::move(handler)),
+      workers_(static_cast<size_t>(std::max(1, cfg_.worker_threads))),
       acceptor_(io_),
-      signals_(io_, SIGINT, SIGTERM) {
+      signals_(io_, SIGINT, SIGTERM),
+      accept_retry_(io_) {
+  if (cfg_.max_connections <= 0) cfg_.max_connections = default_max_connections();
+  if (cfg_.max_body_bytes_in_flight == 0) cfg_.max_body_bytes_in_flight = 2 * cfg_.max_body_bytes;
   beast::error_code ec;
-  const auto addr = asio::ip::make_address(cfg_.host, ec);
-  if (ec) throw Error("--host '" + cfg_.host + "' is not an IP address");
+  auto addr = asio::ip::make_address(cfg_.host, ec);
+  if (ec) {  // a host name (e.g. localhost): its first address
+    asio::ip::tcp::resolver resolver(io_);
+    const auto found = resolver.resolve(cfg_.host, "", ec);
+    if (ec || found.empty())
+      throw Error("--host '" + cfg_.host + "' is neither an IP address nor a known host name");
+    addr = found.begin()->endpoint().address();
+  }
   const tcp::endpoint ep(addr, cfg_.port);
   acceptor_.open(ep.protocol(), ec);
   if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
@@ -194,23 +76,101 @@ HttpServer::HttpServer(HttpServerConfig cfg, Handler handler)
   port_ = acceptor_.local_endpoint().port();
 }
 
-HttpServer::~HttpServer() { stop(); }
+HttpServer::~HttpServer() {
+  stop();
+  workers_.join();
+}
 
 void HttpServer::accept() {
   acceptor_.async_accept(asio::make_strand(io_), [this](beast::error_code ec, tcp::socket socket) {
-    if (ec) return;  // acceptor closed
+    if (ec == asio::error::operation_aborted || !accepting_) return;  // acceptor closed
+    if (ec) return accept_later();  // e.g. out of file descriptors: try again after a pause
+    accept_backoff_ = std::chrono::milliseconds(0);
     socket.set_option(tcp::no_delay(true), ec);
-    std::make_shared<Session>(std::move(socket), *this)->start();
+    auto session = std::make_shared<Session>(std::move(socket), *this);
+    if (connections_.load() > cfg_.max_connections)
+      session->reject();
+    else
+      session->start();
     accept();
   });
 }
 
-void HttpServer::run(std::function<void()> on_signal) {
-  signals_.async_wait([this, on_signal](beast::error_code ec, int) {
-    if (ec) return;
-    stop_accepting();
-    if (on_signal) on_signal();
+void HttpServer::accept_later() {
+  accept_backoff_ = std::min(std::chrono::milliseconds(1000),
+                             std::max(std::chrono::milliseconds(10), accept_backoff_ * 2));
+  accept_retry_.expires_after(accept_backoff_);
+  accept_retry_.async_wait([this](beast::error_code ec) {
+    if (!ec && accepting_) accept();
   });
+}
+
+Reply HttpServer::handle_safely(const Request& req) {
+  try {
+    return handler_(req);
+  } catch (const std::exception& e) {
+    return json_response(http::status::internal_server_error,
+                         error_body(std::string("internal error: ") + e.what(), "internal_error",
+                                    500));
+  }
+}
+
+void HttpServer::dispatch(std::shared_ptr<Session> s, Request req) {
+  if (answer_inline(req)) return s->deliver(handle_safely(req));
+  asio::post(workers_, [this, s = std::move(s), req = std::move(req)]() mutable {
+    auto reply = std::make_shared<Reply>(handle_safely(req));
+    Request().swap(req);  // the body's memory goes before the reply is written
+    auto exec = s->executor();
+    asio::post(exec, [s = std::move(s), reply] { s->deliver(std::move(*reply)); });
+  });
+}
+
+bool HttpServer::reserve_body(size_t bytes) {
+  size_t cur = body_bytes_.load();
+  do {
+    if (cur + bytes > cfg_.max_body_bytes_in_flight && cur > 0) return false;
+  } while (!body_bytes_.compare_exchange_weak(cur, cur + bytes));
+  return true;
+}
+
+void HttpServer::release_body(size_t bytes) {
+  if (bytes) body_bytes_ -= bytes;
+}
+
+void HttpServer::track(Session* s, const std::shared_ptr<Session>& sp) {
+  std::lock_guard<std::mutex> lock(replying_mu_);
+  replying_[s] = sp;
+}
+
+void HttpServer::untrack(Session* s) {
+  std::lock_guard<std::mutex> lock(replying_mu_);
+  replying_.erase(s);
+}
+
+void HttpServer::cut_open_replies(const std::string& reason) {
+  std::vector<std::shared_ptr<Session>> open;
+  {
+    std::lock_guard<std::mutex> lock(replying_mu_);
+    for (auto& [ptr, weak] : replying_)
+      if (auto sp = weak.lock()) open.push_back(std::move(sp));
+  }
+  for (auto& s : open) {
+    auto exec = s->executor();
+    asio::post(exec, [s, reason] { s->cut(reason); });
+  }
+}
+
+void HttpServer::run(std::function<void(int)> on_signal) {
+  std::function<void()> wait_signal;
+  wait_signal = [this, on_signal, &wait_signal] {
+    signals_.async_wait([this, on_signal, &wait_signal](beast::error_code ec, int) {
+      if (ec) return;
+      if (++signals_seen_ == 1) stop_accepting();
+      if (on_signal) on_signal(signals_seen_);
+      wait_signal();
+    });
+  };
+  wait_signal();
   accept();
   std::vector<std::thread> threads;
   for (int i = 1; i < cfg_.threads; ++i) threads.emplace_back([this] { io_.run(); });
@@ -220,7 +180,9 @@ void HttpServer::run(std::function<void()> on_signal) {
 
 void HttpServer::stop_accepting() {
   asio::post(io_, [this] {
+    accepting_ = false;
     beast::error_code ec;
+    accept_retry_.cancel();
     acceptor_.close(ec);
   });
 }

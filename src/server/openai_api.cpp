@@ -1,14 +1,14 @@
 #include "server/openai_api.h"
 
 #include <ctime>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "server/json_body.h"
 #include "server/prometheus.h"
 
 namespace deltaserve::server {
-
-using json = nlohmann::ordered_json;
 
 namespace {
 
@@ -40,7 +40,10 @@ Response error_response(const ApiError& e) {
               {"type", error_type(e.status)},
               {"param", e.param.empty() ? json(nullptr) : json(e.param)},
               {"code", static_cast<int>(e.status)}}}};
-  return json_response(e.status, j.dump());
+  Response r = json_response(e.status, dump_json(j));
+  if (e.status == http::status::service_unavailable || e.status == http::status::too_many_requests)
+    r.set(http::field::retry_after, "1");
+  return r;
 }
 
 [[noreturn]] void bad(const std::string& msg, const std::string& param = "") {
@@ -55,10 +58,31 @@ std::optional<double> get_number(const json& j, const char* k) {
   return j[k].get<double>();
 }
 
+// An integer that fits int64 (JSON integers above 2^63 - 1 are refused, never wrapped).
+bool is_int64(const json& x) {
+  return x.is_number_integer() &&
+         !(x.is_number_unsigned() &&
+           x.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
+}
+
 std::optional<int64_t> get_int(const json& j, const char* k) {
   if (!present(j, k)) return std::nullopt;
-  if (!j[k].is_number_integer()) bad(std::string("'") + k + "' must be an integer", k);
+  if (!is_int64(j[k])) bad(std::string("'") + k + "' must be an integer (64-bit)", k);
   return j[k].get<int64_t>();
+}
+
+// A token id list: integers in [0, vocab).
+std::vector<int32_t> get_token_ids(const json& list, int64_t vocab, const char* k) {
+  const std::string what = std::string("'") + k + "' must be a list of token ids in [0, " +
+                           std::to_string(vocab) + ")";
+  if (!list.is_array()) bad(what, k);
+  std::vector<int32_t> ids;
+  ids.reserve(list.size());
+  for (const json& x : list) {
+    if (!is_int64(x) || x.get<int64_t>() < 0 || x.get<int64_t>() >= vocab) bad(what, k);
+    ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
+  }
+  return ids;
 }
 
 std::optional<bool> get_bool(const json& j, const char* k) {
@@ -68,14 +92,15 @@ std::optional<bool> get_bool(const json& j, const char* k) {
 }
 
 json parse_body(const Request& req) {
-  json j = json::parse(req.body(), nullptr, false);
-  if (j.is_discarded()) bad("Malformed JSON in the request body");
+  json j;
+  std::string error;
+  if (!parse_json_body(req.body(), j, error)) bad(error);
   if (!j.is_object()) bad("The request body must be a JSON object");
   return j;
 }
 
 // Sampling parameters common to both endpoints (max_tokens is handled by the caller).
-engine::SamplingParams sampling_params(const json& b, bool chat) {
+engine::SamplingParams sampling_params(const json& b, bool chat, int64_t vocab) {
   engine::SamplingParams p;
   if (auto v = get_number(b, "temperature")) p.temperature = static_cast<float>(*v);
   if (auto v = get_number(b, "top_p")) p.top_p = static_cast<float>(*v);
@@ -104,15 +129,8 @@ engine::SamplingParams sampling_params(const json& b, bool chat) {
       bad("'stop' must be a string or a list of strings", "stop");
     }
   }
-  if (present(b, "stop_token_ids")) {
-    if (!b["stop_token_ids"].is_array())
-      bad("'stop_token_ids' must be a list of integers", "stop_token_ids");
-    for (const json& x : b["stop_token_ids"]) {
-      if (!x.is_number_integer())
-        bad("'stop_token_ids' must be a list of integers", "stop_token_ids");
-      p.stop_token_ids.push_back(x.get<int32_t>());
-    }
-  }
+  if (present(b, "stop_token_ids"))
+    p.stop_token_ids = get_token_ids(b["stop_token_ids"], vocab, "stop_token_ids");
   if (chat) {
     if (auto v = get_bool(b, "logprobs")) p.logprobs = *v;
     if (auto v = get_int(b, "top_logprobs")) {
@@ -127,7 +145,7 @@ engine::SamplingParams sampling_params(const json& b, bool chat) {
   return p;
 }
 
-std::string sse(const json& j) { return "data: " + j.dump() + "\n\n"; }
+std::string sse(const json& j) { return "data: " + dump_json(j) + "\n\n"; }
 
 // Per-request state shared by the reply callbacks.
 struct Generation {
@@ -148,6 +166,15 @@ struct Generation {
 json error_json(const std::string& message, int code) {
   return {{"error",
            {{"message", message}, {"type", "internal_error"}, {"param", nullptr}, {"code", code}}}};
+}
+
+// The method a known route accepts (null for an unknown path: 404, not 405).
+const char* allowed_method(const std::string& path) {
+  if (path == "/health" || path == "/metrics" || path == "/v1/models") return "GET";
+  if (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/tokenize" ||
+      path == "/detokenize")
+    return "POST";
+  return nullptr;
 }
 
 json bytes_of(const std::string& s) {
@@ -186,10 +213,11 @@ Reply OpenAiApi::handle(const Request& req) {
     if (path == "/v1/chat/completions" && post) return completions(req, true);
     if (path == "/tokenize" && post) return tokenize(req);
     if (path == "/detokenize" && post) return detokenize(req);
-    if (path == "/health" || path == "/metrics" || path.rfind("/v1/", 0) == 0 ||
-        path == "/tokenize" || path == "/detokenize")
-      throw ApiError{http::status::method_not_allowed, "Method not allowed", ""};
-    throw ApiError{http::status::not_found, "Not found: " + path, ""};
+    if (const char* allow = allowed_method(path))
+      throw ApiError{http::status::method_not_allowed,
+                     "Method not allowed: " + path + " accepts " + allow, ""};
+    throw ApiError{http::status::not_found,
+                   "Not found: " + (path.size() > 200 ? path.substr(0, 200) + "..." : path), ""};
   } catch (const ApiError& e) {
     return error_response(e);
   } catch (const Error& e) {
@@ -209,7 +237,7 @@ Response OpenAiApi::models() const {
                {"owned_by", "deltaserve"},
                {"root", cfg_.served_model_name},
                {"max_model_len", engine_.config().max_model_len}}}}};
-  return json_response(http::status::ok, j.dump());
+  return json_response(http::status::ok, dump_json(j));
 }
 
 Response OpenAiApi::metrics_text() const {
@@ -238,20 +266,15 @@ Response OpenAiApi::tokenize(const Request& req) {
   }
   json j = {
       {"count", ids.size()}, {"max_model_len", engine_.config().max_model_len}, {"tokens", ids}};
-  return json_response(http::status::ok, j.dump());
+  return json_response(http::status::ok, dump_json(j));
 }
 
 Response OpenAiApi::detokenize(const Request& req) {
   const json b = parse_body(req);
-  if (!present(b, "tokens") || !b["tokens"].is_array())
-    bad("'tokens' must be a list of integers", "tokens");
-  std::vector<int32_t> ids;
-  for (const json& x : b["tokens"]) {
-    if (!x.is_number_integer()) bad("'tokens' must be a list of integers", "tokens");
-    ids.push_back(x.get<int32_t>());
-  }
+  if (!present(b, "tokens")) bad("'tokens' is required", "tokens");
+  const std::vector<int32_t> ids = get_token_ids(b["tokens"], tok_.vocab_size(), "tokens");
   json j = {{"prompt", tok_.decode(ids)}};
-  return json_response(http::status::ok, j.dump());
+  return json_response(http::status::ok, dump_json(j));
 }
 
 Reply OpenAiApi::completions(const Request& req, bool chat) {
@@ -262,7 +285,7 @@ Reply OpenAiApi::completions(const Request& req, bool chat) {
       bad("The model `" + b["model"].get<std::string>() + "` does not exist.", "model");
   }
   engine::GenerateRequest gr;
-  gr.params = sampling_params(b, chat);
+  gr.params = sampling_params(b, chat, tok_.vocab_size());
 
   if (chat) {
     if (!chat_) bad("this model has no chat template");
@@ -276,8 +299,8 @@ Reply OpenAiApi::completions(const Request& req, bool chat) {
       if (m.contains("content") && m["content"].is_array()) {  // text parts -> one string
         std::string text;
         for (const json& part : m["content"]) {
-          if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-              !part["text"].is_string())
+          if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
+              !part.contains("text") || !part["text"].is_string())
             bad("only text content parts are supported", "messages");
           text += part["text"].get<std::string>();
         }
@@ -306,14 +329,7 @@ Reply OpenAiApi::completions(const Request& req, bool chat) {
     } else if (p.is_array() && p.size() == 1 && p[0].is_string()) {
       gr.prompt_ids = tok_.encode(p[0].get<std::string>());
     } else if (p.is_array() && !p.empty() && p[0].is_number_integer()) {
-      for (const json& x : p) {
-        if (!x.is_number_integer())
-          bad("'prompt' must be a string or a list of token ids", "prompt");
-        const int64_t id = x.get<int64_t>();
-        if (id < 0 || id >= tok_.vocab_size())
-          bad("prompt token id " + std::to_string(id) + " is out of range", "prompt");
-        gr.prompt_ids.push_back(static_cast<int32_t>(id));
-      }
+      gr.prompt_ids = get_token_ids(p, tok_.vocab_size(), "prompt");
     } else {
       bad("'prompt' must be a string or a list of token ids (one prompt per request)", "prompt");
     }
@@ -328,10 +344,10 @@ Reply OpenAiApi::completions(const Request& req, bool chat) {
   if (*max_tokens < 1 &&
       !(chat && !present(b, "max_tokens") && !present(b, "max_completion_tokens")))
     bad("max_tokens must be at least 1", "max_tokens");
-  if (prompt_len + std::max<int64_t>(*max_tokens, 1) > max_len)
+  if (std::max<int64_t>(*max_tokens, 1) > max_len - prompt_len)
     bad("This model's maximum context length is " + std::to_string(max_len) +
-            " tokens. However, you requested " + std::to_string(prompt_len + *max_tokens) +
-            " tokens (" + std::to_string(prompt_len) + " in the " + (chat ? "messages" : "prompt") +
+            " tokens. However, you requested " + std::to_string(prompt_len) + " + " +
+            std::to_string(*max_tokens) + " tokens (" + std::to_string(prompt_len) + " in the " + (chat ? "messages" : "prompt") +
             ", " + std::to_string(*max_tokens) + " in the completion).",
         chat ? "messages" : "prompt");
   gr.params.max_tokens = static_cast<int32_t>(*max_tokens);
@@ -441,7 +457,7 @@ Reply OpenAiApi::completions(const Request& req, bool chat) {
   };
   reply.on_finish = [g, end]() -> std::string {
     end();
-    if (!g->error.empty() && !g->stream) return error_json(g->error, 500).dump();
+    if (!g->error.empty() && !g->stream) return dump_json(error_json(g->error, 500));
     const json usage = {{"prompt_tokens", g->prompt_tokens},
                         {"completion_tokens", g->completion_tokens},
                         {"total_tokens", g->prompt_tokens + g->completion_tokens}};
@@ -475,7 +491,12 @@ Reply OpenAiApi::completions(const Request& req, bool chat) {
               {"model", g->model},
               {"choices", json::array({choice})},
               {"usage", usage}};
-    return j.dump();
+    return dump_json(j);
+  };
+  reply.on_cut = [g, end](const std::string& reason) -> std::string {
+    end();
+    const std::string body = dump_json(error_json(reason, 503));
+    return g->stream ? "data: " + body + "\n\ndata: [DONE]\n\n" : body;
   };
   engine::Engine& eng = engine_;
   const uint64_t rid = stream->id();

@@ -6,38 +6,61 @@ namespace deltaserve::server {
 
 namespace {
 
+// %.17g: a sample value in the exposition format (finite numbers; counters and gauges here).
+std::string number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+void header(std::string& out, const char* name, const char* type, const char* help) {
+  out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+void sample(std::string& out, const std::string& name, const std::string& labels,
+            const std::string& value) {
+  out += name + "{" + labels + "} " + value + "\n";
+}
+
 void metric(std::string& out, const char* name, const char* type, const char* help,
             const std::string& labels, double value) {
-  char buf[512];
-  std::snprintf(buf, sizeof buf, "# HELP %s %s\n# TYPE %s %s\n%s{%s} %.17g\n", name, help, name,
-                type, name, labels.c_str(), value);
-  out += buf;
+  header(out, name, type, help);
+  sample(out, name, labels, number(value));
 }
 
 void histogram(std::string& out, const char* name, const char* help, const std::string& labels,
                const engine::Histogram& h) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
-  out += buf;
+  header(out, name, "histogram", help);
+  const std::string base = name;
   uint64_t cum = 0;
   for (size_t i = 0; i < engine::Histogram::kBounds.size(); ++i) {
     cum += h.counts[i];
-    std::snprintf(buf, sizeof buf, "%s_bucket{%s,le=\"%g\"} %llu\n", name, labels.c_str(),
-                  engine::Histogram::kBounds[i], static_cast<unsigned long long>(cum));
-    out += buf;
+    char le[64];
+    std::snprintf(le, sizeof le, "%g", engine::Histogram::kBounds[i]);
+    sample(out, base + "_bucket", labels + ",le=\"" + le + "\"", std::to_string(cum));
   }
-  std::snprintf(buf, sizeof buf,
-                "%s_bucket{%s,le=\"+Inf\"} %llu\n%s_sum{%s} %.17g\n%s_count{%s} %llu\n", name,
-                labels.c_str(), static_cast<unsigned long long>(h.count), name, labels.c_str(),
-                h.sum, name, labels.c_str(), static_cast<unsigned long long>(h.count));
-  out += buf;
+  sample(out, base + "_bucket", labels + ",le=\"+Inf\"", std::to_string(h.count));
+  sample(out, base + "_sum", labels, number(h.sum));
+  sample(out, base + "_count", labels, std::to_string(h.count));
 }
 
 }  // namespace
 
+std::string prometheus_label_value(const std::string& v) {
+  std::string out;
+  out.reserve(v.size() + 2);
+  for (const char c : v) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
 std::string prometheus_text(const engine::MetricsSnapshot& m, const std::string& model_name,
                             int64_t http_requests) {
-  const std::string l = "model_name=\"" + model_name + "\"";
+  const std::string l = "model_name=\"" + prometheus_label_value(model_name) + "\"";
   std::string out;
   metric(out, "deltaserve_num_requests_running", "gauge", "Requests in the running batch.", l,
          static_cast<double>(m.running));

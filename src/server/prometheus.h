@@ -7,6 +7,9 @@
 
 namespace deltaserve::server {
 
+// A label value escaped for the text format (backslash, double quote, line feed).
+std::string prometheus_label_value(const std::string& v);
+
 std::string prometheus_text(const engine::MetricsSnapshot& m, const std::string& model_name,
                             int64_t http_requests);
 

@@ -5,6 +5,8 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 
 #include "model/safetensors.h"
 #include "test_util.h"
@@ -122,6 +124,46 @@ TEST(Cli, BadInputFailsClearly) {
   for (const Case& c : cases) {
     const Result r = run(c.args);
     EXPECT_NE(r.code, 0) << c.args;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << "\n" << r.output;
+  }
+}
+
+// Flags and configs that used to abort (uncaught std::invalid_argument, DS_CHECK on a failed
+// allocation) end with exit code 1 and a message.
+TEST(Cli, MalformedNumbersAndAbsurdConfigsExitWithAMessage) {
+  TempDir d;
+  const std::string tok = "--tokenizer " + deltaserve::testing::qwen3_tokenizer().string();
+  // tiny_real's config with text_config fields replaced (the first occurrence of each name).
+  using Fields = std::vector<std::pair<std::string, std::string>>;
+  auto absurd = [&](const std::string& name, const Fields& fields) {
+    std::ifstream in(test_data() / "tiny_real" / "config.json");
+    std::string cfg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (const auto& [field, value] : fields) {
+      const size_t at = cfg.find("\"" + field + "\"");
+      EXPECT_NE(at, std::string::npos) << field;
+      const size_t colon = cfg.find(':', at), end = cfg.find_first_of(",}\n", colon);
+      cfg.replace(colon + 1, end - colon - 1, " " + value);
+    }
+    std::filesystem::create_directories(d.path() / name);
+    std::ofstream(d.path() / name / "config.json") << cfg;
+    return "--model " + (d.path() / name).string() + " --load-format dummy";
+  };
+  struct Case {
+    std::string args, message;
+  } cases[] = {
+      {"serve " + tok + " --kv-cache-gib abc", "--kv-cache-gib must be a number"},
+      {"serve " + tok + " --kv-cache-gib -1", "--kv-cache-gib must be a number"},
+      {"serve " + tok + " --gpu-memory-utilization abc", "--gpu-memory-utilization must be a number"},
+      {"serve " + tok + " --gpu-memory-utilization 1.5", "--gpu-memory-utilization must be a number"},
+      {"serve " + tok + " --shutdown-timeout nan", "--shutdown-timeout must be a number"},
+      {"generate " + absurd("vocab", {{"vocab_size", "1000000000000"}}), "\"vocab_size\" must be a positive integer (at most 16777216)"},
+      {"generate " + absurd("hidden", {{"hidden_size", "18446744073709551615"}}), "\"hidden_size\" must be a positive integer (at most 65536)"},
+      {"generate " + absurd("huge", {{"vocab_size", "16000000"}, {"hidden_size", "65536"}}) + " --max-tokens 1", "GiB of weights per rank"},
+      {"generate " + absurd("type", {{"rms_norm_eps", "\"x\""}}), "must be a number"},
+  };
+  for (const Case& c : cases) {
+    const Result r = run(c.args);
+    EXPECT_EQ(r.code, 1) << c.args << "\n" << r.output;
     EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << "\n" << r.output;
   }
 }
