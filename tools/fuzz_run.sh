@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every libFuzzer target of a fuzz build for SECONDS each on the corpus in fuzz/corpus/<name>
-# (read only: new inputs go to a scratch directory) and prints one summary line per target:
+# (read only: new inputs go to a scratch directory), or for FUZZ_RUNS inputs when that is set
+# (whichever ends first), and prints one summary line per target:
 # executions, coverage, and crashes (a crash fails the script and leaves its input in $OUT_DIR).
 #   tools/fuzz_run.sh BUILD_DIR SECONDS [TARGET...]
 set -euo pipefail
@@ -22,6 +23,7 @@ for t in "${TARGETS[@]}"; do
   log="$OUT_DIR/$name.log"
   rc=0
   ASAN_OPTIONS=detect_leaks=0 "$BUILD/fuzz/$t" -max_total_time="$SECONDS_EACH" -rss_limit_mb=4096 \
+    ${FUZZ_RUNS:+-runs=$FUZZ_RUNS} \
     -timeout=20 -print_final_stats=1 -artifact_prefix="$OUT_DIR/$name-" \
     "$scratch" "fuzz/corpus/$name" >"$log" 2>&1 || rc=$?
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)

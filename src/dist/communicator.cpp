@@ -28,7 +28,7 @@ bool LocalGroup::poisoned() const {
 
 void LocalGroup::wait() {
   std::unique_lock<std::mutex> lock(mu_);
-  if (poisoned_) throw Error("tensor-parallel group failed: " + why_);
+  if (poisoned_) throw DeviceError("tensor-parallel group failed: " + why_);
   const uint64_t gen = generation_;
   if (++arrived_ == size_) {
     arrived_ = 0;
@@ -41,7 +41,7 @@ void LocalGroup::wait() {
     poisoned_ = true;
     cv_.notify_all();
   }
-  if (poisoned_) throw Error("tensor-parallel group failed: " + why_);
+  if (poisoned_) throw DeviceError("tensor-parallel group failed: " + why_);
 }
 
 namespace {

@@ -11,11 +11,11 @@ namespace {
 
 void check(ncclResult_t r, const char* what) {
   if (r != ncclSuccess && r != ncclInProgress)
-    throw Error(std::string("NCCL ") + what + ": " + ncclGetErrorString(r));
+    throw DeviceError(std::string("NCCL ") + what + ": " + ncclGetErrorString(r));
 }
 
 void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
+  if (e != cudaSuccess) throw DeviceError(std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
 }
 
 ncclDataType_t nccl_type(DType t) {
@@ -80,7 +80,7 @@ void NcclCommunicator::abort() {
 }
 
 void NcclCommunicator::live() const {
-  if (!comm_) throw Error("NCCL communicator was aborted");
+  if (!comm_) throw DeviceError("NCCL communicator was aborted");
 }
 
 void NcclCommunicator::all_reduce_sum(const Tensor& t) {

@@ -93,7 +93,7 @@ std::string Engine::failure() const {
 }
 
 std::shared_ptr<RequestStream> Engine::submit(GenerateRequest req) {
-  if (const std::string f = failure(); !f.empty()) throw Error("the engine has failed: " + f);
+  if (const std::string f = failure(); !f.empty()) throw EngineFailedError("the engine has failed: " + f);
   if (const std::string e = req.params.validate(); !e.empty()) throw Error(e);
   if (req.prompt_ids.empty()) throw Error("the prompt is empty");
   for (int32_t id : req.prompt_ids)
@@ -176,7 +176,7 @@ void Engine::loop() {
     if (!plan.empty()) {
       try {
         run_step(plan);
-      } catch (const Error& e) {
+      } catch (const std::exception& e) {  // a device, rank or allocation fault: fail-stop
         fail_all(e.what());
       }
     }

@@ -95,7 +95,7 @@ void TpExecutor::worker_loop(Worker& w) {
 
 void TpExecutor::run_on_all(const std::function<void(Worker&)>& task) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (!error_.empty()) throw Error("tensor-parallel executor failed earlier: " + error_);
+  if (!error_.empty()) throw DeviceError("tensor-parallel executor failed earlier: " + error_);
   task_ = task;
   done_ = 0;
   ++task_gen_;
@@ -109,7 +109,7 @@ void TpExecutor::run_on_all(const std::function<void(Worker&)>& task) {
     lock.lock();
     done_cv_.wait_for(lock, std::chrono::seconds(10), [&] { return done_ == n; });
   }
-  if (!error_.empty()) throw Error("tensor-parallel executor failed: " + error_);
+  if (!error_.empty()) throw DeviceError("tensor-parallel executor failed: " + error_);
 }
 
 const model::ModelConfig& TpExecutor::config() const { return workers_.at(0)->model->config(); }

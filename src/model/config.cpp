@@ -29,7 +29,7 @@ class Reader {
   int64_t positive_int(const char* key, int64_t max = int64_t{1} << 20) const {
     if (!j_.contains(key)) fail(std::string("missing field \"") + key + "\"");
     const json& v = j_[key];
-    if (!v.is_number_integer() || v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(max) ||
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(max)) ||
         v.get<int64_t>() <= 0 || v.get<int64_t>() > max)
       fail(std::string("field \"") + key + "\" must be a positive integer (at most " + std::to_string(max) +
            "), got " + v.dump(-1, ' ', false, json::error_handler_t::replace));

@@ -19,7 +19,7 @@ using json = nlohmann::ordered_json;
 
 struct JsonLimits {
   size_t max_depth = 128;            // nested arrays / objects
-  size_t max_values = 4'000'000;     // every scalar, array, object and key counts once
+  size_t max_values = 1'000'000;  // every scalar, array, object and key counts once
 };
 
 // Parses `body`; on malformed input or a broken limit returns false and sets `error` to a message

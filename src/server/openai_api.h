@@ -31,6 +31,7 @@ class OpenAiApi {
   int64_t in_flight() const { return in_flight_.load(); }
 
  private:
+  Reply route(const Request& req);
   Reply completions(const Request& req, bool chat);
   Response tokenize(const Request& req);
   Response detokenize(const Request& req);

@@ -25,7 +25,7 @@ class FaultyComm final : public dist::Communicator {
   void all_reduce_sum(const Tensor& t) override {
     if (++calls_ >= fail_at_ && !fired_.exchange(true)) {
       if (on_fail_) on_fail_();
-      throw Error("injected fault in rank " + std::to_string(rank()));
+      throw DeviceError("injected fault in rank " + std::to_string(rank()));
     }
     inner_->all_reduce_sum(t);
   }

@@ -67,7 +67,7 @@ TEST(LocalGroup, MissingRankTimesOutAndPoisonStopsEveryone) {
       std::vector<float> x(4, 1.0f);
       try {
         c->all_reduce_sum(Tensor(x.data(), DType::kF32, {4}));
-      } catch (const Error&) {
+      } catch (const DeviceError&) {
         ++errors;
       }
     });
@@ -75,7 +75,7 @@ TEST(LocalGroup, MissingRankTimesOutAndPoisonStopsEveryone) {
   EXPECT_EQ(errors.load(), 2);
   EXPECT_TRUE(g.poisoned());
   auto c = g.communicator(2);
-  EXPECT_THROW(c->barrier(), Error);  // later collectives fail promptly
+  EXPECT_THROW(c->barrier(), DeviceError);  // later collectives fail promptly
 }
 
 // Runs `steps` on N CPU ranks; returns rank 0's logits of every step.
@@ -222,7 +222,7 @@ TEST(TensorParallel, FaultInOneRankEndsCleanly) {
       m.allocate_cache(64, 16, 4);
       try {
         for (const auto& b : steps) m.forward(b);
-      } catch (const Error&) {
+      } catch (const DeviceError&) {
         ++errors;
       }
     });

@@ -126,12 +126,12 @@ test('seed makes sampling reproducible', async () => {
   assert.equal(a.choices[0].text, b.choices[0].text);
 });
 
-test('errors: 400 classes, 401, 413 and 503', async () => {
+test('errors: 400 classes, 404 for another model, 401, 413 and 503', async () => {
   const bad = await fetch(`${URL}/v1/completions`, { method: 'POST', headers: { Authorization: `Bearer ${KEY}`, 'Content-Type': 'application/json' }, body: '{"prompt": ' });
   assert.equal(bad.status, 400);
   assert.match((await bad.json()).error.message, /Malformed JSON/);
   await expectStatus(client.completions.create({ model: MODEL, prompt: 'x', max_tokens: 'ten' }), 400);
-  await expectStatus(client.completions.create({ model: 'no-such-model', prompt: 'x', max_tokens: 2 }), 400);
+  await expectStatus(client.completions.create({ model: 'no-such-model', prompt: 'x', max_tokens: 2 }), 404);  // vLLM: NotFoundError
   await expectStatus(client.completions.create({ model: MODEL, prompt: 'x', max_tokens: 100000 }), 400);
   await expectStatus(client.completions.create({ model: MODEL, prompt: 'x', max_tokens: 2, temperature: -1 }), 400);
   await expectStatus(client.completions.create({ model: MODEL, prompt: 'x', max_tokens: 2, top_p: 7 }), 400);

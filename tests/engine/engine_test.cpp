@@ -347,39 +347,64 @@ TEST(EngineTp, MixedLifecycleOnTwoRanksMatchesSoloRuns) {
   EXPECT_EQ(e.metrics().kv_pages_used, 0);
 }
 
-// A rank failing mid-step: every in-flight request gets exactly one error, later submissions fail
-// at once, and shutdown does not hang in a collective.
+// A step failing mid-run: every in-flight request gets exactly one error naming the fault, later
+// submissions fail at once (EngineFailedError), and shutdown does not hang.
+void expect_fail_stop(Engine& e, const std::string& fault) {
+  SamplingParams p;
+  p.ignore_eos = true;
+  p.max_tokens = 200;
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (uint32_t i = 0; i < 3; ++i) streams.push_back(e.submit({random_prompt(20, 10 + i, 384), p}));
+  for (auto& s : streams) {
+    int finals = 0;
+    OutputDelta d;
+    FinishReason why = FinishReason::kNone;
+    while (s->next(d, 60s)) {
+      if (d.finished) {
+        ++finals;
+        why = d.finish_reason;
+        EXPECT_NE(d.error.find(fault), std::string::npos) << d.error;
+        break;
+      }
+    }
+    EXPECT_EQ(finals, 1);
+    EXPECT_EQ(why, FinishReason::kError);
+    EXPECT_FALSE(s->next(d, 100ms)) << "more than one final delta";
+  }
+  EXPECT_NE(e.failure(), "");
+  EXPECT_THROW(e.submit({{1, 2, 3}, p}), EngineFailedError);
+}
+
 TEST(EngineTp, RankFaultFailsEveryRequestOnceAndRefusesNewWork) {
   const std::string dir = (deltaserve::testing::test_data() / "tiny_real").string();
   auto exec = tp_executor(dir, 2, /*faulty_rank=*/1, /*fail_at=*/40);  // a few steps in
   {
     Engine e(*exec, {});
-    SamplingParams p;
-    p.ignore_eos = true;
-    p.max_tokens = 200;
-    std::vector<std::shared_ptr<RequestStream>> streams;
-    for (uint32_t i = 0; i < 3; ++i)
-      streams.push_back(e.submit({random_prompt(20, 10 + i, 384), p}));
-    for (auto& s : streams) {
-      int finals = 0;
-      OutputDelta d;
-      FinishReason why = FinishReason::kNone;
-      while (s->next(d, 60s)) {
-        if (d.finished) {
-          ++finals;
-          why = d.finish_reason;
-          EXPECT_NE(d.error.find("injected fault"), std::string::npos) << d.error;
-          break;
-        }
-      }
-      EXPECT_EQ(finals, 1);
-      EXPECT_EQ(why, FinishReason::kError);
-      EXPECT_FALSE(s->next(d, 100ms)) << "more than one final delta";
-    }
-    EXPECT_NE(e.failure(), "");
-    EXPECT_THROW(e.submit({{1, 2, 3}, p}), Error);
+    expect_fail_stop(e, "injected fault");
   }
-  EXPECT_THROW(exec->execute({}), Error);  // the executor stays poisoned
+  EXPECT_THROW(exec->execute({}), DeviceError);  // the executor stays poisoned
+}
+
+// A CPU backend whose n-th SiLU-mul raises a device fault (as a CUDA error would).
+class FaultyCpuBackend final : public backend::CpuBackend {
+ public:
+  explicit FaultyCpuBackend(int fail_at) : left_(fail_at) {}
+  void silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) override {
+    if (--left_ == 0) throw DeviceError("injected device fault");
+    CpuBackend::silu_mul(gate, up, out);
+  }
+
+ private:
+  int left_;
+};
+
+// The local executor fails the same way as the tensor-parallel one.
+TEST(EngineLocal, DeviceFaultFailsEveryRequestOnceAndRefusesNewWork) {
+  FaultyCpuBackend be(/*fail_at=*/40);
+  auto model = model::load_model((deltaserve::testing::test_data() / "tiny_real").string(),
+                                 model::LoadFormat::kAuto, be, false);
+  Engine e(*model, {});
+  expect_fail_stop(e, "injected device fault");
 }
 
 }  // namespace

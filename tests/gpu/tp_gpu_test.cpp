@@ -393,9 +393,9 @@ TEST_F(TpGpu, RankFaultOnGpusFailsEveryRequestOnce) {
         EXPECT_LT(g.tokens.size(), 400u);
       }
       EXPECT_NE(e.failure(), "");
-      EXPECT_THROW(e.submit({{1, 2, 3}, p}), Error);
+      EXPECT_THROW(e.submit({{1, 2, 3}, p}), EngineFailedError);
     }
-    EXPECT_THROW(ex->execute({}), Error);  // the executor stays poisoned
+    EXPECT_THROW(ex->execute({}), DeviceError);  // the executor stays poisoned
     ex.reset();                            // shutdown must not hang on the aborted communicators
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("  fault (TP%d, %s): every request failed once, shut down %.1f s after the start\n",

@@ -179,10 +179,10 @@ TEST(Reliability, SoakKeepsResidentMemoryFlat) {
   };
   run(1000);
   const int64_t warm = rss_kib();
-  run(3000);
+  run(2000);
   const int64_t after = rss_kib();
-  std::printf("[figure] soak: 4000 requests over 4 clients; RSS %lld KiB after 1000, %lld KiB after "
-              "4000 (%+lld KiB)\n",
+  std::printf("[figure] soak: 3000 requests over 4 clients; RSS %lld KiB after 1000, %lld KiB after "
+              "3000 (%+lld KiB)\n",
               static_cast<long long>(warm), static_cast<long long>(after),
               static_cast<long long>(after - warm));
   EXPECT_EQ(failures.load(), 0);

@@ -8,7 +8,7 @@
 
 namespace deltaserve::backend {
 
-class CpuBackend final : public Backend {
+class CpuBackend : public Backend {
  public:
   Device device() const override { return Device::kCpu; }
   DType act_dtype() const override { return DType::kF32; }

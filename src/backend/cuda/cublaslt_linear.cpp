@@ -10,7 +10,7 @@ namespace {
 
 void check(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS)
-    throw Error(std::string("cuBLASLt ") + what + " failed (status " + std::to_string(s) + ")");
+    throw DeviceError(std::string("cuBLASLt ") + what + " failed (status " + std::to_string(s) + ")");
 }
 
 }  // namespace
@@ -18,7 +18,7 @@ void check(cublasStatus_t s, const char* what) {
 CublasLtLinear::CublasLtLinear(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
   check(cublasLtCreate(&handle_), "create");
   if (cudaMalloc(&workspace_, workspace_bytes_) != cudaSuccess)
-    throw Error("cuBLASLt workspace allocation failed");
+    throw DeviceError("cuBLASLt workspace allocation failed");
 }
 
 CublasLtLinear::~CublasLtLinear() {
@@ -64,7 +64,7 @@ const CublasLtLinear::Plan& CublasLtLinear::plan(int64_t T, int64_t in, int64_t 
       cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0)
-    throw Error("cuBLASLt has no algorithm for a bf16 GEMM of T=" + std::to_string(T) +
+    throw DeviceError("cuBLASLt has no algorithm for a bf16 GEMM of T=" + std::to_string(T) +
                 ", in=" + std::to_string(in) + ", out=" + std::to_string(out));
   p.algo = result.algo;
   return plans_.emplace(key, p).first->second;

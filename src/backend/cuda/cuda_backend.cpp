@@ -24,7 +24,7 @@ namespace deltaserve::backend {
 namespace {
 
 void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
+  if (e != cudaSuccess) throw DeviceError(std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
 }
 
 __nv_bfloat16* bf(const Tensor& t) {
@@ -84,7 +84,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   profile_ = prof && std::string(prof) == "1";
   int count = 0;
   if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess)
-    throw Error(std::string("no usable CUDA device: ") + cudaGetErrorString(e));
+    throw DeviceError(std::string("no usable CUDA device: ") + cudaGetErrorString(e));
   if (device < 0 || device >= count)
     throw Error("CUDA device " + std::to_string(device) + " does not exist (" +
                 std::to_string(count) + " visible)");

@@ -1,0 +1,165 @@
+#include "server/completion_request.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "server/request_fields.h"
+
+namespace deltaserve::server {
+
+namespace {
+
+void parse_stop(const json& b, engine::SamplingParams& p) {
+  if (!present(b, "stop")) return;
+  const json& s = b["stop"];
+  const char* what = "'stop' must be a string or a list of strings";
+  if (s.is_string()) {
+    p.stop.push_back(s.get<std::string>());
+  } else if (s.is_array()) {
+    for (const json& x : s) {
+      if (!x.is_string()) bad_request(what, "stop");
+      p.stop.push_back(x.get<std::string>());
+    }
+  } else {
+    bad_request(what, "stop");
+  }
+}
+
+void parse_logprobs(const json& b, bool chat, engine::SamplingParams& p) {
+  if (chat) {
+    if (auto v = get_bool(b, "logprobs")) p.logprobs = *v;
+    if (auto v = get_int(b, "top_logprobs")) {
+      p.top_logprobs = static_cast<int32_t>(*v);
+      if (!p.logprobs && *v > 0) bad_request("top_logprobs needs logprobs = true", "top_logprobs");
+    }
+  } else if (auto v = get_int(b, "logprobs")) {
+    p.logprobs = true;
+    p.top_logprobs = static_cast<int32_t>(*v);
+  }
+}
+
+// One message for the chat template: text content parts joined into one string.
+json template_message(const json& m) {
+  if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+    bad_request("each message needs a string 'role'", "messages");
+  json msg = m;
+  if (m.contains("content") && m["content"].is_array()) {
+    std::string text;
+    for (const json& part : m["content"]) {
+      if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
+          !part.contains("text") || !part["text"].is_string())
+        bad_request("only text content parts are supported", "messages");
+      text += part["text"].get<std::string>();
+    }
+    msg["content"] = text;
+  } else if (m.contains("content") && !m["content"].is_string() && !m["content"].is_null()) {
+    bad_request("message content must be a string or a list of text parts", "messages");
+  }
+  if (!msg.contains("content") || msg["content"].is_null()) msg["content"] = "";
+  return msg;
+}
+
+std::vector<int32_t> chat_prompt(const json& b, const RequestContext& ctx) {
+  if (!ctx.chat_template) bad_request("this model has no chat template");
+  if (!present(b, "messages") || !b["messages"].is_array() || b["messages"].empty())
+    bad_request("'messages' must be a non-empty list", "messages");
+  json messages = json::array();
+  for (const json& m : b["messages"]) messages.push_back(template_message(m));
+  const json tools = present(b, "tools") ? b["tools"] : json(nullptr);
+  if (!tools.is_null() && !tools.is_array()) bad_request("'tools' must be a list", "tools");
+  json kwargs = json::object();
+  if (present(b, "chat_template_kwargs")) {
+    if (!b["chat_template_kwargs"].is_object())
+      bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+    kwargs = b["chat_template_kwargs"];
+  }
+  const bool add_gen = get_bool(b, "add_generation_prompt").value_or(true);
+  return ctx.tok.encode(ctx.chat_template->render(messages, tools, add_gen, kwargs));
+}
+
+std::vector<int32_t> text_prompt(const json& b, const RequestContext& ctx) {
+  if (!present(b, "prompt")) bad_request("'prompt' is required", "prompt");
+  const json& p = b["prompt"];
+  if (p.is_string()) return ctx.tok.encode(p.get<std::string>());
+  if (p.is_array() && p.size() == 1 && p[0].is_string())
+    return ctx.tok.encode(p[0].get<std::string>());
+  if (p.is_array() && !p.empty() && p[0].is_number_integer())
+    return get_token_ids(p, ctx.tok.vocab_size(), "prompt");
+  bad_request("'prompt' must be a string or a list of token ids (one prompt per request)",
+              "prompt");
+}
+
+// max_tokens (max_completion_tokens for chat); chat defaults to the rest of the context.
+int32_t max_tokens_of(const json& b, bool chat, int64_t prompt_len, int64_t max_len) {
+  std::optional<int64_t> max_tokens = get_int(b, chat ? "max_completion_tokens" : "max_tokens");
+  if (!max_tokens) max_tokens = get_int(b, "max_tokens");
+  const bool defaulted = !max_tokens;
+  if (!max_tokens) max_tokens = chat ? max_len - prompt_len : 16;
+  if (*max_tokens < 1 && !(chat && defaulted))
+    bad_request("max_tokens must be at least 1", "max_tokens");
+  const char* where = chat ? "messages" : "prompt";
+  if (std::max<int64_t>(*max_tokens, 1) > max_len - prompt_len)
+    bad_request("This model's maximum context length is " + std::to_string(max_len) +
+                    " tokens. However, you requested " + std::to_string(prompt_len) + " + " +
+                    std::to_string(*max_tokens) + " tokens (" + std::to_string(prompt_len) +
+                    " in the " + where + ", " + std::to_string(*max_tokens) +
+                    " in the completion).",
+                where);
+  return static_cast<int32_t>(*max_tokens);
+}
+
+}  // namespace
+
+engine::SamplingParams parse_sampling_params(const json& b, bool chat, int64_t vocab) {
+  engine::SamplingParams p;
+  if (auto v = get_number(b, "temperature")) p.temperature = static_cast<float>(*v);
+  if (auto v = get_number(b, "top_p")) p.top_p = static_cast<float>(*v);
+  if (auto v = get_int(b, "top_k")) p.top_k = static_cast<int32_t>(*v);
+  if (auto v = get_number(b, "min_p")) p.min_p = static_cast<float>(*v);
+  if (auto v = get_number(b, "presence_penalty")) p.presence_penalty = static_cast<float>(*v);
+  if (auto v = get_number(b, "frequency_penalty")) p.frequency_penalty = static_cast<float>(*v);
+  if (auto v = get_number(b, "repetition_penalty")) p.repetition_penalty = static_cast<float>(*v);
+  if (auto v = get_int(b, "seed")) p.seed = static_cast<uint64_t>(*v);
+  if (auto v = get_int(b, "min_tokens")) p.min_tokens = static_cast<int32_t>(*v);
+  if (auto v = get_bool(b, "ignore_eos")) p.ignore_eos = *v;
+  if (auto v = get_bool(b, "skip_special_tokens")) p.skip_special_tokens = *v;
+  if (auto v = get_int(b, "n"); v && *v != 1) bad_request("only n = 1 is supported", "n");
+  if (auto v = get_int(b, "best_of"); v && *v > 1)
+    bad_request("best_of > 1 is not supported", "best_of");
+  if (auto v = get_bool(b, "echo"); v && *v) bad_request("echo is not supported", "echo");
+  parse_stop(b, p);
+  if (present(b, "stop_token_ids"))
+    p.stop_token_ids = get_token_ids(b["stop_token_ids"], vocab, "stop_token_ids");
+  parse_logprobs(b, chat, p);
+  if (const std::string e = p.validate(); !e.empty()) bad_request(e);
+  return p;
+}
+
+CompletionRequest parse_completion_request(const json& b, bool chat, const RequestContext& ctx) {
+  if (present(b, "model")) {
+    if (!b["model"].is_string()) bad_request("'model' must be a string", "model");
+    if (b["model"].get<std::string>() != ctx.served_model_name)
+      throw NotFoundError("The model `" + b["model"].get<std::string>() + "` does not exist.",
+                          "model");
+  }
+  CompletionRequest r;
+  r.chat = chat;
+  r.generate.params = parse_sampling_params(b, chat, ctx.tok.vocab_size());
+  r.generate.prompt_ids = chat ? chat_prompt(b, ctx) : text_prompt(b, ctx);
+  if (r.generate.prompt_ids.empty()) bad_request("the prompt is empty", chat ? "messages" : "prompt");
+  const int64_t prompt_len = static_cast<int64_t>(r.generate.prompt_ids.size());
+  r.generate.params.max_tokens = max_tokens_of(b, chat, prompt_len, ctx.max_model_len);
+  if (r.generate.params.min_tokens > r.generate.params.max_tokens)
+    bad_request("min_tokens must be <= max_tokens", "min_tokens");
+  r.stream = get_bool(b, "stream").value_or(false);
+  if (present(b, "stream_options")) {
+    if (!b["stream_options"].is_object())
+      bad_request("'stream_options' must be an object", "stream_options");
+    r.include_usage = get_bool(b["stream_options"], "include_usage").value_or(false);
+  }
+  r.logprobs = r.generate.params.logprobs;
+  r.prompt_tokens = static_cast<int32_t>(prompt_len);
+  return r;
+}
+
+}  // namespace deltaserve::server

@@ -1,0 +1,37 @@
+// Request side of /v1/completions and /v1/chat/completions: an OpenAI JSON body becomes an engine
+// GenerateRequest plus what the response writer needs to know. Nothing here renders a response.
+#pragma once
+
+#include <string>
+
+#include "engine/request.h"
+#include "server/json_body.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deltaserve::server {
+
+// What parsing needs from the server.
+struct RequestContext {
+  const tokenizer::Tokenizer& tok;
+  const tokenizer::ChatTemplate* chat_template;  // null: chat requests are refused
+  std::string served_model_name;
+  int64_t max_model_len = 0;
+};
+
+struct CompletionRequest {
+  engine::GenerateRequest generate;
+  bool chat = false;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool logprobs = false;
+  int32_t prompt_tokens = 0;
+};
+
+// Throws Error (400) for a malformed body, NotFoundError (404) for another model's name.
+CompletionRequest parse_completion_request(const json& body, bool chat, const RequestContext& ctx);
+
+// Sampling parameters common to both endpoints (max_tokens is decided with the prompt length).
+engine::SamplingParams parse_sampling_params(const json& body, bool chat, int64_t vocab);
+
+}  // namespace deltaserve::server

@@ -1,0 +1,176 @@
+#include "server/completion_writer.h"
+
+#include <ctime>
+
+namespace deltaserve::server {
+
+namespace {
+
+std::string sse(const json& j) { return "data: " + dump_json(j) + "\n\n"; }
+
+json error_json(const std::string& message, int code) {
+  return {{"error",
+           {{"message", message}, {"type", "internal_error"}, {"param", nullptr}, {"code", code}}}};
+}
+
+json bytes_of(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+class ChatWriter final : public CompletionWriter {
+ public:
+  using CompletionWriter::CompletionWriter;
+
+ private:
+  const char* object_name(bool chunk) const override {
+    return chunk ? "chat.completion.chunk" : "chat.completion";
+  }
+  json take_logprobs(const engine::OutputDelta& d) override {
+    json entries = json::array();
+    for (const engine::TokenLogprob& lp : d.logprobs) {
+      const std::string s = token_text(lp.token);
+      json top = json::array();
+      for (const auto& [t, v] : lp.top) {
+        const std::string ts = token_text(t);
+        top.push_back({{"token", ts}, {"logprob", v}, {"bytes", bytes_of(ts)}});
+      }
+      entries.push_back(
+          {{"token", s}, {"logprob", lp.logprob}, {"bytes", bytes_of(s)}, {"top_logprobs", top}});
+    }
+    for (const auto& e : entries) content_.push_back(e);
+    return logprobs_ ? json{{"content", entries}} : json(nullptr);
+  }
+  json delta_choice(const engine::OutputDelta& d, json logprobs) override {
+    json delta = json::object();
+    if (!first_chunk_sent_) delta["role"] = "assistant";
+    delta["content"] = d.text;
+    return {{"index", 0}, {"delta", delta}, {"logprobs", logprobs}};
+  }
+  json final_choice() override {
+    return {{"index", 0},
+            {"message", {{"role", "assistant"}, {"content", text_}}},
+            {"logprobs", logprobs_ ? json{{"content", content_}} : json(nullptr)}};
+  }
+
+  json content_ = json::array();
+};
+
+class TextWriter final : public CompletionWriter {
+ public:
+  using CompletionWriter::CompletionWriter;
+
+ private:
+  const char* object_name(bool) const override { return "text_completion"; }
+  json take_logprobs(const engine::OutputDelta& d) override {
+    json chunk = {{"tokens", json::array()},
+                  {"token_logprobs", json::array()},
+                  {"top_logprobs", json::array()},
+                  {"text_offset", json::array()}};
+    for (const engine::TokenLogprob& lp : d.logprobs) {
+      json top = json::object();
+      for (const auto& [t, v] : lp.top) top[token_text(t)] = v;
+      chunk["tokens"].push_back(token_text(lp.token));
+      chunk["token_logprobs"].push_back(lp.logprob);
+      chunk["top_logprobs"].push_back(top);
+      chunk["text_offset"].push_back(text_.size());
+    }
+    for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+      for (const auto& e : chunk[k]) all_[k].push_back(e);
+    return logprobs_ ? chunk : json(nullptr);
+  }
+  json delta_choice(const engine::OutputDelta& d, json logprobs) override {
+    return {{"index", 0}, {"text", d.text}, {"logprobs", logprobs}};
+  }
+  json final_choice() override {
+    return {{"index", 0}, {"text", text_}, {"logprobs", logprobs_ ? all_ : json(nullptr)}};
+  }
+
+  json all_ = {{"tokens", json::array()},
+               {"token_logprobs", json::array()},
+               {"top_logprobs", json::array()},
+               {"text_offset", json::array()}};
+};
+
+}  // namespace
+
+std::shared_ptr<CompletionWriter> CompletionWriter::make(const CompletionRequest& req,
+                                                         const std::string& id,
+                                                         const std::string& model,
+                                                         const tokenizer::Tokenizer& tok) {
+  if (req.chat) return std::shared_ptr<CompletionWriter>(new ChatWriter(req, "chatcmpl-" + id, model, tok));
+  return std::shared_ptr<CompletionWriter>(new TextWriter(req, "cmpl-" + id, model, tok));
+}
+
+CompletionWriter::CompletionWriter(const CompletionRequest& req, std::string id,
+                                   const std::string& model, const tokenizer::Tokenizer& tok)
+    : tok_(tok),
+      id_(std::move(id)),
+      created_(std::time(nullptr)),
+      model_(model),
+      stream_(req.stream),
+      include_usage_(req.include_usage),
+      logprobs_(req.logprobs),
+      prompt_tokens_(req.prompt_tokens) {}
+
+std::string CompletionWriter::token_text(int32_t id) const {
+  return tok_.decode(std::vector<int32_t>{id});
+}
+
+json CompletionWriter::envelope(bool chunk) const {
+  return {{"id", id_}, {"object", object_name(chunk)}, {"created", created_}, {"model", model_}};
+}
+
+std::string CompletionWriter::on_delta(const engine::OutputDelta& d) {
+  completion_tokens_ = d.completion_tokens;
+  json logprobs = take_logprobs(d);
+  text_ += d.text;
+  if (d.finished) finish_reason_ = engine::finish_reason_name(d.finish_reason);
+  if (d.finish_reason == engine::FinishReason::kError) {
+    error_ = d.error.empty() ? "internal error" : d.error;
+    return stream_ ? sse(error_json(error_, 500)) : "";
+  }
+  if (!stream_) return "";
+  if (d.text.empty() && d.logprobs.empty() && !d.finished && first_chunk_sent_) return "";
+  json choice = delta_choice(d, std::move(logprobs));
+  choice["finish_reason"] = d.finished ? json(finish_reason_) : json(nullptr);
+  first_chunk_sent_ = true;
+  json chunk = envelope(true);
+  chunk["choices"] = json::array({choice});
+  return sse(chunk);
+}
+
+std::string CompletionWriter::on_finish() {
+  if (!error_.empty() && !stream_) return dump_json(error_json(error_, 500));
+  const json usage = {{"prompt_tokens", prompt_tokens_},
+                      {"completion_tokens", completion_tokens_},
+                      {"total_tokens", prompt_tokens_ + completion_tokens_}};
+  if (stream_) {
+    std::string out;
+    if (include_usage_) {
+      json chunk = envelope(true);
+      chunk["choices"] = json::array();
+      chunk["usage"] = usage;
+      out += sse(chunk);
+    }
+    return out + "data: [DONE]\n\n";
+  }
+  json choice = final_choice();
+  choice["finish_reason"] = finish_reason_;
+  json j = envelope(false);
+  j["choices"] = json::array({choice});
+  j["usage"] = usage;
+  return dump_json(j);
+}
+
+std::string CompletionWriter::on_cut(const std::string& reason) {
+  const std::string body = dump_json(error_json(reason, 503));
+  return stream_ ? "data: " + body + "\n\ndata: [DONE]\n\n" : body;
+}
+
+http::status CompletionWriter::final_status() const {
+  return error_.empty() ? http::status::ok : http::status::internal_server_error;
+}
+
+}  // namespace deltaserve::server

@@ -1,0 +1,59 @@
+// Response side of /v1/completions and /v1/chat/completions: one writer per request turns engine
+// deltas into the endpoint's OpenAI JSON — SSE chunks as they come (stream) or one body at the
+// end — and owns the request's accumulated text, logprobs and usage. One subclass per endpoint.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "engine/request.h"
+#include "server/completion_request.h"
+#include "server/http_server.h"
+#include "server/json_body.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deltaserve::server {
+
+class CompletionWriter {
+ public:
+  // `id` without its prefix; `model` the served model name.
+  static std::shared_ptr<CompletionWriter> make(const CompletionRequest& req, const std::string& id,
+                                                const std::string& model,
+                                                const tokenizer::Tokenizer& tok);
+  virtual ~CompletionWriter() = default;
+
+  // SSE bytes for a streamed delta; "" when not streaming (the delta is accumulated).
+  std::string on_delta(const engine::OutputDelta& d);
+  // The closing SSE events, or the whole JSON body.
+  std::string on_finish();
+  // The reply was cut (shutdown): a final error event and [DONE], or a JSON error body.
+  std::string on_cut(const std::string& reason);
+  // The status of a non-streamed reply (500 when the engine failed the request).
+  http::status final_status() const;
+
+ protected:
+  CompletionWriter(const CompletionRequest& req, std::string id, const std::string& model,
+                   const tokenizer::Tokenizer& tok);
+  virtual const char* object_name(bool chunk) const = 0;
+  // Records one delta's logprobs; returns the chunk's logprobs JSON (null when off).
+  virtual json take_logprobs(const engine::OutputDelta& d) = 0;
+  // A streamed choice for a delta and the final non-streamed choice.
+  virtual json delta_choice(const engine::OutputDelta& d, json logprobs) = 0;
+  virtual json final_choice() = 0;
+
+  json envelope(bool chunk) const;
+  std::string token_text(int32_t id) const;
+
+  const tokenizer::Tokenizer& tok_;
+  std::string id_;
+  int64_t created_ = 0;
+  std::string model_;
+  bool stream_, include_usage_, logprobs_;
+  bool first_chunk_sent_ = false;
+  std::string text_;
+  std::string finish_reason_;
+  std::string error_;  // the engine failed this request
+  int32_t prompt_tokens_ = 0, completion_tokens_ = 0;
+};
+
+}  // namespace deltaserve::server
