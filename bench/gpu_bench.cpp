@@ -25,9 +25,10 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "dist/nccl_communicator.h"
-#include "engine/gpu_tp_executor.h"
+#include "app/gpu_ranks.h"
 #include "model/loader.h"
 #include "model/tp_shard.h"
+#include "runtime/model_runner.h"
 
 namespace ds = deltaserve;
 using clock_type = std::chrono::steady_clock;
@@ -61,13 +62,52 @@ struct Bytes {
 // Per-rank bytes of a (rank-local) config: weights as loaded, the GDN state of one sequence (f32
 // recurrent state + bf16 conv window) and the KV of one token over the full-attention layers.
 Bytes rank_bytes(const ds::model::Qwen35Model& m) {
-  const ds::model::ModelConfig& c = m.config();
+  const ds::model::ModelConfig& c = m.rank_config();
   return {static_cast<double>(m.weights().total_bytes),
           static_cast<double>(c.num_layers_of(ds::model::LayerType::kLinearAttention) *
                               (c.lin_num_v_heads * c.lin_k_dim * c.lin_v_dim * 4 +
                                c.conv_dim() * (c.conv_kernel - 1) * 2)),
           static_cast<double>(c.num_layers_of(ds::model::LayerType::kFullAttention) * 2 *
                               c.num_kv_heads * c.head_dim * 2)};
+}
+
+// The plan of the bench runs: maxB decode sequences of pps pages and one prefill of ppp pages on
+// slot maxB; steps of up to `tokens` tokens; graphs up to maxB.
+ds::runtime::PlanLimits bench_limits(int32_t page, int32_t maxB, int32_t tokens, int32_t pps,
+                                     int32_t ppp) {
+  ds::runtime::PlanLimits l;
+  l.max_num_seqs = maxB + 1;
+  l.max_num_batched_tokens = tokens;
+  l.max_model_len = page * std::max(pps, ppp);
+  l.page_size = page;
+  l.max_graph_batch = maxB;
+  return l;
+}
+
+ds::runtime::MemoryBudget bench_budget(int32_t pages) {
+  ds::runtime::MemoryBudget b;
+  b.pages = pages;
+  return b;
+}
+
+// B decode rows at context `ctx`: sequence r on slot r with pages [r * pps, (r + 1) * pps).
+ds::StepBatch decode_batch(int32_t B, int32_t V, int32_t ctx, int32_t page, int32_t pps) {
+  ds::StepBatchBuilder b(page);
+  for (int32_t r = 0; r < B; ++r) {
+    std::vector<int32_t> pages;
+    for (int32_t q = 0; q < pps; ++q) pages.push_back(r * pps + q);
+    b.add(0, std::vector<int32_t>{(r * 7919 + 11) % V}, ctx, r, pages, 1);
+  }
+  return b.build();
+}
+
+// One fresh prefill of N tokens on `slot` with pages [first, first + ppp), its last row sampled.
+ds::StepBatch prefill_batch(int32_t N, int32_t V, int32_t page, int32_t slot, int32_t first,
+                            int32_t ppp) {
+  std::vector<int32_t> ids, pages;
+  for (int32_t i = 0; i < N; ++i) ids.push_back((i * 104729 + 7) % V);
+  for (int32_t q = 0; q < ppp; ++q) pages.push_back(first + q);
+  return ds::StepBatchBuilder(page).add(0, ids, 0, slot, pages, 1).build();
 }
 
 // Milliseconds of `calls` back-to-back bf16 all-reduces of each of `elems` elements over N NCCL
@@ -166,7 +206,7 @@ int run_tp(const std::string& dir, const std::vector<int32_t>& tps,
     ds::model::validate_tp(gc, N);
     std::vector<ds::model::Qwen35Model*> models(static_cast<size_t>(N));
     const auto t0 = clock_type::now();
-    const auto exp = ds::engine::make_gpu_tp_executor(
+    const auto exp = ds::app::make_gpu_tp_executor(
         N,
         [&](int rank, ds::backend::Backend& be, ds::dist::Communicator* comm) {
           auto m = ds::model::load_model(dir, ds::model::LoadFormat::kDummy, be, false, {N, rank},
@@ -177,8 +217,9 @@ int run_tp(const std::string& dir, const std::vector<int32_t>& tps,
         std::chrono::minutes(10));
     ds::engine::TpExecutor& ex = *exp;
     const double load_s = std::chrono::duration<double>(clock_type::now() - t0).count();
-    ex.allocate_cache(maxB * pps + ppp, page, maxB + 1);
-    ex.capture_decode_graphs(batches, std::max(maxN, maxB), maxB + 1, std::max(pps, ppp));
+    ex.configure(ex.plan_memory(bench_limits(page, maxB, std::max(maxN, maxB), pps, ppp),
+                                bench_budget(maxB * pps + ppp)));
+    ex.capture_decode_graphs(batches, std::max(pps, ppp));
     size_t free_b = 0, total_b = 0;
     ex.memory_info(free_b, total_b);
     const Bytes b = rank_bytes(*models[0]);
@@ -187,8 +228,8 @@ int run_tp(const std::string& dir, const std::vector<int32_t>& tps,
                 load_s);
     std::fflush(stdout);
     const int32_t V = static_cast<int32_t>(gc.vocab_size);
-    auto time_steps = [&](const ds::model::ForwardBatch& fb, size_t nspecs, int n, bool eager) {
-      for (auto* m : models) m->set_eager(eager);
+    auto time_steps = [&](const ds::StepBatch& fb, size_t nspecs, int n, bool eager) {
+      ex.set_eager(eager);
       const std::vector<ds::backend::SampleSpec> specs(nspecs);
       std::vector<double> t;
       for (int i = 0; i < n + 2; ++i) {
@@ -200,26 +241,14 @@ int run_tp(const std::string& dir, const std::vector<int32_t>& tps,
       return median(t);
     };
     for (const int32_t B : batches) {
-      ds::model::ForwardBatch fb;
-      for (int32_t r = 0; r < B; ++r) {
-        fb.token_ids.push_back((r * 7919 + 11) % V);
-        ds::backend::SeqDesc sd{r, 1, ctx, r, {}};
-        for (int32_t q = 0; q < pps; ++q) sd.pages.push_back(r * pps + q);
-        fb.seqs.push_back(sd);
-        fb.logits_rows.push_back(r);
-      }
+      const ds::StepBatch fb = decode_batch(B, V, ctx, page, pps);
       const double eager = time_steps(fb, static_cast<size_t>(B), iters, true);
       const double graphed = time_steps(fb, static_cast<size_t>(B), iters, false);
       rows.push_back({N, "decode B=" + std::to_string(B) + " graphed", B, true, graphed, 0});
       rows.push_back({N, "decode B=" + std::to_string(B) + " eager", B, false, eager, 0});
     }
     for (const int32_t P : prefills) {
-      ds::model::ForwardBatch fb;
-      for (int32_t i = 0; i < P; ++i) fb.token_ids.push_back((i * 104729 + 7) % V);
-      ds::backend::SeqDesc sd{0, P, 0, maxB, {}};
-      for (int32_t q = 0; q < ppp; ++q) sd.pages.push_back(maxB * pps + q);
-      fb.seqs.push_back(sd);
-      fb.logits_rows.push_back(P - 1);
+      const ds::StepBatch fb = prefill_batch(P, V, page, maxB, maxB * pps, ppp);
       rows.push_back({N, "prefill " + std::to_string(P), P, true,
                       time_steps(fb, 1, std::max(3, iters / 10), true), 0});
     }
@@ -281,8 +310,10 @@ int main(int argc, char** argv) {
     const ds::model::ModelConfig& c = m->config();
     const int32_t pps = (ctx + 1 + page - 1) / page;  // pages per decode sequence
     const int32_t ppp = (maxN + page - 1) / page;     // pages of the largest prefill
-    m->allocate_cache(maxB * pps + ppp, page, maxB + 1);
-    m->capture_decode_graphs(batches, std::max(maxN, maxB), maxB + 1, std::max(pps, ppp));
+    ds::runtime::ModelRunner runner(
+        *m, ds::runtime::plan_for(*m, bench_limits(page, maxB, std::max(maxN, maxB), pps, ppp),
+                                  bench_budget(maxB * pps + ppp)));
+    runner.capture_decode_graphs(batches, std::max(pps, ppp));
 
     // Bytes a decode step must move: every weight except the embedding rows not looked up (the
     // table is read whole by a tied lm_head), plus per sequence its GDN state (read + written)
@@ -304,21 +335,15 @@ int main(int argc, char** argv) {
         "---|---|---|---|\n");
     std::vector<std::string> reports;
     for (const int32_t B : batches) {
-      ds::model::ForwardBatch fb;
-      for (int32_t r = 0; r < B; ++r) {
-        fb.token_ids.push_back((r * 7919 + 11) % static_cast<int32_t>(c.vocab_size));
-        ds::backend::SeqDesc s{r, 1, ctx, r, {}};
-        for (int32_t q = 0; q < pps; ++q) s.pages.push_back(r * pps + q);
-        fb.seqs.push_back(s);
-        fb.logits_rows.push_back(r);
-      }
+      const ds::StepBatch fb =
+          decode_batch(B, static_cast<int32_t>(c.vocab_size), ctx, page, pps);
       const std::vector<ds::backend::SampleSpec> specs(static_cast<size_t>(B));
       auto run = [&](bool eager, int n) {
-        m->set_eager(eager);
+        runner.set_eager(eager);
         std::vector<double> t;
         for (int i = 0; i < n + 3; ++i) {
           const auto t0 = clock_type::now();
-          m->forward_sample(fb, static_cast<int32_t>(c.vocab_size), specs);
+          runner.forward_sample(fb, static_cast<int32_t>(c.vocab_size), specs);
           const double ms =
               std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
           if (i >= 3) t.push_back(ms);
@@ -356,15 +381,10 @@ int main(int argc, char** argv) {
         "\n| prefill N | ms | tok/s | linear+attention TFLOP/s | share of %.0f TFLOP/s |\n"
         "|---|---|---|---|---|\n",
         kPeakFlops / 1e12);
-    m->set_eager(true);
+    runner.set_eager(true);
     for (const int32_t N : prefills) {
-      ds::model::ForwardBatch fb;
-      for (int32_t i = 0; i < N; ++i)
-        fb.token_ids.push_back((i * 104729 + 7) % static_cast<int32_t>(c.vocab_size));
-      ds::backend::SeqDesc s{0, N, 0, maxB, {}};
-      for (int32_t q = 0; q < ppp; ++q) s.pages.push_back(maxB * pps + q);
-      fb.seqs.push_back(s);
-      fb.logits_rows.push_back(N - 1);
+      const ds::StepBatch fb =
+          prefill_batch(N, static_cast<int32_t>(c.vocab_size), page, maxB, maxB * pps, ppp);
       const std::vector<ds::backend::SampleSpec> specs(1);
       std::vector<double> t;
       const int n = std::max(3, iters / 10);
@@ -374,7 +394,7 @@ int main(int argc, char** argv) {
           be.profile_report(true);
         }
         const auto t0 = clock_type::now();
-        m->forward_sample(fb, static_cast<int32_t>(c.vocab_size), specs);
+        runner.forward_sample(fb, static_cast<int32_t>(c.vocab_size), specs);
         const double ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
         if (i >= 1 && i < n) t.push_back(ms);
       }

@@ -78,9 +78,14 @@ int cmd_bench(const std::vector<std::string>& argv) {
   cfg.max_model_len =
       static_cast<int32_t>(a.get_int("max-model-len", in_len + out_len, 1, 1 << 24));
   // Default: KV room for max_num_seqs requests of max_model_len (no preemption needed).
-  const int64_t per_request = (cfg.max_model_len + cfg.page_size - 1) / cfg.page_size;
-  cfg.num_pages =
-      static_cast<int32_t>(a.get_int("num-pages", per_request * cfg.max_num_seqs, 1, 1 << 30));
+  runtime::MemoryBudget budget;
+  budget.kind = runtime::MemoryBudget::Kind::kRequests;
+  budget.requests = cfg.max_num_seqs;
+  if (a.has("num-pages")) {
+    budget.kind = runtime::MemoryBudget::Kind::kPages;
+    budget.pages = static_cast<int32_t>(a.get_int("num-pages", 0, 1, 1 << 30));
+  }
+  cfg.budget = budget;
   const int concurrency = static_cast<int>(a.get_int("max-concurrency", n, 1, 100000));
   cfg.enforce_eager = a.has("enforce-eager");
   engine::Engine eng(*rt.exec, cfg);

@@ -55,20 +55,25 @@ int32_t pages_for(int64_t tokens) {
   return static_cast<int32_t>((tokens + kPageSize - 1) / kPageSize);
 }
 
-model::ForwardBatch one_sequence(const std::vector<int32_t>& ids, int32_t start_pos,
-                                 bool all_logits) {
-  model::ForwardBatch b;
-  b.token_ids = ids;
-  backend::SeqDesc s;
-  s.num_tokens = static_cast<int32_t>(ids.size());
-  s.start_pos = start_pos;
-  for (int32_t p = 0; p < pages_for(start_pos + s.num_tokens); ++p) s.pages.push_back(p);
-  b.seqs.push_back(s);
-  if (all_logits)
-    for (int32_t i = 0; i < s.num_tokens; ++i) b.logits_rows.push_back(i);
-  else
-    b.logits_rows.push_back(s.num_tokens - 1);
-  return b;
+// One sequence on slot 0 with pages 0.. (generate and logits run one request).
+StepBatch one_sequence(const std::vector<int32_t>& ids, int32_t start_pos, bool all_logits) {
+  const int32_t n = static_cast<int32_t>(ids.size());
+  std::vector<int32_t> pages(static_cast<size_t>(pages_for(start_pos + n)));
+  for (size_t p = 0; p < pages.size(); ++p) pages[p] = static_cast<int32_t>(p);
+  return StepBatchBuilder(kPageSize).add(0, ids, start_pos, 0, pages, all_logits ? n : 1).build();
+}
+
+// Plans and builds the runner of one request of `tokens` positions whose longest step has
+// `step_tokens` tokens.
+void configure_one_request(engine::Executor& exec, int64_t tokens, int64_t step_tokens) {
+  runtime::PlanLimits limits;
+  limits.max_num_seqs = 1;
+  limits.max_num_batched_tokens = static_cast<int32_t>(step_tokens);
+  limits.max_model_len = static_cast<int32_t>(tokens);
+  limits.page_size = kPageSize;
+  runtime::MemoryBudget budget;
+  budget.pages = pages_for(tokens);
+  exec.configure(exec.plan_memory(limits, budget));
 }
 
 int32_t argmax(const float* x, int64_t n) {
@@ -90,7 +95,8 @@ int cmd_generate(const std::vector<std::string>& argv) {
   const long long max_tokens = a.get_int("max-tokens", 16, 1, cfg.max_position_embeddings);
   if (static_cast<long long>(ids.size()) + max_tokens > cfg.max_position_embeddings)
     throw Error("prompt + --max-tokens exceeds max_position_embeddings");
-  m->allocate_cache(pages_for(static_cast<int64_t>(ids.size()) + max_tokens), kPageSize, 1);
+  configure_one_request(*m, static_cast<int64_t>(ids.size()) + max_tokens,
+                        static_cast<int64_t>(ids.size()));
 
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
@@ -134,7 +140,8 @@ int cmd_logits(const std::vector<std::string>& argv) {
       make_runtime(a.get("model", ""), model::parse_load_format(a.get("load-format", "auto")), tp,
                    true, a.get("device", "cpu"));
   const std::vector<int32_t> ids = parse_ids(a.get("ids", ""), rt.exec->config().vocab_size);
-  rt.exec->allocate_cache(pages_for(static_cast<int64_t>(ids.size())), kPageSize, 1);
+  configure_one_request(*rt.exec, static_cast<int64_t>(ids.size()),
+                        static_cast<int64_t>(ids.size()));
   const std::vector<float> logits = rt.exec->execute(one_sequence(ids, 0, true));
   const auto* m = &rt.exec->config();
   model::write_safetensors(

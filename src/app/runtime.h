@@ -15,7 +15,7 @@
 #include "backend/cuda/cuda_backend.h"
 #endif
 #ifdef DS_HAVE_NCCL
-#include "engine/gpu_tp_executor.h"
+#include "app/gpu_ranks.h"
 #endif
 
 namespace deltaserve::app {
@@ -45,7 +45,7 @@ inline ModelRuntime make_runtime(const std::string& dir, model::LoadFormat fmt, 
                     std::to_string(tp - 1) + "); " + std::to_string(count) + " visible");
       model::validate_tp(model::load_config(dir), tp);  // fail closed before loading
       rt.act_dtype = DType::kBF16;
-      rt.exec = engine::make_gpu_tp_executor(
+      rt.exec = make_gpu_tp_executor(
           tp,
           [&](int rank, backend::Backend& be, dist::Communicator* comm) {
             return model::load_model(dir, fmt, be, verbose && rank == 0, {tp, rank}, comm);

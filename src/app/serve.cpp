@@ -13,7 +13,6 @@
 #include "app/commands.h"
 #include "app/runtime.h"
 #include "backend/cpu/cpu_backend.h"
-#include "backend/gdn_workspace.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "model/loader.h"
@@ -123,66 +122,24 @@ int cmd_serve(const std::vector<std::string>& argv) {
                model_dir.empty() ? "the embedded default model" : model_dir.c_str());
   ModelRuntime rt = make_runtime(model_dir, model::parse_load_format(a.get("load-format", "auto")),
                                  tp, true, a.get("device", "cpu"));
-  const model::ModelConfig& mc = rt.exec->config();  // rank-local shapes under TP
+  const model::ModelConfig& mc = rt.exec->config();
   ecfg.max_model_len = static_cast<int32_t>(
       a.get_int("max-model-len", std::min<int64_t>(mc.max_position_embeddings, 8192), 1,
                 mc.max_position_embeddings));
-  const int64_t act = static_cast<int64_t>(dtype_size(rt.act_dtype));
-  const int64_t page_bytes = mc.num_layers_of(model::LayerType::kFullAttention) * 2 *
-                             mc.num_kv_heads * mc.head_dim * ecfg.page_size * act;
-  const int64_t per_request = (ecfg.max_model_len + ecfg.page_size - 1) / ecfg.page_size;
+  // The memory plan (runtime::MemoryPlan, made by the engine): on a GPU, what is left of
+  // --gpu-memory-utilization x total after the weights, state slots, step buffers and the
+  // backend's workspace becomes KV pages; on the CPU, --kv-cache-gib of pages, at most room for
+  // max_num_seqs requests of max_model_len. Fails closed when one request cannot fit.
+  runtime::MemoryBudget budget;
   size_t free_b = 0, total_b = 0;
   if (rt.exec->memory_info(free_b, total_b)) {
-    // GPU memory plan (per rank, from the rank with the least free memory; all ranks hold the
-    // same rank-local shapes): weights are loaded; then GDN state slots and step scratch; the rest
-    // of --gpu-memory-utilization x total becomes KV pages. Fail closed if one request cannot fit.
-    const double gib = 1 << 30;
-    const int64_t slot_bytes = mc.num_layers_of(model::LayerType::kLinearAttention) *
-                               (mc.lin_num_v_heads * mc.lin_k_dim * mc.lin_v_dim * 4 +
-                                mc.conv_dim() * (mc.conv_kernel - 1) * act);
-    const int64_t T = ecfg.max_num_batched_tokens;
-    const int64_t scratch =
-        T * act *
-            (4 * mc.hidden_size + 5 * mc.num_heads * mc.head_dim + 2 * mc.conv_dim() +
-             3 * mc.value_dim() + 3 * mc.intermediate_size) +
-        static_cast<int64_t>(ecfg.max_num_seqs) * mc.vocab_size * act +
-        // the chunked delta rule's workspace of a prefill step (f32, ~dv + 3 dk + 65 per token
-        // and value head) and the split-KV attention partials (64 MiB), plus a margin
-        T * mc.lin_num_v_heads *
-            backend::gdn_chunk_floats_per_token(static_cast<int32_t>(mc.lin_k_dim),
-                                                static_cast<int32_t>(mc.lin_v_dim)) *
-            4 +
-        (int64_t{64} << 20) + (int64_t{256} << 20);
-    const int64_t used = static_cast<int64_t>(total_b - free_b);
-    const int64_t budget = static_cast<int64_t>(util * static_cast<double>(total_b)) - used -
-                           slot_bytes * (ecfg.max_num_seqs + 1) - scratch;
-    // The model keeps one more slot and page of its own for padded graph rows.
-    const int64_t pages = budget > 0 ? budget / page_bytes - 1 : 0;
-    std::fprintf(stderr,
-                 "deltaserve: GPU memory: %.2f GiB total, %.2f GiB in use after loading, %d state "
-                 "slots %.2f GiB, "
-                 "scratch %.2f GiB, KV pages %lld (%.2f GiB)\n",
-                 static_cast<double>(total_b) / gib, static_cast<double>(used) / gib,
-                 ecfg.max_num_seqs, static_cast<double>(slot_bytes * ecfg.max_num_seqs) / gib,
-                 static_cast<double>(scratch) / gib, static_cast<long long>(pages),
-                 static_cast<double>(pages * page_bytes) / gib);
-    if (pages < per_request)
-      throw Error("--gpu-memory-utilization " + std::to_string(util) + " leaves room for " +
-                  std::to_string(pages) + " KV pages after the weights, " +
-                  std::to_string(ecfg.max_num_seqs) +
-                  " state slots and scratch; one request of max_model_len " +
-                  std::to_string(ecfg.max_model_len) + " needs " + std::to_string(per_request) +
-                  ": raise --gpu-memory-utilization or lower --max-model-len / --max-num-seqs");
-    ecfg.num_pages =
-        static_cast<int32_t>(std::min<int64_t>(pages, std::numeric_limits<int32_t>::max()));
+    budget.kind = runtime::MemoryBudget::Kind::kDeviceShare;
+    budget.utilization = util;
   } else {
-    // CPU: room for max_num_seqs requests of max_model_len within --kv-cache-gib per rank (all CPU
-    // ranks hold the same shard sizes, so this is also the minimum across ranks).
-    const int64_t budget_pages = page_bytes ? static_cast<int64_t>(kv_gib * (1 << 30)) / page_bytes
-                                            : per_request * ecfg.max_num_seqs;
-    ecfg.num_pages = static_cast<int32_t>(
-        std::max<int64_t>(1, std::min(per_request * ecfg.max_num_seqs, budget_pages)));
+    budget.kind = runtime::MemoryBudget::Kind::kHostBytes;
+    budget.kv_bytes = static_cast<int64_t>(kv_gib * (1 << 30));
   }
+  ecfg.budget = budget;
 
   std::fprintf(stderr, "deltaserve: loading tokenizer %s\n", tok_dir.c_str());
   const auto tok = tokenizer::Tokenizer::from_file(tok_dir / "tokenizer.json");
@@ -198,6 +155,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
   }
   ecfg.eos_token_ids = eos_ids(mc, model_dir, tok_dir, *tok);
   engine::Engine eng(*rt.exec, ecfg, tok.get());
+  std::fprintf(stderr, "deltaserve: memory plan per rank: %s\n",
+               eng.memory_plan().describe().c_str());
   server::OpenAiApi api(acfg, eng, *tok, chat.get());
   server::HttpServer http(hcfg, [&api](const server::Request& r) { return api.handle(r); });
 

@@ -1,5 +1,6 @@
 // Backend: the coarse, batched ops the Qwen3.5 forward is written against (DESIGN.md decision 1).
-// Every op works on a flattened batch of tokens ("varlen") described by the current BatchDesc.
+// Every op works on a flattened batch of tokens ("varlen"); the ops that need the step's sequences
+// (positions, pages, state slots) take its StepBatch explicitly.
 #pragma once
 
 #include <cstdint>
@@ -9,26 +10,10 @@
 
 #include "backend/sampling.h"
 #include "core/error.h"
+#include "core/step_batch.h"
 #include "core/tensor.h"
 
 namespace deltaserve::backend {
-
-// One sequence's share of a step: `num_tokens` new tokens starting at absolute position
-// `start_pos` (the tokens already in its KV cache / recurrent state). start_pos == 0 means a fresh
-// sequence: its state slot is ignored on read and overwritten.
-struct SeqDesc {
-  int32_t token_begin = 0;  // first row of this sequence in the step's flattened token array
-  int32_t num_tokens = 0;
-  int32_t start_pos = 0;
-  int32_t slot = 0;            // GDN conv + recurrent state slot
-  std::vector<int32_t> pages;  // KV pages covering positions [0, start_pos + num_tokens)
-};
-
-struct BatchDesc {
-  std::vector<SeqDesc> seqs;
-  int32_t num_tokens = 0;
-  int32_t page_size = 0;
-};
 
 // Shapes of the Gated DeltaNet heads.
 struct GdnDims {
@@ -68,10 +53,22 @@ class Backend {
     return false;
   }
 
-  // Describes the step the following ops run on; valid until the next call.
-  virtual void set_batch(const BatchDesc& batch) = 0;
+  // Bytes allocated through alloc() and held now (the memory plan's check).
+  virtual int64_t allocated_bytes() const = 0;
+  // Workspace the backend allocates for itself for steps of up to `max_tokens` tokens (e.g. the
+  // chunked delta rule's and split-KV attention's), on top of the buffers the model allocates.
+  virtual int64_t workspace_bytes(int64_t max_tokens, const GdnDims& gdn) const {
+    (void)max_tokens;
+    (void)gdn;
+    return 0;
+  }
+
+  // Makes `batch` the one whose description the device holds (the CUDA backend uploads it once per
+  // batch id; later ops of the same batch reuse it). Ops call it themselves; the model calls it
+  // before a graph capture or replay, where no upload may happen inside.
+  virtual void stage_batch(const StepBatch& batch) { (void)batch; }
   // Keeps room for batch descriptions of up to `entries` int32 values (2 per token, 5 per sequence,
-  // one per page-table entry) so that set_batch keeps its device addresses, which captured graphs
+  // one per page-table entry) so that staging keeps its device addresses, which captured graphs
   // depend on. A larger batch later still works but invalidates every graph.
   virtual void reserve_batch(int64_t entries) { (void)entries; }
 
@@ -115,31 +112,35 @@ class Backend {
   // [T, nh, hd] and gate [T, nh, hd]; applies the zero-centred q/k norms and partial NeoX RoPE at
   // each token's absolute position to q and, in place, to k [T, nkv, hd]; then writes k and
   // v [T, nkv, hd] into the paged caches k_cache/v_cache [pages, page_size, nkv, hd].
-  virtual void attn_prep_and_cache(const Tensor& qg, const Tensor& k, const Tensor& v,
+  virtual void attn_prep_and_cache(const StepBatch& batch, const Tensor& qg, const Tensor& k, const Tensor& v,
                                    const Tensor& q_norm, const Tensor& k_norm, const AttnDims& d,
                                    const Tensor& q, const Tensor& gate, const Tensor& k_cache,
                                    const Tensor& v_cache) = 0;
   // Causal GQA attention of q [T, nh, hd] over each sequence's cached keys/values, times
   // sigmoid(gate [T, nh, hd]); out [T, nh, hd].
-  virtual void paged_attention(const Tensor& q, const Tensor& gate, const Tensor& k_cache,
+  virtual void paged_attention(const StepBatch& batch, const Tensor& q, const Tensor& gate, const Tensor& k_cache,
                                const Tensor& v_cache, const AttnDims& d, const Tensor& out) = 0;
 
   // GDN causal depthwise conv + SiLU: u [T, C] pre-conv inputs, w [C, K], conv_state
-  // [slots, C, K-1] (the last K-1 inputs, oldest first; read unless start_pos == 0, then
+  // [slots, C, K-1] (the last K-1 inputs, oldest first; read unless the sequence is fresh, then
   // updated). y [T, C].
-  virtual void gdn_conv(const Tensor& u, const Tensor& w, const Tensor& conv_state, int32_t K,
+  virtual void gdn_conv(const StepBatch& batch, const Tensor& u, const Tensor& w, const Tensor& conv_state, int32_t K,
                         const Tensor& y) = 0;
   // Gated delta rule over y [T, conv_dim] = [q | k | v] (head-major), with a, b [T, nv] raw gate
-  // projections, A_log, dt_bias [nv]; state [slots, nv, dk, dv] f32 (read unless start_pos == 0,
-  // then updated). Applies L2 norms (q scaled by dk^-1/2), beta = sigmoid(b),
+  // projections, A_log, dt_bias [nv]; state [slots, nv, dk, dv] f32 (read unless the sequence is
+  // fresh, then updated). Applies L2 norms (q scaled by dk^-1/2), beta = sigmoid(b),
   // g = -exp(A_log) * softplus(a + dt_bias). Chunkwise (64) for prefill, recurrent for one token.
   // out [T, nv, dv].
-  virtual void gated_delta_rule(const Tensor& y, const Tensor& a, const Tensor& b,
+  virtual void gated_delta_rule(const StepBatch& batch, const Tensor& y, const Tensor& a, const Tensor& b,
                                 const Tensor& A_log, const Tensor& dt_bias, const Tensor& state,
                                 const GdnDims& d, const Tensor& out) = 0;
   // One token per row of logits [R, V'] (only ids < vocab), with specs[r] for row r (R specs).
   virtual std::vector<Sampled> sample(const Tensor& logits, int32_t vocab,
                                       const std::vector<SampleSpec>& specs) = 0;
+
+  // Copies GDN state slot `src` to slot `dst` of one layer's conv [slots, C, K-1] and recurrent
+  // [slots, nv, dk, dv] state (snapshots: the prefix-cache seam).
+  virtual void copy_state(const Tensor& conv, const Tensor& state, int32_t src, int32_t dst) = 0;
 
   // In place on o [T, nv, dv]: o = o * rsqrt(mean(o^2) + eps) * w * silu(z); z [T, nv*dv], w [dv]
   // (plain weight, no +1).

@@ -28,13 +28,27 @@ bool PagePool::grow(std::vector<int32_t>& table, int64_t tokens) {
   const int32_t need = pages_for(tokens) - static_cast<int32_t>(table.size());
   if (need <= 0) return true;
   if (need > ids_.num_free()) return false;
-  for (int32_t i = 0; i < need; ++i) table.push_back(ids_.take());
+  for (int32_t i = 0; i < need; ++i) {
+    const int32_t page = ids_.take();
+    refs_[static_cast<size_t>(page)] = 1;
+    table.push_back(page);
+  }
   return true;
 }
 
 void PagePool::release(std::vector<int32_t>& table) {
-  for (int32_t p : table) ids_.give_back(p);
+  for (int32_t p : table) {
+    int32_t& r = refs_[static_cast<size_t>(p)];
+    DS_CHECK(r > 0, "release of a free page " + std::to_string(p));
+    if (--r == 0) ids_.give_back(p);
+  }
   table.clear();
+}
+
+void PagePool::retain(int32_t page) {
+  DS_CHECK(page >= 0 && page < num_pages() && refs_[static_cast<size_t>(page)] > 0,
+           "retain of a free page " + std::to_string(page));
+  ++refs_[static_cast<size_t>(page)];
 }
 
 }  // namespace deltaserve::cache

@@ -26,10 +26,13 @@ class IdPool {
   std::vector<uint8_t> is_free_;
 };
 
-// KV pages of `page_size` tokens each; a request's page table covers its cached positions.
+// KV pages of `page_size` tokens each; a request's page table covers its cached positions. Pages
+// are reference counted: a page several page tables share (a cached prefix) is freed when the
+// last holder releases it.
 class PagePool {
  public:
-  PagePool(int32_t num_pages, int32_t page_size) : ids_(num_pages), page_size_(page_size) {}
+  PagePool(int32_t num_pages, int32_t page_size)
+      : ids_(num_pages), page_size_(page_size), refs_(static_cast<size_t>(num_pages), 0) {}
   int32_t page_size() const { return page_size_; }
   int32_t num_pages() const { return ids_.capacity(); }
   int32_t num_free() const { return ids_.num_free(); }
@@ -38,12 +41,16 @@ class PagePool {
   }
   // Grows `table` to cover `tokens` positions; false (table unchanged) when pages run out.
   bool grow(std::vector<int32_t>& table, int64_t tokens);
-  // Frees every page of `table` and clears it.
+  // Drops this table's hold on each of its pages (freeing those nobody else holds) and clears it.
   void release(std::vector<int32_t>& table);
+  // One more holder of `page` (precondition: it is held already).
+  void retain(int32_t page);
+  int32_t refcount(int32_t page) const { return refs_[static_cast<size_t>(page)]; }
 
  private:
   IdPool ids_;
   int32_t page_size_;
+  std::vector<int32_t> refs_;
 };
 
 // One GDN conv + recurrent state slot per running request. The model treats a sequence at

@@ -26,19 +26,31 @@ EngineConfig resolve(EngineConfig c, const model::ModelConfig& mc,
                 std::to_string(mc.max_position_embeddings));
   if (c.page_size <= 0 || c.max_num_seqs <= 0 || c.max_num_batched_tokens <= 0)
     throw Error("page_size, max_num_seqs and max_num_batched_tokens must be positive");
-  const int32_t per_request = (c.max_model_len + c.page_size - 1) / c.page_size;
-  if (c.num_pages <= 0) c.num_pages = per_request * std::min(c.max_num_seqs, 4);
-  if (c.num_pages < per_request)
-    throw Error("the KV cache (" + std::to_string(c.num_pages) + " pages of " +
-                std::to_string(c.page_size) + " tokens) cannot hold one request of max_model_len " +
-                std::to_string(c.max_model_len) +
-                " tokens; lower max_model_len or give more memory");
   const int32_t model_vocab = static_cast<int32_t>(mc.vocab_size);
   if (c.sample_vocab <= 0)
     c.sample_vocab = tok ? std::min(tok->vocab_size(), model_vocab) : model_vocab;
   c.sample_vocab = std::min(c.sample_vocab, model_vocab);
   if (c.eos_token_ids.empty()) c.eos_token_ids = mc.eos_token_ids;
   return c;
+}
+
+runtime::PlanLimits plan_limits(const EngineConfig& c) {
+  runtime::PlanLimits l;
+  l.max_num_seqs = c.max_num_seqs;
+  l.max_num_batched_tokens = c.max_num_batched_tokens;
+  l.max_model_len = c.max_model_len;
+  l.page_size = c.page_size;
+  l.num_snapshots = c.num_snapshots;
+  const std::vector<int32_t> buckets = decode_graph_sizes(c);
+  l.max_graph_batch = c.enforce_eager || buckets.empty() ? 0 : buckets.back();
+  return l;
+}
+
+runtime::MemoryPlan plan_of(Executor& exec, const EngineConfig& c) {
+  runtime::MemoryBudget budget;
+  budget.kind = runtime::MemoryBudget::Kind::kPages;
+  budget.pages = c.num_pages;
+  return exec.plan_memory(plan_limits(c), c.budget ? *c.budget : budget);
 }
 
 }  // namespace
@@ -55,13 +67,14 @@ Engine::Engine(std::unique_ptr<LocalExecutor> owned, Executor* exec, EngineConfi
       exec_(exec ? *exec : *owned_exec_),
       cfg_(resolve(cfg, exec_.config(), tok)),
       tok_(tok),
-      pages_(cfg_.num_pages, cfg_.page_size),
-      slots_(cfg_.max_num_seqs),
-      scheduler_({cfg_.max_num_seqs, cfg_.max_num_batched_tokens}, pages_, slots_) {
-  exec_.allocate_cache(cfg_.num_pages, cfg_.page_size, cfg_.max_num_seqs);
+      plan_(plan_of(exec_, cfg_)),
+      cache_({plan_.num_pages, plan_.page_size, plan_.num_slots, plan_.num_snapshots}),
+      scheduler_({cfg_.max_num_seqs, cfg_.max_num_batched_tokens}, cache_),
+      output_(cfg_.eos_token_ids, cfg_.max_model_len) {
+  cfg_.num_pages = plan_.num_pages;
+  exec_.configure(plan_);
   if (!cfg_.enforce_eager)
-    exec_.capture_decode_graphs(decode_graph_sizes(cfg_), cfg_.max_num_batched_tokens,
-                                cfg_.max_num_seqs,
+    exec_.capture_decode_graphs(decode_graph_sizes(cfg_),
                                 (cfg_.max_model_len + cfg_.page_size - 1) / cfg_.page_size);
   metrics_.update([this](MetricsSnapshot& s) { s.kv_pages_total = cfg_.num_pages; });
   thread_ = std::thread([this] { loop(); });
@@ -166,11 +179,11 @@ void Engine::loop() {
       const auto it = requests_.find(id);
       if (it != requests_.end()) finish(*it->second, FinishReason::kAbort, OutputDelta{});
     }
-    const StepPlan plan = scheduler_.schedule();
+    const ScheduledStep plan = scheduler_.schedule();
     metrics_.update([&](MetricsSnapshot& s) {
       s.running = static_cast<int64_t>(scheduler_.num_running());
       s.waiting = static_cast<int64_t>(scheduler_.num_waiting());
-      s.kv_pages_used = pages_.num_pages() - pages_.num_free();
+      s.kv_pages_used = cache_.num_pages() - cache_.num_free_pages();
       s.preemptions += static_cast<int64_t>(plan.preempted.size());
     });
     if (!plan.empty()) {
@@ -191,35 +204,26 @@ void Engine::loop() {
   }
 }
 
-void Engine::run_step(const StepPlan& plan) {
-  model::ForwardBatch batch;
-  std::vector<Request*> reqs;
-  std::vector<std::pair<Request*, int32_t>> to_sample;  // request, row of its logits
-  for (const StepSeq& s : plan.seqs) {
-    Request* r = requests_.at(s.request_id).get();
-    reqs.push_back(r);
-    const int32_t begin = static_cast<int32_t>(batch.token_ids.size());
-    batch.token_ids.insert(batch.token_ids.end(), s.token_ids.begin(), s.token_ids.end());
-    batch.seqs.push_back(
-        {begin, static_cast<int32_t>(s.token_ids.size()), s.start_pos, s.slot, s.pages});
-    if (s.sample) {
-      to_sample.emplace_back(r, static_cast<int32_t>(batch.logits_rows.size()));
-      batch.logits_rows.push_back(begin + static_cast<int32_t>(s.token_ids.size()) - 1);
-    }
-  }
+void Engine::run_step(const ScheduledStep& step) {
   std::vector<backend::SampleSpec> specs;
-  specs.reserve(to_sample.size());
-  for (const auto& [r, row] : to_sample) specs.push_back(sample_spec(*r));
-  const std::vector<backend::Sampled> out = exec_.execute_sample(batch, cfg_.sample_vocab, specs);
-  scheduler_.commit(plan, reqs);
+  specs.reserve(step.batch.sample_rows().size());
+  for (size_t i = 0; i < step.requests.size(); ++i)
+    for (int32_t k = 0; k < step.batch.seq(i).num_samples; ++k)
+      specs.push_back(sample_spec(*step.requests[i]));
+  const std::vector<backend::Sampled> out =
+      exec_.execute_sample(step.batch, cfg_.sample_vocab, specs);
+  scheduler_.commit(step);
   metrics_.update([](MetricsSnapshot& s) { ++s.steps; });
-  for (size_t i = 0; i < to_sample.size(); ++i) {
-    Request& r = *to_sample[i].first;
-    TokenLogprob lp;
-    lp.token = out[i].token;
-    lp.logprob = out[i].logprob;
-    lp.top = out[i].top;
-    on_token(r, out[i].token, std::move(lp));
+  std::vector<SampledToken> tokens;
+  for (size_t i = 0; i < step.requests.size(); ++i) {
+    const StepSeq& s = step.batch.seq(i);
+    if (s.num_samples == 0) continue;
+    tokens.clear();
+    for (int32_t k = 0; k < s.num_samples; ++k) {
+      const backend::Sampled& o = out[static_cast<size_t>(s.sample_begin + k)];
+      tokens.push_back({o.token, TokenLogprob{o.token, o.logprob, o.top}});
+    }
+    on_tokens(*step.requests[i], tokens);
   }
 }
 
@@ -251,10 +255,11 @@ std::vector<int32_t> Engine::banned_tokens(const Request& r) const {
   return b;
 }
 
-void Engine::on_token(Request& r, int32_t token, TokenLogprob lp) {
+void Engine::on_tokens(Request& r, std::span<const SampledToken> tokens) {
+  ProcessedOutput out = output_.process(r, tokens);
   const auto now = clock::now();
   metrics_.update([&](MetricsSnapshot& s) {
-    ++s.generation_tokens;
+    s.generation_tokens += out.tokens_taken;
     if (!r.has_first_token)
       s.ttft.observe(seconds(r.arrival, now));
     else
@@ -262,52 +267,8 @@ void Engine::on_token(Request& r, int32_t token, TokenLogprob lp) {
   });
   r.has_first_token = true;
   r.last_token = now;
-  r.tokens.push_back(token);
-
-  OutputDelta d;
-  d.token_ids.push_back(token);
-  if (r.params.logprobs || r.params.top_logprobs > 0) d.logprobs.push_back(std::move(lp));
-  FinishReason why = FinishReason::kNone;
-  const auto& eos = cfg_.eos_token_ids;
-  const auto& stops = r.params.stop_token_ids;
-  if ((!r.params.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) ||
-      std::find(stops.begin(), stops.end(), token) != stops.end())
-    why = FinishReason::kStop;
-  else if (r.num_outputs() >= r.params.max_tokens ||
-           static_cast<int32_t>(r.tokens.size()) >= cfg_.max_model_len)
-    why = FinishReason::kLength;
-
-  if (r.detok) {
-    r.text += r.detok->push(token);
-    if (why != FinishReason::kNone) r.text += r.detok->finish();
-    size_t hold = 0;  // bytes held back: they may begin a stop string
-    for (const std::string& s : r.params.stop) {
-      const size_t from = r.text_emitted >= s.size() ? r.text_emitted - s.size() + 1 : 0;
-      const size_t pos = r.text.find(s, from);
-      if (pos != std::string::npos) {
-        r.text.resize(pos);
-        why = FinishReason::kStop;
-      }
-      hold = std::max(hold, s.size() - 1);
-    }
-    size_t end = r.text.size();
-    if (why == FinishReason::kNone) end = end > r.text_emitted + hold ? end - hold : r.text_emitted;
-    // Never split a UTF-8 character when holding back.
-    while (end > r.text_emitted && end < r.text.size() &&
-           (static_cast<unsigned char>(r.text[end]) & 0xC0) == 0x80)
-      --end;
-    if (end > r.text_emitted) {
-      d.text = r.text.substr(r.text_emitted, end - r.text_emitted);
-      r.text_emitted = end;
-    }
-  }
-  if (why != FinishReason::kNone) {
-    finish(r, why, std::move(d));
-    return;
-  }
-  d.prompt_tokens = r.num_prompt;
-  d.completion_tokens = r.num_outputs();
-  r.stream->push(std::move(d));
+  if (out.finish != FinishReason::kNone) return finish(r, out.finish, std::move(out.delta));
+  r.stream->push(std::move(out.delta));
 }
 
 void Engine::fail_all(const std::string& why) {
@@ -340,7 +301,7 @@ void Engine::finish(Request& r, FinishReason why, OutputDelta d) {
     s.e2e.observe(seconds(r.arrival, now));
     s.running = static_cast<int64_t>(scheduler_.num_running());
     s.waiting = static_cast<int64_t>(scheduler_.num_waiting());
-    s.kv_pages_used = pages_.num_pages() - pages_.num_free();
+    s.kv_pages_used = cache_.num_pages() - cache_.num_free_pages();
   });
   r.stream->push(std::move(d));
   requests_.erase(r.id);

@@ -9,12 +9,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
-#include "cache/page_pool.h"
+#include "cache/cache_manager.h"
 #include "engine/executor.h"
 #include "engine/metrics.h"
+#include "engine/output_processor.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "model/qwen35.h"
@@ -30,6 +32,9 @@ struct EngineConfig {
   int32_t max_num_batched_tokens = 1024;
   int32_t page_size = 16;
   int32_t num_pages = 0;      // 0: room for min(max_num_seqs, 4) requests of max_model_len
+  // How the memory plan sizes the KV pages; unset: `num_pages` pages.
+  std::optional<runtime::MemoryBudget> budget;
+  int32_t num_snapshots = 0;  // GDN state snapshot slots (the prefix-cache seam)
   int32_t max_model_len = 0;  // 0: the model's max_position_embeddings
   // Ids >= sample_vocab are never sampled; 0: the tokenizer's (else the model's) vocabulary.
   int32_t sample_vocab = 0;
@@ -45,9 +50,10 @@ std::vector<int32_t> decode_graph_sizes(const EngineConfig& cfg);
 
 class Engine {
  public:
-  // Allocates the cache on every rank and starts the engine thread. `tok` (optional) enables text
-  // output and stop strings. Throws deltaserve::Error when one request of max_model_len tokens
-  // cannot fit the KV pages (fail closed at startup).
+  // Plans the memory (runtime::MemoryPlan, num_pages KV pages), builds every rank's model runner
+  // from it and starts the engine thread. `tok` (optional) enables text output and stop strings.
+  // Throws deltaserve::Error when one request of max_model_len tokens cannot fit the KV pages
+  // (fail closed at startup).
   Engine(Executor& exec, EngineConfig cfg, const tokenizer::Tokenizer* tok = nullptr);
   // One model on the engine thread (a LocalExecutor).
   Engine(model::Qwen35Model& model, EngineConfig cfg, const tokenizer::Tokenizer* tok = nullptr);
@@ -68,6 +74,7 @@ class Engine {
   // and every later submit() throws.
   std::string failure() const;
   const EngineConfig& config() const { return cfg_; }
+  const runtime::MemoryPlan& memory_plan() const { return plan_; }
 
  private:
   struct Inbox {
@@ -78,9 +85,10 @@ class Engine {
   Engine(std::unique_ptr<LocalExecutor> owned, Executor* exec, EngineConfig cfg,
          const tokenizer::Tokenizer* tok);
   void loop();
-  void run_step(const StepPlan& plan);
-  // Appends a sampled token, streams it and finishes the request when a stop condition holds.
-  void on_token(Request& r, int32_t token, TokenLogprob lp);
+  void run_step(const ScheduledStep& step);
+  // Appends a request's sampled tokens of a step, streams them and finishes the request when a
+  // stop condition holds.
+  void on_tokens(Request& r, std::span<const SampledToken> tokens);
   // What the backend needs to sample the request's next token.
   backend::SampleSpec sample_spec(const Request& r) const;
   void finish(Request& r, FinishReason why, OutputDelta d);
@@ -92,9 +100,10 @@ class Engine {
   Executor& exec_;
   EngineConfig cfg_;
   const tokenizer::Tokenizer* tok_;
-  cache::PagePool pages_;
-  cache::StateSlots slots_;
+  runtime::MemoryPlan plan_;
+  cache::CacheManager cache_;
   Scheduler scheduler_;
+  OutputProcessor output_;
   Metrics metrics_;
   std::map<uint64_t, std::unique_ptr<Request>> requests_;  // engine thread only
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 
 #include "core/error.h"
 
@@ -56,10 +57,11 @@ void TpExecutor::shutdown() {
   task_cv_.notify_all();
   for (auto& w : workers_)
     if (w->thread.joinable()) w->thread.join();
-  // Graphs and models of every rank first: NCCL's teardown of an (aborted) communicator waits
-  // until every CUDA graph that captured one of the process's communicators is destroyed.
+  // Graphs, runners and models of every rank first: NCCL's teardown of an (aborted) communicator
+  // waits until every CUDA graph that captured one of the process's communicators is destroyed.
   for (auto& w : workers_) {
     if (w->be) w->be->drop_graphs();
+    w->runner.reset();
     w->model.reset();
   }
   for (auto& w : workers_) w->comm.reset();
@@ -114,28 +116,50 @@ void TpExecutor::run_on_all(const std::function<void(Worker&)>& task) {
 
 const model::ModelConfig& TpExecutor::config() const { return workers_.at(0)->model->config(); }
 
-void TpExecutor::allocate_cache(int32_t pages, int32_t page_size, int32_t slots) {
-  run_on_all([&](Worker& w) { w.model->allocate_cache(pages, page_size, slots); });
+runtime::MemoryPlan TpExecutor::plan_memory(const runtime::PlanLimits& limits,
+                                            const runtime::MemoryBudget& budget) {
+  std::mutex mu;
+  std::optional<runtime::MemoryPlan> fewest;
+  run_on_all([&](Worker& w) {
+    const runtime::MemoryPlan p = runtime::plan_for(*w.model, limits, budget);
+    std::lock_guard<std::mutex> lock(mu);
+    if (!fewest || p.num_pages < fewest->num_pages) fewest = p;
+  });
+  return *fewest;
 }
 
-std::vector<float> TpExecutor::execute(const model::ForwardBatch& batch) {
+void TpExecutor::configure(const runtime::MemoryPlan& plan) {
   run_on_all([&](Worker& w) {
-    std::vector<float> l = w.model->forward(batch);
+    w.runner.reset();
+    w.runner = std::make_unique<runtime::ModelRunner>(*w.model, plan);
+  });
+}
+
+std::vector<float> TpExecutor::execute(const StepBatch& batch) {
+  run_on_all([&](Worker& w) {
+    std::vector<float> l = w.runner->forward(batch);
     if (w.rank == 0) logits_ = std::move(l);
   });
   return std::move(logits_);
 }
 
 std::vector<backend::Sampled> TpExecutor::execute_sample(
-    const model::ForwardBatch& batch, int32_t vocab,
-    const std::vector<backend::SampleSpec>& specs) {
+    const StepBatch& batch, int32_t vocab, const std::vector<backend::SampleSpec>& specs) {
   run_on_all([&](Worker& w) {
     if (w.rank == 0)
-      sampled_ = w.model->forward_sample(batch, vocab, specs);
+      sampled_ = w.runner->forward_sample(batch, vocab, specs);
     else
-      w.model->compute(batch);  // the same collectives; its logits are not needed
+      w.runner->compute(batch);  // the same collectives; its logits are not needed
   });
   return std::move(sampled_);
+}
+
+void TpExecutor::set_eager(bool eager) {
+  run_on_all([&](Worker& w) { w.runner->set_eager(eager); });
+}
+
+void TpExecutor::copy_state(int32_t src, int32_t dst) {
+  run_on_all([&](Worker& w) { w.runner->copy_state(src, dst); });
 }
 
 bool TpExecutor::memory_info(size_t& free_bytes, size_t& total_bytes) {
@@ -154,14 +178,13 @@ bool TpExecutor::memory_info(size_t& free_bytes, size_t& total_bytes) {
 }
 
 std::vector<int32_t> TpExecutor::capture_decode_graphs(const std::vector<int32_t>& buckets,
-                                                       int64_t max_tokens, int32_t max_seqs,
                                                        int32_t max_pages_per_seq) {
   // Every rank captures every bucket in the same order, so the collectives inside line up.
   std::vector<int32_t> got;
   run_on_all([&](Worker& w) {
     w.comm->barrier();  // collectives warmed (NCCL connects lazily) before any is captured
-    w.model->capture_decode_graphs(buckets, max_tokens, max_seqs, max_pages_per_seq);
-    if (w.rank == 0) got = w.model->graph_buckets();
+    w.runner->capture_decode_graphs(buckets, max_pages_per_seq);
+    if (w.rank == 0) got = w.runner->graph_buckets();
   });
   return got;
 }

@@ -1,7 +1,8 @@
 // Executor: runs the engine's steps on the model. LocalExecutor calls one model on the engine
 // thread; TpExecutor runs one model shard per rank, each on its own worker thread that owns its
-// backend, communicator, weight shard, KV pages and GDN state (DESIGN.md decisions 4-5). Every
-// rank gets the same step in the same order, so collectives line up; rank 0's logits come back.
+// backend, communicator, weight shard and model runner (KV pages, GDN state, step buffers, graphs;
+// DESIGN.md decisions 4-5). Every rank gets the same StepBatch in the same order, so collectives
+// line up; rank 0's logits come back. Both fail the same way: a step that throws fails the engine.
 #pragma once
 
 #include <chrono>
@@ -15,30 +16,37 @@
 
 #include "backend/backend.h"
 #include "dist/communicator.h"
+#include "core/step_batch.h"
 #include "model/qwen35.h"
+#include "runtime/model_runner.h"
 
 namespace deltaserve::engine {
 
 class Executor {
  public:
   virtual ~Executor() = default;
-  // Rank 0's model config (vocabulary, EOS, positions are the same on every rank).
+  // The model's global config (the same on every rank).
   virtual const model::ModelConfig& config() const = 0;
-  // Allocates `pages` KV pages and `slots` state slots on every rank (the minimum that every rank
-  // can hold is the caller's capacity).
-  virtual void allocate_cache(int32_t pages, int32_t page_size, int32_t slots) = 0;
-  // Runs one step on every rank and returns rank 0's logits. Throws deltaserve::Error when any rank
-  // failed; the executor is then poisoned and every later call throws at once.
-  virtual std::vector<float> execute(const model::ForwardBatch& batch) = 0;
-  // Runs one step and samples one token per logits row on rank 0's backend.
+  // The memory plan of one rank for these limits and budget (under TP, the rank that fits the
+  // fewest KV pages decides).
+  virtual runtime::MemoryPlan plan_memory(const runtime::PlanLimits& limits,
+                                          const runtime::MemoryBudget& budget) = 0;
+  // Builds every rank's model runner from `plan` (allocating its caches and step buffers).
+  virtual void configure(const runtime::MemoryPlan& plan) = 0;
+  // Runs one step on every rank and returns rank 0's logits of the sampled rows. Throws
+  // DeviceError when any rank failed; the executor is then poisoned and every later call throws.
+  virtual std::vector<float> execute(const StepBatch& batch) = 0;
+  // Runs one step and samples one token per sampled row on rank 0's backend.
   virtual std::vector<backend::Sampled> execute_sample(
-      const model::ForwardBatch& batch, int32_t vocab,
-      const std::vector<backend::SampleSpec>& specs) = 0;
+      const StepBatch& batch, int32_t vocab, const std::vector<backend::SampleSpec>& specs) = 0;
   // Captures decode graphs for `buckets` on every rank, in lock-step (a no-op on backends without
-  // graphs); see Qwen35Model::capture_decode_graphs. Returns the buckets captured.
+  // graphs); see ModelRunner::capture_decode_graphs. Returns the buckets captured.
   virtual std::vector<int32_t> capture_decode_graphs(const std::vector<int32_t>& buckets,
-                                                     int64_t max_tokens, int32_t max_seqs,
                                                      int32_t max_pages_per_seq) = 0;
+  // Copies GDN state slot `src` to `dst` on every rank.
+  virtual void copy_state(int32_t src, int32_t dst) = 0;
+  // Turns graph replay off (true) or back on for the steps that follow, on every rank.
+  virtual void set_eager(bool eager) = 0;
   // Free and total device memory: the minimum over ranks; false where the backends have no such
   // limit (CPU).
   virtual bool memory_info(size_t& free_bytes, size_t& total_bytes) = 0;
@@ -48,29 +56,38 @@ class LocalExecutor final : public Executor {
  public:
   explicit LocalExecutor(model::Qwen35Model& m) : m_(m) {}
   const model::ModelConfig& config() const override { return m_.config(); }
-  void allocate_cache(int32_t pages, int32_t page_size, int32_t slots) override {
-    m_.allocate_cache(pages, page_size, slots);
+  runtime::MemoryPlan plan_memory(const runtime::PlanLimits& limits,
+                                  const runtime::MemoryBudget& budget) override {
+    return runtime::plan_for(m_, limits, budget);
   }
-  std::vector<float> execute(const model::ForwardBatch& batch) override {
-    return m_.forward(batch);
+  void configure(const runtime::MemoryPlan& plan) override {
+    runner_.reset();
+    runner_ = std::make_unique<runtime::ModelRunner>(m_, plan);
   }
+  std::vector<float> execute(const StepBatch& batch) override { return runner().forward(batch); }
   std::vector<backend::Sampled> execute_sample(
-      const model::ForwardBatch& batch, int32_t vocab,
+      const StepBatch& batch, int32_t vocab,
       const std::vector<backend::SampleSpec>& specs) override {
-    return m_.forward_sample(batch, vocab, specs);
+    return runner().forward_sample(batch, vocab, specs);
   }
   std::vector<int32_t> capture_decode_graphs(const std::vector<int32_t>& buckets,
-                                             int64_t max_tokens, int32_t max_seqs,
                                              int32_t max_pages_per_seq) override {
-    m_.capture_decode_graphs(buckets, max_tokens, max_seqs, max_pages_per_seq);
-    return m_.graph_buckets();
+    runner().capture_decode_graphs(buckets, max_pages_per_seq);
+    return runner().graph_buckets();
   }
+  void copy_state(int32_t src, int32_t dst) override { runner().copy_state(src, dst); }
+  void set_eager(bool eager) override { runner().set_eager(eager); }
   bool memory_info(size_t& free_bytes, size_t& total_bytes) override {
     return m_.backend().memory_info(free_bytes, total_bytes);
   }
 
  private:
+  runtime::ModelRunner& runner() {
+    DS_CHECK(runner_ != nullptr, "configure the executor first");
+    return *runner_;
+  }
   model::Qwen35Model& m_;
+  std::unique_ptr<runtime::ModelRunner> runner_;
 };
 
 class TpExecutor final : public Executor {
@@ -94,14 +111,17 @@ class TpExecutor final : public Executor {
   ~TpExecutor() override;
 
   const model::ModelConfig& config() const override;
-  void allocate_cache(int32_t pages, int32_t page_size, int32_t slots) override;
-  std::vector<float> execute(const model::ForwardBatch& batch) override;
+  runtime::MemoryPlan plan_memory(const runtime::PlanLimits& limits,
+                                  const runtime::MemoryBudget& budget) override;
+  void configure(const runtime::MemoryPlan& plan) override;
+  std::vector<float> execute(const StepBatch& batch) override;
   std::vector<backend::Sampled> execute_sample(
-      const model::ForwardBatch& batch, int32_t vocab,
+      const StepBatch& batch, int32_t vocab,
       const std::vector<backend::SampleSpec>& specs) override;
   std::vector<int32_t> capture_decode_graphs(const std::vector<int32_t>& buckets,
-                                             int64_t max_tokens, int32_t max_seqs,
                                              int32_t max_pages_per_seq) override;
+  void copy_state(int32_t src, int32_t dst) override;
+  void set_eager(bool eager) override;
   bool memory_info(size_t& free_bytes, size_t& total_bytes) override;
 
  private:
@@ -110,6 +130,7 @@ class TpExecutor final : public Executor {
     std::unique_ptr<backend::Backend> be;
     std::unique_ptr<dist::Communicator> comm;
     std::unique_ptr<model::Qwen35Model> model;
+    std::unique_ptr<runtime::ModelRunner> runner;
     std::thread thread;
   };
   void worker_loop(Worker& w);

@@ -16,8 +16,7 @@ int32_t remaining(const Request* r) {
 
 }  // namespace
 
-Scheduler::Scheduler(SchedulerConfig cfg, cache::PagePool& pages, cache::StateSlots& slots)
-    : cfg_(cfg), pages_(pages), slots_(slots) {
+Scheduler::Scheduler(SchedulerConfig cfg, cache::CacheManager& cache) : cfg_(cfg), cache_(cache) {
   DS_CHECK(cfg.max_num_seqs > 0 && cfg.max_num_batched_tokens > 0, "bad scheduler config");
 }
 
@@ -29,16 +28,16 @@ void Scheduler::add(Request* r) {
 void Scheduler::remove(Request* r) {
   std::erase(running_, r);
   std::erase(waiting_, r);
-  pages_.release(r->pages);
-  if (r->slot >= 0) slots_.release(r->slot);
+  cache_.release_pages(r->pages);
+  if (r->slot >= 0) cache_.release_slot(r->slot);
   r->slot = -1;
   r->status = RequestStatus::kFinished;
 }
 
-void Scheduler::preempt(Request* r, StepPlan& plan) {
+void Scheduler::preempt(Request* r, ScheduledStep& plan) {
   std::erase(running_, r);
-  pages_.release(r->pages);
-  slots_.release(r->slot);
+  cache_.release_pages(r->pages);
+  cache_.release_slot(r->slot);
   r->slot = -1;
   r->num_computed = 0;
   ++r->num_preemptions;
@@ -46,8 +45,8 @@ void Scheduler::preempt(Request* r, StepPlan& plan) {
   add(r);
 }
 
-bool Scheduler::reserve(Request* r, int64_t tokens, bool may_preempt, StepPlan& plan) {
-  while (!pages_.grow(r->pages, tokens)) {
+bool Scheduler::reserve(Request* r, int64_t tokens, bool may_preempt, ScheduledStep& plan) {
+  while (!cache_.grow_pages(r->pages, tokens)) {
     if (!may_preempt) return false;
     Request* victim = nullptr;
     for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
@@ -63,19 +62,18 @@ bool Scheduler::reserve(Request* r, int64_t tokens, bool may_preempt, StepPlan& 
   return true;
 }
 
-StepSeq Scheduler::make_seq(const Request* r, int32_t n) const {
-  StepSeq s;
-  s.request_id = r->id;
-  s.token_ids.assign(r->tokens.begin() + r->num_computed, r->tokens.begin() + r->num_computed + n);
-  s.start_pos = r->num_computed;
-  s.slot = r->slot;
-  s.pages = r->pages;
-  s.sample = r->num_computed + n == static_cast<int32_t>(r->tokens.size());
-  return s;
+void Scheduler::add_seq(Request* r, int32_t n, StepBatchBuilder& b, ScheduledStep& step) {
+  const bool last = r->num_computed + n == static_cast<int32_t>(r->tokens.size());
+  b.add(r->id,
+        std::span<const int32_t>(r->tokens.data() + r->num_computed, static_cast<size_t>(n)),
+        r->num_computed, r->slot, r->pages, last ? 1 : 0);
+  step.requests.push_back(r);
+  scheduled_.push_back(r);
 }
 
-StepPlan Scheduler::schedule() {
-  StepPlan plan;
+ScheduledStep Scheduler::schedule() {
+  ScheduledStep plan;
+  StepBatchBuilder builder(cache_.page_size());
   scheduled_.clear();
   int32_t budget = cfg_.max_num_batched_tokens;
 
@@ -91,8 +89,7 @@ StepPlan Scheduler::schedule() {
       preempt(r, plan);
       continue;  // running_[i] is now the next request
     }
-    plan.seqs.push_back(make_seq(r, 1));
-    scheduled_.push_back(r);
+    add_seq(r, 1, builder, plan);
     --budget;
     ++i;
   }
@@ -105,14 +102,13 @@ StepPlan Scheduler::schedule() {
     if (!reserve(r, r->num_computed + n, true, plan)) {
       // Take what the free pages allow (possibly nothing this step).
       const int64_t coverable =
-          static_cast<int64_t>(r->pages.size() + static_cast<size_t>(pages_.num_free())) *
-              pages_.page_size() -
+          static_cast<int64_t>(r->pages.size() + static_cast<size_t>(cache_.num_free_pages())) *
+              cache_.page_size() -
           r->num_computed;
       n = static_cast<int32_t>(std::min<int64_t>(n, coverable));
       if (n <= 0 || !reserve(r, r->num_computed + n, false, plan)) continue;
     }
-    plan.seqs.push_back(make_seq(r, n));
-    scheduled_.push_back(r);
+    add_seq(r, n, builder, plan);
     budget -= n;
   }
 
@@ -120,29 +116,28 @@ StepPlan Scheduler::schedule() {
   while (!waiting_.empty() && budget > 0 &&
          static_cast<int32_t>(running_.size()) < cfg_.max_num_seqs) {
     Request* r = waiting_.front();
-    const int64_t coverable = static_cast<int64_t>(pages_.num_free()) * pages_.page_size();
+    const int64_t coverable = static_cast<int64_t>(cache_.num_free_pages()) * cache_.page_size();
     const int32_t n = static_cast<int32_t>(std::min<int64_t>({remaining(r), budget, coverable}));
     const bool just_preempted =
         std::find(plan.preempted.begin(), plan.preempted.end(), r->id) != plan.preempted.end();
-    if (n <= 0 || slots_.num_free() == 0 || just_preempted) break;
-    r->slot = slots_.acquire();
-    DS_CHECK(pages_.grow(r->pages, r->num_computed + n), "pages counted free");
+    if (n <= 0 || cache_.num_free_slots() == 0 || just_preempted) break;
+    r->slot = cache_.acquire_slot();
+    DS_CHECK(cache_.grow_pages(r->pages, r->num_computed + n), "pages counted free");
     waiting_.pop_front();
     r->status = RequestStatus::kRunning;
     running_.insert(std::upper_bound(running_.begin(), running_.end(), r, by_id), r);
-    plan.seqs.push_back(make_seq(r, n));
-    scheduled_.push_back(r);
+    add_seq(r, n, builder, plan);
     budget -= n;
   }
-
-  for (const StepSeq& s : plan.seqs) plan.num_tokens += static_cast<int32_t>(s.token_ids.size());
+  plan.batch = builder.build();
   return plan;
 }
 
-void Scheduler::commit(const StepPlan& plan, const std::vector<Request*>& reqs) {
-  DS_CHECK(plan.seqs.size() == reqs.size(), "commit: plan and requests differ");
-  for (size_t i = 0; i < reqs.size(); ++i)
-    reqs[i]->num_computed += static_cast<int32_t>(plan.seqs[i].token_ids.size());
+void Scheduler::commit(const ScheduledStep& step) {
+  DS_CHECK(static_cast<size_t>(step.batch.num_seqs()) == step.requests.size(),
+           "commit: batch and requests differ");
+  for (size_t i = 0; i < step.requests.size(); ++i)
+    step.requests[i]->num_computed += step.batch.seq(i).num_tokens;
 }
 
 }  // namespace deltaserve::engine

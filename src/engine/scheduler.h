@@ -2,14 +2,16 @@
 // chunks of running requests, then new requests (FCFS), within max_num_batched_tokens tokens and
 // max_num_seqs sequences; pages and slots are taken here and never overcommitted. When a running
 // request needs a page and none is free, the youngest unscheduled running request younger than it
-// is preempted (freed, recomputed later). The result is an immutable StepPlan.
+// is preempted (freed, recomputed later). The result is the step's immutable StepBatch, built
+// here once, with the requests it serves in sequence order.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <vector>
 
-#include "cache/page_pool.h"
+#include "cache/cache_manager.h"
+#include "core/step_batch.h"
 #include "engine/request.h"
 
 namespace deltaserve::engine {
@@ -19,51 +21,42 @@ struct SchedulerConfig {
   int32_t max_num_batched_tokens = 2048;
 };
 
-// One sequence's share of a step: its new tokens at [start_pos, start_pos + size).
-struct StepSeq {
-  uint64_t request_id = 0;
-  std::vector<int32_t> token_ids;
-  int32_t start_pos = 0;
-  int32_t slot = 0;
-  std::vector<int32_t> pages;
-  bool sample =
-      false;  // the chunk reaches the end of the request's tokens: sample from its last row
-};
-
-struct StepPlan {
-  std::vector<StepSeq> seqs;  // decode rows first, then prefill chunks
-  int32_t num_tokens = 0;
+// One step: decode rows first, then prefill chunks. A chunk that reaches the end of its
+// request's tokens samples its last row.
+struct ScheduledStep {
+  StepBatch batch;
+  std::vector<Request*> requests;   // batch.seqs()[i] serves requests[i]
   std::vector<uint64_t> preempted;  // requests preempted while planning this step
-  bool empty() const { return seqs.empty(); }
+  bool empty() const { return requests.empty(); }
 };
 
 class Scheduler {
  public:
-  Scheduler(SchedulerConfig cfg, cache::PagePool& pages, cache::StateSlots& slots);
+  Scheduler(SchedulerConfig cfg, cache::CacheManager& cache);
 
   // Queues a new request (status kWaiting). Requests are ordered by id (= arrival).
   void add(Request* r);
   // Drops a finished or aborted request from the queues and frees its pages and slot.
   void remove(Request* r);
   // Plans the next step, taking pages and slots for it.
-  StepPlan schedule();
-  // Records that `plan` ran: each sequence's tokens are now in the cache.
-  void commit(const StepPlan& plan, const std::vector<Request*>& requests_in_plan_order);
+  ScheduledStep schedule();
+  // Records that `step` ran: each sequence's tokens are now in the cache.
+  void commit(const ScheduledStep& step);
 
   size_t num_running() const { return running_.size(); }
   size_t num_waiting() const { return waiting_.size(); }
 
  private:
   // Frees `r`'s pages and slot and puts it back in the waiting queue for recompute.
-  void preempt(Request* r, StepPlan& plan);
+  void preempt(Request* r, ScheduledStep& step);
   // Grows r's page table to `tokens` positions, preempting younger unscheduled running requests
   // when needed (and allowed). False when the pages cannot be had.
-  bool reserve(Request* r, int64_t tokens, bool may_preempt, StepPlan& plan);
-  StepSeq make_seq(const Request* r, int32_t n) const;
+  bool reserve(Request* r, int64_t tokens, bool may_preempt, ScheduledStep& step);
+  // Adds `n` of r's tokens from num_computed to the step being built.
+  void add_seq(Request* r, int32_t n, StepBatchBuilder& b, ScheduledStep& step);
 
   SchedulerConfig cfg_;
-  cache::PagePool& pages_;
-  cache::StateSlots& slots_;
+  cache::CacheManager& cache_;
   std::vector<Request*> running_;    // ascending id
   std::deque<Request*> waiting_;     // ascending id
   std::vector<Request*> scheduled_;  // this step's requests (not preemptible)

@@ -85,7 +85,6 @@ std::unique_ptr<Qwen35Model> load_model(const std::string& dir, LoadFormat forma
   const auto t0 = std::chrono::steady_clock::now();
   const ModelConfig cfg = load_config(dir);
   if (shard.size > 1) validate_tp(cfg, shard.size);
-  const ModelConfig local = shard.size > 1 ? rank_local_config(cfg, shard.size) : cfg;
   verbose = verbose && shard.rank == 0;
   check_weights_fit(cfg, be, std::max(1, shard.size));
   ModelWeights w;
@@ -122,7 +121,8 @@ std::unique_ptr<Qwen35Model> load_model(const std::string& dir, LoadFormat forma
                  static_cast<long long>(cfg.vocab_size),
                  static_cast<double>(w.total_bytes) / (1 << 20), s);
   }
-  return std::make_unique<Qwen35Model>(local, be, std::move(w), comm);
+  return std::make_unique<Qwen35Model>(cfg, be, std::move(w),
+                                       dist::Parallel({shard.size, shard.rank}, comm));
 }
 
 }  // namespace deltaserve::model

@@ -52,11 +52,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, DeltaRule,
                          ::testing::Values(DeltaCase{130, 16, 24, 64}, DeltaCase{70, 128, 128, 64},
                                            DeltaCase{33, 16, 24, 7}, DeltaCase{1, 8, 8, 64}));
 
-// A one-sequence batch with pages 0..n-1 and the given slot.
-BatchDesc one_seq(int32_t n, int32_t start, int32_t slot, int32_t page_size = 4) {
-  SeqDesc s{0, n, start, slot, {}};
-  for (int32_t p = 0; p * page_size < start + n; ++p) s.pages.push_back(p);
-  return BatchDesc{{s}, n, page_size};
+// A one-sequence batch of n (zero) tokens with pages 0.. and the given slot.
+StepBatch one_seq(int32_t n, int32_t start, int32_t slot, int32_t page_size = 4) {
+  std::vector<int32_t> pages;
+  for (int32_t p = 0; p * page_size < start + n; ++p) pages.push_back(p);
+  return StepBatchBuilder(page_size)
+      .add(0, std::vector<int32_t>(static_cast<size_t>(n), 0), start, slot, pages)
+      .build();
 }
 
 TEST(GdnConv, SplitWithStateEqualsWholeAndMatchesFormula) {
@@ -67,8 +69,7 @@ TEST(GdnConv, SplitWithStateEqualsWholeAndMatchesFormula) {
   std::vector<float> state(2 * C * (K - 1), 123.0f);  // garbage: start_pos 0 must ignore it
   Tensor st(state.data(), DType::kF32, {2, C, K - 1});
   std::vector<float> y_whole(T * C), y_split(T * C);
-  be.set_batch(one_seq(T, 0, 1));
-  be.gdn_conv(ut, wt, st, K, Tensor(y_whole.data(), DType::kF32, {T, C}));
+  be.gdn_conv(one_seq(T, 0, 1), ut, wt, st, K, Tensor(y_whole.data(), DType::kF32, {T, C}));
   for (int t = 0; t < T; ++t)
     for (int c = 0; c < C; ++c) {
       float acc = 0;
@@ -78,10 +79,8 @@ TEST(GdnConv, SplitWithStateEqualsWholeAndMatchesFormula) {
       }
       EXPECT_NEAR(y_whole[t * C + c], acc / (1 + std::exp(-acc)), 1e-5f);
     }
-  be.set_batch(one_seq(3, 0, 0));
-  be.gdn_conv(ut.rows(0, 3), wt, st, K, Tensor(y_split.data(), DType::kF32, {3, C}));
-  be.set_batch(one_seq(7, 3, 0));
-  be.gdn_conv(ut.rows(3, T), wt, st, K, Tensor(y_split.data() + 3 * C, DType::kF32, {7, C}));
+  be.gdn_conv(one_seq(3, 0, 0), ut.rows(0, 3), wt, st, K, Tensor(y_split.data(), DType::kF32, {3, C}));
+  be.gdn_conv(one_seq(7, 3, 0), ut.rows(3, T), wt, st, K, Tensor(y_split.data() + 3 * C, DType::kF32, {7, C}));
   EXPECT_LE(max_abs_diff(y_whole.data(), y_split.data(), y_whole.size()), 1e-6f);
   // Both slots now hold the last K-1 inputs, oldest first.
   for (int c = 0; c < C; ++c)
@@ -89,6 +88,26 @@ TEST(GdnConv, SplitWithStateEqualsWholeAndMatchesFormula) {
       EXPECT_EQ(state[(0 * C + c) * (K - 1) + i], u[(T - K + 1 + i) * C + c]);
       EXPECT_EQ(state[(1 * C + c) * (K - 1) + i], u[(T - K + 1 + i) * C + c]);
     }
+}
+
+TEST(CopyState, CopiesOneSlotOfConvAndRecurrentState) {
+  CpuBackend be;
+  const int slots = 3, C = 5, K = 4, nv = 2, dk = 3, dv = 4;
+  std::vector<float> conv = random_vec(slots * C * (K - 1), 40);
+  std::vector<float> state = random_vec(slots * nv * dk * dv, 41);
+  const std::vector<float> conv0 = conv, state0 = state;
+  be.copy_state(Tensor(conv.data(), DType::kF32, {slots, C, K - 1}),
+                Tensor(state.data(), DType::kF32, {slots, nv, dk, dv}), 2, 0);
+  const size_t cr = C * (K - 1), sr = nv * dk * dv;
+  for (size_t i = 0; i < cr; ++i) {
+    EXPECT_EQ(conv[i], conv0[2 * cr + i]);
+    EXPECT_EQ(conv[cr + i], conv0[cr + i]);
+    EXPECT_EQ(conv[2 * cr + i], conv0[2 * cr + i]);
+  }
+  for (size_t i = 0; i < sr; ++i) {
+    EXPECT_EQ(state[i], state0[2 * sr + i]);
+    EXPECT_EQ(state[sr + i], state0[sr + i]);
+  }
 }
 
 TEST(Rope, MatchesAnglesAndIdentityAtZero) {
@@ -117,16 +136,17 @@ TEST(PagedAttention, ScatteredPagesEqualContiguous) {
     std::vector<float> qg = qg0, k = k0, v = v0, q(T * nh * hd), gate(T * nh * hd),
                        out(T * nh * hd);
     std::vector<float> kc(8 * ps * nkv * hd), vc(kc.size());
-    be.set_batch(BatchDesc{{SeqDesc{0, T, 0, 0, pages}}, T, ps});
+    const StepBatch batch =
+        StepBatchBuilder(ps).add(0, std::vector<int32_t>(T, 0), 0, 0, pages).build();
     Tensor kt(k.data(), DType::kF32, {T, nkv, hd});
     be.attn_prep_and_cache(
-        Tensor(qg.data(), DType::kF32, {T, nh * 2 * hd}), kt,
+        batch, Tensor(qg.data(), DType::kF32, {T, nh * 2 * hd}), kt,
         Tensor(v.data(), DType::kF32, {T, nkv, hd}), Tensor(qn.data(), DType::kF32, {hd}),
         Tensor(kn.data(), DType::kF32, {hd}), d, Tensor(q.data(), DType::kF32, {T, nh, hd}),
         Tensor(gate.data(), DType::kF32, {T, nh, hd}),
         Tensor(kc.data(), DType::kF32, {8, ps, nkv, hd}),
         Tensor(vc.data(), DType::kF32, {8, ps, nkv, hd}));
-    be.paged_attention(Tensor(q.data(), DType::kF32, {T, nh, hd}),
+    be.paged_attention(batch, Tensor(q.data(), DType::kF32, {T, nh, hd}),
                        Tensor(gate.data(), DType::kF32, {T, nh, hd}),
                        Tensor(kc.data(), DType::kF32, {8, ps, nkv, hd}),
                        Tensor(vc.data(), DType::kF32, {8, ps, nkv, hd}), d,

@@ -48,7 +48,7 @@ inline std::filesystem::path make_tp4_checkpoint(const testing::TempDir& d) {
 }
 
 // Prefill chunks, decode rows and mixed steps over three sequences (all rows' logits).
-inline std::vector<model::ForwardBatch> scenario(int vocab) {
+inline std::vector<StepBatch> scenario(int vocab) {
   std::mt19937 gen(5);
   auto ids = [&](int n) {
     std::vector<int32_t> v(static_cast<size_t>(n));
@@ -63,19 +63,15 @@ inline std::vector<model::ForwardBatch> scenario(int vocab) {
       {{0, 1, 40}, {1, 30, 7}, {2, 5, 0}},  // decode + chunked prefill + new prefill
       {{0, 1, 41}, {1, 1, 37}, {2, 1, 5}},  // decode rows only
   };
-  std::vector<model::ForwardBatch> steps;
+  std::vector<StepBatch> steps;
   for (const auto& parts : plan) {
-    model::ForwardBatch b;
+    StepBatchBuilder b(16);
     for (const Part& p : parts) {
-      const int32_t begin = static_cast<int32_t>(b.token_ids.size());
-      const auto t = ids(p.n);
-      b.token_ids.insert(b.token_ids.end(), t.begin(), t.end());
-      backend::SeqDesc s{begin, p.n, p.start, p.seq, {}};
-      for (int q = 0; q * 16 < p.start + p.n; ++q) s.pages.push_back(p.seq * 16 + q);
-      b.seqs.push_back(s);
-      for (int i = 0; i < p.n; ++i) b.logits_rows.push_back(begin + i);
+      std::vector<int32_t> pages;
+      for (int q = 0; q * 16 < p.start + p.n; ++q) pages.push_back(p.seq * 16 + q);
+      b.add(0, ids(p.n), p.start, p.seq, pages, p.n);
     }
-    steps.push_back(b);
+    steps.push_back(b.build());
   }
   return steps;
 }

@@ -13,6 +13,7 @@
 #include "dist/tp_fixtures.h"
 #include "model/qwen35.h"
 #include "model/tp_shard.h"
+#include "runner_fixture.h"
 #include "test_util.h"
 
 namespace deltaserve {
@@ -20,7 +21,7 @@ namespace {
 
 using deltaserve::testing::TempDir;
 using deltaserve::testing::test_data;
-using model::ForwardBatch;
+
 
 TEST(LocalGroup, Collectives) {
   const int N = 4;
@@ -80,7 +81,7 @@ TEST(LocalGroup, MissingRankTimesOutAndPoisonStopsEveryone) {
 
 // Runs `steps` on N CPU ranks; returns rank 0's logits of every step.
 std::vector<std::vector<float>> run_tp(const std::filesystem::path& dir, int N,
-                                       const std::vector<ForwardBatch>& steps,
+                                       const std::vector<StepBatch>& steps,
                                        int64_t* gdn_weight_bytes = nullptr) {
   const model::ModelConfig cfg = model::load_model_config(dir);
   const model::Checkpoint ckpt(dir);
@@ -98,11 +99,11 @@ std::vector<std::vector<float>> run_tp(const std::filesystem::path& dir, int N,
                 &l.gdn.conv1d, &l.gdn.dt_bias, &l.gdn.A_log, &l.gdn.out_proj})
             *gdn_weight_bytes += static_cast<int64_t>(t->nbytes());
     }
-    model::Qwen35Model m(N > 1 ? model::rank_local_config(cfg, N) : cfg, be, std::move(w),
-                         N > 1 ? comm.get() : nullptr);
-    m.allocate_cache(64, 16, 4);
-    for (const ForwardBatch& b : steps) {
-      std::vector<float> l = m.forward(b);
+    model::Qwen35Model m(cfg, be, std::move(w),
+                         dist::Parallel({N, r}, N > 1 ? comm.get() : nullptr));
+    auto runner = deltaserve::testing::make_runner(m, 64, 16, 4);
+    for (const StepBatch& b : steps) {
+      std::vector<float> l = runner->forward(b);
       if (r == 0) out.push_back(std::move(l));
     }
   });
@@ -216,12 +217,12 @@ TEST(TensorParallel, FaultInOneRankEndsCleanly) {
       std::unique_ptr<dist::Communicator> comm = g.communicator(r);
       deltaserve::testing::FaultyComm faulty(comm.get(), 3,
                                              [&g] { g.poison("injected fault in rank 1"); });
-      model::Qwen35Model m(model::rank_local_config(cfg, 2), be,
-                           model::load_weights(ckpt, cfg, be, {}, {2, r}),
-                           r == 1 ? static_cast<dist::Communicator*>(&faulty) : comm.get());
-      m.allocate_cache(64, 16, 4);
+      model::Qwen35Model m(
+          cfg, be, model::load_weights(ckpt, cfg, be, {}, {2, r}),
+          dist::Parallel({2, r}, r == 1 ? static_cast<dist::Communicator*>(&faulty) : comm.get()));
+      auto runner = deltaserve::testing::make_runner(m, 64, 16, 4);
       try {
-        for (const auto& b : steps) m.forward(b);
+        for (const auto& b : steps) runner->forward(b);
       } catch (const DeviceError&) {
         ++errors;
       }

@@ -6,7 +6,7 @@
 
 #include <map>
 
-#include "cache/page_pool.h"
+#include "cache/cache_manager.h"
 
 namespace deltaserve::engine {
 namespace {
@@ -20,9 +20,8 @@ struct Arrival {
 
 std::vector<std::string> trace(SchedulerConfig cfg, int num_pages, int page_size,
                                std::vector<Arrival> arrivals, int max_steps = 50) {
-  cache::PagePool pages(num_pages, page_size);
-  cache::StateSlots slots(cfg.max_num_seqs);
-  Scheduler s(cfg, pages, slots);
+  cache::CacheManager cache({num_pages, page_size, cfg.max_num_seqs, 0});
+  Scheduler s(cfg, cache);
   std::map<uint64_t, std::unique_ptr<Request>> reqs;
   std::map<uint64_t, char> names;
   std::vector<std::string> out;
@@ -39,40 +38,40 @@ std::vector<std::string> trace(SchedulerConfig cfg, int num_pages, int page_size
       s.add(r.get());
       reqs[r->id] = std::move(r);
     }
-    const StepPlan plan = s.schedule();
+    const ScheduledStep plan = s.schedule();
     if (plan.empty() && reqs.empty()) break;
     std::string row;
-    std::vector<Request*> in_plan;
-    for (const StepSeq& q : plan.seqs) {
+    for (size_t i = 0; i < plan.requests.size(); ++i) {
+      const StepSeq& q = plan.batch.seq(i);
       Request* r = reqs.at(q.request_id).get();
-      in_plan.push_back(r);
-      const bool decode = q.token_ids.size() == 1 &&
+      EXPECT_EQ(plan.requests[i], r);
+      const bool decode = q.num_tokens == 1 &&
                           r->num_computed == static_cast<int32_t>(r->tokens.size()) - 1 &&
                           r->num_outputs() > 0;
       row += std::string(row.empty() ? "" : " ") + names[q.request_id] + ":" +
-             (decode ? "d" : "p") + std::to_string(q.token_ids.size()) + "@" +
+             (decode ? "d" : "p") + std::to_string(q.num_tokens) + "@" +
              std::to_string(q.start_pos);
-      EXPECT_EQ(static_cast<int64_t>(q.pages.size()) * page_size >=
-                    q.start_pos + static_cast<int64_t>(q.token_ids.size()),
+      EXPECT_EQ(static_cast<int64_t>(plan.batch.pages(i).size()) * page_size >=
+                    q.start_pos + static_cast<int64_t>(q.num_tokens),
                 true);
     }
     for (uint64_t id : plan.preempted) row += std::string(" !") + names[id];
     out.push_back(row);
-    s.commit(plan, in_plan);
-    for (size_t i = 0; i < plan.seqs.size(); ++i) {
-      if (!plan.seqs[i].sample) continue;
-      Request* r = in_plan[i];
+    s.commit(plan);
+    for (size_t i = 0; i < plan.requests.size(); ++i) {
+      if (plan.batch.seq(i).num_samples == 0) continue;
+      Request* r = plan.requests[i];
       r->tokens.push_back(7);
       if (r->num_outputs() >= r->params.max_tokens) {
         s.remove(r);
         reqs.erase(r->id);
       }
     }
-    EXPECT_LE(pages.num_free(), num_pages);
+    EXPECT_LE(cache.num_free_pages(), num_pages);
   }
   EXPECT_TRUE(reqs.empty()) << "unfinished requests";
-  EXPECT_EQ(pages.num_free(), num_pages);
-  EXPECT_EQ(slots.num_free(), cfg.max_num_seqs);
+  EXPECT_EQ(cache.num_free_pages(), num_pages);
+  EXPECT_EQ(cache.num_free_slots(), cfg.max_num_seqs);
   return out;
 }
 
@@ -133,6 +132,51 @@ TEST(PagePool, GrowReleaseAndLowestFirst) {
   EXPECT_EQ(s.acquire(), -1);
   s.release(0);
   EXPECT_EQ(s.acquire(), 0);
+}
+
+TEST(PagePool, SharedPagesAreFreedByTheirLastHolder) {
+  cache::PagePool p(4, 16);
+  std::vector<int32_t> a, b;
+  ASSERT_TRUE(p.grow(a, 32));  // pages 0, 1
+  p.retain(a[0]);              // b shares page 0 (a cached prefix)
+  b.push_back(a[0]);
+  ASSERT_TRUE(p.grow(b, 32));  // b's own second page: 2
+  EXPECT_EQ(b, (std::vector<int32_t>{0, 2}));
+  EXPECT_EQ(p.refcount(0), 2);
+  EXPECT_EQ(p.num_free(), 1);
+  p.release(a);
+  EXPECT_EQ(p.refcount(0), 1) << "b still holds the shared page";
+  EXPECT_EQ(p.num_free(), 2);  // page 1 only
+  std::vector<int32_t> c;
+  ASSERT_TRUE(p.grow(c, 32));
+  EXPECT_EQ(c, (std::vector<int32_t>{1, 3})) << "page 0 is not handed out while b holds it";
+  p.release(b);
+  EXPECT_EQ(p.refcount(0), 0);
+  EXPECT_EQ(p.num_free(), 2);
+}
+
+TEST(CacheManager, SlotsSnapshotsAndSharing) {
+  cache::CacheManager m({8, 16, 2, 3});
+  EXPECT_EQ(m.acquire_slot(), 0);
+  EXPECT_EQ(m.acquire_slot(), 1);
+  EXPECT_EQ(m.acquire_slot(), -1);
+  // Snapshots are state slots after the request slots.
+  EXPECT_EQ(m.acquire_snapshot(), 2);
+  EXPECT_EQ(m.acquire_snapshot(), 3);
+  EXPECT_EQ(m.acquire_snapshot(), 4);
+  EXPECT_EQ(m.acquire_snapshot(), -1);
+  m.release_snapshot(3);
+  EXPECT_EQ(m.num_free_snapshots(), 1);
+  EXPECT_EQ(m.acquire_snapshot(), 3);
+  std::vector<int32_t> a, b;
+  ASSERT_TRUE(m.grow_pages(a, 40));  // 3 pages
+  m.share_pages(b, std::span<const int32_t>(a.data(), 2));
+  EXPECT_EQ(m.page_refcount(a[0]), 2);
+  EXPECT_EQ(m.num_free_pages(), 5);
+  m.release_pages(a);
+  EXPECT_EQ(m.num_free_pages(), 6);  // the unshared third page only
+  m.release_pages(b);
+  EXPECT_EQ(m.num_free_pages(), 8);
 }
 
 }  // namespace

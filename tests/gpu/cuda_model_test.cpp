@@ -14,6 +14,7 @@
 #include "gpu_test_util.h"
 #include "model/qwen35.h"
 #include "model/safetensors.h"
+#include "runner_fixture.h"
 #include "test_util.h"
 
 namespace deltaserve::model {
@@ -76,7 +77,7 @@ TEST_P(CudaModel, MatchesHfGoldens) {
   backend::CudaBackend be(0);
   Checkpoint ckpt(dir);
   Qwen35Model m(cfg, be, load_weights(ckpt, cfg, be));
-  m.allocate_cache(256, 16, 4);
+  auto runner = deltaserve::testing::make_runner(m, 256, 16, 4, 2048);
   SafetensorsFile g(test_data() / "goldens" / (GetParam() + ".safetensors"));
   SafetensorsFile gb(test_data() / "goldens" / (GetParam() + ".bf16.safetensors"));
   const auto& t = g.tensors();
@@ -85,13 +86,12 @@ TEST_P(CudaModel, MatchesHfGoldens) {
   for (int i = 0; t.count("prompt." + std::to_string(i) + ".ids"); ++i) {
     const std::string p = "prompt." + std::to_string(i);
     const auto ids = read_tensor<int32_t>(t.at(p + ".ids"));
-    ForwardBatch b;
-    b.token_ids = ids;
-    backend::SeqDesc s{0, static_cast<int32_t>(ids.size()), 0, 1, {}};
-    for (int32_t q = 0; q * 16 < static_cast<int32_t>(ids.size()); ++q) s.pages.push_back(255 - q);
-    b.seqs.push_back(s);
-    for (int32_t r = 0; r < static_cast<int32_t>(ids.size()); ++r) b.logits_rows.push_back(r);
-    compare(m.forward(b), read_tensor<float>(t.at(p + ".logits")),
+    std::vector<int32_t> pages;
+    for (int32_t q = 0; q * 16 < static_cast<int32_t>(ids.size()); ++q) pages.push_back(255 - q);
+    const StepBatch b = StepBatchBuilder(16)
+                            .add(0, ids, 0, 1, pages, static_cast<int32_t>(ids.size()))
+                            .build();
+    compare(runner->forward(b), read_tensor<float>(t.at(p + ".logits")),
             read_tensor<float>(tb.at(p + ".logits")), cfg.vocab_size,
             GetParam() + " prefill T=" + std::to_string(ids.size()), tot);
   }
@@ -104,13 +104,14 @@ TEST_P(CudaModel, MatchesHfGoldens) {
     std::vector<float> ours;
     for (int32_t start = 0; start < static_cast<int32_t>(ids.size());) {
       const int32_t n = start == 0 ? P : 1;
-      ForwardBatch b;
-      b.token_ids.assign(ids.begin() + start, ids.begin() + start + n);
-      backend::SeqDesc s{0, n, start, 2, {}};
-      for (int32_t q = 0; q * 16 < start + n; ++q) s.pages.push_back(q);
-      b.seqs.push_back(s);
-      b.logits_rows.push_back(n - 1);
-      const auto l = m.forward(b);
+      std::vector<int32_t> pages;
+      for (int32_t q = 0; q * 16 < start + n; ++q) pages.push_back(q);
+      const StepBatch b =
+          StepBatchBuilder(16)
+              .add(0, std::span<const int32_t>(ids.data() + start, static_cast<size_t>(n)), start,
+                   2, pages, 1)
+              .build();
+      const auto l = runner->forward(b);
       if (start > 0) ours.insert(ours.end(), l.begin(), l.end());
       start += n;
     }
@@ -125,12 +126,13 @@ TEST_P(CudaModel, MatchesHfGoldens) {
             read_tensor<float>(tb.at(p + ".logits")), cfg.vocab_size,
             GetParam() + " decode after P=" + std::to_string(P), tot);
   }
-  m.capture_decode_graphs({1, 2, 4}, 2048, 4, 128);
-  ASSERT_EQ(m.graph_buckets(), (std::vector<int32_t>{1, 2, 4}));
+  runner->capture_decode_graphs({1, 2, 4}, 128);
+  ASSERT_EQ(runner->graph_buckets(), (std::vector<int32_t>{1, 2, 4}));
   for (int j = 0; j < static_cast<int>(eager.size()); ++j) {
     int32_t P = 0;
     const std::vector<float> graphed = decode_all(j, P);
     ASSERT_EQ(graphed.size(), eager[static_cast<size_t>(j)].size());
+    ASSERT_EQ(runner->graph_buckets().size(), 3u) << "the graphs must survive the prefills";
     EXPECT_EQ(deltaserve::testing::max_abs_diff(
                   graphed.data(), eager[static_cast<size_t>(j)].data(), graphed.size()),
               0.0f)
@@ -155,7 +157,12 @@ TEST_P(CudaModel, GraphedBatchedDecodeEqualsSoloEager) {
   backend::CudaBackend be(0);
   Checkpoint ckpt(dir);
   Qwen35Model m(cfg, be, load_weights(ckpt, cfg, be));
-  m.allocate_cache(64, 16, 4);
+  auto runner = deltaserve::testing::make_runner(m, 64, 16, 4, 256);
+  // One sequence's step: n tokens at `start`, its last row sampled.
+  auto step = [](const std::vector<int32_t>& ids, int32_t start, int s,
+                 const std::vector<int32_t>& pages) {
+    return StepBatchBuilder(16).add(0, ids, start, s, pages, 1).build();
+  };
   const int32_t V = static_cast<int32_t>(cfg.vocab_size);
   const std::vector<int32_t> plen{5, 40, 17};
   const int steps = 6;
@@ -174,37 +181,28 @@ TEST_P(CudaModel, GraphedBatchedDecodeEqualsSoloEager) {
   std::vector<std::vector<float>> solo(3);
   for (int s = 0; s < 3; ++s) {
     const auto ids = prompt(s);
-    ForwardBatch b{
-        ids,
-        {{0, plen[static_cast<size_t>(s)], 0, s, pages(s, plen[static_cast<size_t>(s)])}},
-        {plen[static_cast<size_t>(s)] - 1}};
-    m.forward(b);
+    runner->forward(step(ids, 0, s, pages(s, plen[static_cast<size_t>(s)])));
     for (int k = 0; k < steps; ++k) {
       const int32_t pos = plen[static_cast<size_t>(s)] + k;
-      ForwardBatch d{{next_id(s, k)}, {{0, 1, pos, s, pages(s, pos + 1)}}, {0}};
-      const auto l = m.forward(d);
+      const auto l = runner->forward(step({next_id(s, k)}, pos, s, pages(s, pos + 1)));
       solo[static_cast<size_t>(s)].insert(solo[static_cast<size_t>(s)].end(), l.begin(), l.end());
     }
   }
-  m.capture_decode_graphs({1, 2, 4}, 256, 4, 16);
-  ASSERT_EQ(m.graph_buckets().size(), 3u);
+  runner->capture_decode_graphs({1, 2, 4}, 16);
+  ASSERT_EQ(runner->graph_buckets().size(), 3u);
   // The same prefills (eager: not decode-only steps; one at a time, as cuBLASLt may pick another
   // algorithm for another row count), then the three decode together (graph bucket 4).
   for (int s = 0; s < 3; ++s) {
     const auto ids = prompt(s);
-    m.forward({ids,
-               {{0, plen[static_cast<size_t>(s)], 0, s, pages(s, plen[static_cast<size_t>(s)])}},
-               {plen[static_cast<size_t>(s)] - 1}});
+    runner->forward(step(ids, 0, s, pages(s, plen[static_cast<size_t>(s)])));
   }
   for (int k = 0; k < steps; ++k) {
-    ForwardBatch d;
+    StepBatchBuilder d(16);
     for (int s = 0; s < 3; ++s) {
       const int32_t pos = plen[static_cast<size_t>(s)] + k;
-      d.token_ids.push_back(next_id(s, k));
-      d.seqs.push_back({s, 1, pos, s, pages(s, pos + 1)});
-      d.logits_rows.push_back(s);
+      d.add(0, std::vector<int32_t>{next_id(s, k)}, pos, s, pages(s, pos + 1), 1);
     }
-    const auto l = m.forward(d);
+    const auto l = runner->forward(d.build());
     for (int s = 0; s < 3; ++s)
       EXPECT_EQ(deltaserve::testing::max_abs_diff(
                     l.data() + static_cast<size_t>(s) * V,

@@ -160,39 +160,39 @@ TEST_F(CudaOps, EmbeddingGatherSiluMulGatedNorm) {
   expect_close(host(dout.tensor()), o, 1e-2f, "gated_rms_norm");
 }
 
+struct SeqSpec {
+  int32_t n, start, slot;
+  std::vector<int32_t> pages;
+};
+
+// A StepBatch of sequences of n (zero) tokens each.
+StepBatch make_batch(int ps, const std::vector<SeqSpec>& seqs) {
+  StepBatchBuilder b(ps);
+  for (const SeqSpec& s : seqs)
+    b.add(0, std::vector<int32_t>(static_cast<size_t>(s.n), 0), s.start, s.slot, s.pages);
+  return b.build();
+}
+
+std::vector<int32_t> range(int32_t begin, int32_t n, int32_t step = 1) {
+  std::vector<int32_t> v;
+  for (int32_t i = 0; i < n; ++i) v.push_back(begin + step * i);
+  return v;
+}
+
 // A batch of three sequences (fresh prefill, continued prefill, decode) with scattered pages.
-BatchDesc test_batch(int ps) {
-  BatchDesc b;
-  b.page_size = ps;
-  b.seqs = {SeqDesc{0, 20, 0, 0, {7, 3}}, SeqDesc{20, 9, 13, 1, {0, 5, 9}},
-            SeqDesc{29, 1, 40, 2, {1, 2, 4, 6, 8, 10}}};
-  b.num_tokens = 30;
-  return b;
+StepBatch test_batch(int ps) {
+  return make_batch(ps, {{20, 0, 0, {7, 3}}, {9, 13, 1, {0, 5, 9}}, {1, 40, 2, {1, 2, 4, 6, 8, 10}}});
 }
 
 // Long prefills: a fresh one of 150 tokens (chunks of 64, 64, 22) and a continued one of 70 after
 // 33 cached, next to a decode row: the chunked delta rule across chunk boundaries.
-BatchDesc prefill_batch(int ps) {
-  BatchDesc b;
-  b.page_size = ps;
-  b.seqs = {SeqDesc{0, 150, 0, 1, {}}, SeqDesc{150, 70, 33, 0, {}}, SeqDesc{220, 1, 9, 2, {}}};
-  for (int i = 0; i < 10; ++i) b.seqs[0].pages.push_back(i);
-  for (int i = 0; i < 7; ++i) b.seqs[1].pages.push_back(10 + i);
-  b.seqs[2].pages.push_back(20);
-  b.num_tokens = 221;
-  return b;
+StepBatch prefill_batch(int ps) {
+  return make_batch(ps, {{150, 0, 1, range(0, 10)}, {70, 33, 0, range(10, 7)}, {1, 9, 2, {20}}});
 }
 
 // Two decode tokens at long contexts (positions 1000 and 300): the split-KV path with many splits.
-BatchDesc long_batch(int ps) {
-  BatchDesc b;
-  b.page_size = ps;
-  SeqDesc a{0, 1, 1000, 0, {}}, c{1, 1, 300, 1, {}};
-  for (int i = 0; i < 63; ++i) a.pages.push_back(81 - i);
-  for (int i = 0; i < 19; ++i) c.pages.push_back(i);
-  b.seqs = {a, c};
-  b.num_tokens = 2;
-  return b;
+StepBatch long_batch(int ps) {
+  return make_batch(ps, {{1, 1000, 0, range(81, 63, -1)}, {1, 300, 1, range(0, 19)}});
 }
 
 TEST_F(CudaOps, AttentionPrepAndPagedAttention) {
@@ -203,11 +203,11 @@ TEST_F(CudaOps, AttentionPrepAndPagedAttention) {
        {std::tuple{4, 2, 256, 64, 0}, std::tuple{4, 2, 32, 16, 0}, std::tuple{16, 4, 256, 64, 0},
         std::tuple{6, 2, 64, 32, 0}, std::tuple{16, 4, 256, 64, 1}, std::tuple{8, 8, 128, 32, 1},
         std::tuple{16, 4, 256, 64, 2}, std::tuple{8, 2, 128, 32, 2}, std::tuple{4, 4, 64, 64, 2}}) {
-    const BatchDesc batch = kind == 1   ? long_batch(ps)
+    const StepBatch batch = kind == 1   ? long_batch(ps)
                             : kind == 2 ? prefill_batch(ps)
                                         : test_batch(ps);
     const int pages = kind == 1 ? 82 : kind == 2 ? 21 : 12;
-    const int T = batch.num_tokens;
+    const int T = batch.num_tokens();
     AttnDims d{nh, nkv, hd, rd, 1e6, 1e-6f};
     auto qg = rnd(static_cast<size_t>(T) * nh * 2 * hd, 20),
          k = rnd(static_cast<size_t>(T) * nkv * hd, 21),
@@ -223,21 +223,19 @@ TEST_F(CudaOps, AttentionPrepAndPagedAttention) {
     auto dq = gpu_->alloc(DType::kBF16, {T, nh, hd}),
          dgate = gpu_->alloc(DType::kBF16, {T, nh, hd}),
          dout = gpu_->alloc(DType::kBF16, {T, nh, hd});
-    gpu_->set_batch(batch);
-    gpu_->attn_prep_and_cache(dqg.tensor(), dk.tensor(), dv.tensor(), dqn.tensor(), dkn.tensor(), d,
+    gpu_->attn_prep_and_cache(batch, dqg.tensor(), dk.tensor(), dv.tensor(), dqn.tensor(), dkn.tensor(), d,
                               dq.tensor(), dgate.tensor(), dkc.tensor(), dvc.tensor());
-    gpu_->paged_attention(dq.tensor(), dgate.tensor(), dkc.tensor(), dvc.tensor(), d,
+    gpu_->paged_attention(batch, dq.tensor(), dgate.tensor(), dkc.tensor(), dvc.tensor(), d,
                           dout.tensor());
     std::vector<float> q(static_cast<size_t>(T) * nh * hd), gate(q.size()), out(q.size());
-    cpu_.set_batch(batch);
     cpu_.attn_prep_and_cache(
-        Tensor(qg.data(), DType::kF32, {T, nh * 2 * hd}),
+        batch, Tensor(qg.data(), DType::kF32, {T, nh * 2 * hd}),
         Tensor(k.data(), DType::kF32, {T, nkv, hd}), Tensor(v.data(), DType::kF32, {T, nkv, hd}),
         Tensor(qn.data(), DType::kF32, {hd}), Tensor(kn.data(), DType::kF32, {hd}), d,
         Tensor(q.data(), DType::kF32, {T, nh, hd}), Tensor(gate.data(), DType::kF32, {T, nh, hd}),
         Tensor(kc.data(), DType::kF32, {pages, ps, nkv, hd}),
         Tensor(vc.data(), DType::kF32, {pages, ps, nkv, hd}));
-    cpu_.paged_attention(Tensor(q.data(), DType::kF32, {T, nh, hd}),
+    cpu_.paged_attention(batch, Tensor(q.data(), DType::kF32, {T, nh, hd}),
                          Tensor(gate.data(), DType::kF32, {T, nh, hd}),
                          Tensor(kc.data(), DType::kF32, {pages, ps, nkv, hd}),
                          Tensor(vc.data(), DType::kF32, {pages, ps, nkv, hd}), d,
@@ -250,12 +248,8 @@ TEST_F(CudaOps, AttentionPrepAndPagedAttention) {
 }
 
 // A decode-only step (one token per sequence; one of them fresh): the delta rule's dv = 128 path.
-BatchDesc decode_batch(int ps) {
-  BatchDesc b;
-  b.page_size = ps;
-  b.seqs = {SeqDesc{0, 1, 7, 2, {1}}, SeqDesc{1, 1, 0, 0, {2}}, SeqDesc{2, 1, 30, 1, {3, 4}}};
-  b.num_tokens = 3;
-  return b;
+StepBatch decode_batch(int ps) {
+  return make_batch(ps, {{1, 7, 2, {1}}, {1, 0, 0, {2}}, {1, 30, 1, {3, 4}}});
 }
 
 TEST_F(CudaOps, GdnConvAndDeltaRule) {
@@ -266,10 +260,10 @@ TEST_F(CudaOps, GdnConvAndDeltaRule) {
         std::tuple{16, 32, 128, 128, 0}, std::tuple{16, 32, 128, 128, 1},
         std::tuple{2, 4, 256, 128, 1}, std::tuple{2, 4, 16, 24, 1}, std::tuple{16, 32, 128, 128, 2},
         std::tuple{2, 4, 16, 24, 2}, std::tuple{1, 2, 128, 80, 2}}) {
-    const BatchDesc batch = kind == 1   ? decode_batch(16)
+    const StepBatch batch = kind == 1   ? decode_batch(16)
                             : kind == 2 ? prefill_batch(16)
                                         : test_batch(16);
-    const int T = batch.num_tokens;
+    const int T = batch.num_tokens();
     const int C = 2 * nk * dk + nv * dv, slots = 3;
     GdnDims d{nk, nv, dk, dv, K};
     auto u = rnd(static_cast<size_t>(T) * C, 30), w = rnd(static_cast<size_t>(C) * K, 31, 0.5f),
@@ -282,11 +276,9 @@ TEST_F(CudaOps, GdnConvAndDeltaRule) {
          db = dev(bb, DType::kBF16, {T, nv}), dal = dev(alog, DType::kF32, {nv}),
          ddt = dev(dtb, DType::kF32, {nv}), dst = dev(st, DType::kF32, {slots, nv, dk, dv});
     auto dy = gpu_->alloc(DType::kBF16, {T, C}), dout = gpu_->alloc(DType::kBF16, {T, nv, dv});
-    gpu_->set_batch(batch);
-    gpu_->gdn_conv(du.tensor(), dw.tensor(), dcs.tensor(), K, dy.tensor());
+    gpu_->gdn_conv(batch, du.tensor(), dw.tensor(), dcs.tensor(), K, dy.tensor());
     std::vector<float> y(static_cast<size_t>(T) * C), out(static_cast<size_t>(T) * nv * dv);
-    cpu_.set_batch(batch);
-    cpu_.gdn_conv(Tensor(u.data(), DType::kF32, {T, C}), Tensor(w.data(), DType::kF32, {C, K}),
+    cpu_.gdn_conv(batch, Tensor(u.data(), DType::kF32, {T, C}), Tensor(w.data(), DType::kF32, {C, K}),
                   Tensor(cs.data(), DType::kF32, {slots, C, K - 1}), K,
                   Tensor(y.data(), DType::kF32, {T, C}));
     const std::vector<float> gy = host(dy.tensor());
@@ -294,11 +286,11 @@ TEST_F(CudaOps, GdnConvAndDeltaRule) {
     expect_close(host(dcs.tensor()), cs, 0.0f, "conv state");
     // The delta rule on the same (bf16) conv output on both sides.
     auto dy2 = dev(gy, DType::kBF16, {T, C});
-    gpu_->gated_delta_rule(dy2.tensor(), da.tensor(), db.tensor(), dal.tensor(), ddt.tensor(),
+    gpu_->gated_delta_rule(batch, dy2.tensor(), da.tensor(), db.tensor(), dal.tensor(), ddt.tensor(),
                            dst.tensor(), d, dout.tensor());
     std::vector<float> gyc = gy;
     cpu_.gated_delta_rule(
-        Tensor(gyc.data(), DType::kF32, {T, C}), Tensor(a.data(), DType::kF32, {T, nv}),
+        batch, Tensor(gyc.data(), DType::kF32, {T, C}), Tensor(a.data(), DType::kF32, {T, nv}),
         Tensor(bb.data(), DType::kF32, {T, nv}), Tensor(alog.data(), DType::kF32, {nv}),
         Tensor(dtb.data(), DType::kF32, {nv}), Tensor(st.data(), DType::kF32, {slots, nv, dk, dv}),
         d, Tensor(out.data(), DType::kF32, {T, nv, dv}));
@@ -426,6 +418,26 @@ TEST_F(CudaOps, SamplingMatchesHostReference) {
   const Sampled fr = sample_row(flat, V, f);
   EXPECT_NEAR(fs.token, fr.token, 2);
   EXPECT_GT(fs.token, V * 0.99);
+}
+
+// copy_state: one slot's conv and recurrent state to another, the rest untouched (as on the CPU).
+TEST_F(CudaOps, CopyStateCopiesOneSlot) {
+  const int slots = 4, C = 40, K = 4, nv = 2, dk = 16, dv = 24;
+  auto cs = rnd(static_cast<size_t>(slots) * C * (K - 1), 60);
+  auto st = rnd(static_cast<size_t>(slots) * nv * dk * dv, 61);
+  auto dcs = dev(cs, DType::kBF16, {slots, C, K - 1});
+  auto dst = dev(st, DType::kF32, {slots, nv, dk, dv});
+  const std::vector<float> conv_before = host(dcs.tensor());
+  gpu_->copy_state(dcs.tensor(), dst.tensor(), 3, 1);
+  cpu_.copy_state(Tensor(cs.data(), DType::kF32, {slots, C, K - 1}),
+                  Tensor(st.data(), DType::kF32, {slots, nv, dk, dv}), 3, 1);
+  const std::vector<float> conv = host(dcs.tensor()), state = host(dst.tensor());
+  expect_close(state, st, 0.0f, "recurrent state after copy");
+  const size_t row = static_cast<size_t>(C) * (K - 1);
+  for (size_t i = 0; i < row; ++i) {
+    EXPECT_EQ(conv[row + i], conv_before[3 * row + i]);   // slot 1 <- slot 3
+    EXPECT_EQ(conv[2 * row + i], conv_before[2 * row + i]);  // others untouched
+  }
 }
 
 TEST_F(CudaOps, MissingDeviceIsAClearError) { EXPECT_THROW(CudaBackend(99), Error); }

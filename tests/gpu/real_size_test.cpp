@@ -19,8 +19,9 @@
 #include <functional>
 
 #include "backend/cuda/cuda_backend.h"
-#include "engine/gpu_tp_executor.h"
+#include "app/gpu_ranks.h"
 #include "gpu_test_util.h"
+#include "runner_fixture.h"
 #include "model/loader.h"
 #include "model/safetensors.h"
 #include "test_util.h"
@@ -60,17 +61,9 @@ struct Case {
   std::vector<float> f32, bf16;
 };
 
-// A model under test: one GPU (Qwen35Model) or N NCCL ranks (TpExecutor).
-struct Runner {
-  std::function<void(int32_t pages, int32_t page_size, int32_t slots)> allocate_cache;
-  std::function<std::vector<float>(const ForwardBatch&)> forward;
-  std::function<std::vector<int32_t>(const std::vector<int32_t>& buckets, int64_t max_tokens,
-                                     int32_t max_seqs, int32_t max_pages_per_seq)>
-      capture;
-};
-
 // Every case of the file comment through `m`; `label` prefixes the printed rows.
-void check_against_hf(const std::string& dir, const std::string& label, const Runner& m,
+// `m`: one GPU (a LocalExecutor) or N NCCL ranks (TpExecutor).
+void check_against_hf(const std::string& dir, const std::string& label, engine::Executor& m,
                       int64_t V) {
   SafetensorsFile ref(std::filesystem::path(dir) / "ref.safetensors");
   const auto& t = ref.tensors();
@@ -83,7 +76,8 @@ void check_against_hf(const std::string& dir, const std::string& label, const Ru
   }
   const int32_t page = 16, D = 32;
   const int32_t pps = static_cast<int32_t>(cases[1].ids.size()) / page + 2;
-  m.allocate_cache(3 * pps, page, 4);
+  deltaserve::testing::configure_executor(m, 3 * pps, page, 4,
+                                          static_cast<int32_t>(cases[1].ids.size()));
   auto pages = [&](int slot) {
     std::vector<int32_t> p;
     for (int32_t q = 0; q < pps; ++q) p.push_back(slot * pps + q);
@@ -102,18 +96,18 @@ void check_against_hf(const std::string& dir, const std::string& label, const Ru
   // Full prefill, eager.
   for (int c = 0; c < 2; ++c) {
     const Case& cs = cases[c];
-    ForwardBatch b{cs.ids, {{0, static_cast<int32_t>(cs.ids.size()), 0, c, pages(c)}}, {}};
-    for (int32_t r : cs.rows) b.logits_rows.push_back(r);
+    const StepBatch b = StepBatchBuilder(page).add_rows(0, cs.ids, 0, c, pages(c), cs.rows).build();
     check((std::string("prefill ") + names[c] + " T=" + std::to_string(cs.ids.size())).c_str(), cs,
-          m.forward(b), 0, static_cast<int64_t>(cs.rows.size()));
+          m.execute(b), 0, static_cast<int64_t>(cs.rows.size()));
   }
   // Prefill all but the last D tokens of case c into `slot`, then decode them in `rows` steps.
   auto prefill_head = [&](int c, int slot) {
     const Case& cs = cases[c];
     const int32_t P = static_cast<int32_t>(cs.ids.size()) - D;
-    m.forward({std::vector<int32_t>(cs.ids.begin(), cs.ids.begin() + P),
-               {{0, P, 0, slot, pages(slot)}},
-               {}});
+    m.execute(StepBatchBuilder(page)
+                  .add(0, std::span<const int32_t>(cs.ids.data(), static_cast<size_t>(P)), 0,
+                       slot, pages(slot), 0)
+                  .build());
   };
   auto decode_solo = [&](int c) {
     prefill_head(c, c);
@@ -121,8 +115,10 @@ void check_against_hf(const std::string& dir, const std::string& label, const Ru
     const int32_t P = static_cast<int32_t>(cs.ids.size()) - D;
     std::vector<float> out;
     for (int32_t k = 0; k < D; ++k) {
-      const auto l =
-          m.forward({{cs.ids[static_cast<size_t>(P + k)]}, {{0, 1, P + k, c, pages(c)}}, {0}});
+      const auto l = m.execute(
+          StepBatchBuilder(page)
+              .add(0, std::vector<int32_t>{cs.ids[static_cast<size_t>(P + k)]}, P + k, c, pages(c), 1)
+              .build());
       out.insert(out.end(), l.begin(), l.end());
     }
     return out;
@@ -133,7 +129,7 @@ void check_against_hf(const std::string& dir, const std::string& label, const Ru
     const int64_t R = static_cast<int64_t>(cases[c].rows.size());
     check((std::string("decode eager ") + names[c]).c_str(), cases[c], eager[c], R - D, D);
   }
-  ASSERT_EQ(m.capture({1, 2, 4}, static_cast<int64_t>(cases[1].ids.size()), 4, pps).size(), 3u);
+  ASSERT_EQ(m.capture_decode_graphs({1, 2, 4}, pps).size(), 3u);
   for (int c = 0; c < 2; ++c) {
     graphed[c] = decode_solo(c);
     EXPECT_EQ(testing::max_abs_diff(graphed[c].data(), eager[c].data(), eager[c].size()), 0.0f)
@@ -146,15 +142,13 @@ void check_against_hf(const std::string& dir, const std::string& label, const Ru
   std::vector<std::vector<float>> batched(3);
   const int src[3] = {0, 1, 1};
   for (int32_t k = 0; k < D; ++k) {
-    ForwardBatch b;
+    StepBatchBuilder b(page);
     for (int r = 0; r < 3; ++r) {
       const Case& cs = cases[src[r]];
       const int32_t P = static_cast<int32_t>(cs.ids.size()) - D;
-      b.token_ids.push_back(cs.ids[static_cast<size_t>(P + k)]);
-      b.seqs.push_back({r, 1, P + k, r, pages(r)});
-      b.logits_rows.push_back(r);
+      b.add(0, std::vector<int32_t>{cs.ids[static_cast<size_t>(P + k)]}, P + k, r, pages(r), 1);
     }
-    const auto l = m.forward(b);
+    const auto l = m.execute(b.build());
     for (int r = 0; r < 3; ++r)
       batched[r].insert(batched[r].end(), l.begin() + r * V, l.begin() + (r + 1) * V);
   }
@@ -188,13 +182,8 @@ class RealSize : public ::testing::Test {
 TEST_F(RealSize, Qwen35_4bShapeMatchesHf) {
   backend::CudaBackend be(0);
   auto m = load_model(dir_ + "/ckpt", LoadFormat::kSafetensors, be, true);
-  Runner r{[&](int32_t p, int32_t ps, int32_t s) { m->allocate_cache(p, ps, s); },
-           [&](const ForwardBatch& b) { return m->forward(b); },
-           [&](const std::vector<int32_t>& bk, int64_t t, int32_t s, int32_t pp) {
-             m->capture_decode_graphs(bk, t, s, pp);
-             return m->graph_buckets();
-           }};
-  check_against_hf(dir_, "TP1", r, m->config().vocab_size);
+  engine::LocalExecutor ex(*m);
+  check_against_hf(dir_, "TP1", ex, m->config().vocab_size);
 }
 
 // The same cases on NCCL ranks over GPUs 0..N-1 (N = 2, and 4 with 4 GPUs): the multi-GPU issue's
@@ -205,18 +194,13 @@ TEST_F(RealSize, Qwen35_4bShapeOnSeveralGpusMatchesHf) {
     GTEST_SKIP() << "needs 2 or more visible GPUs (" << gpus << " visible)";
   for (int N : {2, 4}) {
     if (N > gpus) continue;
-    auto ex = engine::make_gpu_tp_executor(
+    auto ex = app::make_gpu_tp_executor(
         N,
         [&](int rank, backend::Backend& be, dist::Communicator* comm) {
           return load_model(dir_ + "/ckpt", LoadFormat::kSafetensors, be, false, {N, rank}, comm);
         },
         std::chrono::minutes(5));
-    Runner r{[&](int32_t p, int32_t ps, int32_t s) { ex->allocate_cache(p, ps, s); },
-             [&](const ForwardBatch& b) { return ex->execute(b); },
-             [&](const std::vector<int32_t>& bk, int64_t t, int32_t s, int32_t pp) {
-               return ex->capture_decode_graphs(bk, t, s, pp);
-             }};
-    check_against_hf(dir_, "TP" + std::to_string(N), r, ex->config().vocab_size);
+    check_against_hf(dir_, "TP" + std::to_string(N), *ex, ex->config().vocab_size);
   }
 }
 

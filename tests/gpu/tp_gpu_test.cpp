@@ -19,15 +19,15 @@
 #include "dist/tp_fixtures.h"
 #include "engine/engine.h"
 #include "engine/executor.h"
-#include "engine/gpu_tp_executor.h"
+#include "app/gpu_ranks.h"
 #include "gpu_test_util.h"
+#include "runner_fixture.h"
 #include "model/loader.h"
 #include "model/tp_shard.h"
 
 namespace deltaserve {
 namespace {
 
-using model::ForwardBatch;
 
 using deltaserve::testing::have_gpu;
 
@@ -57,18 +57,18 @@ class HostStagedComm final : public dist::Communicator {
 
 // Rank 0's logits of every step, N ranks on GPU 0 (host-staged all-reduce).
 std::vector<std::vector<float>> run_gpu_tp(const std::filesystem::path& dir, int N,
-                                           const std::vector<ForwardBatch>& steps) {
+                                           const std::vector<StepBatch>& steps) {
   const model::ModelConfig cfg = model::load_model_config(dir);
   const model::Checkpoint ckpt(dir);
   std::vector<std::vector<float>> out;
   run_ranks(N, [&](int r, dist::LocalGroup& g) {
     backend::CudaBackend be(0);
     HostStagedComm comm(g.communicator(r), be);
-    model::Qwen35Model m(N > 1 ? model::rank_local_config(cfg, N) : cfg, be,
-                         model::load_weights(ckpt, cfg, be, {}, {N, r}), &comm);
-    m.allocate_cache(64, 16, 4);
-    for (const ForwardBatch& b : steps) {
-      std::vector<float> l = m.forward(b);
+    model::Qwen35Model m(cfg, be, model::load_weights(ckpt, cfg, be, {}, {N, r}),
+                         dist::Parallel({N, r}, &comm));
+    auto runner = testing::make_runner(m, 64, 16, 4);
+    for (const StepBatch& b : steps) {
+      std::vector<float> l = runner->forward(b);
       if (r == 0) out.push_back(std::move(l));
     }
   });
@@ -112,14 +112,14 @@ Deviation deviation(const std::vector<std::vector<float>>& got,
 
 // The f32 CPU forward (TP 1) of every step.
 std::vector<std::vector<float>> cpu_reference(const std::filesystem::path& dir,
-                                              const std::vector<ForwardBatch>& steps) {
+                                              const std::vector<StepBatch>& steps) {
   const model::ModelConfig cfg = model::load_model_config(dir);
   backend::CpuBackend be;
   const model::Checkpoint ckpt(dir);
   model::Qwen35Model m(cfg, be, model::load_weights(ckpt, cfg, be));
-  m.allocate_cache(64, 16, 4);
+  auto runner = testing::make_runner(m, 64, 16, 4);
   std::vector<std::vector<float>> out;
-  for (const ForwardBatch& b : steps) out.push_back(m.forward(b));
+  for (const StepBatch& b : steps) out.push_back(runner->forward(b));
   return out;
 }
 
@@ -156,7 +156,7 @@ TEST_F(TpGpu, RankLocalKernelsAtTp2AndTp4MatchCpu) {
 std::unique_ptr<engine::TpExecutor> nccl_executor(
     const std::filesystem::path& dir, int N,
     std::unique_ptr<deltaserve::testing::FaultyComm>* fault = nullptr, int fail_at = 0) {
-  return engine::make_gpu_tp_executor(
+  return app::make_gpu_tp_executor(
       N,
       [=](int rank, backend::Backend& be, dist::Communicator* comm) {
         if (fault && rank == N - 1) {
@@ -199,12 +199,11 @@ TEST_F(TpGpu, NcclRanksOnSeveralGpusMatchTp1) {
     }
     for (bool graphs : {false, true}) {
       auto ex = nccl_executor(dir, N);
-      ex->allocate_cache(64, 16, 4);
+      testing::configure_executor(*ex, 64, 16, 4, 256);
       if (graphs)
-        EXPECT_EQ(ex->capture_decode_graphs({1, 2, 4}, 256, 4, 16),
-                  (std::vector<int32_t>{1, 2, 4}));
+        EXPECT_EQ(ex->capture_decode_graphs({1, 2, 4}, 16), (std::vector<int32_t>{1, 2, 4}));
       std::vector<std::vector<float>> got;
-      for (const ForwardBatch& b : steps) got.push_back(ex->execute(b));
+      for (const StepBatch& b : steps) got.push_back(ex->execute(b));
       expect_like_tp1(deviation(got, ref, cfg.vocab_size), tp1, N,
                       graphs ? "NCCL, graphs" : "NCCL, eager");
     }
@@ -250,23 +249,21 @@ Deviation teacher_forced(const std::filesystem::path& dir, const std::vector<Gen
   backend::CpuBackend be;
   const model::Checkpoint ckpt(dir);
   model::Qwen35Model m(cfg, be, model::load_weights(ckpt, cfg, be));
-  m.allocate_cache(64, 16, 1);
+  auto runner = testing::make_runner(m, 64, 16, 1);
   const int64_t V = cfg.vocab_size;
   Deviation d;
   double n = 0;
   for (const Generated& g : gens) {
     EXPECT_EQ(g.tokens.size(), g.logprobs.size());
     if (g.tokens.empty() || g.tokens.size() != g.logprobs.size()) continue;
-    ForwardBatch b;
-    b.token_ids = g.prompt;
-    b.token_ids.insert(b.token_ids.end(), g.tokens.begin(), g.tokens.end() - 1);
-    const int32_t T = static_cast<int32_t>(b.token_ids.size());
-    backend::SeqDesc s{0, T, 0, 0, {}};
-    for (int32_t q = 0; q * 16 < T; ++q) s.pages.push_back(q);
-    b.seqs.push_back(s);
+    std::vector<int32_t> ids = g.prompt;
+    ids.insert(ids.end(), g.tokens.begin(), g.tokens.end() - 1);
+    const int32_t T = static_cast<int32_t>(ids.size());
+    std::vector<int32_t> pages;
+    for (int32_t q = 0; q * 16 < T; ++q) pages.push_back(q);
     const int32_t P = static_cast<int32_t>(g.prompt.size());
-    for (int32_t r = P - 1; r < T; ++r) b.logits_rows.push_back(r);
-    const std::vector<float> l = m.forward(b);
+    const std::vector<float> l =
+        runner->forward(StepBatchBuilder(16).add(0, ids, 0, 0, pages, T - P + 1).build());
     for (size_t i = 0; i < g.tokens.size(); ++i) {
       const float* row = l.data() + static_cast<int64_t>(i) * V;
       const float mx = *std::max_element(row, row + V);
@@ -413,11 +410,11 @@ TEST_F(TpGpu, Tp1ThroughNcclWithGraphsEqualsTheSingleGpuModel) {
   {
     backend::CudaBackend be(0);
     auto m = model::load_model(dir.string(), model::LoadFormat::kSafetensors, be, false);
-    m->allocate_cache(64, 16, 4);
-    m->capture_decode_graphs({1, 2, 4}, 256, 4, 16);
-    for (const ForwardBatch& b : steps) plain.push_back(m->forward(b));
+    auto runner = testing::make_runner(*m, 64, 16, 4, 256);
+    runner->capture_decode_graphs({1, 2, 4}, 16);
+    for (const StepBatch& b : steps) plain.push_back(runner->forward(b));
   }
-  auto ex = engine::make_gpu_tp_executor(
+  auto ex = app::make_gpu_tp_executor(
       1,
       [&](int, backend::Backend& be, dist::Communicator* comm) {
         EXPECT_NE(comm, nullptr) << "TP 1 with a communicator factory must all-reduce through it";
@@ -425,8 +422,8 @@ TEST_F(TpGpu, Tp1ThroughNcclWithGraphsEqualsTheSingleGpuModel) {
                                  comm);
       },
       std::chrono::minutes(5));
-  ex->allocate_cache(64, 16, 4);
-  EXPECT_EQ(ex->capture_decode_graphs({1, 2, 4}, 256, 4, 16), (std::vector<int32_t>{1, 2, 4}));
+  testing::configure_executor(*ex, 64, 16, 4, 256);
+  EXPECT_EQ(ex->capture_decode_graphs({1, 2, 4}, 16), (std::vector<int32_t>{1, 2, 4}));
   for (size_t s = 0; s < steps.size(); ++s) {
     const std::vector<float> got = ex->execute(steps[s]);
     ASSERT_EQ(got.size(), plain[s].size());

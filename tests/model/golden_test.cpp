@@ -14,6 +14,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "model/qwen35.h"
 #include "model/safetensors.h"
+#include "runner_fixture.h"
 #include "test_util.h"
 
 namespace deltaserve::model {
@@ -68,7 +69,7 @@ class Gate : public ::testing::TestWithParam<std::string> {
     cfg_ = load_model_config(dir);
     Checkpoint ckpt(dir);
     model_ = std::make_unique<Qwen35Model>(cfg_, be_, load_weights(ckpt, cfg_, be_));
-    model_->allocate_cache(kNumPages, kPageSize, 4);
+    runner_ = deltaserve::testing::make_runner(*model_, kNumPages, kPageSize, 4);
     golden_ =
         std::make_unique<SafetensorsFile>(test_data() / "goldens" / (GetParam() + ".safetensors"));
   }
@@ -81,13 +82,14 @@ class Gate : public ::testing::TestWithParam<std::string> {
     std::vector<float> all;
     for (int32_t start = 0; start < static_cast<int32_t>(ids.size()); start += chunk) {
       const int32_t n = std::min<int32_t>(chunk, static_cast<int32_t>(ids.size()) - start);
-      ForwardBatch b;
-      b.token_ids.assign(ids.begin() + start, ids.begin() + start + n);
-      backend::SeqDesc s{0, n, start, slot, {}};
-      for (int32_t p = 0; p * kPageSize < start + n; ++p) s.pages.push_back(kNumPages - 1 - p);
-      b.seqs.push_back(s);
-      for (int32_t i = 0; i < n; ++i) b.logits_rows.push_back(i);
-      const std::vector<float> l = model_->forward(b);
+      std::vector<int32_t> pages;
+      for (int32_t p = 0; p * kPageSize < start + n; ++p) pages.push_back(kNumPages - 1 - p);
+      const StepBatch b =
+          StepBatchBuilder(kPageSize)
+              .add(0, std::span<const int32_t>(ids.data() + start, static_cast<size_t>(n)), start,
+                   slot, pages, n)
+              .build();
+      const std::vector<float> l = runner_->forward(b);
       all.insert(all.end(), l.begin(), l.end());
     }
     return all;
@@ -105,6 +107,7 @@ class Gate : public ::testing::TestWithParam<std::string> {
   ModelConfig cfg_;
   backend::CpuBackend be_;
   std::unique_ptr<Qwen35Model> model_;
+  std::unique_ptr<runtime::ModelRunner> runner_;
   std::unique_ptr<SafetensorsFile> golden_;
 };
 
@@ -131,13 +134,14 @@ TEST_P(Gate, PrefillThenDecodeMatchesHfAndOneShot) {
     std::vector<float> ours;
     for (int32_t start = 0; start < static_cast<int32_t>(ids.size());) {
       const int32_t len = start == 0 ? P : 1;
-      ForwardBatch b;
-      b.token_ids.assign(ids.begin() + start, ids.begin() + start + len);
-      backend::SeqDesc s{0, len, start, 2, {}};
-      for (int32_t q = 0; q * kPageSize < start + len; ++q) s.pages.push_back(q);
-      b.seqs.push_back(s);
-      b.logits_rows.push_back(len - 1);
-      const std::vector<float> l = model_->forward(b);
+      std::vector<int32_t> pages;
+      for (int32_t q = 0; q * kPageSize < start + len; ++q) pages.push_back(q);
+      const StepBatch b =
+          StepBatchBuilder(kPageSize)
+              .add(0, std::span<const int32_t>(ids.data() + start, static_cast<size_t>(len)),
+                   start, 2, pages, 1)
+              .build();
+      const std::vector<float> l = runner_->forward(b);
       if (start > 0) ours.insert(ours.end(), l.begin(), l.end());
       start += len;
     }
@@ -196,21 +200,18 @@ TEST_P(Gate, MixedBatchWithSlotAndPageReuse) {
   bool c_started = false;
   int mixed_steps = 0;
   while (!active.empty()) {
-    ForwardBatch batch;
+    StepBatchBuilder builder(kPageSize);
     for (Seq* s : active) {
       const int32_t n = s->chunks[s->step];
       while (static_cast<int32_t>(s->pages.size()) * kPageSize < s->pos + n) {
         s->pages.push_back(free_pages.back());
         free_pages.pop_back();
       }
-      const int32_t begin = static_cast<int32_t>(batch.token_ids.size());
-      batch.token_ids.insert(batch.token_ids.end(), s->ids.begin() + s->pos,
-                             s->ids.begin() + s->pos + n);
-      batch.seqs.push_back(backend::SeqDesc{begin, n, s->pos, s->slot, s->pages});
-      for (int32_t i = 0; i < n; ++i) batch.logits_rows.push_back(begin + i);
+      builder.add(0, std::span<const int32_t>(s->ids.data() + s->pos, static_cast<size_t>(n)),
+                  s->pos, s->slot, s->pages, n);
     }
     mixed_steps += active.size() > 1;
-    const std::vector<float> l = model_->forward(batch);
+    const std::vector<float> l = runner_->forward(builder.build());
     size_t row = 0;
     for (Seq* s : active) {
       const int32_t n = s->chunks[s->step];

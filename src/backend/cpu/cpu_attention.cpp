@@ -41,16 +41,17 @@ void norm_rope(float* x, const float* w, float eps, int hd, int rd, const float*
 
 }  // namespace
 
-void CpuBackend::attn_prep_and_cache(const Tensor& qg, const Tensor& k, const Tensor& v,
+void CpuBackend::attn_prep_and_cache(const StepBatch& batch, const Tensor& qg, const Tensor& k, const Tensor& v,
                                      const Tensor& q_norm, const Tensor& k_norm, const AttnDims& d,
                                      const Tensor& q, const Tensor& gate, const Tensor& k_cache,
                                      const Tensor& v_cache) {
-  const int64_t T = batch_.num_tokens;
-  const int hd = d.hd, rd = d.rotary_dim, ps = batch_.page_size;
+  const int64_t T = batch.num_tokens();
+  const int hd = d.hd, rd = d.rotary_dim, ps = batch.page_size();
+  const std::vector<int32_t>& seq_of = token_seq(batch);
 #pragma omp parallel for
   for (int64_t t = 0; t < T; ++t) {
     std::vector<float> c(static_cast<size_t>(rd)), s(static_cast<size_t>(rd));
-    const int32_t pos = token_pos_[t];
+    const int32_t pos = batch.positions()[static_cast<size_t>(t)];
     cpu::rope_cos_sin(pos, rd, d.rope_theta, c.data(), s.data());
     for (int h = 0; h < d.nh; ++h) {
       const float* src = qg.f32() + (t * d.nh + h) * 2 * hd;
@@ -62,8 +63,8 @@ void CpuBackend::attn_prep_and_cache(const Tensor& qg, const Tensor& k, const Te
       }
       norm_rope(qd, q_norm.f32(), d.eps, hd, rd, c.data(), s.data());
     }
-    const SeqDesc& seq = batch_.seqs[static_cast<size_t>(token_seq_[t])];
-    const int64_t page = seq.pages[static_cast<size_t>(pos / ps)];
+    const auto pages = batch.pages(static_cast<size_t>(seq_of[static_cast<size_t>(t)]));
+    const int64_t page = pages[static_cast<size_t>(pos / ps)];
     const int64_t row = page * ps + pos % ps;
     for (int h = 0; h < d.nkv; ++h) {
       float* kd = k.f32() + (t * d.nkv + h) * hd;
@@ -79,23 +80,24 @@ void CpuBackend::attn_prep_and_cache(const Tensor& qg, const Tensor& k, const Te
   }
 }
 
-void CpuBackend::paged_attention(const Tensor& q, const Tensor& gate, const Tensor& k_cache,
+void CpuBackend::paged_attention(const StepBatch& batch, const Tensor& q, const Tensor& gate, const Tensor& k_cache,
                                  const Tensor& v_cache, const AttnDims& d, const Tensor& out) {
-  const int64_t T = batch_.num_tokens;
-  const int hd = d.hd, ps = batch_.page_size, group = d.nh / d.nkv;
+  const int64_t T = batch.num_tokens();
+  const int hd = d.hd, ps = batch.page_size(), group = d.nh / d.nkv;
+  const std::vector<int32_t>& seq_of = token_seq(batch);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
 #pragma omp parallel for collapse(2) schedule(dynamic, 4)
   for (int64_t t = 0; t < T; ++t) {
     for (int h = 0; h < d.nh; ++h) {
-      const SeqDesc& seq = batch_.seqs[static_cast<size_t>(token_seq_[t])];
-      const int32_t n = token_pos_[t] + 1;  // causal: keys at positions [0, pos]
+      const auto pages = batch.pages(static_cast<size_t>(seq_of[static_cast<size_t>(t)]));
+      const int32_t n = batch.positions()[static_cast<size_t>(t)] + 1;  // causal: [0, pos]
       const int kvh = h / group;
       const float* qv = q.f32() + (t * d.nh + h) * hd;
       std::vector<float> sc(static_cast<size_t>(n));
       std::vector<float> acc(static_cast<size_t>(hd), 0.0f);
       float mx = -INFINITY;
       for (int32_t p = 0; p < n; ++p) {
-        const int64_t row = seq.pages[static_cast<size_t>(p / ps)] * ps + p % ps;
+        const int64_t row = pages[static_cast<size_t>(p / ps)] * ps + p % ps;
         const float* kv = k_cache.f32() + (row * d.nkv + kvh) * hd;
         float dot = 0;
         for (int i = 0; i < hd; ++i) dot += qv[i] * kv[i];
@@ -108,7 +110,7 @@ void CpuBackend::paged_attention(const Tensor& q, const Tensor& gate, const Tens
         sum += sc[p];
       }
       for (int32_t p = 0; p < n; ++p) {
-        const int64_t row = seq.pages[static_cast<size_t>(p / ps)] * ps + p % ps;
+        const int64_t row = pages[static_cast<size_t>(p / ps)] * ps + p % ps;
         const float* vv = v_cache.f32() + (row * d.nkv + kvh) * hd;
         const float wgt = sc[p] / sum;
         for (int i = 0; i < hd; ++i) acc[i] += wgt * vv[i];

@@ -8,7 +8,16 @@
 namespace deltaserve::backend {
 
 Buffer CpuBackend::alloc(DType t, std::initializer_list<int64_t> dims) {
-  return host_buffer(t, dims);
+  Buffer host = host_buffer(t, dims);
+  const Tensor view = host.tensor();
+  const int64_t bytes = static_cast<int64_t>(view.nbytes());
+  *allocated_ += bytes;
+  // Re-wrap: the memory is freed by the host buffer's deleter, the count drops with it.
+  auto owner = std::make_shared<Buffer>(std::move(host));
+  return Buffer(view, [owner, counter = allocated_, bytes](void*) mutable {
+    owner.reset();
+    *counter -= bytes;
+  });
 }
 
 void CpuBackend::upload(DType src_type, const void* src, size_t n, const Tensor& dst) {
@@ -24,23 +33,30 @@ void CpuBackend::upload_i32(const int32_t* src, const Tensor& dst) {
   std::memcpy(dst.i32(), src, dst.nbytes());
 }
 
-void CpuBackend::set_batch(const BatchDesc& batch) {
-  batch_ = batch;
-  token_pos_.assign(static_cast<size_t>(batch.num_tokens), -1);
-  token_seq_.assign(static_cast<size_t>(batch.num_tokens), -1);
-  for (size_t s = 0; s < batch.seqs.size(); ++s) {
-    const SeqDesc& q = batch.seqs[s];
-    DS_CHECK(
-        q.token_begin >= 0 && q.num_tokens > 0 && q.token_begin + q.num_tokens <= batch.num_tokens,
-        "sequence rows out of range");
-    DS_CHECK(static_cast<int64_t>(q.pages.size()) * batch.page_size >= q.start_pos + q.num_tokens,
-             "page table too short");
+const std::vector<int32_t>& CpuBackend::token_seq(const StepBatch& batch) {
+  if (token_seq_batch_ == batch.id() && batch.id() != 0) return token_seq_;
+  token_seq_.assign(static_cast<size_t>(batch.num_tokens()), -1);
+  for (size_t s = 0; s < batch.seqs().size(); ++s) {
+    const StepSeq& q = batch.seq(s);
     for (int32_t i = 0; i < q.num_tokens; ++i) {
-      DS_CHECK(token_seq_[q.token_begin + i] == -1, "sequences overlap");
-      token_pos_[q.token_begin + i] = q.start_pos + i;
-      token_seq_[q.token_begin + i] = static_cast<int32_t>(s);
+      DS_CHECK(token_seq_[static_cast<size_t>(q.token_begin + i)] == -1, "sequences overlap");
+      token_seq_[static_cast<size_t>(q.token_begin + i)] = static_cast<int32_t>(s);
     }
   }
+  token_seq_batch_ = batch.id();
+  return token_seq_;
+}
+
+void CpuBackend::copy_state(const Tensor& conv, const Tensor& state, int32_t src, int32_t dst) {
+  auto copy_row = [&](const Tensor& t) {
+    if (t.empty()) return;
+    DS_CHECK(src >= 0 && dst >= 0 && src < t.dim(0) && dst < t.dim(0), "state slot out of range");
+    const size_t row = t.nbytes() / static_cast<size_t>(t.dim(0));
+    std::memcpy(static_cast<char*>(t.data) + row * static_cast<size_t>(dst),
+                static_cast<const char*>(t.data) + row * static_cast<size_t>(src), row);
+  };
+  copy_row(conv);
+  copy_row(state);
 }
 
 void CpuBackend::embedding(const Tensor& ids, const Tensor& table, const Tensor& out) {

@@ -2,6 +2,8 @@
 // GEMMs, OpenMP threads over tokens and heads. Readable first; it is the oracle for CUDA.
 #pragma once
 
+#include <atomic>
+#include <memory>
 #include <vector>
 
 #include "backend/backend.h"
@@ -18,7 +20,7 @@ class CpuBackend : public Backend {
   void download_f32(const Tensor& src, float* dst) override;
   void upload_i32(const int32_t* src, const Tensor& dst) override;
   void synchronize() override {}
-  void set_batch(const BatchDesc& batch) override;
+  int64_t allocated_bytes() const override { return allocated_->load(); }
 
   void embedding(const Tensor& ids, const Tensor& table, const Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& out) override;
@@ -28,26 +30,30 @@ class CpuBackend : public Backend {
   void silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void gather_rows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
 
-  void attn_prep_and_cache(const Tensor& qg, const Tensor& k, const Tensor& v, const Tensor& q_norm,
+  void attn_prep_and_cache(const StepBatch& batch, const Tensor& qg, const Tensor& k, const Tensor& v, const Tensor& q_norm,
                            const Tensor& k_norm, const AttnDims& d, const Tensor& q,
                            const Tensor& gate, const Tensor& k_cache,
                            const Tensor& v_cache) override;
-  void paged_attention(const Tensor& q, const Tensor& gate, const Tensor& k_cache,
+  void paged_attention(const StepBatch& batch, const Tensor& q, const Tensor& gate, const Tensor& k_cache,
                        const Tensor& v_cache, const AttnDims& d, const Tensor& out) override;
 
-  void gdn_conv(const Tensor& u, const Tensor& w, const Tensor& conv_state, int32_t K,
+  void gdn_conv(const StepBatch& batch, const Tensor& u, const Tensor& w, const Tensor& conv_state, int32_t K,
                 const Tensor& y) override;
-  void gated_delta_rule(const Tensor& y, const Tensor& a, const Tensor& b, const Tensor& A_log,
+  void gated_delta_rule(const StepBatch& batch, const Tensor& y, const Tensor& a, const Tensor& b, const Tensor& A_log,
                         const Tensor& dt_bias, const Tensor& state, const GdnDims& d,
                         const Tensor& out) override;
   void gated_rms_norm(const Tensor& o, const Tensor& z, const Tensor& w, float eps) override;
+  void copy_state(const Tensor& conv, const Tensor& state, int32_t src, int32_t dst) override;
   std::vector<Sampled> sample(const Tensor& logits, int32_t vocab,
                               const std::vector<SampleSpec>& specs) override;
 
  private:
-  BatchDesc batch_;
-  std::vector<int32_t> token_pos_;  // [T] absolute position of each token
-  std::vector<int32_t> token_seq_;  // [T] index into batch_.seqs
+  // [T] index into batch.seqs() of each row (cached for the last batch seen).
+  const std::vector<int32_t>& token_seq(const StepBatch& batch);
+
+  std::shared_ptr<std::atomic<int64_t>> allocated_ = std::make_shared<std::atomic<int64_t>>(0);
+  uint64_t token_seq_batch_ = 0;
+  std::vector<int32_t> token_seq_;
 };
 
 namespace cpu {

@@ -116,17 +116,17 @@ void delta_rule_chunked(int T, int dk, int dv, const float* q, const float* k, c
 
 }  // namespace cpu
 
-void CpuBackend::gdn_conv(const Tensor& u, const Tensor& w, const Tensor& conv_state, int32_t K,
+void CpuBackend::gdn_conv(const StepBatch& batch, const Tensor& u, const Tensor& w, const Tensor& conv_state, int32_t K,
                           const Tensor& y) {
   const int64_t C = u.dim(1);
   const int km1 = K - 1;
-  for (const SeqDesc& seq : batch_.seqs) {
+  for (const StepSeq& seq : batch.seqs()) {
     float* st = conv_state.f32() + static_cast<int64_t>(seq.slot) * C * km1;
 #pragma omp parallel for
     for (int64_t ch = 0; ch < C; ++ch) {
       // window = [state (K-1, oldest first) | this chunk's inputs]
       std::vector<float> win(static_cast<size_t>(km1 + seq.num_tokens));
-      for (int i = 0; i < km1; ++i) win[i] = seq.start_pos == 0 ? 0.0f : st[ch * km1 + i];
+      for (int i = 0; i < km1; ++i) win[i] = seq.fresh() ? 0.0f : st[ch * km1 + i];
       for (int t = 0; t < seq.num_tokens; ++t)
         win[km1 + t] = u.f32()[(seq.token_begin + t) * C + ch];
       const float* wc = w.f32() + ch * K;
@@ -153,17 +153,17 @@ float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
 }  // namespace
 
-void CpuBackend::gated_delta_rule(const Tensor& y, const Tensor& a, const Tensor& b,
+void CpuBackend::gated_delta_rule(const StepBatch& batch, const Tensor& y, const Tensor& a, const Tensor& b,
                                   const Tensor& A_log, const Tensor& dt_bias, const Tensor& state,
                                   const GdnDims& d, const Tensor& out) {
   const int64_t C = y.dim(1), key_dim = int64_t{d.nk} * d.dk;
   const int rep = d.nv / d.nk;
-  const int64_t nseq = static_cast<int64_t>(batch_.seqs.size());
+  const int64_t nseq = batch.num_seqs();
   const float qscale = 1.0f / std::sqrt(static_cast<float>(d.dk));
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
   for (int64_t s = 0; s < nseq; ++s) {
     for (int h = 0; h < d.nv; ++h) {
-      const SeqDesc& seq = batch_.seqs[static_cast<size_t>(s)];
+      const StepSeq& seq = batch.seq(static_cast<size_t>(s));
       const int T = seq.num_tokens, kh = h / rep;
       std::vector<float> q(static_cast<size_t>(T * d.dk)), k(q.size()),
           v(static_cast<size_t>(T * d.dv));
@@ -180,7 +180,7 @@ void CpuBackend::gated_delta_rule(const Tensor& y, const Tensor& a, const Tensor
         g[t] = -std::exp(A_log.f32()[h]) * softplus(a.f32()[gi] + dt_bias.f32()[h]);
       }
       float* S = state.f32() + (static_cast<int64_t>(seq.slot) * d.nv + h) * d.dk * d.dv;
-      if (seq.start_pos == 0) std::fill(S, S + d.dk * d.dv, 0.0f);
+      if (seq.fresh()) std::fill(S, S + d.dk * d.dv, 0.0f);
       std::vector<float> o(static_cast<size_t>(T * d.dv));
       if (T == 1)
         cpu::delta_rule_recurrent(T, d.dk, d.dv, q.data(), k.data(), v.data(), g.data(),

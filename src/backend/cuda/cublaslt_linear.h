@@ -16,6 +16,7 @@ class CublasLtLinear {
  public:
   // Throws deltaserve::Error when cuBLASLt cannot be initialised.
   explicit CublasLtLinear(size_t workspace_bytes = 32 << 20);
+  size_t workspace_bytes() const { return workspace_bytes_; }
   ~CublasLtLinear();
   CublasLtLinear(const CublasLtLinear&) = delete;
   CublasLtLinear& operator=(const CublasLtLinear&) = delete;

@@ -170,6 +170,7 @@ void CudaBackend::drop_graphs() {
 void CudaBackend::reserve_batch(int64_t entries) {
   if (static_cast<size_t>(entries) <= meta_cap_) return;
   drop_graphs();  // they hold the old address
+  staged_batch_ = 0;
   if (meta_buf_) {
     check(cudaStreamSynchronize(stream_), "reserve sync");
     cudaFree(meta_buf_);
@@ -183,7 +184,11 @@ Buffer CudaBackend::alloc(DType t, std::initializer_list<int64_t> dims) {
   const size_t bytes = v.nbytes() ? v.nbytes() : 16;
   check(cudaMalloc(&v.data, bytes), "cudaMalloc");
   check(cudaMemsetAsync(v.data, 0, bytes, stream_), "cudaMemset");
-  return Buffer(v, [](void* p) { cudaFree(p); });
+  *allocated_ += static_cast<int64_t>(bytes);
+  return Buffer(v, [counter = allocated_, bytes](void* p) {
+    cudaFree(p);
+    *counter -= static_cast<int64_t>(bytes);
+  });
 }
 
 void CudaBackend::upload(DType src_type, const void* src, size_t n, const Tensor& dst) {
@@ -315,38 +320,32 @@ void CudaBackend::gated_rms_norm(const Tensor& o, const Tensor& z, const Tensor&
                                    static_cast<int>(dv), stream_);
 }
 
-void CudaBackend::set_batch(const BatchDesc& batch) {
-  OpTimer timer(*this, "set_batch");
-  const int T = batch.num_tokens, S = static_cast<int>(batch.seqs.size());
+void CudaBackend::stage_batch(const StepBatch& batch) {
+  if (batch.id() == staged_batch_ && batch.id() != 0) return;
+  DS_CHECK(!capturing_, "a batch must be staged before a graph capture");
+  OpTimer timer(*this, "stage_batch");
+  const int T = batch.num_tokens(), S = batch.num_seqs();
   std::vector<int32_t>& h = meta_host_;
   h.assign(static_cast<size_t>(2 * T + 5 * S), 0);
   int32_t *pos = h.data(), *seq = pos + T, *begin = seq + T, *len = begin + S, *start = len + S,
           *slot = start + S, *poff = slot + S;
-  std::vector<int32_t> pages;
+  std::copy(batch.positions().begin(), batch.positions().end(), pos);
   int max_len = 0;
   for (int s = 0; s < S; ++s) {
-    const SeqDesc& q = batch.seqs[static_cast<size_t>(s)];
-    DS_CHECK(q.token_begin >= 0 && q.num_tokens > 0 && q.token_begin + q.num_tokens <= T,
-             "sequence rows out of range");
-    DS_CHECK(static_cast<int64_t>(q.pages.size()) * batch.page_size >= q.start_pos + q.num_tokens,
-             "page table too short");
+    const StepSeq& q = batch.seq(static_cast<size_t>(s));
     max_len = std::max(max_len, q.num_tokens);
     begin[s] = q.token_begin;
     len[s] = q.num_tokens;
     start[s] = q.start_pos;
     slot[s] = q.slot;
-    poff[s] = static_cast<int32_t>(pages.size());
-    pages.insert(pages.end(), q.pages.begin(), q.pages.end());
-    for (int i = 0; i < q.num_tokens; ++i) {
-      pos[q.token_begin + i] = q.start_pos + i;
-      seq[q.token_begin + i] = s;
-    }
+    poff[s] = batch.page_offsets()[static_cast<size_t>(s)];
+    for (int i = 0; i < q.num_tokens; ++i) seq[q.token_begin + i] = s;
   }
-  h.insert(h.end(), pages.begin(), pages.end());
+  h.insert(h.end(), batch.page_ids().begin(), batch.page_ids().end());
   if (h.size() > meta_cap_) reserve_batch(static_cast<int64_t>(std::max(h.size(), 2 * meta_cap_)));
   check(cudaMemcpyAsync(meta_buf_, h.data(), h.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
                         stream_),
-        "set_batch");
+        "stage_batch");
   const int32_t* d = meta_buf_;
   meta_ = {d,
            d + T,
@@ -358,21 +357,42 @@ void CudaBackend::set_batch(const BatchDesc& batch) {
            d + 2 * T + 5 * S,
            T,
            S,
-           batch.page_size,
+           batch.page_size(),
            max_len};
+  staged_batch_ = batch.id();
 }
 
-void CudaBackend::attn_prep_and_cache(const Tensor& qg, const Tensor& k, const Tensor& v,
-                                      const Tensor& q_norm, const Tensor& k_norm, const AttnDims& d,
+int64_t CudaBackend::workspace_bytes(int64_t max_tokens, const GdnDims& d) const {
+  const cuda::GdnShape shape{d.nk, d.nv, d.dk, d.dv};
+  return static_cast<int64_t>(kAttnWorkspaceBytes + gemm_->workspace_bytes() +
+                              cuda::gdn_chunk_workspace_floats(static_cast<int>(max_tokens), shape) *
+                                  sizeof(float));
+}
+
+void CudaBackend::copy_state(const Tensor& conv, const Tensor& state, int32_t src, int32_t dst) {
+  OpTimer timer(*this, "copy_state");
+  for (const Tensor* t : {&conv, &state}) {
+    if (t->empty()) continue;
+    DS_CHECK(src >= 0 && dst >= 0 && src < t->dim(0) && dst < t->dim(0), "state slot out of range");
+    const size_t row = t->nbytes() / static_cast<size_t>(t->dim(0));
+    check(cudaMemcpyAsync(static_cast<char*>(t->data) + row * static_cast<size_t>(dst),
+                          static_cast<const char*>(t->data) + row * static_cast<size_t>(src), row,
+                          cudaMemcpyDeviceToDevice, stream_),
+          "copy_state");
+  }
+}
+
+void CudaBackend::attn_prep_and_cache(const StepBatch& batch, const Tensor& qg, const Tensor& k,
+                                      const Tensor& v, const Tensor& q_norm, const Tensor& k_norm, const AttnDims& d,
                                       const Tensor& q, const Tensor& gate, const Tensor& k_cache,
                                       const Tensor& v_cache) {
   OpTimer timer(*this, "attn_prep_and_cache");
   const cuda::AttnShape s{d.nh, d.nkv, d.hd, d.rotary_dim, static_cast<float>(d.rope_theta), d.eps};
-  cuda::launch_attn_prep(meta_, bf(qg), bf(k), bf(v), f32(q_norm), f32(k_norm), s, bf(q), bf(gate),
+  cuda::launch_attn_prep(meta(batch), bf(qg), bf(k), bf(v), f32(q_norm), f32(k_norm), s, bf(q), bf(gate),
                          bf(k_cache), bf(v_cache), stream_);
 }
 
-void CudaBackend::paged_attention(const Tensor& q, const Tensor& gate, const Tensor& k_cache,
+void CudaBackend::paged_attention(const StepBatch& batch, const Tensor& q, const Tensor& gate, const Tensor& k_cache,
                                   const Tensor& v_cache, const AttnDims& d, const Tensor& out) {
   OpTimer timer(*this, "paged_attention");
   DS_CHECK(d.hd % 32 == 0 && d.hd <= 256,
@@ -380,28 +400,30 @@ void CudaBackend::paged_attention(const Tensor& q, const Tensor& gate, const Ten
   DS_CHECK(d.nh % d.nkv == 0 && d.nh / d.nkv <= 8,
            "paged attention supports up to 8 query heads per KV head");
   const cuda::AttnShape s{d.nh, d.nkv, d.hd, d.rotary_dim, static_cast<float>(d.rope_theta), d.eps};
-  const int splits = cuda::attention_splits(meta_.num_tokens, s, num_sms_, kAttnWorkspaceBytes);
-  cuda::launch_paged_attention(meta_, bf(q), bf(gate), bf(k_cache), bf(v_cache), s, splits,
+  const cuda::BatchMeta& m = meta(batch);
+  const int splits = cuda::attention_splits(m.num_tokens, s, num_sms_, kAttnWorkspaceBytes);
+  cuda::launch_paged_attention(m, bf(q), bf(gate), bf(k_cache), bf(v_cache), s, splits,
                                attn_ws_, bf(out), stream_);
 }
 
-void CudaBackend::gdn_conv(const Tensor& u, const Tensor& w, const Tensor& conv_state, int32_t K,
+void CudaBackend::gdn_conv(const StepBatch& batch, const Tensor& u, const Tensor& w, const Tensor& conv_state, int32_t K,
                            const Tensor& y) {
   OpTimer timer(*this, "gdn_conv");
   DS_CHECK(K >= 1 && K <= 8, "conv kernel size up to 8");
-  cuda::launch_gdn_conv(meta_, bf(u), bf(w), bf(conv_state), static_cast<int>(u.dim(1)), K, bf(y),
+  cuda::launch_gdn_conv(meta(batch), bf(u), bf(w), bf(conv_state), static_cast<int>(u.dim(1)), K, bf(y),
                         stream_);
 }
 
-void CudaBackend::gated_delta_rule(const Tensor& y, const Tensor& a, const Tensor& b,
+void CudaBackend::gated_delta_rule(const StepBatch& batch, const Tensor& y, const Tensor& a, const Tensor& b,
                                    const Tensor& A_log, const Tensor& dt_bias, const Tensor& state,
                                    const GdnDims& d, const Tensor& out) {
   OpTimer timer(*this, "gated_delta_rule");
   DS_CHECK(d.dk <= 256 && d.dv <= 256, "GDN head dims up to 256");
   const cuda::GdnShape shape{d.nk, d.nv, d.dk, d.dv};
+  const cuda::BatchMeta& m = meta(batch);
   float* ws = nullptr;
-  if (meta_.num_tokens > meta_.num_seqs && !capturing_) {  // a prefill: the chunked form
-    const size_t need = cuda::gdn_chunk_workspace_floats(meta_.num_tokens, shape) * sizeof(float);
+  if (m.num_tokens > m.num_seqs && !capturing_) {  // a prefill: the chunked form
+    const size_t need = cuda::gdn_chunk_workspace_floats(m.num_tokens, shape) * sizeof(float);
     if (need > gdn_ws_bytes_) {
       if (gdn_ws_) cudaFree(gdn_ws_);
       gdn_ws_ = nullptr;
@@ -411,7 +433,7 @@ void CudaBackend::gated_delta_rule(const Tensor& y, const Tensor& a, const Tenso
     }
     ws = gdn_ws_;
   }
-  cuda::launch_gated_delta_rule(meta_, bf(y), bf(a), bf(b), f32(A_log), f32(dt_bias), f32(state),
+  cuda::launch_gated_delta_rule(m, bf(y), bf(a), bf(b), f32(A_log), f32(dt_bias), f32(state),
                                 shape, ws, bf(out), stream_);
 }
 

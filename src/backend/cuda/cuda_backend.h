@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <utility>
@@ -35,8 +36,13 @@ class CudaBackend final : public Backend {
   void upload_i32(const int32_t* src, const Tensor& dst) override;
   void synchronize() override;
   bool memory_info(size_t& free_bytes, size_t& total_bytes) const override;
-  // Uploads the batch description (positions, sequences, page tables) for the following ops.
-  void set_batch(const BatchDesc& batch) override;
+  int64_t allocated_bytes() const override { return allocated_->load(); }
+  // The split-KV attention partials, the chunked delta rule's workspace for `max_tokens` and the
+  // cuBLASLt workspace.
+  int64_t workspace_bytes(int64_t max_tokens, const GdnDims& gdn) const override;
+  // Uploads the batch description (positions, sequences, page tables) unless it is the one on the
+  // device already.
+  void stage_batch(const StepBatch& batch) override;
   void reserve_batch(int64_t entries) override;
   cudaStream_t stream() const { return stream_; }
 
@@ -64,18 +70,19 @@ class CudaBackend final : public Backend {
   void silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void gather_rows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
   void gated_rms_norm(const Tensor& o, const Tensor& z, const Tensor& w, float eps) override;
+  void copy_state(const Tensor& conv, const Tensor& state, int32_t src, int32_t dst) override;
 
-  void attn_prep_and_cache(const Tensor& qg, const Tensor& k, const Tensor& v, const Tensor& q_norm,
+  void attn_prep_and_cache(const StepBatch& batch, const Tensor& qg, const Tensor& k, const Tensor& v, const Tensor& q_norm,
                            const Tensor& k_norm, const AttnDims& d, const Tensor& q,
                            const Tensor& gate, const Tensor& k_cache,
                            const Tensor& v_cache) override;
-  void paged_attention(const Tensor& q, const Tensor& gate, const Tensor& k_cache,
+  void paged_attention(const StepBatch& batch, const Tensor& q, const Tensor& gate, const Tensor& k_cache,
                        const Tensor& v_cache, const AttnDims& d, const Tensor& out) override;
-  void gdn_conv(const Tensor& u, const Tensor& w, const Tensor& conv_state, int32_t K,
+  void gdn_conv(const StepBatch& batch, const Tensor& u, const Tensor& w, const Tensor& conv_state, int32_t K,
                 const Tensor& y) override;
   std::vector<Sampled> sample(const Tensor& logits, int32_t vocab,
                               const std::vector<SampleSpec>& specs) override;
-  void gated_delta_rule(const Tensor& y, const Tensor& a, const Tensor& b, const Tensor& A_log,
+  void gated_delta_rule(const StepBatch& batch, const Tensor& y, const Tensor& a, const Tensor& b, const Tensor& A_log,
                         const Tensor& dt_bias, const Tensor& state, const GdnDims& d,
                         const Tensor& out) override;
 
@@ -111,6 +118,13 @@ class CudaBackend final : public Backend {
   size_t sample_out_cap_ = 0;
   std::vector<char> sample_host_;
 
+  // The staged batch's device description.
+  const cuda::BatchMeta& meta(const StepBatch& batch) {
+    stage_batch(batch);
+    return meta_;
+  }
+  std::shared_ptr<std::atomic<int64_t>> allocated_ = std::make_shared<std::atomic<int64_t>>(0);
+  uint64_t staged_batch_ = 0;  // id of the batch meta_ describes
   cuda::BatchMeta meta_{};
   int32_t* meta_buf_ = nullptr;  // device, grow-only
   size_t meta_cap_ = 0;          // int32 elements

@@ -1,0 +1,95 @@
+#include "core/step_batch.h"
+
+#include <atomic>
+
+#include "core/error.h"
+
+namespace deltaserve {
+
+namespace {
+std::atomic<uint64_t> next_batch_id{1};
+}
+
+bool StepBatch::is_decode() const {
+  if (sample_rows_.size() != token_ids_.size() || seqs_.size() != token_ids_.size()) return false;
+  for (size_t i = 0; i < seqs_.size(); ++i)
+    if (seqs_[i].num_tokens != 1 || seqs_[i].token_begin != static_cast<int32_t>(i) ||
+        sample_rows_[i] != static_cast<int32_t>(i))
+      return false;
+  return true;
+}
+
+StepBatch StepBatch::padded(int32_t rows, int32_t slot, int32_t page) const {
+  StepBatchBuilder b(page_size_);
+  for (size_t i = 0; i < seqs_.size(); ++i) {
+    const StepSeq& s = seqs_[i];
+    b.add(s.request_id,
+          std::span<const int32_t>(token_ids_.data() + s.token_begin,
+                                   static_cast<size_t>(s.num_tokens)),
+          s.start_pos, s.slot, pages(i), s.num_samples, s.source, s.snapshot);
+  }
+  const int32_t zero = 0;
+  for (int32_t r = 0; r < rows; ++r) b.add(0, {&zero, 1}, 0, slot, {&page, 1}, 1);
+  return b.build();
+}
+
+StepBatchBuilder& StepBatchBuilder::add(uint64_t request_id, std::span<const int32_t> tokens,
+                                        int32_t start_pos, int32_t slot,
+                                        std::span<const int32_t> pages, int32_t num_samples,
+                                        StateSource source, int32_t snapshot) {
+  const int32_t n = static_cast<int32_t>(tokens.size());
+  DS_CHECK(n > 0, "a sequence of a step has at least one token");
+  DS_CHECK(num_samples >= 0 && num_samples <= n, "sampled rows out of range");
+  DS_CHECK(start_pos >= 0 && slot >= 0, "negative position or slot");
+  DS_CHECK((source == StateSource::kFresh) == (start_pos == 0),
+           "a fresh state is exactly a sequence at position 0");
+  DS_CHECK(source != StateSource::kSnapshot || snapshot >= 0, "snapshot source without a snapshot");
+  DS_CHECK(b_.page_size_ <= 0 ||
+               static_cast<int64_t>(pages.size()) * b_.page_size_ >= int64_t{start_pos} + n,
+           "page table too short");
+  StepSeq s;
+  s.request_id = request_id;
+  s.token_begin = b_.num_tokens();
+  s.num_tokens = n;
+  s.start_pos = start_pos;
+  s.slot = slot;
+  s.source = source;
+  s.snapshot = snapshot;
+  s.sample_begin = static_cast<int32_t>(b_.sample_rows_.size());
+  s.num_samples = num_samples;
+  for (int32_t i = 0; i < n; ++i) {
+    b_.token_ids_.push_back(tokens[static_cast<size_t>(i)]);
+    b_.positions_.push_back(start_pos + i);
+  }
+  for (int32_t i = n - num_samples; i < n; ++i) b_.sample_rows_.push_back(s.token_begin + i);
+  b_.page_ids_.insert(b_.page_ids_.end(), pages.begin(), pages.end());
+  b_.page_offsets_.push_back(static_cast<int32_t>(b_.page_ids_.size()));
+  b_.seqs_.push_back(s);
+  return *this;
+}
+
+StepBatchBuilder& StepBatchBuilder::add_rows(uint64_t request_id,
+                                             std::span<const int32_t> tokens, int32_t start_pos,
+                                             int32_t slot, std::span<const int32_t> pages,
+                                             std::span<const int32_t> sample_offsets) {
+  add(request_id, tokens, start_pos, slot, pages, 0);
+  StepSeq& s = b_.seqs_.back();
+  int32_t prev = -1;
+  for (int32_t off : sample_offsets) {
+    DS_CHECK(off > prev && off < s.num_tokens, "sample rows ascending within the sequence");
+    b_.sample_rows_.push_back(s.token_begin + off);
+    prev = off;
+  }
+  s.num_samples = static_cast<int32_t>(sample_offsets.size());
+  return *this;
+}
+
+StepBatch StepBatchBuilder::build() {
+  b_.id_ = next_batch_id.fetch_add(1);
+  StepBatch out = std::move(b_);
+  b_ = StepBatch();
+  b_.page_size_ = out.page_size_;
+  return out;
+}
+
+}  // namespace deltaserve

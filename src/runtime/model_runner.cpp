@@ -1,0 +1,225 @@
+#include "runtime/model_runner.h"
+
+#include <algorithm>
+#include <map>
+
+#include "core/error.h"
+
+namespace deltaserve::runtime {
+
+using model::LayerType;
+
+struct ModelRunner::Scratch {
+  int64_t tokens = 0, rows = 0;
+  std::map<std::string, Buffer> buffers;
+  const Tensor& get(const std::string& name) const {
+    static const Tensor none;
+    const auto it = buffers.find(name);
+    return it == buffers.end() ? none : it->second.tensor();
+  }
+};
+
+MemoryPlan plan_for(const model::Qwen35Model& model, const PlanLimits& limits,
+                    MemoryBudget budget) {
+  backend::Backend& be = model.backend();
+  if (budget.kind == MemoryBudget::Kind::kDeviceShare) {
+    size_t free_b = 0, total_b = 0;
+    DS_CHECK(be.memory_info(free_b, total_b), "a device-share budget on a backend without one");
+    budget.device_free = static_cast<int64_t>(free_b);
+    budget.device_total = static_cast<int64_t>(total_b);
+  }
+  const model::ModelConfig& c = model.rank_config();
+  const backend::GdnDims gdn{static_cast<int32_t>(c.lin_num_k_heads),
+                             static_cast<int32_t>(c.lin_num_v_heads),
+                             static_cast<int32_t>(c.lin_k_dim), static_cast<int32_t>(c.lin_v_dim),
+                             static_cast<int32_t>(c.conv_kernel)};
+  const int64_t tokens = std::max(limits.max_num_batched_tokens, limits.max_graph_batch);
+  return plan_memory(c, be.act_dtype(), limits, budget, be.workspace_bytes(tokens, gdn));
+}
+
+ModelRunner::ModelRunner(model::Qwen35Model& model, const MemoryPlan& plan)
+    : model_(model), be_(model.backend()), plan_(plan) {
+  DS_CHECK(plan.num_pages > 0 && plan.page_size > 0 && plan.num_slots > 0, "empty cache plan");
+  const model::ModelConfig& c = model.rank_config();
+  const DType act = be_.act_dtype();
+  const int64_t pages = int64_t{plan.num_pages} + 1;
+  const int64_t slots = int64_t{plan.pad_slot()} + 1;
+  cache_.resize(static_cast<size_t>(c.num_layers));
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    model::LayerCache& lc = cache_[static_cast<size_t>(i)];
+    auto keep = [this](Buffer b) {
+      cache_buffers_.push_back(std::move(b));
+      return cache_buffers_.back().tensor();
+    };
+    if (c.layer_types[static_cast<size_t>(i)] == LayerType::kFullAttention) {
+      lc.k = keep(be_.alloc(act, {pages, plan.page_size, c.num_kv_heads, c.head_dim}));
+      lc.v = keep(be_.alloc(act, {pages, plan.page_size, c.num_kv_heads, c.head_dim}));
+    } else {
+      lc.conv = keep(be_.alloc(act, {slots, c.conv_dim(), c.conv_kernel - 1}));
+      lc.state =
+          keep(be_.alloc(DType::kF32, {slots, c.lin_num_v_heads, c.lin_k_dim, c.lin_v_dim}));
+    }
+  }
+  ensure_scratch(plan.scratch_tokens, plan.scratch_rows);
+}
+
+ModelRunner::~ModelRunner() {
+  if (!graphs_.empty()) be_.drop_graphs();
+}
+
+void ModelRunner::ensure_scratch(int64_t T, int64_t R) {
+  if (!scratch_) scratch_ = std::make_unique<Scratch>();
+  Scratch& s = *scratch_;
+  if (T <= s.tokens && R <= s.rows) return;
+  if (!graphs_.empty()) {  // they point at the buffers being replaced
+    be_.drop_graphs();
+    graphs_.clear();
+  }
+  // Each dimension grows on its own (doubling past the plan, so growth stays rare).
+  const int64_t tokens = T > s.tokens ? std::max(T, 2 * s.tokens) : s.tokens;
+  const int64_t rows = R > s.rows ? std::max(R, 2 * s.rows) : s.rows;
+  s.buffers.clear();
+  for (const ScratchBuffer& b :
+       scratch_buffers(model_.rank_config(), be_.act_dtype(), tokens, rows)) {
+    switch (b.dims.size()) {
+      case 1:
+        s.buffers.emplace(b.name, be_.alloc(b.dtype, {b.dims[0]}));
+        break;
+      case 2:
+        s.buffers.emplace(b.name, be_.alloc(b.dtype, {b.dims[0], b.dims[1]}));
+        break;
+      default:
+        s.buffers.emplace(b.name, be_.alloc(b.dtype, {b.dims[0], b.dims[1], b.dims[2]}));
+    }
+  }
+  s.tokens = tokens;
+  s.rows = rows;
+}
+
+model::StepBuffers ModelRunner::views(int64_t T, int64_t R) const {
+  const Scratch& s = *scratch_;
+  auto rows = [&](const char* name, int64_t n) {
+    const Tensor& t = s.get(name);
+    return t.empty() ? Tensor{} : t.rows(0, n);
+  };
+  return {rows("ids", T),      rows("x", T),       rows("h", T),       rows("mix", T),
+          rows("qg", T),       rows("k", T),       rows("v", T),       rows("q", T),
+          rows("gate", T),     rows("attn", T),    rows("u", T),       rows("y", T),
+          rows("z", T),        rows("a", T),       rows("b", T),       rows("o", T),
+          rows("mlp_gate", T), rows("mlp_up", T),  rows("mlp_act", T), rows("row_ids", R),
+          rows("hr", R),       rows("out", R)};
+}
+
+void ModelRunner::copy_state(int32_t src, int32_t dst) {
+  DS_CHECK(src >= 0 && dst >= 0 && src <= plan_.pad_slot() && dst <= plan_.pad_slot(),
+           "state slot out of range");
+  for (const model::LayerCache& c : cache_)
+    if (!c.state.empty()) be_.copy_state(c.conv, c.state, src, dst);
+}
+
+void ModelRunner::restore_snapshots(const StepBatch& batch) {
+  for (const StepSeq& s : batch.seqs())
+    if (s.source == StateSource::kSnapshot) copy_state(s.snapshot, s.slot);
+}
+
+std::vector<int32_t> ModelRunner::graph_buckets() const {
+  std::vector<int32_t> b;
+  for (const auto& [size, id] : graphs_)
+    if (be_.graph_valid(id)) b.push_back(size);
+  return b;
+}
+
+void ModelRunner::capture_decode_graphs(std::vector<int32_t> buckets, int32_t max_pages_per_seq) {
+  graphs_.clear();
+  if (!be_.graphs_supported() || buckets.empty()) return;
+  std::sort(buckets.begin(), buckets.end());
+  buckets.erase(std::unique(buckets.begin(), buckets.end()), buckets.end());
+  DS_CHECK(buckets.front() >= 1, "graph batch sizes must be >= 1");
+  const int64_t top = buckets.back();
+  const int64_t max_seqs = std::max<int64_t>(plan_.num_slots, top);
+  ensure_scratch(std::max(plan_.scratch_tokens, top), std::max(plan_.scratch_rows, top));
+  be_.reserve_batch(2 * std::max(scratch_->tokens, top) + 5 * max_seqs +
+                    max_seqs * std::max(max_pages_per_seq, 1));
+  for (const int32_t B : buckets) {
+    // Capture over padding rows only (the pad slot and page); replays bring their own batch.
+    const StepBatch pad = StepBatchBuilder(plan_.page_size).build().padded(B, plan_.pad_slot(),
+                                                                           plan_.pad_page());
+    be_.stage_batch(pad);
+    const std::vector<int32_t> ids(static_cast<size_t>(B), 0);
+    const model::StepBuffers v = views(B, B);
+    be_.upload_i32(ids.data(), v.ids);
+    be_.begin_capture();
+    try {
+      model_.forward(pad, v, cache_, B, true);
+    } catch (...) {
+      try {
+        be_.end_capture();
+      } catch (...) {
+      }
+      throw;
+    }
+    const int id = be_.end_capture();
+    be_.replay(id);  // warm up
+    graphs_.emplace_back(B, id);
+  }
+  be_.synchronize();
+}
+
+// A decode-only step replays the smallest graph that fits; -1 when none does.
+int ModelRunner::find_graph(const StepBatch& batch, int32_t& bucket) const {
+  if (eager_ || graphs_.empty() || !batch.is_decode()) return -1;
+  for (const auto& [size, id] : graphs_)
+    if (size >= batch.num_tokens() && be_.graph_valid(id)) {
+      bucket = size;
+      return id;
+    }
+  return -1;
+}
+
+int64_t ModelRunner::compute(const StepBatch& batch) {
+  DS_CHECK(batch.num_tokens() > 0, "empty batch");
+  for (const StepSeq& s : batch.seqs())
+    DS_CHECK(s.slot >= 0 && s.slot < plan_.num_slots, "slot out of range");
+  const int64_t R = static_cast<int64_t>(batch.sample_rows().size());
+  restore_snapshots(batch);
+  int32_t B = batch.num_tokens();
+  int graph = find_graph(batch, B);
+  ensure_scratch(B, R);
+  if (graph >= 0 && !be_.graph_valid(graph)) graph = -1;  // the buffers had to grow
+  if (graph < 0) B = batch.num_tokens();
+  const StepBatch padded =
+      B > batch.num_tokens()
+          ? batch.padded(B - batch.num_tokens(), plan_.pad_slot(), plan_.pad_page())
+          : StepBatch();
+  const StepBatch& step = B > batch.num_tokens() ? padded : batch;
+  be_.stage_batch(step);
+  if (graph >= 0 && !be_.graph_valid(graph)) graph = -1;  // staging had to grow its buffer
+  const model::StepBuffers v = views(B, R);
+  be_.upload_i32(step.token_ids().data(), v.ids);
+  if (graph >= 0) {
+    be_.replay(graph);
+  } else {
+    if (R > 0) be_.upload_i32(batch.sample_rows().data(), v.row_ids);
+    model_.forward(step, v, cache_, R, false);
+  }
+  return R;
+}
+
+std::vector<float> ModelRunner::forward(const StepBatch& batch) {
+  const int64_t R = compute(batch);
+  const int64_t V = model_.config().vocab_size;
+  std::vector<float> logits(static_cast<size_t>(R * V));
+  if (R > 0) be_.download_f32(views(0, R).out, logits.data());
+  return logits;
+}
+
+std::vector<backend::Sampled> ModelRunner::forward_sample(
+    const StepBatch& batch, int32_t vocab, const std::vector<backend::SampleSpec>& specs) {
+  DS_CHECK(specs.size() == batch.sample_rows().size(), "one sampling spec per sampled row");
+  DS_CHECK(vocab > 0 && vocab <= model_.config().vocab_size, "sampling vocabulary");
+  const int64_t R = compute(batch);
+  if (R == 0) return {};
+  return be_.sample(views(0, R).out, vocab, specs);
+}
+
+}  // namespace deltaserve::runtime
