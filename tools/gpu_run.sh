@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
-# Usage: tools/gpu_run.sh STAGE...   stages: ops model nccl bench1 prof bench hf real serve
+# Usage: tools/gpu_run.sh STAGE...   stages: ops model nccl bench1 prof bench ab hf real serve
 #        benchtp[:MODELS] servetp   (multi-GPU: TP1 vs TP2 vs TP4 on the visible GPUs)
 # Logs go to $OUT (or ./gpu_logs); a summary line is printed as each stage ends.
 set -uo pipefail
@@ -72,6 +72,16 @@ for stage in "$@"; do
     bench)  # the model-level table: decode B=1/16/64/256 at ctx 1k, prefill 512/2k/8k, per-op
       $BIN/gpu_bench --model $M --profile --gemv >"$LOG/gpu_bench.md" 2>"$LOG/gpu_bench.err"
       note "bench rc=$?" ;;
+    ab)  # A/B of the model-level bench against a base build's (.device_out/bin/gpu_bench_base,
+         # staged from another commit), interleaved: new, base, new, base
+      for i in 1 2; do
+        for v in gpu_bench gpu_bench_base; do
+          [ -x $BIN/$v ] || continue
+          timeout 280 $BIN/$v --model $M --batches 1,16,64,256 --prefill 8192 --iters 30 \
+            >"$LOG/ab_${v}_$i.md" 2>>"$LOG/ab.err"
+          note "ab $v $i rc=$? $(grep -E '^\| (1|16|64|256|8192) \|' "$LOG/ab_${v}_$i.md" | tr '\n' ' ')"
+        done
+      done ;;
     hf)  # HF transformers on the same shapes (the peer in the table)
       python3 tools/hf_bench.py >"$LOG/hf_bench.md" 2>"$LOG/hf_bench.err"
       note "hf rc=$?" ;;

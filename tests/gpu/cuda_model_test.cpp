@@ -15,6 +15,7 @@
 #include "model/qwen35.h"
 #include "model/safetensors.h"
 #include "runner_fixture.h"
+#include "runtime/model_runner.h"
 #include "test_util.h"
 
 namespace deltaserve::model {
@@ -210,6 +211,41 @@ TEST_P(CudaModel, GraphedBatchedDecodeEqualsSoloEager) {
                 0.0f)
           << "sequence " << s << " step " << k;
   }
+}
+
+// The memory plan on the GPU: the runner allocates exactly the plan, and the backend's own
+// workspace after the largest step the plan allows stays within the plan's workspace.
+TEST_P(CudaModel, MemoryPlanEqualsWhatIsAllocated) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU tests run on the H200 test machine";
+  const auto dir = test_data() / GetParam();
+  const ModelConfig cfg = load_model_config(dir);
+  backend::CudaBackend be(0);
+  Checkpoint ckpt(dir);
+  Qwen35Model m(cfg, be, load_weights(ckpt, cfg, be));
+  runtime::PlanLimits limits;
+  limits.max_num_seqs = 4;
+  limits.max_num_batched_tokens = 1000;
+  limits.max_model_len = 1024;
+  limits.page_size = 16;
+  limits.num_snapshots = 2;
+  limits.max_graph_batch = 4;
+  runtime::MemoryBudget budget;
+  budget.kind = runtime::MemoryBudget::Kind::kDeviceShare;
+  budget.utilization = 0.02;  // ~2.8 GiB of the H200
+  const runtime::MemoryPlan plan = runtime::plan_for(m, limits, budget);
+  std::printf("  %s plan: %s\n", GetParam().c_str(), plan.describe().c_str());
+  const int64_t before = be.allocated_bytes();
+  runtime::ModelRunner runner(m, plan);
+  EXPECT_EQ(be.allocated_bytes() - before, plan.runner_bytes());
+  std::vector<int32_t> ids(1000), pages;
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i % cfg.vocab_size);
+  for (int32_t q = 0; q * 16 < 1000; ++q) pages.push_back(q);
+  runner.forward(StepBatchBuilder(16).add(0, ids, 0, 0, pages, 1).build());
+  EXPECT_EQ(be.allocated_bytes() - before, plan.runner_bytes()) << "a planned step allocates nothing";
+  EXPECT_LE(be.workspace_allocated(), plan.workspace_bytes);
+  size_t free_b = 0, total_b = 0;
+  ASSERT_TRUE(be.memory_info(free_b, total_b));
+  EXPECT_GE(static_cast<int64_t>(free_b), plan.reserve_bytes) << "the share fits the device";
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, CudaModel, ::testing::Values("tiny_real", "tiny_odd"));

@@ -40,6 +40,10 @@ class CudaBackend final : public Backend {
   // The split-KV attention partials, the chunked delta rule's workspace for `max_tokens` and the
   // cuBLASLt workspace.
   int64_t workspace_bytes(int64_t max_tokens, const GdnDims& gdn) const override;
+  // What the backend holds of its own workspace now (the plan's workspace is its ceiling).
+  int64_t workspace_allocated() const {
+    return static_cast<int64_t>(kAttnWorkspaceBytes + gemm_->workspace_bytes() + gdn_ws_bytes_);
+  }
   // Uploads the batch description (positions, sequences, page tables) unless it is the one on the
   // device already.
   void stage_batch(const StepBatch& batch) override;

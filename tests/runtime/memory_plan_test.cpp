@@ -1,0 +1,100 @@
+// The memory plan: its numbers equal what the runner and the backend actually allocate, each
+// budget kind sizes the KV pages as documented, and a plan that cannot hold one request fails.
+#include "runtime/memory_plan.h"
+
+#include <gtest/gtest.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "model/loader.h"
+#include "runtime/model_runner.h"
+#include "test_util.h"
+
+namespace deltaserve::runtime {
+namespace {
+
+PlanLimits limits() {
+  PlanLimits l;
+  l.max_num_seqs = 3;
+  l.max_num_batched_tokens = 40;
+  l.max_model_len = 100;
+  l.page_size = 16;
+  l.num_snapshots = 2;
+  return l;
+}
+
+TEST(MemoryPlan, RunnerAllocatesExactlyThePlan) {
+  backend::CpuBackend be;
+  auto m = model::load_model((testing::test_data() / "tiny_real").string(),
+                             model::LoadFormat::kAuto, be, false);
+  MemoryBudget budget;
+  budget.pages = 20;
+  const MemoryPlan plan = plan_for(*m, limits(), budget);
+  EXPECT_EQ(plan.num_pages, 20);
+  EXPECT_EQ(plan.num_slots, 3);
+  EXPECT_EQ(plan.pad_slot(), 5) << "3 request slots, 2 snapshot slots, then the pad slot";
+  EXPECT_EQ(plan.snapshot_slot(1), 4);
+  const int64_t before = be.allocated_bytes();
+  {
+    ModelRunner runner(*m, plan);
+    EXPECT_EQ(be.allocated_bytes() - before, plan.runner_bytes())
+        << "caches " << plan.kv_bytes() << " + " << plan.state_bytes() << ", step buffers "
+        << plan.scratch_bytes;
+  }
+  EXPECT_EQ(be.allocated_bytes(), before) << "the runner frees what it allocated";
+  // Independent arithmetic for the cache sizes of the tiny model.
+  const model::ModelConfig& c = m->rank_config();
+  const int64_t full = c.num_layers_of(model::LayerType::kFullAttention);
+  const int64_t gdn = c.num_layers_of(model::LayerType::kLinearAttention);
+  EXPECT_EQ(plan.kv_bytes(), 21 * full * 2 * 16 * c.num_kv_heads * c.head_dim * 4);
+  EXPECT_EQ(plan.state_bytes(),
+            6 * gdn *
+                (c.conv_dim() * (c.conv_kernel - 1) + c.lin_num_v_heads * c.lin_k_dim * c.lin_v_dim) *
+                4);
+}
+
+TEST(MemoryPlan, BudgetsSizeTheKvPages) {
+  const model::ModelConfig c = model::load_config("");
+  const PlanLimits l = limits();  // 7 pages per request of 100 tokens
+  MemoryBudget b;
+  EXPECT_EQ(plan_memory(c, DType::kF32, l, b, 0).num_pages, 7 * 3) << "default: min(seqs, 4)";
+  b.kind = MemoryBudget::Kind::kRequests;
+  b.requests = 5;
+  EXPECT_EQ(plan_memory(c, DType::kF32, l, b, 0).num_pages, 35);
+  b.kind = MemoryBudget::Kind::kHostBytes;
+  const int64_t page = page_bytes(c, DType::kF32, 16);
+  b.kv_bytes = 10 * page + page / 2;
+  EXPECT_EQ(plan_memory(c, DType::kF32, l, b, 0).num_pages, 10);
+  b.kv_bytes = 1000 * page;
+  EXPECT_EQ(plan_memory(c, DType::kF32, l, b, 0).num_pages, 21) << "at most room for max_num_seqs";
+  // Device share: what is left of 50% of 8 GiB after 1 GiB in use, the slots, the step buffers,
+  // the workspace, the reserve and the pad page.
+  b.kind = MemoryBudget::Kind::kDeviceShare;
+  b.utilization = 0.5;
+  b.device_total = int64_t{8} << 30;
+  b.device_free = int64_t{7} << 30;
+  const int64_t ws = int64_t{100} << 20;
+  const MemoryPlan p = plan_memory(c, DType::kBF16, l, b, ws);
+  const int64_t rest = (int64_t{4} << 30) - (int64_t{1} << 30) - p.state_bytes() -
+                       p.scratch_bytes - ws - MemoryPlan::kDeviceReserve - p.page_bytes;
+  EXPECT_EQ(p.num_pages, rest / p.page_bytes);
+  EXPECT_LE(p.device_used + p.runner_bytes() + p.workspace_bytes + p.reserve_bytes,
+            b.device_total / 2);
+  EXPECT_NE(p.describe().find("KV pages"), std::string::npos);
+}
+
+TEST(MemoryPlan, FailsClosedWhenOneRequestCannotFit) {
+  const model::ModelConfig c = model::load_config("");
+  MemoryBudget b;
+  b.kind = MemoryBudget::Kind::kHostBytes;
+  b.kv_bytes = page_bytes(c, DType::kF32, 16) * 3;  // 3 pages; a request needs 7
+  try {
+    plan_memory(c, DType::kF32, limits(), b, 0);
+    FAIL() << "a plan without room for one request";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs 7"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace deltaserve::runtime
