@@ -286,6 +286,204 @@ int run_tp(const std::string& dir, const std::vector<int32_t>& tps,
   return 0;
 }
 
+// The single-GPU tables: decode steps, prefill steps (with --profile the per-op tables), and with
+// --gemv the decode projections against cuBLASLt.
+class SingleGpuBench {
+ public:
+  SingleGpuBench(const std::string& model, const std::vector<int32_t>& batches,
+                 const std::vector<int32_t>& prefills, int32_t ctx, int iters, bool profile)
+      : be_(0),
+        m_(ds::model::load_model(model, ds::model::LoadFormat::kDummy, be_, true)),
+        c_(m_->config()),
+        batches_(batches),
+        prefills_(prefills),
+        ctx_(ctx),
+        iters_(iters),
+        profile_(profile),
+        maxB_(*std::max_element(batches.begin(), batches.end())),
+        maxN_(prefills.empty() ? 1 : *std::max_element(prefills.begin(), prefills.end())),
+        pps_((ctx + 1 + kPage - 1) / kPage),
+        ppp_((maxN_ + kPage - 1) / kPage),
+        runner_(*m_, ds::runtime::plan_for(
+                         *m_, bench_limits(kPage, maxB_, std::max(maxN_, maxB_), pps_, ppp_),
+                         bench_budget(maxB_ * pps_ + ppp_))) {
+    runner_.capture_decode_graphs(batches, std::max(pps_, ppp_));
+  }
+
+  void decode_table();
+  void prefill_table();
+  void gemv_table();
+  void print_reports() const {
+    for (const std::string& r : reports_) std::printf("\n%s", r.c_str());
+  }
+
+ private:
+  static constexpr int32_t kPage = 16;
+  // Median ms of `n` steps (after 3 warm-ups).
+  double time_steps(const ds::StepBatch& b, size_t rows, int n, int warmup);
+
+  ds::backend::CudaBackend be_;
+  std::unique_ptr<ds::model::Qwen35Model> m_;
+  const ds::model::ModelConfig& c_;
+  std::vector<int32_t> batches_, prefills_;
+  int32_t ctx_;
+  int iters_;
+  bool profile_;
+  int32_t maxB_, maxN_, pps_, ppp_;
+  ds::runtime::ModelRunner runner_;
+  std::vector<std::string> reports_;
+};
+
+double SingleGpuBench::time_steps(const ds::StepBatch& b, size_t rows, int n, int warmup) {
+  const std::vector<ds::backend::SampleSpec> specs(rows);
+  std::vector<double> t;
+  for (int i = 0; i < n + warmup; ++i) {
+    const auto t0 = clock_type::now();
+    runner_.forward_sample(b, static_cast<int32_t>(c_.vocab_size), specs);
+    const double ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+    if (i >= warmup) t.push_back(ms);
+  }
+  return median(t);
+}
+
+void SingleGpuBench::decode_table() {
+  // Bytes a decode step must move: every weight except the embedding rows not looked up (the
+  // table is read whole by a tied lm_head), plus per sequence its GDN state (read + written)
+  // and its KV of the full-attention layers.
+  const ds::model::ModelConfig& c = c_;
+  const int64_t embed_bytes = c.vocab_size * c.hidden_size * 2;
+  const double weight_bytes =
+      static_cast<double>(m_->weights().total_bytes - (c.tie_word_embeddings ? 0 : embed_bytes));
+  const double state_bytes =
+      static_cast<double>(c.num_layers_of(ds::model::LayerType::kLinearAttention) *
+                          (c.lin_num_v_heads * c.lin_k_dim * c.lin_v_dim * 4 * 2 +
+                           c.conv_dim() * (c.conv_kernel - 1) * 2 * 2));
+  const double kv_bytes_per_token =
+      static_cast<double>(c.num_layers_of(ds::model::LayerType::kFullAttention) * 2 *
+                          c.num_kv_heads * c.head_dim * 2);
+  std::printf(
+      "\n| decode B | ctx | eager ms/step | graphed ms/step | tok/s (graphed) | floor ms "
+      "(weights) | floor ms (all bytes) | graphed / weights floor |\n|---|---|---|---|"
+      "---|---|---|---|\n");
+  for (const int32_t B : batches_) {
+    const ds::StepBatch fb = decode_batch(B, static_cast<int32_t>(c.vocab_size), ctx_, kPage, pps_);
+    runner_.set_eager(true);
+    const double eager = time_steps(fb, static_cast<size_t>(B), iters_, 3);
+    runner_.set_eager(false);
+    const double graphed = time_steps(fb, static_cast<size_t>(B), iters_, 3);
+    const double floor_w = weight_bytes / kBandwidth * 1e3;
+    const double floor_all =
+        (weight_bytes + B * (state_bytes + kv_bytes_per_token * (ctx_ + 1))) / kBandwidth * 1e3;
+    std::printf("| %d | %d | %.3f | %.3f | %.0f | %.3f | %.3f | %.2fx |\n", B, ctx_, eager,
+                graphed, B / graphed * 1e3, floor_w, floor_all, graphed / floor_w);
+    std::fflush(stdout);
+    if (profile_) {
+      be_.set_profiling(true);
+      be_.profile_report(true);
+      runner_.set_eager(true);
+      time_steps(fb, static_cast<size_t>(B), 5, 3);
+      reports_.push_back("eager decode step, B=" + std::to_string(B) +
+                         " (8 steps incl. warm-up)\n" + be_.profile_report(true));
+      be_.set_profiling(false);
+    }
+  }
+}
+
+void SingleGpuBench::prefill_table() {
+  const ds::model::ModelConfig& c = c_;
+  // Linear-layer FLOPs per token (lm_head only for the one sampled row).
+  double linear_params = 0;
+  for (const auto& l : m_->weights().layers) {
+    for (const ds::Tensor* t :
+         {&l.gate_proj, &l.up_proj, &l.down_proj, &l.attn.q_proj, &l.attn.k_proj, &l.attn.v_proj,
+          &l.attn.o_proj, &l.gdn.in_proj_qkv, &l.gdn.in_proj_z, &l.gdn.in_proj_a,
+          &l.gdn.in_proj_b, &l.gdn.out_proj})
+      if (!t->empty()) linear_params += static_cast<double>(t->numel());
+  }
+  std::printf(
+      "\n| prefill N | ms | tok/s | linear+attention TFLOP/s | share of %.0f TFLOP/s |\n"
+      "|---|---|---|---|---|\n",
+      kPeakFlops / 1e12);
+  runner_.set_eager(true);
+  for (const int32_t N : prefills_) {
+    const ds::StepBatch fb =
+        prefill_batch(N, static_cast<int32_t>(c.vocab_size), kPage, maxB_, maxB_ * pps_, ppp_);
+    const double ms = time_steps(fb, 1, std::max(3, iters_ / 10) - 1, 1);
+    if (profile_) {
+      be_.set_profiling(true);
+      be_.profile_report(true);
+      time_steps(fb, 1, 1, 0);
+      reports_.push_back("prefill N=" + std::to_string(N) + " (one step)\n" +
+                         be_.profile_report(true));
+      be_.set_profiling(false);
+    }
+    const double flops =
+        2.0 * linear_params * N +
+        2.0 * 2.0 * c.num_heads * c.head_dim * (static_cast<double>(N) * (N + 1) / 2) *
+            static_cast<double>(c.num_layers_of(ds::model::LayerType::kFullAttention));
+    std::printf("| %d | %.2f | %.0f | %.1f | %.1f%% |\n", N, ms, N / ms * 1e3,
+                flops / (ms * 1e-3) / 1e12, 100.0 * flops / (ms * 1e-3) / kPeakFlops);
+    std::fflush(stdout);
+  }
+}
+
+void SingleGpuBench::gemv_table() {
+  const ds::model::ModelConfig& c = c_;
+  ds::backend::CudaBackend& be = be_;
+  // Decode projections of one token: ours (GEMV) and cuBLASLt on the same weights.
+  const int64_t H = c.hidden_size, I = c.intermediate_size;
+  const std::vector<std::pair<int64_t, int64_t>> shapes{{2 * c.num_heads * c.head_dim, H},
+                                                        {c.num_kv_heads * c.head_dim, H},
+                                                        {H, c.num_heads * c.head_dim},
+                                                        {c.conv_dim(), H},
+                                                        {c.value_dim(), H},
+                                                        {c.lin_num_v_heads, H},
+                                                        {H, c.value_dim()},
+                                                        {I, H},
+                                                        {H, I},
+                                                        {c.vocab_size, H}};
+  ds::cuda::CublasLtLinear lt;
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::printf(
+      "\n| N x K (T=1) | MB | GEMV us | GEMV GB/s | cuBLASLt us | cuBLASLt GB/s |\n"
+      "|---|---|---|---|---|---|\n");
+  for (const auto& [N, K] : shapes) {
+    const double bytes = static_cast<double>(N * K * 2);
+    const int copies = static_cast<int>(std::max(1.0, std::ceil(256e6 / bytes)));
+    std::vector<ds::Buffer> w;
+    for (int i = 0; i < copies; ++i) w.push_back(be.alloc(ds::DType::kBF16, {N, K}));
+    ds::Buffer x = be.alloc(ds::DType::kBF16, {1, K}), y = be.alloc(ds::DType::kBF16, {1, N});
+    auto time = [&](bool ours) {
+      const int n = std::max(copies * 4, 40);
+      for (int rep = 0; rep < 2; ++rep) {  // the first pass warms up
+        cudaEventRecord(e0, be.stream());
+        for (int i = 0; i < n; ++i) {
+          const ds::Tensor& wt = w[static_cast<size_t>(i % copies)].tensor();
+          if (ours)
+            be.linear(x.tensor(), wt, y.tensor());
+          else
+            lt.run(static_cast<const __nv_bfloat16*>(x.tensor().data),
+                   static_cast<const __nv_bfloat16*>(wt.data),
+                   static_cast<__nv_bfloat16*>(y.tensor().data), 1, K, N, be.stream());
+        }
+        cudaEventRecord(e1, be.stream());
+        cudaEventSynchronize(e1);
+      }
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      return ms * 1e3 / n;
+    };
+    const double us = time(true), lus = time(false);
+    std::printf("| %lld x %lld | %.1f | %.1f | %.0f | %.1f | %.0f |\n",
+                static_cast<long long>(N), static_cast<long long>(K), bytes / 1e6, us,
+                bytes / us / 1e3, lus, bytes / lus / 1e3);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -297,177 +495,14 @@ int main(int argc, char** argv) {
     const std::vector<int32_t> prefills = parse_list(a.get("prefill", "512,2048,8192"));
     const int32_t ctx = static_cast<int32_t>(a.get_int("context", 1024, 1, 1 << 20));
     const int iters = static_cast<int>(a.get_int("iters", 30, 1, 10000));
-    const bool profile = a.has("profile");
     if (a.has("tp"))
       return run_tp(a.get("model", ""), parse_list(a.get("tp", "1")), batches, prefills, ctx,
                     iters);
-    const int32_t page = 16;
-    const int32_t maxB = *std::max_element(batches.begin(), batches.end());
-    const int32_t maxN = prefills.empty() ? 1 : *std::max_element(prefills.begin(), prefills.end());
-
-    ds::backend::CudaBackend be(0);
-    auto m = ds::model::load_model(a.get("model", ""), ds::model::LoadFormat::kDummy, be, true);
-    const ds::model::ModelConfig& c = m->config();
-    const int32_t pps = (ctx + 1 + page - 1) / page;  // pages per decode sequence
-    const int32_t ppp = (maxN + page - 1) / page;     // pages of the largest prefill
-    ds::runtime::ModelRunner runner(
-        *m, ds::runtime::plan_for(*m, bench_limits(page, maxB, std::max(maxN, maxB), pps, ppp),
-                                  bench_budget(maxB * pps + ppp)));
-    runner.capture_decode_graphs(batches, std::max(pps, ppp));
-
-    // Bytes a decode step must move: every weight except the embedding rows not looked up (the
-    // table is read whole by a tied lm_head), plus per sequence its GDN state (read + written)
-    // and its KV of the full-attention layers.
-    const int64_t embed_bytes = c.vocab_size * c.hidden_size * 2;
-    const double weight_bytes =
-        static_cast<double>(m->weights().total_bytes - (c.tie_word_embeddings ? 0 : embed_bytes));
-    const double state_bytes =
-        static_cast<double>(c.num_layers_of(ds::model::LayerType::kLinearAttention) *
-                            (c.lin_num_v_heads * c.lin_k_dim * c.lin_v_dim * 4 * 2 +
-                             c.conv_dim() * (c.conv_kernel - 1) * 2 * 2));
-    const double kv_bytes_per_token =
-        static_cast<double>(c.num_layers_of(ds::model::LayerType::kFullAttention) * 2 *
-                            c.num_kv_heads * c.head_dim * 2);
-
-    std::printf(
-        "\n| decode B | ctx | eager ms/step | graphed ms/step | tok/s (graphed) | floor ms "
-        "(weights) | floor ms (all bytes) | graphed / weights floor |\n|---|---|---|---|"
-        "---|---|---|---|\n");
-    std::vector<std::string> reports;
-    for (const int32_t B : batches) {
-      const ds::StepBatch fb =
-          decode_batch(B, static_cast<int32_t>(c.vocab_size), ctx, page, pps);
-      const std::vector<ds::backend::SampleSpec> specs(static_cast<size_t>(B));
-      auto run = [&](bool eager, int n) {
-        runner.set_eager(eager);
-        std::vector<double> t;
-        for (int i = 0; i < n + 3; ++i) {
-          const auto t0 = clock_type::now();
-          runner.forward_sample(fb, static_cast<int32_t>(c.vocab_size), specs);
-          const double ms =
-              std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
-          if (i >= 3) t.push_back(ms);
-        }
-        return median(t);
-      };
-      const double eager = run(true, iters);
-      const double graphed = run(false, iters);
-      const double floor_w = weight_bytes / kBandwidth * 1e3;
-      const double floor_all =
-          (weight_bytes + B * (state_bytes + kv_bytes_per_token * (ctx + 1))) / kBandwidth * 1e3;
-      std::printf("| %d | %d | %.3f | %.3f | %.0f | %.3f | %.3f | %.2fx |\n", B, ctx, eager,
-                  graphed, B / graphed * 1e3, floor_w, floor_all, graphed / floor_w);
-      std::fflush(stdout);
-      if (profile) {
-        be.set_profiling(true);
-        be.profile_report(true);
-        run(true, 5);
-        reports.push_back("eager decode step, B=" + std::to_string(B) +
-                          " (8 steps incl. warm-up)\n" + be.profile_report(true));
-        be.set_profiling(false);
-      }
-    }
-
-    // Linear-layer FLOPs per token (lm_head only for the one sampled row).
-    double linear_params = 0;
-    for (const auto& l : m->weights().layers) {
-      for (const ds::Tensor* t :
-           {&l.gate_proj, &l.up_proj, &l.down_proj, &l.attn.q_proj, &l.attn.k_proj, &l.attn.v_proj,
-            &l.attn.o_proj, &l.gdn.in_proj_qkv, &l.gdn.in_proj_z, &l.gdn.in_proj_a,
-            &l.gdn.in_proj_b, &l.gdn.out_proj})
-        if (!t->empty()) linear_params += static_cast<double>(t->numel());
-    }
-    std::printf(
-        "\n| prefill N | ms | tok/s | linear+attention TFLOP/s | share of %.0f TFLOP/s |\n"
-        "|---|---|---|---|---|\n",
-        kPeakFlops / 1e12);
-    runner.set_eager(true);
-    for (const int32_t N : prefills) {
-      const ds::StepBatch fb =
-          prefill_batch(N, static_cast<int32_t>(c.vocab_size), page, maxB, maxB * pps, ppp);
-      const std::vector<ds::backend::SampleSpec> specs(1);
-      std::vector<double> t;
-      const int n = std::max(3, iters / 10);
-      for (int i = 0; i < n + 1; ++i) {
-        if (profile && i == n) {
-          be.set_profiling(true);
-          be.profile_report(true);
-        }
-        const auto t0 = clock_type::now();
-        runner.forward_sample(fb, static_cast<int32_t>(c.vocab_size), specs);
-        const double ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
-        if (i >= 1 && i < n) t.push_back(ms);
-      }
-      if (profile) {
-        reports.push_back("prefill N=" + std::to_string(N) + " (one step)\n" +
-                          be.profile_report(true));
-        be.set_profiling(false);
-      }
-      const double ms = median(t);
-      const double flops =
-          2.0 * linear_params * N +
-          2.0 * 2.0 * c.num_heads * c.head_dim * (static_cast<double>(N) * (N + 1) / 2) *
-              static_cast<double>(c.num_layers_of(ds::model::LayerType::kFullAttention));
-      std::printf("| %d | %.2f | %.0f | %.1f | %.1f%% |\n", N, ms, N / ms * 1e3,
-                  flops / (ms * 1e-3) / 1e12, 100.0 * flops / (ms * 1e-3) / kPeakFlops);
-      std::fflush(stdout);
-    }
-    for (const std::string& r : reports) std::printf("\n%s", r.c_str());
-
-    if (a.has("gemv")) {
-      // Decode projections of one token: ours (GEMV) and cuBLASLt on the same weights.
-      const int64_t H = c.hidden_size, I = c.intermediate_size;
-      const std::vector<std::pair<int64_t, int64_t>> shapes{{2 * c.num_heads * c.head_dim, H},
-                                                            {c.num_kv_heads * c.head_dim, H},
-                                                            {H, c.num_heads * c.head_dim},
-                                                            {c.conv_dim(), H},
-                                                            {c.value_dim(), H},
-                                                            {c.lin_num_v_heads, H},
-                                                            {H, c.value_dim()},
-                                                            {I, H},
-                                                            {H, I},
-                                                            {c.vocab_size, H}};
-      ds::cuda::CublasLtLinear lt;
-      cudaEvent_t e0, e1;
-      cudaEventCreate(&e0);
-      cudaEventCreate(&e1);
-      std::printf(
-          "\n| N x K (T=1) | MB | GEMV us | GEMV GB/s | cuBLASLt us | cuBLASLt GB/s |\n"
-          "|---|---|---|---|---|---|\n");
-      for (const auto& [N, K] : shapes) {
-        const double bytes = static_cast<double>(N * K * 2);
-        const int copies = static_cast<int>(std::max(1.0, std::ceil(256e6 / bytes)));
-        std::vector<ds::Buffer> w;
-        for (int i = 0; i < copies; ++i) w.push_back(be.alloc(ds::DType::kBF16, {N, K}));
-        ds::Buffer x = be.alloc(ds::DType::kBF16, {1, K}), y = be.alloc(ds::DType::kBF16, {1, N});
-        auto time = [&](bool ours) {
-          const int n = std::max(copies * 4, 40);
-          for (int rep = 0; rep < 2; ++rep) {  // the first pass warms up
-            cudaEventRecord(e0, be.stream());
-            for (int i = 0; i < n; ++i) {
-              const ds::Tensor& wt = w[static_cast<size_t>(i % copies)].tensor();
-              if (ours)
-                be.linear(x.tensor(), wt, y.tensor());
-              else
-                lt.run(static_cast<const __nv_bfloat16*>(x.tensor().data),
-                       static_cast<const __nv_bfloat16*>(wt.data),
-                       static_cast<__nv_bfloat16*>(y.tensor().data), 1, K, N, be.stream());
-            }
-            cudaEventRecord(e1, be.stream());
-            cudaEventSynchronize(e1);
-          }
-          float ms = 0;
-          cudaEventElapsedTime(&ms, e0, e1);
-          return ms * 1e3 / n;
-        };
-        const double us = time(true), lus = time(false);
-        std::printf("| %lld x %lld | %.1f | %.1f | %.0f | %.1f | %.0f |\n",
-                    static_cast<long long>(N), static_cast<long long>(K), bytes / 1e6, us,
-                    bytes / us / 1e3, lus, bytes / lus / 1e3);
-      }
-      cudaEventDestroy(e0);
-      cudaEventDestroy(e1);
-    }
+    SingleGpuBench bench(a.get("model", ""), batches, prefills, ctx, iters, a.has("profile"));
+    bench.decode_table();
+    bench.prefill_table();
+    bench.print_reports();
+    if (a.has("gemv")) bench.gemv_table();
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpu_bench: %s\n", e.what());

@@ -5,6 +5,7 @@
 #
 #   sudo tools/clean_root_test.sh            # builds .cache/clean-root once, then tests the working tree
 #   CLEAN_ROOT_FRESH=1 sudo tools/clean_root_test.sh   # starts from a new root
+#   CLEAN_ROOT_CI=1 sudo tools/clean_root_test.sh      # runs .ci/run (make test + fuzz smoke)
 #
 # The root gets only `make` beyond debootstrap's minimal base (the README's commands are make targets).
 # The checkout copied in is the working tree's tracked and untracked, not ignored, files.
@@ -46,9 +47,9 @@ mkdir -p "$ROOT/work/deltaserve"
 git ls-files -z --cached --others --exclude-standard |
   tar --null -T - -cf - | tar -xf - -C "$ROOT/work/deltaserve"
 
-chroot "$ROOT" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 $HOST_CA \
+chroot "$ROOT" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 $HOST_CA CI_MODE=${CLEAN_ROOT_CI:-0} \
   /bin/bash -c 'set -e
     if ! command -v make >/dev/null; then
       apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq make
     fi
-    cd /work/deltaserve && make test'
+    cd /work/deltaserve && if [ "$CI_MODE" = 1 ]; then .ci/run; else make test; fi'

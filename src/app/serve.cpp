@@ -77,6 +77,45 @@ void drain_then_stop(const server::OpenAiApi& api, server::HttpServer& http, dou
   http.stop();
 }
 
+server::HttpServerConfig http_config(const Args& a) {
+  server::HttpServerConfig h;
+  h.host = a.get("host", "127.0.0.1");
+  h.port = static_cast<uint16_t>(a.get_int("port", 8000, 0, 65535));
+  h.max_body_bytes = static_cast<size_t>(a.get_int("max-body-bytes", 32 << 20, 1024, 1LL << 34));
+  h.threads = static_cast<int>(a.get_int("http-threads", 2, 1, 256));
+  h.worker_threads = h.threads;
+  h.max_connections = static_cast<int>(a.get_int("max-connections", 0, 0, 1 << 20));
+  return h;
+}
+
+// The checkpoint's chat template, or null (with a note) when it has none usable.
+std::unique_ptr<tokenizer::ChatTemplate> chat_template(const fs::path& tok_dir) {
+  if (!fs::exists(tok_dir / "tokenizer_config.json")) return nullptr;
+  try {
+    return tokenizer::ChatTemplate::from_config(tok_dir / "tokenizer_config.json");
+  } catch (const Error& e) {
+    std::fprintf(stderr,
+                 "deltaserve: no chat template (%s); /v1/chat/completions will answer 400\n",
+                 e.what());
+    return nullptr;
+  }
+}
+
+void print_ready(const std::string& name, const std::string& base, const std::string& device,
+                 int tp, const engine::EngineConfig& ec, bool embedded_default) {
+  std::printf(
+      "deltaserve: ready — serving '%s' on %s (device %s, tensor-parallel-size %d, max_model_len "
+      "%d, %d KV pages)%s\n"
+      "  try: curl %s/v1/chat/completions -H 'Content-Type: application/json' \\\n"
+      "         -d '{\"model\": \"%s\", \"messages\": [{\"role\": \"user\", \"content\": "
+      "\"Hello!\"}], \"max_tokens\": 32}'\n",
+      name.c_str(), base.c_str(), device.c_str(), tp, ec.max_model_len, ec.num_pages,
+      embedded_default ? " — the embedded default model has RANDOM weights: its text is meaningless"
+                       : "",
+      base.c_str(), name.c_str());
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int cmd_serve(const std::vector<std::string>& argv) {
@@ -103,13 +142,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   ecfg.enforce_eager = a.has("enforce-eager");
   ecfg.max_num_batched_tokens =
       static_cast<int32_t>(a.get_int("max-num-batched-tokens", 2048, 1, 1 << 24));
-  server::HttpServerConfig hcfg;
-  hcfg.host = a.get("host", "127.0.0.1");
-  hcfg.port = static_cast<uint16_t>(a.get_int("port", 8000, 0, 65535));
-  hcfg.max_body_bytes = static_cast<size_t>(a.get_int("max-body-bytes", 32 << 20, 1024, 1LL << 34));
-  hcfg.threads = static_cast<int>(a.get_int("http-threads", 2, 1, 256));
-  hcfg.worker_threads = hcfg.threads;
-  hcfg.max_connections = static_cast<int>(a.get_int("max-connections", 0, 0, 1 << 20));
+  const server::HttpServerConfig hcfg = http_config(a);
   const double shutdown_s = a.get_double("shutdown-timeout", 60, 0, 86400);
   server::ApiConfig acfg;
   acfg.api_key = a.get("api-key", "");
@@ -143,16 +176,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
 
   std::fprintf(stderr, "deltaserve: loading tokenizer %s\n", tok_dir.c_str());
   const auto tok = tokenizer::Tokenizer::from_file(tok_dir / "tokenizer.json");
-  std::unique_ptr<tokenizer::ChatTemplate> chat;
-  if (fs::exists(tok_dir / "tokenizer_config.json")) {
-    try {
-      chat = tokenizer::ChatTemplate::from_config(tok_dir / "tokenizer_config.json");
-    } catch (const Error& e) {
-      std::fprintf(stderr,
-                   "deltaserve: no chat template (%s); /v1/chat/completions will answer 400\n",
-                   e.what());
-    }
-  }
+  const std::unique_ptr<tokenizer::ChatTemplate> chat = chat_template(tok_dir);
   ecfg.eos_token_ids = eos_ids(mc, model_dir, tok_dir, *tok);
   engine::Engine eng(*rt.exec, ecfg, tok.get());
   std::fprintf(stderr, "deltaserve: memory plan per rank: %s\n",
@@ -160,20 +184,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
   server::OpenAiApi api(acfg, eng, *tok, chat.get());
   server::HttpServer http(hcfg, [&api](const server::Request& r) { return api.handle(r); });
 
-  const std::string base = "http://" + hcfg.host + ":" + std::to_string(http.port());
-  std::printf(
-      "deltaserve: ready — serving '%s' on %s (device %s, tensor-parallel-size %d, max_model_len "
-      "%d, %d KV pages)%s\n"
-      "  try: curl %s/v1/chat/completions -H 'Content-Type: application/json' \\\n"
-      "         -d '{\"model\": \"%s\", \"messages\": [{\"role\": \"user\", \"content\": "
-      "\"Hello!\"}], \"max_tokens\": 32}'\n",
-      acfg.served_model_name.c_str(), base.c_str(), a.get("device", "cpu").c_str(), tp,
-      eng.config().max_model_len, eng.config().num_pages,
-      model_dir.empty()
-          ? " — the embedded default model has RANDOM weights: its text is meaningless"
-          : "",
-      base.c_str(), acfg.served_model_name.c_str());
-  std::fflush(stdout);
+  print_ready(acfg.served_model_name, "http://" + hcfg.host + ":" + std::to_string(http.port()),
+              a.get("device", "cpu"), tp, eng.config(), model_dir.empty());
 
   std::thread drainer;
   std::atomic<bool> hurry{false};

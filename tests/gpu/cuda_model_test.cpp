@@ -69,15 +69,27 @@ void compare(const std::vector<float>& ours, const std::vector<float>& f32,
   tot.rows += rows;
 }
 
-class CudaModel : public ::testing::TestWithParam<std::string> {};
+// The parameter's tiny checkpoint on GPU 0.
+class CudaModel : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU tests run on the H200 test machine";
+    dir_ = test_data() / GetParam();
+    cfg_ = load_model_config(dir_);
+    be_ = std::make_unique<backend::CudaBackend>(0);
+    Checkpoint ckpt(dir_);
+    m_ = std::make_unique<Qwen35Model>(cfg_, *be_, load_weights(ckpt, cfg_, *be_));
+  }
+  std::filesystem::path dir_;
+  ModelConfig cfg_;
+  std::unique_ptr<backend::CudaBackend> be_;
+  std::unique_ptr<Qwen35Model> m_;
+};
 
 TEST_P(CudaModel, MatchesHfGoldens) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU tests run on the H200 test machine";
-  const auto dir = test_data() / GetParam();
-  const ModelConfig cfg = load_model_config(dir);
-  backend::CudaBackend be(0);
-  Checkpoint ckpt(dir);
-  Qwen35Model m(cfg, be, load_weights(ckpt, cfg, be));
+  const ModelConfig& cfg = cfg_;
+  backend::CudaBackend& be = *be_;
+  Qwen35Model& m = *m_;
   auto runner = deltaserve::testing::make_runner(m, 256, 16, 4, 2048);
   SafetensorsFile g(test_data() / "goldens" / (GetParam() + ".safetensors"));
   SafetensorsFile gb(test_data() / "goldens" / (GetParam() + ".bf16.safetensors"));
@@ -152,12 +164,9 @@ TEST_P(CudaModel, MatchesHfGoldens) {
 // logits equal its solo eager run bit for bit, step after step (so the padding row touched no
 // other slot or page).
 TEST_P(CudaModel, GraphedBatchedDecodeEqualsSoloEager) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU tests run on the H200 test machine";
-  const auto dir = test_data() / GetParam();
-  const ModelConfig cfg = load_model_config(dir);
-  backend::CudaBackend be(0);
-  Checkpoint ckpt(dir);
-  Qwen35Model m(cfg, be, load_weights(ckpt, cfg, be));
+  const ModelConfig& cfg = cfg_;
+  backend::CudaBackend& be = *be_;
+  Qwen35Model& m = *m_;
   auto runner = deltaserve::testing::make_runner(m, 64, 16, 4, 256);
   // One sequence's step: n tokens at `start`, its last row sampled.
   auto step = [](const std::vector<int32_t>& ids, int32_t start, int s,
@@ -216,12 +225,9 @@ TEST_P(CudaModel, GraphedBatchedDecodeEqualsSoloEager) {
 // The memory plan on the GPU: the runner allocates exactly the plan, and the backend's own
 // workspace after the largest step the plan allows stays within the plan's workspace.
 TEST_P(CudaModel, MemoryPlanEqualsWhatIsAllocated) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU tests run on the H200 test machine";
-  const auto dir = test_data() / GetParam();
-  const ModelConfig cfg = load_model_config(dir);
-  backend::CudaBackend be(0);
-  Checkpoint ckpt(dir);
-  Qwen35Model m(cfg, be, load_weights(ckpt, cfg, be));
+  const ModelConfig& cfg = cfg_;
+  backend::CudaBackend& be = *be_;
+  Qwen35Model& m = *m_;
   runtime::PlanLimits limits;
   limits.max_num_seqs = 4;
   limits.max_num_batched_tokens = 1000;

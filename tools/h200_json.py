@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Writes bench/results/h200.json from gpu_bench markdown output of one H200 run.
+
+usage: tools/h200_json.py --commit SHA --date YYYY-MM-DD [--base-commit SHA --base FILE...]
+                          FILE...    (gpu_bench outputs of the same commit; medians across them)
+
+Keys (snake case, units in the names): commit, date, gpu, decode_ms (graphed, per batch size, at
+the context the bench used), decode_eager_ms, prefill_ms (per length), runs, and base_* for an A/B
+against another commit in the same run. Other keys already in the file are kept.
+"""
+import argparse
+import json
+import re
+import statistics
+from pathlib import Path
+
+
+def parse(path):
+    decode, eager, prefill, ctx = {}, {}, {}, None
+    for line in Path(path).read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 8 and re.fullmatch(r"\d+", cells[0]) and re.fullmatch(r"\d+", cells[1]):
+            decode[cells[0]] = float(cells[3])
+            eager[cells[0]] = float(cells[2])
+            ctx = int(cells[1])
+        elif len(cells) == 5 and re.fullmatch(r"\d+", cells[0]) and "%" in cells[4]:
+            prefill[cells[0]] = float(cells[1])
+    return decode, eager, prefill, ctx
+
+
+def medians(files):
+    runs = [parse(f) for f in files]
+    out = []
+    for k in range(3):
+        keys = runs[0][k].keys()
+        out.append({key: round(statistics.median(r[k][key] for r in runs), 3) for key in keys})
+    return out, runs[0][3]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--commit", required=True)
+    ap.add_argument("--date", required=True)
+    ap.add_argument("--base-commit")
+    ap.add_argument("--base", nargs="*", default=[])
+    ap.add_argument("--out", default="bench/results/h200.json")
+    ap.add_argument("files", nargs="+")
+    a = ap.parse_args()
+    path = Path(a.out)
+    doc = json.loads(path.read_text()) if path.exists() else {}
+    (decode, eager, prefill), ctx = medians(a.files)
+    doc.update({"commit": a.commit, "date": a.date, "gpu": "NVIDIA H200", "runs": len(a.files),
+                "decode_context_tokens": ctx, "decode_ms": decode, "decode_eager_ms": eager,
+                "prefill_ms": prefill})
+    if a.base:
+        (bd, be, bp), _ = medians(a.base)
+        doc.update({"base_commit": a.base_commit, "base_decode_ms": bd, "base_decode_eager_ms": be,
+                    "base_prefill_ms": bp})
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
