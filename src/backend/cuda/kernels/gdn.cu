@@ -404,15 +404,25 @@ __global__ void __launch_bounds__(kChunkThreads)
     L[i * kLdLP + j] = j < i ? L[i * kLdLP + j] * dec * beta[i] : 0.0f;
   }
   __syncthreads();
-  // Forward substitution, in place: column col of V (-> U) or of K (-> W) per thread.
+  // Forward substitution, in place: column col of V (-> U) or of K (-> W) per thread; four
+  // independent partial sums per row keep the FMA chain from serialising on its own latency.
   for (int col = tid; col < dv + dk; col += kChunkThreads) {
     const bool is_u = col < dv;
     float* X = is_u ? Vs + col : Ks + (col - dv);
     const int ld = is_u ? vp : kp;
     for (int i = 0; i < n; ++i) {
-      float acc = X[i * ld] * beta[i] * (is_u ? 1.0f : __expf(gam[i]));
-      for (int j = 0; j < i; ++j) acc = fmaf(-L[i * kLdLP + j], X[j * ld], acc);
-      X[i * ld] = acc;
+      const float* Li = L + i * kLdLP;
+      float a0 = X[i * ld] * beta[i] * (is_u ? 1.0f : __expf(gam[i])), a1 = 0.0f, a2 = 0.0f,
+            a3 = 0.0f;
+      int j = 0;
+      for (; j + 4 <= i; j += 4) {
+        a0 = fmaf(-Li[j], X[j * ld], a0);
+        a1 = fmaf(-Li[j + 1], X[(j + 1) * ld], a1);
+        a2 = fmaf(-Li[j + 2], X[(j + 2) * ld], a2);
+        a3 = fmaf(-Li[j + 3], X[(j + 3) * ld], a3);
+      }
+      for (; j < i; ++j) a0 = fmaf(-Li[j], X[j * ld], a0);
+      X[i * ld] = (a0 + a1) + (a2 + a3);
     }
   }
   __syncthreads();
