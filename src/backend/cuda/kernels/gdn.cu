@@ -1,5 +1,7 @@
 #include <mma.h>
 
+#include <algorithm>
+
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gdn.cuh"
 #include "backend/gdn_workspace.h"
@@ -326,13 +328,14 @@ __global__ void __launch_bounds__(kChunkThreads)
   extern __shared__ __align__(128) float sm[];
   // Rows padded to dk + 4 (WMMA wants a multiple of 4; lanes reading other rows hit other banks).
   const int dk = s.dk, dv = s.dv, kp = dk + 4, vp = dv + 1;
-  float* Ks = sm;                  // [64][dk + 4]
-  float* Qs = Ks + kChunk * kp;    // [64][dk + 4]
-  float* L = Qs + kChunk * kp;     // [64][68]
-  float* P = L + kChunk * kLdLP;   // [64][68]
-  float* Vs = P + kChunk * kLdLP;  // [64][dv + 1]
-  float* gam = Vs + kChunk * vp;   // [64]
-  float* beta = gam + kChunk;      // [64]
+  // V takes Q's place once Q K^T is done: two blocks fit an SM at dk = dv = 128.
+  float* Ks = sm;                                // [64][dk + 4]
+  float* Qs = Ks + kChunk * kp;                  // [64][dk + 4]
+  float* Vs = Qs;                                // [64][dv + 1], after Q K^T
+  float* L = Qs + kChunk * max(kp, vp);          // [64][68]
+  float* P = L + kChunk * kLdLP;                 // [64][68]
+  float* gam = P + kChunk * kLdLP;               // [64]
+  float* beta = gam + kChunk;                    // [64]
   const int seq = blockIdx.x, chunk = blockIdx.y, h = blockIdx.z, kh = h / (s.nv / s.nk);
   const int t0 = chunk * kChunk, len = b.seq_len[seq];
   if (t0 >= len) return;
@@ -371,8 +374,6 @@ __global__ void __launch_bounds__(kChunkThreads)
       wrow[lay.q + x] = Qs[i * kp + x];
       wrow[lay.k + x] = Ks[i * kp + x];
     }
-    for (int x = lane; x < dv; x += 32)
-      Vs[i * vp + x] = __bfloat162float(row[2 * key_dim + h * dv + x]);
     if (lane == 0) {
       const size_t gi = static_cast<size_t>(begin + i) * s.nv + h;
       beta[i] = 1.0f / (1.0f + __expf(-__bfloat162float(bg[gi])));
@@ -397,6 +398,11 @@ __global__ void __launch_bounds__(kChunkThreads)
                             wmma::mem_row_major);
   }
   __syncthreads();
+  for (int i = warp; i < n; i += kW) {  // v into Q's place (Q K^T is done)
+    const __nv_bfloat16* row = y + static_cast<size_t>(begin + i) * C;
+    for (int x = lane; x < dv; x += 32)
+      Vs[i * vp + x] = __bfloat162float(row[2 * key_dim + h * dv + x]);
+  }
   for (int e = tid; e < kChunk * kChunk; e += kChunkThreads) {
     const int i = e / kChunk, j = e % kChunk;
     const float dec = (i < n && j <= i) ? __expf(gam[i] - gam[j]) : 0.0f;
@@ -569,7 +575,7 @@ void launch_gated_delta_rule(const BatchMeta& b, const __nv_bfloat16* y, const _
   }
   if (ws != nullptr && b.num_tokens > b.num_seqs && s.dk <= 128 && s.dv <= 256 && s.dk % 16 == 0 &&
       s.dv % 4 == 0) {
-    const size_t smem1 = (static_cast<size_t>(kChunk) * (2 * (s.dk + 4) + s.dv + 1) +
+    const size_t smem1 = (static_cast<size_t>(kChunk) * (s.dk + 4 + std::max(s.dk + 4, s.dv + 1)) +
                           2 * kChunk * kLdLP + 2 * kChunk) *
                          sizeof(float);
     const size_t smem2 = (static_cast<size_t>(s.dk) * kSlice + kChunk * (s.dk + 4) +
