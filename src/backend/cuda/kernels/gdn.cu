@@ -442,8 +442,10 @@ __global__ void __launch_bounds__(kChunkThreads)
 }
 
 // Kernel 2, block (sequence, value head, 16-column slice of the state): walks the chunks in order
-// with the state slice in shared memory, every product on tensor cores (3xTF32):
-// V' = U - W S; O = (e^gam q) S + P V'; S = e^gam_n S + (e^(gam_n - gam) k)^T V'.
+// with the state slice in shared memory, every product on tensor cores (3xTF32). Per chunk:
+// stage W, k, P, U (one round of loads); V' = U - W S and V'' = e^(gam_n - gam) V'; stage
+// e^gam q; then, in the same phase, O = (e^gam q) S + P V' and S <- e^gam_n S + k^T V'' into
+// the other state buffer.
 constexpr int kSlice = 16;
 
 __global__ void __launch_bounds__(kChunkThreads)
@@ -453,13 +455,14 @@ __global__ void __launch_bounds__(kChunkThreads)
   extern __shared__ __align__(128) float sm2[];
   const int dk = s.dk, dv = s.dv, kp = dk + 4;  // rows 16-byte aligned, a multiple of 4
   const WsLayout lay(s);
-  float* St = sm2;                   // [dk][16]
-  float* X = St + dk * kSlice;       // [64][dk + 4]: -W, then e^gam q, then e^(gam_n - gam) k
-  float* Vp = X + kChunk * kp;       // [64][16]: U, then V'
-  float* Ot = Vp + kChunk * kSlice;  // [64][16]
-  float* P = Ot + kChunk * kSlice;   // [64][64]
+  float* St = sm2;                   // [dk][16]: S before the chunk
+  float* Sn = St + dk * kSlice;      // [dk][16]: S after it (the buffers swap every chunk)
+  float* X = Sn + dk * kSlice;       // [64][dk + 4]: -W, then e^gam q, then O (first 16 columns)
+  float* Kx = X + kChunk * kp;       // [64][dk + 4]: k
+  float* Vp = Kx + kChunk * kp;      // [64][16]: U, then V'
+  float* Vd = Vp + kChunk * kSlice;  // [64][16]: e^(gam_n - gam) V'
+  float* P = Vd + kChunk * kSlice;   // [64][64]
   float* gam = P + kChunk * kChunk;  // [64]
-  float* dec = gam + kChunk;         // [64] e^(gam_n - gam_j)
   const int seq = blockIdx.x, h = blockIdx.y, col0 = blockIdx.z * kSlice;
   const int tid = threadIdx.x, warp = tid / 32;
   float* S = state + (static_cast<size_t>(b.seq_slot[seq]) * s.nv + h) * dk * dv;
@@ -473,8 +476,8 @@ __global__ void __launch_bounds__(kChunkThreads)
   for (int t0 = 0; t0 < len; t0 += kChunk) {
     const int n = min(kChunk, len - t0), begin = base + t0;
     auto wrow = [&](int i) { return ws + (static_cast<size_t>(begin + i) * s.nv + h) * lay.per; };
-    // Rows [0, n) of a workspace field times f(i) into X; rows past n zero.
-    auto stage = [&](int off, auto&& f) {
+    // Rows [0, n) of a workspace field times f(i) into dst; rows past n zero.
+    auto stage = [&](float* dst, int off, auto&& f) {
       for (int e = tid; e < kChunk * dk4; e += kChunkThreads) {
         const int i = e / dk4, x4 = e % dk4;
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -486,7 +489,7 @@ __global__ void __launch_bounds__(kChunkThreads)
           v.z *= m;
           v.w *= m;
         }
-        *reinterpret_cast<float4*>(X + i * kp + 4 * x4) = v;
+        *reinterpret_cast<float4*>(dst + i * kp + 4 * x4) = v;
       }
     };
     if (tid < kChunk) gam[tid] = tid < n ? wrow(tid)[lay.gam] : 0.0f;
@@ -500,21 +503,29 @@ __global__ void __launch_bounds__(kChunkThreads)
       const int i = e / kSlice, col = col0 + e % kSlice;
       Vp[e] = (i < n && col < dv) ? wrow(i)[lay.u + col] : 0.0f;
     }
-    stage(lay.w, [](int) { return -1.0f; });
+    stage(X, lay.w, [](int) { return -1.0f; });
+    stage(Kx, lay.k, [](int) { return 1.0f; });
     __syncthreads();
-    if (tid < kChunk) dec[tid] = tid < n ? __expf(gam[n - 1] - gam[tid]) : 0.0f;
-    // V' = U - W S: row tile per warp (4 tiles).
+    // V' = U - W S (a row tile per warp), and its rows scaled by e^(gam_n - gam) for the update.
     if (warp < kChunk / 16) {
       tc::Acc acc;
       wmma::load_matrix_sync(acc, Vp + 16 * warp * kSlice, kSlice, wmma::mem_row_major);
       tc::mma<wmma::row_major, wmma::row_major>(acc, X + 16 * warp * kp, kp, 8, St, kSlice,
                                                 8 * kSlice, dk / 8);
       wmma::store_matrix_sync(Vp + 16 * warp * kSlice, acc, kSlice, wmma::mem_row_major);
+      __syncwarp();
+      const int lane = tid % 32;
+      for (int e = lane; e < 16 * kSlice; e += 32) {
+        const int i = 16 * warp + e / kSlice;
+        Vd[i * kSlice + e % kSlice] =
+            i < n ? Vp[i * kSlice + e % kSlice] * __expf(gam[n - 1] - gam[i]) : 0.0f;
+      }
     }
     __syncthreads();
-    stage(lay.q, [&](int i) { return __expf(gam[i]); });
+    stage(X, lay.q, [&](int i) { return __expf(gam[i]); });
     __syncthreads();
-    // O = (e^gam q) S + P V'.
+    // O = (e^gam q) S + P V' (warps 0-3, a row tile each) while S' = e^gam_n S + k^T V'' goes to
+    // the other buffer (16-row tiles over the warps).
     if (warp < kChunk / 16) {
       tc::Acc acc;
       wmma::fill_fragment(acc, 0.0f);
@@ -522,27 +533,30 @@ __global__ void __launch_bounds__(kChunkThreads)
                                                 8 * kSlice, dk / 8);
       tc::mma<wmma::row_major, wmma::row_major>(acc, P + 16 * warp * kChunk, kChunk, 8, Vp, kSlice,
                                                 8 * kSlice, kChunk / 8);
-      wmma::store_matrix_sync(Ot + 16 * warp * kSlice, acc, kSlice, wmma::mem_row_major);
+      // Over the warp's own rows of X, which only this warp reads.
+      wmma::store_matrix_sync(X + 16 * warp * kp, acc, kp, wmma::mem_row_major);
+    }
+    const float en = __expf(gam[n - 1]);
+    for (int t = (warp + kChunk / 16) % (kChunkThreads / 32); t < dk / 16;
+         t += kChunkThreads / 32) {
+      tc::Acc acc;
+      wmma::load_matrix_sync(acc, St + 16 * t * kSlice, kSlice, wmma::mem_row_major);
+#pragma unroll
+      for (int i = 0; i < acc.num_elements; ++i) acc.x[i] *= en;
+      tc::mma<wmma::col_major, wmma::row_major>(acc, Kx + 16 * t, kp, 8 * kp, Vd, kSlice,
+                                                8 * kSlice, kChunk / 8);
+      wmma::store_matrix_sync(Sn + 16 * t * kSlice, acc, kSlice, wmma::mem_row_major);
     }
     __syncthreads();
     for (int e = tid; e < n * kSlice; e += kChunkThreads) {
       const int i = e / kSlice, col = col0 + e % kSlice;
       if (col < dv)
-        out[(static_cast<size_t>(begin + i) * s.nv + h) * dv + col] = __float2bfloat16(Ot[e]);
+        out[(static_cast<size_t>(begin + i) * s.nv + h) * dv + col] =
+            __float2bfloat16(X[i * kp + e % kSlice]);
     }
-    stage(lay.k, [&](int i) { return dec[i]; });
-    __syncthreads();
-    // S = e^gam_n S + K'^T V': a 16-row tile of S per warp.
-    const float en = __expf(gam[n - 1]);
-    for (int t = warp; t < dk / 16; t += kChunkThreads / 32) {
-      tc::Acc acc;
-      wmma::load_matrix_sync(acc, St + 16 * t * kSlice, kSlice, wmma::mem_row_major);
-#pragma unroll
-      for (int i = 0; i < acc.num_elements; ++i) acc.x[i] *= en;
-      tc::mma<wmma::col_major, wmma::row_major>(acc, X + 16 * t, kp, 8 * kp, Vp, kSlice, 8 * kSlice,
-                                                kChunk / 8);
-      wmma::store_matrix_sync(St + 16 * t * kSlice, acc, kSlice, wmma::mem_row_major);
-    }
+    float* t = St;
+    St = Sn;
+    Sn = t;
     __syncthreads();
   }
   for (int e = tid; e < dk * kSlice; e += kChunkThreads) {
@@ -578,8 +592,8 @@ void launch_gated_delta_rule(const BatchMeta& b, const __nv_bfloat16* y, const _
     const size_t smem1 = (static_cast<size_t>(kChunk) * (s.dk + 4 + std::max(s.dk + 4, s.dv + 1)) +
                           2 * kChunk * kLdLP + 2 * kChunk) *
                          sizeof(float);
-    const size_t smem2 = (static_cast<size_t>(s.dk) * kSlice + kChunk * (s.dk + 4) +
-                          2 * kChunk * kSlice + kChunk * kChunk + 2 * kChunk) *
+    const size_t smem2 = (2 * static_cast<size_t>(s.dk) * kSlice + 2 * kChunk * (s.dk + 4) +
+                          2 * kChunk * kSlice + kChunk * kChunk + kChunk) *
                          sizeof(float);
     cudaFuncSetAttribute(gdn_chunk_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(smem1));
