@@ -2,11 +2,14 @@
 """Writes bench/results/h200.json from gpu_bench markdown output of one H200 run.
 
 usage: tools/h200_json.py --commit SHA --date YYYY-MM-DD [--base-commit SHA --base FILE...]
+                          [--fla fla_bench.jsonl] [--gdn NAME=MS ...]
                           FILE...    (gpu_bench outputs of the same commit; medians across them)
 
 Keys (snake case, units in the names): commit, date, gpu, decode_ms (graphed, per batch size, at
-the context the bench used), decode_eager_ms, prefill_ms (per length), runs, and base_* for an A/B
-against another commit in the same run. Other keys already in the file are kept.
+the context the bench used), decode_eager_ms, prefill_ms (per length), runs, base_* for an A/B
+against another commit, and gdn_chunk_ms_per_layer: ours (--gdn 1x8192=4.45) beside fla's
+CUDA-graph medians from ../shared/peers/fla_bench.py's JSON lines (--fla) of the same run. Other keys
+already in the file are kept.
 """
 import argparse
 import json
@@ -44,6 +47,8 @@ def main():
     ap.add_argument("--base-commit")
     ap.add_argument("--base", nargs="*", default=[])
     ap.add_argument("--out", default="bench/results/h200.json")
+    ap.add_argument("--fla")
+    ap.add_argument("--gdn", nargs="*", default=[])
     ap.add_argument("files", nargs="+")
     a = ap.parse_args()
     path = Path(a.out)
@@ -56,6 +61,14 @@ def main():
         (bd, be, bp), _ = medians(a.base)
         doc.update({"base_commit": a.base_commit, "base_decode_ms": bd, "base_decode_eager_ms": be,
                     "base_prefill_ms": bp})
+    if a.fla or a.gdn:
+        gdn = {"ours": {k: float(v) for k, v in (x.split("=") for x in a.gdn)}, "fla": {}}
+        for line in Path(a.fla).read_text().splitlines() if a.fla else []:
+            d = json.loads(line)
+            if d.get("section") == "a" and d.get("ms_graph") is not None:
+                shape = ("8x1024" if d.get("varlen") else f"1x{d['tokens']}")
+                gdn["fla"][shape] = d["ms_graph"]
+        doc["gdn_chunk_ms_per_layer"] = gdn
     path.write_text(json.dumps(doc, indent=2) + "\n")
 
 
