@@ -12,6 +12,7 @@
 #include "app/args.h"
 #include "app/commands.h"
 #include "app/runtime.h"
+#include "app/vllm_flags.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "engine/engine.h"
@@ -119,13 +120,17 @@ void print_ready(const std::string& name, const std::string& base, const std::st
 }  // namespace
 
 int cmd_serve(const std::vector<std::string>& argv) {
-  Args a(argv, "serve",
-         {"model", "tokenizer", "host", "port", "served-model-name", "tensor-parallel-size",
-          "max-num-seqs", "max-model-len", "max-num-batched-tokens", "gpu-memory-utilization",
-          "load-format", "api-key", "device", "kv-cache-gib", "max-pending", "max-body-bytes",
-          "http-threads", "shutdown-timeout", "max-connections"},
-         {"enforce-eager"});
+  std::set<std::string> flags = {
+      "model", "tokenizer", "host", "port", "served-model-name", "tensor-parallel-size",
+      "max-num-seqs", "max-model-len", "max-num-batched-tokens", "gpu-memory-utilization",
+      "load-format", "api-key", "device", "kv-cache-gib", "max-pending", "max-body-bytes",
+      "http-threads", "shutdown-timeout", "max-connections"};
+  flags.insert(vllm_value_flags().begin(), vllm_value_flags().end());
+  std::set<std::string> switches = {"enforce-eager"};
+  switches.insert(vllm_switches().begin(), vllm_switches().end());
+  Args a(argv, "serve", flags, switches);
   check_device(a);
+  check_vllm_flags(a);
   const int tp = static_cast<int>(a.get_int("tensor-parallel-size", 1, 1, 1024));
   const double util = a.get_double("gpu-memory-utilization", 0.9, 0, 1, true);
   const std::string model_dir = a.get("model", "");
@@ -150,6 +155,11 @@ int cmd_serve(const std::vector<std::string>& argv) {
   acfg.served_model_name =
       a.get("served-model-name", model_dir.empty() ? "deltaserve-default" : model_dir);
   const double kv_gib = a.get_double("kv-cache-gib", 2, 0, 1 << 20, true);
+
+  // Bound (host name resolved, port taken) before anything loads; requests wait in the backlog
+  // until the server runs.
+  server::OpenAiApi* api_ptr = nullptr;
+  server::HttpServer http(hcfg, [&api_ptr](const server::Request& r) { return api_ptr->handle(r); });
 
   std::fprintf(stderr, "deltaserve: loading %s\n",
                model_dir.empty() ? "the embedded default model" : model_dir.c_str());
@@ -182,7 +192,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   std::fprintf(stderr, "deltaserve: memory plan per rank: %s\n",
                eng.memory_plan().describe().c_str());
   server::OpenAiApi api(acfg, eng, *tok, chat.get());
-  server::HttpServer http(hcfg, [&api](const server::Request& r) { return api.handle(r); });
+  api_ptr = &api;
 
   print_ready(acfg.served_model_name, "http://" + hcfg.host + ":" + std::to_string(http.port()),
               a.get("device", "cpu"), tp, eng.config(), model_dir.empty());

@@ -176,6 +176,7 @@ void HttpServer::run(std::function<void(int)> on_signal) {
   for (int i = 1; i < cfg_.threads; ++i) threads.emplace_back([this] { io_.run(); });
   io_.run();
   for (auto& t : threads) t.join();
+  workers_.join();  // no handler outlives run(): the routes' owners may go right after
 }
 
 void HttpServer::stop_accepting() {

@@ -83,6 +83,7 @@ void Session::on_body(beast::error_code ec) {
   if (ec) return on_read_error(ec);
   stream_.expires_never();
   Request req = parser_->release();
+  req_keep_alive_ = req.keep_alive();
   head_ = req.method() == http::verb::head;
   if (head_) req.method(http::verb::get);
   server_.dispatch(shared_from_this(), std::move(req));
@@ -172,10 +173,11 @@ void Session::drain() {
   }
   if (reply_.sse) {
     bytes += reply_.on_finish();
-  } else {
+  } else {  // a whole body: the connection stays for the next request when the client wants
+    keep_after_ = req_keep_alive_;
     std::string body = reply_.on_finish();
     Response res = json_response(reply_.final_status ? reply_.final_status() : http::status::ok,
-                                 std::move(body), 11, false);
+                                 std::move(body), version_ == 10 ? 10 : 11, keep_after_);
     std::ostringstream os;
     os << res;
     bytes = os.str();
@@ -204,6 +206,10 @@ void Session::finish_reply(std::string bytes) {
   done_ = true;
   reply_.stream->set_listener(nullptr);
   server_.untrack(this);
+  if (keep_after_) {  // stop the disconnect watch before the next request's bytes can arrive
+    beast::error_code ec;
+    stream_.socket().cancel(ec);
+  }
   if (bytes.empty() && writes_.empty()) return close();
   if (!bytes.empty()) enqueue(std::move(bytes));
 }
@@ -219,7 +225,7 @@ void Session::write_next() {
                       if (ec) return self->client_gone();
                       self->writes_.pop_front();
                       if (!self->writes_.empty()) return self->write_next();
-                      if (self->done_) self->close();
+                      if (self->done_) self->end_reply();
                     });
 }
 
@@ -241,6 +247,17 @@ void Session::watch_disconnect() {
     if (rec) return self->client_gone();
     self->watch_disconnect();
   });
+}
+
+// The last byte of an async reply is out: the next request on this connection, or the end.
+void Session::end_reply() {
+  if (!keep_after_) return close();
+  if (counted_) --server_.open_replies_;
+  counted_ = false;
+  done_ = keep_after_ = false;
+  reply_ = AsyncReply{};
+  asio::post(stream_.get_executor(), [self = std::move(self_)] {});  // the read holds the session
+  read_header();
 }
 
 void Session::client_gone() {

@@ -1,8 +1,8 @@
 // Session: one HTTP connection of HttpServer. Reads a request's headers, then its body (after
 // `100 Continue` when asked, and only once the server's body budget admits it), hands the request
 // to the server's dispatcher and writes the reply; keeps the connection for the next request
-// (keep-alive) unless the reply is an engine stream, which ends it (Connection: close) so the
-// disconnect watch stays simple. Everything a Session does runs on its strand.
+// (keep-alive), also after a whole JSON body fed by an engine stream; an SSE stream ends the
+// connection (Connection: close: its length is unknown). Everything a Session does runs on its strand.
 #pragma once
 
 #include <boost/beast/core.hpp>
@@ -41,6 +41,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void enqueue(std::string bytes);
   void write_next();
   void watch_disconnect();
+  void end_reply();
   void client_gone();
   void close();
 
@@ -57,6 +58,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool counted_ = false;  // counted in the server's open replies until the last byte is out
   bool done_ = false;
   bool closed_ = false;
+  bool req_keep_alive_ = false;  // the request being answered asked for keep-alive
+  bool keep_after_ = false;      // this async reply keeps the connection (a whole JSON body)
   std::deque<std::string> writes_;
   std::shared_ptr<Session> self_;  // set while an async reply is open
 };

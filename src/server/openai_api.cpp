@@ -15,7 +15,9 @@ namespace {
 
 // The method a known route accepts (null for an unknown path: 404, not 405).
 const char* allowed_method(const std::string& path) {
-  if (path == "/health" || path == "/metrics" || path == "/v1/models") return "GET";
+  if (path == "/health" || path == "/metrics" || path == "/v1/models" || path == "/version")
+    return "GET";
+  if (path == "/ping") return "GET or POST";
   if (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/tokenize" ||
       path == "/detokenize")
     return "POST";
@@ -46,7 +48,8 @@ Reply OpenAiApi::route(const Request& req) {
     if (std::string(auth) != "Bearer " + cfg_.api_key)
       throw HttpError(http::status::unauthorized, "Unauthorized: a valid API key is required");
   }
-  if (path == "/health" && get) {
+  if (path == "/version" && get) return json_response(http::status::ok, dump_json({{"version", DS_VERSION}}));
+  if ((path == "/health" && get) || (path == "/ping" && (get || post))) {
     // Fail-stop: once a step failed (e.g. a tensor-parallel rank), the engine serves nothing.
     const std::string failed = engine_.failure();
     if (!failed.empty()) throw EngineFailedError("the engine failed: " + failed);

@@ -58,40 +58,77 @@ std::string prometheus_label_value(const std::string& v) {
   return out;
 }
 
+namespace {
+
+// A sample exported under our name and, where vLLM has one, under vLLM's (its dashboards read
+// those); an empty vLLM name means ours only.
+struct Sample {
+  const char* ours;
+  const char* vllm;
+  const char* type;
+  const char* help;
+  double value;
+};
+
+struct HistogramSample {
+  const char* ours;
+  const char* vllm;
+  const char* help;
+  const engine::Histogram* h;
+};
+
+}  // namespace
+
 std::string prometheus_text(const engine::MetricsSnapshot& m, const std::string& model_name,
                             int64_t http_requests) {
   const std::string l = "model_name=\"" + prometheus_label_value(model_name) + "\"";
+  const double kv_usage =
+      m.kv_pages_total ? static_cast<double>(m.kv_pages_used) / static_cast<double>(m.kv_pages_total)
+                       : 0.0;
+  const auto d = [](int64_t v) { return static_cast<double>(v); };
+  const Sample samples[] = {
+      {"deltaserve_num_requests_running", "vllm:num_requests_running", "gauge",
+       "Requests in the running batch.", d(m.running)},
+      {"deltaserve_num_requests_waiting", "vllm:num_requests_waiting", "gauge",
+       "Requests waiting to be scheduled.", d(m.waiting)},
+      {"deltaserve_kv_cache_usage_perc", "vllm:kv_cache_usage_perc", "gauge",
+       "Fraction of KV cache pages in use.", kv_usage},
+      {"", "vllm:gpu_cache_usage_perc", "gauge",
+       "Fraction of KV cache pages in use (vLLM v0's name).", kv_usage},
+      {"deltaserve_kv_cache_pages_used", "", "gauge", "KV cache pages in use.",
+       d(m.kv_pages_used)},
+      {"deltaserve_kv_cache_pages_total", "", "gauge", "KV cache pages in all.",
+       d(m.kv_pages_total)},
+      {"deltaserve_prompt_tokens_total", "vllm:prompt_tokens_total", "counter",
+       "Prompt tokens received.", d(m.prompt_tokens)},
+      {"deltaserve_generation_tokens_total", "vllm:generation_tokens_total", "counter",
+       "Tokens generated.", d(m.generation_tokens)},
+      {"deltaserve_request_success_total", "vllm:request_success_total", "counter",
+       "Requests finished (stop or length).", d(m.requests_finished)},
+      {"deltaserve_request_aborted_total", "", "counter",
+       "Requests aborted (client gone, cancelled).", d(m.requests_aborted)},
+      {"deltaserve_num_preemptions_total", "vllm:num_preemptions_total", "counter",
+       "Requests preempted for lack of KV pages.", d(m.preemptions)},
+      {"deltaserve_engine_steps_total", "", "counter", "Engine steps (batched forwards).",
+       d(m.steps)},
+      {"deltaserve_http_requests_total", "", "counter", "HTTP requests received.",
+       d(http_requests)},
+  };
+  const HistogramSample histograms[] = {
+      {"deltaserve_time_to_first_token_seconds", "vllm:time_to_first_token_seconds",
+       "Time to first token.", &m.ttft},
+      {"deltaserve_inter_token_latency_seconds", "vllm:inter_token_latency_seconds",
+       "Time between output tokens.", &m.itl},
+      {"deltaserve_e2e_request_latency_seconds", "vllm:e2e_request_latency_seconds",
+       "Request latency, arrival to finish.", &m.e2e},
+  };
   std::string out;
-  metric(out, "deltaserve_num_requests_running", "gauge", "Requests in the running batch.", l,
-         static_cast<double>(m.running));
-  metric(out, "deltaserve_num_requests_waiting", "gauge", "Requests waiting to be scheduled.", l,
-         static_cast<double>(m.waiting));
-  metric(out, "deltaserve_kv_cache_usage_perc", "gauge", "Fraction of KV cache pages in use.", l,
-         m.kv_pages_total
-             ? static_cast<double>(m.kv_pages_used) / static_cast<double>(m.kv_pages_total)
-             : 0.0);
-  metric(out, "deltaserve_kv_cache_pages_used", "gauge", "KV cache pages in use.", l,
-         static_cast<double>(m.kv_pages_used));
-  metric(out, "deltaserve_kv_cache_pages_total", "gauge", "KV cache pages in all.", l,
-         static_cast<double>(m.kv_pages_total));
-  metric(out, "deltaserve_prompt_tokens_total", "counter", "Prompt tokens received.", l,
-         static_cast<double>(m.prompt_tokens));
-  metric(out, "deltaserve_generation_tokens_total", "counter", "Tokens generated.", l,
-         static_cast<double>(m.generation_tokens));
-  metric(out, "deltaserve_request_success_total", "counter", "Requests finished (stop or length).",
-         l, static_cast<double>(m.requests_finished));
-  metric(out, "deltaserve_request_aborted_total", "counter",
-         "Requests aborted (client gone, cancelled).", l, static_cast<double>(m.requests_aborted));
-  metric(out, "deltaserve_num_preemptions_total", "counter",
-         "Requests preempted for lack of KV pages.", l, static_cast<double>(m.preemptions));
-  metric(out, "deltaserve_engine_steps_total", "counter", "Engine steps (batched forwards).", l,
-         static_cast<double>(m.steps));
-  metric(out, "deltaserve_http_requests_total", "counter", "HTTP requests received.", l,
-         static_cast<double>(http_requests));
-  histogram(out, "deltaserve_time_to_first_token_seconds", "Time to first token.", l, m.ttft);
-  histogram(out, "deltaserve_inter_token_latency_seconds", "Time between output tokens.", l, m.itl);
-  histogram(out, "deltaserve_e2e_request_latency_seconds", "Request latency, arrival to finish.", l,
-            m.e2e);
+  for (const Sample& s : samples)
+    for (const char* name : {s.ours, s.vllm})
+      if (*name) metric(out, name, s.type, s.help, l, s.value);
+  for (const HistogramSample& h : histograms)
+    for (const char* name : {h.ours, h.vllm})
+      if (*name) histogram(out, name, h.help, l, *h.h);
   return out;
 }
 

@@ -160,12 +160,28 @@ TEST(Cli, MalformedNumbersAndAbsurdConfigsExitWithAMessage) {
       {"generate " + absurd("hidden", {{"hidden_size", "18446744073709551615"}}), "\"hidden_size\" must be a positive integer (at most 65536)"},
       {"generate " + absurd("huge", {{"vocab_size", "16000000"}, {"hidden_size", "65536"}}) + " --max-tokens 1", "GiB of weights per rank"},
       {"generate " + absurd("type", {{"rms_norm_eps", "\"x\""}}), "must be a number"},
+      // vLLM's flags: accepted, or refused when deltaserve cannot honour the value.
+      {"serve " + tok + " --dtype float16", "--dtype float16 is not supported"},
+      {"serve " + tok + " --block-size 32", "--block-size 32 is not supported"},
+      {"serve " + tok + " --kv-cache-dtype fp8", "--kv-cache-dtype fp8 is not supported"},
+      {"serve " + tok + " --seed x", "--seed must be an integer"},
   };
   for (const Case& c : cases) {
     const Result r = run(c.args);
     EXPECT_EQ(r.code, 1) << c.args << "\n" << r.output;
     EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << "\n" << r.output;
   }
+}
+
+// --host is resolved (a host name is fine) and bound before anything loads.
+TEST(Cli, ServeChecksTheHostBeforeLoading) {
+  const std::string tok = "--tokenizer " + deltaserve::testing::qwen3_tokenizer().string();
+  const Result r = run("serve " + tok + " --host no-such-host.invalid --trust-remote-code "
+                       "--disable-log-requests --uvicorn-log-level info --dtype auto");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("neither an IP address nor a known host name"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("loading"), std::string::npos) << "checked before the model loads";
 }
 
 }  // namespace

@@ -187,6 +187,34 @@ TEST(HttpRobustness, HealthAnswersWhileLargeBodiesAreParsed) {
   for (auto& u : uploads) EXPECT_EQ(status_of(u.get()), 200);
 }
 
+// Whole (non-streamed) completions keep the connection, as vLLM's do: two on one socket.
+TEST(HttpRobustness, NonStreamedCompletionsKeepTheConnectionAlive) {
+  TestServer s;
+  const int fd = connect_to(s.port());
+  ASSERT_GE(fd, 0);
+  const std::string body = R"({"prompt":"Hi","max_tokens":3})";
+  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json"
+                          "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(send_all(fd, req));
+    const std::string out = read_one_response(fd, 20s);
+    EXPECT_EQ(status_of(out), 200) << "request " << i << ": " << out;
+    EXPECT_EQ(out.find("Connection: close"), std::string::npos) << out;
+    EXPECT_NE(out.find("\"completion_tokens\":3"), std::string::npos) << out;
+  }
+  ::close(fd);
+}
+
+TEST(HttpRobustness, VersionAndPingAnswerLikeVllm) {
+  TestServer s;
+  const std::string v = raw_exchange(s.port(), get_request("/version"));
+  EXPECT_EQ(status_of(v), 200) << v;
+  EXPECT_NE(v.find("\"version\":\""), std::string::npos) << v;
+  EXPECT_EQ(status_of(raw_exchange(s.port(), get_request("/ping"))), 200);
+  EXPECT_EQ(status_of(raw_exchange(s.port(), post_request("/ping", ""))), 200);
+  EXPECT_EQ(status_of(raw_exchange(s.port(), post_request("/version", "{}"))), 405);
+}
+
 TEST(JsonBody, KeepsKeyOrderAndTheLastDuplicate) {
   server::json j;
   std::string err;

@@ -36,9 +36,15 @@ def main():
         assert urllib.request.urlopen(req, timeout=60).status == 200
         text = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
         families = list(text_string_to_metric_families(text))
+        names = {f.name for f in families}
         assert len(families) >= 15, f"{len(families)} metric families"
+        # vLLM's names beside ours, for its dashboards.
+        for vllm in ("vllm:num_requests_running", "vllm:num_requests_waiting",
+                     "vllm:kv_cache_usage_perc", "vllm:prompt_tokens", "vllm:generation_tokens",
+                     "vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds"):
+            assert vllm in names, (vllm, sorted(names))
         histograms = [f for f in families if f.type == "histogram"]
-        assert len(histograms) == 3, [f.name for f in histograms]
+        assert len(histograms) == 6, [f.name for f in histograms]
         for f in histograms:
             counts = [s for s in f.samples if s.name.endswith("_count")]
             assert len(counts) == 1 and counts[0].value >= 1, (f.name, counts)

@@ -114,6 +114,26 @@ inline std::string raw_exchange(uint16_t port, const std::string& bytes,
   return out;
 }
 
+// Reads exactly one response with a Content-Length body ("" on timeout or close before it).
+inline std::string read_one_response(int fd, std::chrono::milliseconds timeout) {
+  std::string got;
+  char buf[4096];
+  for (;;) {
+    const size_t end = got.find("\r\n\r\n");
+    if (end != std::string::npos) {
+      const size_t at = got.find("Content-Length: ");
+      if (at == std::string::npos || at > end) return got.substr(0, end + 4);
+      const size_t len = std::stoul(got.substr(at + 16));
+      if (got.size() >= end + 4 + len) return got.substr(0, end + 4 + len);
+    }
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return "";
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) return "";
+    got.append(buf, static_cast<size_t>(n));
+  }
+}
+
 inline std::string post_request(const std::string& path, const std::string& body) {
   return "POST " + path +
          " HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Type: application/json\r\n"
