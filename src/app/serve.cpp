@@ -124,7 +124,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
       "model", "tokenizer", "host", "port", "served-model-name", "tensor-parallel-size",
       "max-num-seqs", "max-model-len", "max-num-batched-tokens", "gpu-memory-utilization",
       "load-format", "api-key", "device", "kv-cache-gib", "max-pending", "max-body-bytes",
-      "http-threads", "shutdown-timeout", "max-connections"};
+      "http-threads", "shutdown-timeout", "max-connections", "reasoning-parser",
+      "debug-output-script"};
   flags.insert(vllm_value_flags().begin(), vllm_value_flags().end());
   std::set<std::string> switches = {"enforce-eager"};
   switches.insert(vllm_switches().begin(), vllm_switches().end());
@@ -154,6 +155,12 @@ int cmd_serve(const std::vector<std::string>& argv) {
   acfg.max_pending = a.get_int("max-pending", 512, 1, 1 << 24);
   acfg.served_model_name =
       a.get("served-model-name", model_dir.empty() ? "deltaserve-default" : model_dir);
+  if (a.has("reasoning-parser")) {
+    if (a.get("reasoning-parser", "") != "qwen3")
+      throw Error("--reasoning-parser must be qwen3 (Qwen3.5's <think> format), got '" +
+                  a.get("reasoning-parser", "") + "'");
+    acfg.reasoning_parser = true;
+  }
   const double kv_gib = a.get_double("kv-cache-gib", 2, 0, 1 << 20, true);
 
   // Bound (host name resolved, port taken) before anything loads; requests wait in the backlog
@@ -188,6 +195,11 @@ int cmd_serve(const std::vector<std::string>& argv) {
   const auto tok = tokenizer::Tokenizer::from_file(tok_dir / "tokenizer.json");
   const std::unique_ptr<tokenizer::ChatTemplate> chat = chat_template(tok_dir);
   ecfg.eos_token_ids = eos_ids(mc, model_dir, tok_dir, *tok);
+  if (a.has("debug-output-script")) {
+    ecfg.debug_output_script = tok->encode(a.get("debug-output-script", ""));
+    std::fprintf(stderr, "deltaserve: --debug-output-script: every reply is the same %zu tokens\n",
+                 ecfg.debug_output_script.size());
+  }
   engine::Engine eng(*rt.exec, ecfg, tok.get());
   std::fprintf(stderr, "deltaserve: memory plan per rank: %s\n",
                eng.memory_plan().describe().c_str());

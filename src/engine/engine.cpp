@@ -221,10 +221,18 @@ void Engine::run_step(const ScheduledStep& step) {
     tokens.clear();
     for (int32_t k = 0; k < s.num_samples; ++k) {
       const backend::Sampled& o = out[static_cast<size_t>(s.sample_begin + k)];
-      tokens.push_back({o.token, TokenLogprob{o.token, o.logprob, o.top}});
+      const int32_t token = scripted(*step.requests[i], k, o.token);
+      tokens.push_back({token, TokenLogprob{token, o.logprob, o.top}});
     }
     on_tokens(*step.requests[i], tokens);
   }
+}
+
+int32_t Engine::scripted(const Request& r, int32_t k, int32_t sampled) const {
+  const auto& script = cfg_.debug_output_script;
+  if (script.empty()) return sampled;
+  const size_t at = static_cast<size_t>(r.num_outputs() + k);
+  return at < script.size() ? script[at] : cfg_.eos_token_ids.at(0);
 }
 
 backend::SampleSpec Engine::sample_spec(const Request& r) const {

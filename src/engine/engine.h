@@ -42,6 +42,10 @@ struct EngineConfig {
   // Decode graphs (CUDA): captured at startup for decode_graph_sizes() unless enforce_eager.
   bool enforce_eager = false;
   int32_t max_graph_batch = 512;  // the largest bucket (capped by max_num_seqs)
+  // Test hook (serve --debug-output-script): every request's k-th generated token is script[k]
+  // whatever the model samples, then EOS — a deterministic reply for end-to-end tests of output
+  // parsing (reasoning, tool calls) that random weights never produce.
+  std::vector<int32_t> debug_output_script;
 };
 
 // The decode-graph batch sizes for a config: 1, 2, 4, 8, then steps of 8 to 64, 16 to 128, 32
@@ -89,6 +93,8 @@ class Engine {
   // Appends a request's sampled tokens of a step, streams them and finishes the request when a
   // stop condition holds.
   void on_tokens(Request& r, std::span<const SampledToken> tokens);
+  // The token a request gets for its k-th sampled row of the step: the debug script's, if any.
+  int32_t scripted(const Request& r, int32_t k, int32_t sampled) const;
   // What the backend needs to sample the request's next token.
   backend::SampleSpec sample_spec(const Request& r) const;
   void finish(Request& r, FinishReason why, OutputDelta d);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "server/reasoning_parser.h"
 #include "server/request_fields.h"
 
 namespace deltaserve::server {
@@ -59,7 +60,8 @@ json template_message(const json& m) {
   return msg;
 }
 
-std::vector<int32_t> chat_prompt(const json& b, const RequestContext& ctx) {
+// The chat template's rendering of the messages (the prompt text).
+std::string chat_prompt(const json& b, const RequestContext& ctx) {
   if (!ctx.chat_template) bad_request("this model has no chat template");
   if (!present(b, "messages") || !b["messages"].is_array() || b["messages"].empty())
     bad_request("'messages' must be a non-empty list", "messages");
@@ -74,7 +76,7 @@ std::vector<int32_t> chat_prompt(const json& b, const RequestContext& ctx) {
     kwargs = b["chat_template_kwargs"];
   }
   const bool add_gen = get_bool(b, "add_generation_prompt").value_or(true);
-  return ctx.tok.encode(ctx.chat_template->render(messages, tools, add_gen, kwargs));
+  return ctx.chat_template->render(messages, tools, add_gen, kwargs);
 }
 
 std::vector<int32_t> text_prompt(const json& b, const RequestContext& ctx) {
@@ -145,7 +147,14 @@ CompletionRequest parse_completion_request(const json& b, bool chat, const Reque
   CompletionRequest r;
   r.chat = chat;
   r.generate.params = parse_sampling_params(b, chat, ctx.tok.vocab_size());
-  r.generate.prompt_ids = chat ? chat_prompt(b, ctx) : text_prompt(b, ctx);
+  if (chat) {
+    const std::string prompt = chat_prompt(b, ctx);
+    r.reasoning = ctx.reasoning_parser;
+    r.prompt_opens_think = ReasoningParser::prompt_opens_think(prompt);
+    r.generate.prompt_ids = ctx.tok.encode(prompt);
+  } else {
+    r.generate.prompt_ids = text_prompt(b, ctx);
+  }
   if (r.generate.prompt_ids.empty()) bad_request("the prompt is empty", chat ? "messages" : "prompt");
   const int64_t prompt_len = static_cast<int64_t>(r.generate.prompt_ids.size());
   r.generate.params.max_tokens = max_tokens_of(b, chat, prompt_len, ctx.max_model_len);

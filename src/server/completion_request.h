@@ -17,6 +17,7 @@ struct RequestContext {
   const tokenizer::ChatTemplate* chat_template;  // null: chat requests are refused
   std::string served_model_name;
   int64_t max_model_len = 0;
+  bool reasoning_parser = false;  // --reasoning-parser qwen3
 };
 
 struct CompletionRequest {
@@ -25,6 +26,8 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool logprobs = false;
+  bool reasoning = false;           // split <think> ... </think> into reasoning_content
+  bool prompt_opens_think = false;  // the rendered prompt leaves a <think> block open
   int32_t prompt_tokens = 0;
 };
 

@@ -2,6 +2,8 @@
 
 #include <ctime>
 
+#include "server/reasoning_parser.h"
+
 namespace deltaserve::server {
 
 namespace {
@@ -21,7 +23,12 @@ json bytes_of(const std::string& s) {
 
 class ChatWriter final : public CompletionWriter {
  public:
-  using CompletionWriter::CompletionWriter;
+  ChatWriter(const CompletionRequest& req, std::string id, const std::string& model,
+             const tokenizer::Tokenizer& tok)
+      : CompletionWriter(req, std::move(id), model, tok),
+        reasoning_(req.reasoning),
+        opens_think_(req.prompt_opens_think),
+        parser_(req.prompt_opens_think) {}
 
  private:
   const char* object_name(bool chunk) const override {
@@ -45,16 +52,39 @@ class ChatWriter final : public CompletionWriter {
   json delta_choice(const engine::OutputDelta& d, json logprobs) override {
     json delta = json::object();
     if (!first_chunk_sent_) delta["role"] = "assistant";
-    delta["content"] = d.text;
+    if (!reasoning_) {
+      delta["content"] = d.text;
+    } else {
+      ReasoningParser::Pieces p = parser_.push(d.text);
+      if (d.finished) {
+        ReasoningParser::Pieces rest = parser_.finish();
+        p.reasoning += rest.reasoning;
+        p.content += rest.content;
+      }
+      if (!p.reasoning.empty()) delta["reasoning_content"] = p.reasoning;
+      if (!p.content.empty() || p.reasoning.empty()) delta["content"] = p.content;
+    }
     return {{"index", 0}, {"delta", delta}, {"logprobs", logprobs}};
   }
   json final_choice() override {
+    json message = {{"role", "assistant"}, {"content", text_}};
+    if (reasoning_) {  // the whole reply through a parser of its own
+      ReasoningParser whole(opens_think_);
+      ReasoningParser::Pieces p = whole.push(text_);
+      ReasoningParser::Pieces rest = whole.finish();
+      p.reasoning += rest.reasoning;
+      p.content += rest.content;
+      message["content"] = p.content.empty() && !p.reasoning.empty() ? json(nullptr) : json(p.content);
+      message["reasoning_content"] = p.reasoning.empty() ? json(nullptr) : json(p.reasoning);
+    }
     return {{"index", 0},
-            {"message", {{"role", "assistant"}, {"content", text_}}},
+            {"message", message},
             {"logprobs", logprobs_ ? json{{"content", content_}} : json(nullptr)}};
   }
 
   json content_ = json::array();
+  bool reasoning_, opens_think_;
+  ReasoningParser parser_;  // streamed deltas
 };
 
 class TextWriter final : public CompletionWriter {

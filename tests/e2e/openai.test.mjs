@@ -7,6 +7,7 @@ import OpenAI from 'openai';
 
 const URL = process.env.DS_URL;
 const URL_SMALL = process.env.DS_URL_SMALL;
+const URL_SCRIPT = process.env.DS_URL_SCRIPT;
 const KEY = process.env.DS_KEY;
 const client = new OpenAI({ baseURL: `${URL}/v1`, apiKey: KEY, maxRetries: 0 });
 const models = await client.models.list();
@@ -201,4 +202,53 @@ test('tokenize, detokenize and health', async () => {
   assert.equal((await fetch(`${URL}/health`)).status, 200);
   const m = await (await fetch(`${URL}/metrics`)).text();
   assert.match(m, /deltaserve_time_to_first_token_seconds_bucket/);
+});
+
+// --reasoning-parser qwen3 on a server whose every reply is a fixed token script:
+// "<think>\nsix times seven\n</think>\n\nThe answer is 42.".
+const scripted = new OpenAI({ baseURL: `${URL_SCRIPT}/v1`, apiKey: 'none', maxRetries: 0 });
+const ask = [{ role: 'user', content: 'What is six times seven?' }];
+
+test('reasoning_content, not streamed', async () => {
+  const r = await scripted.chat.completions.create({ model: MODEL, messages: ask });
+  const m = r.choices[0].message;
+  assert.equal(m.reasoning_content.trim(), 'six times seven');
+  assert.equal(m.content, 'The answer is 42.');
+  assert.equal(r.choices[0].finish_reason, 'stop');
+});
+
+test('reasoning_content, streamed', async () => {
+  const stream = await scripted.chat.completions.create({ model: MODEL, messages: ask, stream: true });
+  let reasoning = '', content = '', finish = null;
+  for await (const chunk of stream) {
+    const d = chunk.choices[0]?.delta ?? {};
+    reasoning += d.reasoning_content ?? '';
+    content += d.content ?? '';
+    finish = chunk.choices[0]?.finish_reason ?? finish;
+  }
+  assert.equal(reasoning.trim(), 'six times seven');
+  assert.equal(content, 'The answer is 42.');
+  assert.equal(finish, 'stop');
+});
+
+test('reasoning cut by max_tokens: no content', async () => {
+  const r = await scripted.chat.completions.create({ model: MODEL, messages: ask, max_tokens: 3 });
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.equal(r.choices[0].message.content, null);
+  assert.equal(r.choices[0].message.reasoning_content.trim(), 'six');
+});
+
+test('thinking off in the template: the scripted reply still parses, completions keep raw text', async () => {
+  const r = await scripted.chat.completions.create({
+    model: MODEL, messages: ask, chat_template_kwargs: { enable_thinking: false } });
+  assert.equal(r.choices[0].message.content, 'The answer is 42.');
+  const c = await scripted.completions.create({ model: MODEL, prompt: 'x', max_tokens: 32 });
+  assert.ok(c.choices[0].text.startsWith('<think>'), 'completions are not parsed');
+});
+
+test('vLLM surface: /version, /ping and vllm: metric names', async () => {
+  const v = await (await fetch(`${URL_SCRIPT}/version`)).json();
+  assert.ok(typeof v.version === 'string' && v.version.length > 0);
+  assert.equal((await fetch(`${URL_SCRIPT}/ping`)).status, 200);
+  assert.ok((await metric('vllm:generation_tokens_total', URL_SCRIPT)) > 0);
 });

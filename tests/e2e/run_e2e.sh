@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Starts two deltaserve servers on free ports (the embedded default model with the real Qwen3
+# Starts three deltaserve servers on free ports (the embedded default model with the real Qwen3
 # tokenizer), runs the openai-client e2e tests against them, and stops the servers with SIGTERM
 # (checking that they exit cleanly). Usage: run_e2e.sh DELTASERVE_BINARY
 # E2E_SERVER_FLAGS adds flags to both servers (e.g. --tensor-parallel-size 2).
@@ -32,13 +32,18 @@ url_of() {  # name: waits for the ready line, prints the server's URL
 }
 start main --api-key sk-e2e --max-num-seqs 64 --max-body-bytes 200000
 start small --max-pending 1 --max-num-seqs 4
+# Every reply of this one is a fixed token script (reasoning + answer), parsed by the Qwen3
+# reasoning parser.
+start script --reasoning-parser qwen3 \
+  --debug-output-script $'<think>\nsix times seven\n</think>\n\nThe answer is 42.'
 url=$(url_of main)
 small=$(url_of small)
-if [ -z "$url" ] || [ -z "$small" ]; then
+script=$(url_of script)
+if [ -z "$url" ] || [ -z "$small" ] || [ -z "$script" ]; then
   echo "a server did not start:"; cat "$logs"/*.err; exit 1
 fi
 status=0
-DS_URL=$url DS_URL_SMALL=$small DS_KEY=sk-e2e node --test "$here/openai.test.mjs" || status=$?
+DS_URL=$url DS_URL_SMALL=$small DS_URL_SCRIPT=$script DS_KEY=sk-e2e node --test "$here/openai.test.mjs" || status=$?
 for p in "${pids[@]}"; do
   kill -TERM "$p"
   for _ in $(seq 1 300); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
