@@ -110,6 +110,32 @@ int32_t max_tokens_of(const json& b, bool chat, int64_t prompt_len, int64_t max_
   return static_cast<int32_t>(*max_tokens);
 }
 
+// Fields deltaserve does not implement yet are refused with a 400 naming them, never ignored.
+void refuse_unsupported(const json& b, bool chat) {
+  if (present(b, "response_format")) {
+    const json& f = b["response_format"];
+    if (!f.is_object() || !f.contains("type") || f["type"] != "text")
+      bad_request("response_format other than {\"type\": \"text\"} (JSON mode, JSON schema) is "
+                  "not supported yet",
+                  "response_format");
+  }
+  if (present(b, "logit_bias") && !(b["logit_bias"].is_object() && b["logit_bias"].empty()))
+    bad_request("logit_bias is not supported yet", "logit_bias");
+  if (!chat && present(b, "suffix")) bad_request("suffix is not supported", "suffix");
+  if (present(b, "stream_options") && !get_bool(b, "stream").value_or(false))
+    bad_request("stream_options can only be given when stream is true", "stream_options");
+  if (chat && present(b, "tool_choice")) {
+    const json& c = b["tool_choice"];
+    if (c.is_string() && c == "auto")
+      bad_request("\"auto\" tool choice needs a tool-call parser, which this server does not "
+                  "have yet",
+                  "tool_choice");
+    if (!(c.is_string() && c == "none"))
+      bad_request("tool_choice \"required\" or a named function is not supported yet",
+                  "tool_choice");
+  }
+}
+
 }  // namespace
 
 engine::SamplingParams parse_sampling_params(const json& b, bool chat, int64_t vocab) {
@@ -144,6 +170,7 @@ CompletionRequest parse_completion_request(const json& b, bool chat, const Reque
       throw NotFoundError("The model `" + b["model"].get<std::string>() + "` does not exist.",
                           "model");
   }
+  refuse_unsupported(b, chat);
   CompletionRequest r;
   r.chat = chat;
   r.generate.params = parse_sampling_params(b, chat, ctx.tok.vocab_size());
