@@ -125,9 +125,9 @@ int cmd_serve(const std::vector<std::string>& argv) {
       "max-num-seqs", "max-model-len", "max-num-batched-tokens", "gpu-memory-utilization",
       "load-format", "api-key", "device", "kv-cache-gib", "max-pending", "max-body-bytes",
       "http-threads", "shutdown-timeout", "max-connections", "reasoning-parser",
-      "debug-output-script"};
+      "debug-output-script", "tool-call-parser"};
   flags.insert(vllm_value_flags().begin(), vllm_value_flags().end());
-  std::set<std::string> switches = {"enforce-eager"};
+  std::set<std::string> switches = {"enforce-eager", "enable-auto-tool-choice"};
   switches.insert(vllm_switches().begin(), vllm_switches().end());
   Args a(argv, "serve", flags, switches);
   check_device(a);
@@ -160,6 +160,12 @@ int cmd_serve(const std::vector<std::string>& argv) {
       throw Error("--reasoning-parser must be qwen3 (Qwen3.5's <think> format), got '" +
                   a.get("reasoning-parser", "") + "'");
     acfg.reasoning_parser = true;
+  }
+  if (a.has("tool-call-parser") || a.has("enable-auto-tool-choice")) {
+    if (a.get("tool-call-parser", "") != "qwen3_coder" || !a.has("enable-auto-tool-choice"))
+      throw Error("tool calling needs --enable-auto-tool-choice --tool-call-parser qwen3_coder "
+                  "(Qwen3.5's <tool_call><function=...> format)");
+    acfg.tool_call_parser = true;
   }
   const double kv_gib = a.get_double("kv-cache-gib", 2, 0, 1 << 20, true);
 

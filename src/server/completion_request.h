@@ -18,6 +18,7 @@ struct RequestContext {
   std::string served_model_name;
   int64_t max_model_len = 0;
   bool reasoning_parser = false;  // --reasoning-parser qwen3
+  bool tool_call_parser = false;  // --enable-auto-tool-choice --tool-call-parser qwen3_coder
 };
 
 struct CompletionRequest {
@@ -28,6 +29,8 @@ struct CompletionRequest {
   bool logprobs = false;
   bool reasoning = false;           // split <think> ... </think> into reasoning_content
   bool prompt_opens_think = false;  // the rendered prompt leaves a <think> block open
+  bool tool_calls = false;          // parse <tool_call> blocks into tool_calls
+  json tools;                       // the request's tools (their schemas type the arguments)
   int32_t prompt_tokens = 0;
 };
 

@@ -3,6 +3,7 @@
 #include <ctime>
 
 #include "server/reasoning_parser.h"
+#include "server/tool_call_parser.h"
 
 namespace deltaserve::server {
 
@@ -28,7 +29,9 @@ class ChatWriter final : public CompletionWriter {
       : CompletionWriter(req, std::move(id), model, tok),
         reasoning_(req.reasoning),
         opens_think_(req.prompt_opens_think),
-        parser_(req.prompt_opens_think) {}
+        tool_calls_(req.tool_calls),
+        parser_(req.prompt_opens_think),
+        tools_(req.tools) {}
 
  private:
   const char* object_name(bool chunk) const override {
@@ -52,19 +55,40 @@ class ChatWriter final : public CompletionWriter {
   json delta_choice(const engine::OutputDelta& d, json logprobs) override {
     json delta = json::object();
     if (!first_chunk_sent_) delta["role"] = "assistant";
-    if (!reasoning_) {
-      delta["content"] = d.text;
-    } else {
-      ReasoningParser::Pieces p = parser_.push(d.text);
+    ReasoningParser::Pieces p;
+    if (reasoning_) {
+      p = parser_.push(d.text);
       if (d.finished) {
         ReasoningParser::Pieces rest = parser_.finish();
         p.reasoning += rest.reasoning;
         p.content += rest.content;
       }
-      if (!p.reasoning.empty()) delta["reasoning_content"] = p.reasoning;
-      if (!p.content.empty() || p.reasoning.empty()) delta["content"] = p.content;
+    } else {
+      p.content = d.text;
+    }
+    std::vector<ToolCall> calls;
+    if (tool_calls_) {
+      p.content = tools_.push(p.content);
+      if (d.finished) p.content += tools_.finish(calls);
+    }
+    if (!p.reasoning.empty()) delta["reasoning_content"] = p.reasoning;
+    if (!p.content.empty() || p.reasoning.empty()) delta["content"] = p.content;
+    if (!calls.empty()) {
+      delta["tool_calls"] = tool_calls_json(calls, true);
+      finish_reason_ = "tool_calls";
     }
     return {{"index", 0}, {"delta", delta}, {"logprobs", logprobs}};
+  }
+  json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) const {
+    json out = json::array();
+    for (size_t i = 0; i < calls.size(); ++i) {
+      json c = {{"id", "call_" + id_.substr(id_.find('-') + 1) + "_" + std::to_string(i)},
+                {"type", "function"},
+                {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+      if (with_index) c["index"] = static_cast<int>(i);
+      out.push_back(std::move(c));
+    }
+    return out;
   }
   json final_choice() override {
     json message = {{"role", "assistant"}, {"content", text_}};
@@ -77,14 +101,28 @@ class ChatWriter final : public CompletionWriter {
       message["content"] = p.content.empty() && !p.reasoning.empty() ? json(nullptr) : json(p.content);
       message["reasoning_content"] = p.reasoning.empty() ? json(nullptr) : json(p.reasoning);
     }
+    if (tool_calls_) {  // calls after the (reasoning-free) content
+      ToolCallParser whole(tools_.tools());
+      std::vector<ToolCall> calls;
+      std::string content = whole.push(message["content"].is_string()
+                                           ? message["content"].get<std::string>()
+                                           : std::string());
+      content += whole.finish(calls);
+      if (!calls.empty()) {
+        message["content"] = content.empty() ? json(nullptr) : json(content);
+        message["tool_calls"] = tool_calls_json(calls, false);
+        finish_reason_ = "tool_calls";
+      }
+    }
     return {{"index", 0},
             {"message", message},
             {"logprobs", logprobs_ ? json{{"content", content_}} : json(nullptr)}};
   }
 
   json content_ = json::array();
-  bool reasoning_, opens_think_;
+  bool reasoning_, opens_think_, tool_calls_;
   ReasoningParser parser_;  // streamed deltas
+  ToolCallParser tools_;    // streamed deltas
 };
 
 class TextWriter final : public CompletionWriter {

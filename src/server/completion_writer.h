@@ -51,7 +51,7 @@ class CompletionWriter {
   bool stream_, include_usage_, logprobs_;
   bool first_chunk_sent_ = false;
   std::string text_;
-  std::string finish_reason_;
+  std::string finish_reason_;  // "tool_calls" when the chat writer found calls
   std::string error_;  // the engine failed this request
   int32_t prompt_tokens_ = 0, completion_tokens_ = 0;
 };

@@ -121,7 +121,7 @@ Response OpenAiApi::detokenize(const Request& req) {
 
 Reply OpenAiApi::completions(const Request& req, bool chat) {
   const RequestContext ctx{tok_, chat_, cfg_.served_model_name, engine_.config().max_model_len,
-                           cfg_.reasoning_parser};
+                           cfg_.reasoning_parser, cfg_.tool_call_parser};
   CompletionRequest parsed = parse_completion_request(parse_body(req), chat, ctx);
   char idbuf[32];
   std::snprintf(idbuf, sizeof idbuf, "%016llx", static_cast<unsigned long long>(next_id_++));

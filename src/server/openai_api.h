@@ -17,6 +17,7 @@ struct ApiConfig {
   std::string api_key;        // empty: no authentication
   int64_t max_pending = 512;  // requests in flight before new ones get 503
   bool reasoning_parser = false;  // --reasoning-parser qwen3: reasoning_content in chat replies
+  bool tool_call_parser = false;  // qwen3_coder: <tool_call> blocks become tool_calls
 };
 
 class OpenAiApi {

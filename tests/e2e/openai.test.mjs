@@ -8,6 +8,7 @@ import OpenAI from 'openai';
 const URL = process.env.DS_URL;
 const URL_SMALL = process.env.DS_URL_SMALL;
 const URL_SCRIPT = process.env.DS_URL_SCRIPT;
+const URL_TOOLS = process.env.DS_URL_TOOLS;
 const KEY = process.env.DS_KEY;
 const client = new OpenAI({ baseURL: `${URL}/v1`, apiKey: KEY, maxRetries: 0 });
 const models = await client.models.list();
@@ -251,4 +252,60 @@ test('vLLM surface: /version, /ping and vllm: metric names', async () => {
   assert.ok(typeof v.version === 'string' && v.version.length > 0);
   assert.equal((await fetch(`${URL_SCRIPT}/ping`)).status, 200);
   assert.ok((await metric('vllm:generation_tokens_total', URL_SCRIPT)) > 0);
+});
+
+// --enable-auto-tool-choice --tool-call-parser qwen3_coder on a server whose every reply is
+// "Checking.\n<tool_call>\n<function=get_weather>...city Paris, days 3...</tool_call>".
+const tooled = new OpenAI({ baseURL: `${URL_TOOLS}/v1`, apiKey: 'none', maxRetries: 0 });
+const weatherTools = [{ type: 'function', function: { name: 'get_weather', description: 'weather',
+  parameters: { type: 'object', properties: { city: { type: 'string' }, days: { type: 'integer' } },
+    required: ['city'] } } }];
+const weatherAsk = [{ role: 'user', content: 'Weather in Paris for 3 days?' }];
+
+test('tool calls, not streamed', async () => {
+  const r = await tooled.chat.completions.create({ model: MODEL, messages: weatherAsk, tools: weatherTools });
+  const m = r.choices[0].message;
+  assert.equal(r.choices[0].finish_reason, 'tool_calls');
+  assert.equal(m.content.trim(), 'Checking.');
+  assert.equal(m.tool_calls.length, 1);
+  assert.equal(m.tool_calls[0].type, 'function');
+  assert.ok(m.tool_calls[0].id.startsWith('call_'));
+  assert.equal(m.tool_calls[0].function.name, 'get_weather');
+  assert.deepEqual(JSON.parse(m.tool_calls[0].function.arguments), { city: 'Paris', days: 3 });
+});
+
+test('tool calls, streamed', async () => {
+  const stream = await tooled.chat.completions.create({ model: MODEL, messages: weatherAsk, tools: weatherTools, stream: true });
+  let content = '', finish = null;
+  const calls = [];
+  for await (const chunk of stream) {
+    const d = chunk.choices[0]?.delta ?? {};
+    content += d.content ?? '';
+    for (const c of d.tool_calls ?? []) {
+      calls[c.index] ??= { name: '', arguments: '' };
+      calls[c.index].name += c.function?.name ?? '';
+      calls[c.index].arguments += c.function?.arguments ?? '';
+    }
+    finish = chunk.choices[0]?.finish_reason ?? finish;
+  }
+  assert.equal(finish, 'tool_calls');
+  assert.equal(content.trim(), 'Checking.');
+  assert.equal(calls.length, 1);
+  assert.equal(calls[0].name, 'get_weather');
+  assert.deepEqual(JSON.parse(calls[0].arguments), { city: 'Paris', days: 3 });
+});
+
+test('tool_choice none, the tool result turn, and tool_choice required refused', async () => {
+  const none = await tooled.chat.completions.create({ model: MODEL, messages: weatherAsk, tools: weatherTools, tool_choice: 'none' });
+  assert.equal(none.choices[0].finish_reason, 'stop');
+  assert.ok(none.choices[0].message.content.includes('<tool_call>'), 'no parsing with tool_choice none');
+  const first = await tooled.chat.completions.create({ model: MODEL, messages: weatherAsk, tools: weatherTools });
+  const call = first.choices[0].message.tool_calls[0];
+  const followUp = await tooled.chat.completions.create({ model: MODEL, tools: weatherTools, messages: [
+    ...weatherAsk,
+    { role: 'assistant', content: null, tool_calls: [call] },
+    { role: 'tool', tool_call_id: call.id, content: '{"temp": 21}' }] });
+  assert.equal(followUp.choices.length, 1);
+  await expectStatus(tooled.chat.completions.create({ model: MODEL, messages: weatherAsk, tools: weatherTools, tool_choice: 'required' }), 400);
+  await expectStatus(client.chat.completions.create({ model: MODEL, messages: weatherAsk, tools: weatherTools, tool_choice: 'auto' }), 400);
 });

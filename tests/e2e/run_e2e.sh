@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Starts three deltaserve servers on free ports (the embedded default model with the real Qwen3
+# Starts four deltaserve servers on free ports (the embedded default model with the real Qwen3
 # tokenizer), runs the openai-client e2e tests against them, and stops the servers with SIGTERM
 # (checking that they exit cleanly). Usage: run_e2e.sh DELTASERVE_BINARY
 # E2E_SERVER_FLAGS adds flags to both servers (e.g. --tensor-parallel-size 2).
@@ -36,14 +36,18 @@ start small --max-pending 1 --max-num-seqs 4
 # reasoning parser.
 start script --reasoning-parser qwen3 \
   --debug-output-script $'<think>\nsix times seven\n</think>\n\nThe answer is 42.'
+# ... and one whose every reply is a qwen3_coder tool call.
+start tools --enable-auto-tool-choice --tool-call-parser qwen3_coder --debug-output-script \
+  $'Checking.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>'
 url=$(url_of main)
 small=$(url_of small)
 script=$(url_of script)
-if [ -z "$url" ] || [ -z "$small" ] || [ -z "$script" ]; then
+tools=$(url_of tools)
+if [ -z "$url" ] || [ -z "$small" ] || [ -z "$script" ] || [ -z "$tools" ]; then
   echo "a server did not start:"; cat "$logs"/*.err; exit 1
 fi
 status=0
-DS_URL=$url DS_URL_SMALL=$small DS_URL_SCRIPT=$script DS_KEY=sk-e2e node --test "$here/openai.test.mjs" || status=$?
+DS_URL=$url DS_URL_SMALL=$small DS_URL_SCRIPT=$script DS_URL_TOOLS=$tools DS_KEY=sk-e2e node --test "$here/openai.test.mjs" || status=$?
 for p in "${pids[@]}"; do
   kill -TERM "$p"
   for _ in $(seq 1 300); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
