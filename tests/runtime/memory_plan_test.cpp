@@ -14,13 +14,11 @@ namespace deltaserve::runtime {
 namespace {
 
 PlanLimits limits() {
-  PlanLimits l;
-  l.max_num_seqs = 3;
-  l.max_num_batched_tokens = 40;
-  l.max_model_len = 100;
-  l.page_size = 16;
-  l.num_snapshots = 2;
-  return l;
+  return {.max_num_seqs = 3,
+          .max_num_batched_tokens = 40,
+          .max_model_len = 100,
+          .page_size = 16,
+          .num_snapshots = 2};
 }
 
 TEST(MemoryPlan, RunnerAllocatesExactlyThePlan) {

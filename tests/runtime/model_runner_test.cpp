@@ -16,12 +16,11 @@ TEST(ModelRunner, ResumingFromASnapshotEqualsContinuing) {
   backend::CpuBackend be;
   auto m = model::load_model((testing::test_data() / "tiny_real").string(),
                              model::LoadFormat::kAuto, be, false);
-  PlanLimits l;
-  l.max_num_seqs = 2;
-  l.max_num_batched_tokens = 64;
-  l.max_model_len = 64;
-  l.page_size = 16;
-  l.num_snapshots = 1;
+  const PlanLimits l{.max_num_seqs = 2,
+                     .max_num_batched_tokens = 64,
+                     .max_model_len = 64,
+                     .page_size = 16,
+                     .num_snapshots = 1};
   MemoryBudget budget;
   budget.pages = 8;
   const MemoryPlan plan = plan_for(*m, l, budget);
