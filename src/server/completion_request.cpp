@@ -154,7 +154,6 @@ engine::SamplingParams parse_sampling_params(const json& b, bool chat, int64_t v
   if (auto v = get_int(b, "n"); v && *v != 1) bad_request("only n = 1 is supported", "n");
   if (auto v = get_int(b, "best_of"); v && *v > 1)
     bad_request("best_of > 1 is not supported", "best_of");
-  if (auto v = get_bool(b, "echo"); v && *v) bad_request("echo is not supported", "echo");
   parse_stop(b, p);
   if (present(b, "stop_token_ids"))
     p.stop_token_ids = get_token_ids(b["stop_token_ids"], vocab, "stop_token_ids");
@@ -184,6 +183,11 @@ CompletionRequest parse_completion_request(const json& b, bool chat, const Reque
     r.generate.prompt_ids = ctx.tok.encode(prompt);
   } else {
     r.generate.prompt_ids = text_prompt(b, ctx);
+    if (get_bool(b, "echo").value_or(false)) {  // the prompt's text before the completion
+      if (r.generate.params.logprobs)
+        bad_request("echo with logprobs (prompt logprobs) is not supported yet", "echo");
+      r.echo = ctx.tok.decode(r.generate.prompt_ids);
+    }
   }
   if (r.generate.prompt_ids.empty()) bad_request("the prompt is empty", chat ? "messages" : "prompt");
   const int64_t prompt_len = static_cast<int64_t>(r.generate.prompt_ids.size());

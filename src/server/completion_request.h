@@ -31,6 +31,7 @@ struct CompletionRequest {
   bool prompt_opens_think = false;  // the rendered prompt leaves a <think> block open
   bool tool_calls = false;          // parse <tool_call> blocks into tool_calls
   json tools;                       // the request's tools (their schemas type the arguments)
+  std::string echo;                 // completions with echo: the prompt's text, sent first
   int32_t prompt_tokens = 0;
 };
 

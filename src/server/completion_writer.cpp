@@ -127,7 +127,9 @@ class ChatWriter final : public CompletionWriter {
 
 class TextWriter final : public CompletionWriter {
  public:
-  using CompletionWriter::CompletionWriter;
+  TextWriter(const CompletionRequest& req, std::string id, const std::string& model,
+             const tokenizer::Tokenizer& tok)
+      : CompletionWriter(req, std::move(id), model, tok), echo_(req.echo) {}
 
  private:
   const char* object_name(bool) const override { return "text_completion"; }
@@ -149,12 +151,14 @@ class TextWriter final : public CompletionWriter {
     return logprobs_ ? chunk : json(nullptr);
   }
   json delta_choice(const engine::OutputDelta& d, json logprobs) override {
-    return {{"index", 0}, {"text", d.text}, {"logprobs", logprobs}};
+    const std::string echo = first_chunk_sent_ ? "" : echo_;
+    return {{"index", 0}, {"text", echo + d.text}, {"logprobs", logprobs}};
   }
   json final_choice() override {
-    return {{"index", 0}, {"text", text_}, {"logprobs", logprobs_ ? all_ : json(nullptr)}};
+    return {{"index", 0}, {"text", echo_ + text_}, {"logprobs", logprobs_ ? all_ : json(nullptr)}};
   }
 
+  std::string echo_;
   json all_ = {{"tokens", json::array()},
                {"token_logprobs", json::array()},
                {"top_logprobs", json::array()},

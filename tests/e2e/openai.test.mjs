@@ -309,3 +309,13 @@ test('tool_choice none, the tool result turn, and tool_choice required refused',
   await expectStatus(tooled.chat.completions.create({ model: MODEL, messages: weatherAsk, tools: weatherTools, tool_choice: 'required' }), 400);
   await expectStatus(client.chat.completions.create({ model: MODEL, messages: weatherAsk, tools: weatherTools, tool_choice: 'auto' }), 400);
 });
+
+test('echo puts the prompt before the completion, streamed and not', async () => {
+  const r = await scripted.completions.create({ model: MODEL, prompt: 'Q: 6*7?', max_tokens: 3, echo: true });
+  assert.ok(r.choices[0].text.startsWith('Q: 6*7?<think>'), r.choices[0].text);
+  const stream = await scripted.completions.create({ model: MODEL, prompt: 'Q: 6*7?', max_tokens: 3, echo: true, stream: true });
+  let text = '';
+  for await (const chunk of stream) text += chunk.choices[0]?.text ?? '';
+  assert.equal(text, r.choices[0].text);
+  await expectStatus(scripted.completions.create({ model: MODEL, prompt: 'x', max_tokens: 2, echo: true, logprobs: 1 }), 400);
+});
