@@ -39,7 +39,7 @@ fuzz-build: deps $(FUZZ_BUILD)/build.ninja
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzzers
 
 fuzz-smoke: fuzz-build
-	tools/fuzz_run.sh $(FUZZ_BUILD) 12
+	tools/fuzz_run.sh $(FUZZ_BUILD) 10
 
 fuzz: fuzz-build
 	tools/fuzz_run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)

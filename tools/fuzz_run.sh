@@ -11,7 +11,8 @@ SECONDS_EACH=${2:?seconds per target}
 shift 2
 TARGETS=("$@")
 if [ ${#TARGETS[@]} -eq 0 ]; then
-  TARGETS=(fuzz_http fuzz_openai_json fuzz_tokenizer fuzz_chat_template fuzz_checkpoint)
+  TARGETS=(fuzz_http fuzz_openai_json fuzz_tokenizer fuzz_chat_template fuzz_checkpoint
+           fuzz_output_parsers)
 fi
 OUT_DIR=${FUZZ_OUT:-$BUILD/fuzz-out}
 mkdir -p "$OUT_DIR"
