@@ -105,7 +105,8 @@ ds::StepBatch decode_batch(int32_t B, int32_t V, int32_t ctx, int32_t page, int3
 ds::StepBatch prefill_batch(int32_t N, int32_t V, int32_t page, int32_t slot, int32_t first,
                             int32_t ppp) {
   std::vector<int32_t> ids, pages;
-  for (int32_t i = 0; i < N; ++i) ids.push_back((i * 104729 + 7) % V);
+  for (int32_t i = 0; i < N; ++i)  // 64-bit: i * 104729 overflows int32 past 20,504 tokens
+    ids.push_back(static_cast<int32_t>((int64_t{i} * 104729 + 7) % V));
   for (int32_t q = 0; q < ppp; ++q) pages.push_back(first + q);
   return ds::StepBatchBuilder(page).add(0, ids, 0, slot, pages, 1).build();
 }
