@@ -32,7 +32,7 @@ std::vector<int32_t> top_candidates(const std::vector<float>& x, int32_t k) {
   return idx;
 }
 
-// The logits after penalties and bans.
+// The logits after penalties, biases and bans.
 std::vector<float> penalized(std::span<const float> logits, int32_t vocab, const SampleSpec& p) {
   std::vector<float> x(logits.begin(), logits.begin() + vocab);
   if (p.repetition_penalty != 1.0f) {
@@ -54,6 +54,8 @@ std::vector<float> penalized(std::span<const float> logits, int32_t vocab, const
         x[static_cast<size_t>(t)] -=
             p.frequency_penalty * static_cast<float>(c) + p.presence_penalty;
   }
+  for (const auto& [t, b] : p.bias)
+    if (t >= 0 && t < vocab) x[static_cast<size_t>(t)] += b;
   for (int32_t b : p.banned)
     if (b >= 0 && b < vocab) x[static_cast<size_t>(b)] = kNegInf;
 

@@ -30,6 +30,7 @@ struct SampleSpec {
   std::vector<int32_t> prompt_tokens;  // for the repetition penalty (repeats are fine)
   std::vector<int32_t> output_tokens;  // for all three penalties
   std::vector<int32_t> banned;         // never chosen (e.g. EOS before min_tokens)
+  std::vector<std::pair<int32_t, float>> bias;  // added to those tokens' logits (logit_bias)
 
   bool greedy() const { return temperature < 1e-5f; }
 };

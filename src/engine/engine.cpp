@@ -253,6 +253,7 @@ backend::SampleSpec Engine::sample_spec(const Request& r) const {
   if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f)
     s.output_tokens.assign(prompt_end, r.tokens.end());
   s.banned = banned_tokens(r);
+  s.bias = p.logit_bias;
   return s;
 }
 

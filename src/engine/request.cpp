@@ -20,6 +20,8 @@ std::string SamplingParams::validate() const {
   if (top_logprobs < 0 || top_logprobs > 20) return "top_logprobs must be in [0, 20]";
   for (const std::string& s : stop)
     if (s.empty()) return "stop strings must not be empty";
+  for (const auto& [t, b] : logit_bias)
+    if (!(b >= -100 && b <= 100)) return "logit_bias values must be in [-100, 100]";
   return "";
 }
 

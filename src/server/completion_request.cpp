@@ -26,6 +26,27 @@ void parse_stop(const json& b, engine::SamplingParams& p) {
   }
 }
 
+// {"token id": bias, ...} (OpenAI's shape: ids as strings).
+void parse_logit_bias(const json& b, int64_t vocab, engine::SamplingParams& p) {
+  if (!present(b, "logit_bias")) return;
+  const json& m = b["logit_bias"];
+  const char* what = "'logit_bias' must map token ids (as strings) to numbers";
+  if (!m.is_object()) bad_request(what, "logit_bias");
+  for (auto it = m.begin(); it != m.end(); ++it) {
+    size_t used = 0;
+    long long id = -1;
+    try {
+      id = std::stoll(it.key(), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != it.key().size() || id < 0 || id >= vocab || !it.value().is_number())
+      bad_request(what + std::string(" (token ids in [0, ") + std::to_string(vocab) + "))",
+                  "logit_bias");
+    p.logit_bias.emplace_back(static_cast<int32_t>(id), it.value().get<float>());
+  }
+}
+
 void parse_logprobs(const json& b, bool chat, engine::SamplingParams& p) {
   if (chat) {
     if (auto v = get_bool(b, "logprobs")) p.logprobs = *v;
@@ -119,8 +140,6 @@ void refuse_unsupported(const json& b, bool chat, bool tool_parser) {
                   "not supported yet",
                   "response_format");
   }
-  if (present(b, "logit_bias") && !(b["logit_bias"].is_object() && b["logit_bias"].empty()))
-    bad_request("logit_bias is not supported yet", "logit_bias");
   if (!chat && present(b, "suffix")) bad_request("suffix is not supported", "suffix");
   if (present(b, "stream_options") && !get_bool(b, "stream").value_or(false))
     bad_request("stream_options can only be given when stream is true", "stream_options");
@@ -158,6 +177,7 @@ engine::SamplingParams parse_sampling_params(const json& b, bool chat, int64_t v
   if (present(b, "stop_token_ids"))
     p.stop_token_ids = get_token_ids(b["stop_token_ids"], vocab, "stop_token_ids");
   parse_logprobs(b, chat, p);
+  parse_logit_bias(b, vocab, p);
   if (const std::string e = p.validate(); !e.empty()) bad_request(e);
   return p;
 }

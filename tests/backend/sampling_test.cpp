@@ -64,6 +64,22 @@ TEST(Sampling, GreedyAndBanned) {
   EXPECT_EQ(sample_row(l, 1, p).token, 0);  // ids >= vocab are never chosen
 }
 
+TEST(Sampling, LogitBiasShiftsTheChoiceButNotTheRawLogprobsAndBansWin) {
+  SampleSpec p;
+  const std::vector<float> l{0.1f, 3.0f, 2.0f, -1.0f};
+  p.bias = {{3, 5.0f}};  // -1 + 5 = 4 > 3
+  p.num_logprobs = 0;
+  const Sampled s = sample_row(l, 4, p);
+  EXPECT_EQ(s.token, 3);
+  const double z = std::exp(0.1) + std::exp(3.0) + std::exp(2.0) + std::exp(-1.0);
+  EXPECT_NEAR(s.logprob, -1.0 - std::log(z), 1e-5) << "logprobs are of the raw logits";
+  p.bias = {{1, -100.0f}};
+  EXPECT_EQ(sample_row(l, 4, p).token, 2);
+  p.bias = {{3, 100.0f}};
+  p.banned = {3};
+  EXPECT_EQ(sample_row(l, 4, p).token, 1) << "a ban wins over a bias";
+}
+
 TEST(Sampling, TemperatureDistributionTopPMinPTopK) {
   const std::vector<float> l = logits_of({0.5, 0.3, 0.15, 0.05});
   SampleSpec p = temp1();

@@ -319,3 +319,11 @@ test('echo puts the prompt before the completion, streamed and not', async () =>
   assert.equal(text, r.choices[0].text);
   await expectStatus(scripted.completions.create({ model: MODEL, prompt: 'x', max_tokens: 2, echo: true, logprobs: 1 }), 400);
 });
+
+test('logit_bias steers the choice', async () => {
+  const r = await client.completions.create({ model: MODEL, prompt: 'x', max_tokens: 3, temperature: 0,
+    logit_bias: { '9707': 100 } });
+  assert.equal(r.choices[0].text, 'HelloHelloHello');
+  await expectStatus(client.completions.create({ model: MODEL, prompt: 'x', max_tokens: 2, logit_bias: { '9707': 1000 } }), 400);
+  await expectStatus(client.completions.create({ model: MODEL, prompt: 'x', max_tokens: 2, logit_bias: { 'abc': 1 } }), 400);
+});

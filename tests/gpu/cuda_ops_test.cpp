@@ -327,6 +327,7 @@ TEST_F(CudaOps, SamplingMatchesHostReference) {
         s.prompt_tokens = {(r * 7919) % V, 5, 5};
         s.output_tokens = {(r * 7919 + 104729) % V, (r * 7919 + 104729) % V, 77};
         s.banned = {(r * 7919 + 2 * 104729) % V};
+        s.bias = {{(r * 31 + 7) % V, 4.0f}, {(r * 7919) % V, -2.5f}};  // logit_bias
         break;
       case 2:
         s.temperature = 1.0f;

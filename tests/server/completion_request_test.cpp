@@ -17,12 +17,12 @@ class CompletionRequestTest : public ::testing::Test {
     tok_ = tokenizer::Tokenizer::from_file(dir / "tokenizer.json");
     chat_ = tokenizer::ChatTemplate::from_config(dir / "tokenizer_config.json");
   }
-  // The refused field's name (the 400's param), or "" when the body is accepted.
+  // The refused field's name (the 400's param, "" when the error names none), or "accepted".
   std::string refused(const std::string& body, bool chat) {
     const RequestContext ctx{*tok_, chat_.get(), "m", 1024, false};
     try {
       parse_completion_request(json::parse(body), chat, ctx);
-      return "";
+      return "accepted";
     } catch (const Error& e) {
       return e.param();
     }
@@ -35,7 +35,9 @@ TEST_F(CompletionRequestTest, UnsupportedFieldsAreRefusedByName) {
   const std::string msgs = R"("messages":[{"role":"user","content":"hi"}])";
   EXPECT_EQ(refused("{" + msgs + R"(,"response_format":{"type":"json_object"}})", true),
             "response_format");
-  EXPECT_EQ(refused("{" + msgs + R"(,"logit_bias":{"5":10}})", true), "logit_bias");
+  EXPECT_EQ(refused("{" + msgs + R"(,"logit_bias":{"x":10}})", true), "logit_bias");
+  EXPECT_EQ(refused("{" + msgs + R"(,"logit_bias":{"999999999":1}})", true), "logit_bias");
+  EXPECT_EQ(refused("{" + msgs + R"(,"logit_bias":{"5":1000}})", true), "");  // out of [-100, 100]
   EXPECT_EQ(refused("{" + msgs + R"(,"stream_options":{"include_usage":true}})", true),
             "stream_options");
   EXPECT_EQ(refused("{" + msgs + R"(,"tool_choice":"auto"})", true), "tool_choice");
@@ -45,10 +47,11 @@ TEST_F(CompletionRequestTest, UnsupportedFieldsAreRefusedByName) {
 
 TEST_F(CompletionRequestTest, SupportedNeighboursAreAccepted) {
   const std::string msgs = R"("messages":[{"role":"user","content":"hi"}])";
-  EXPECT_EQ(refused("{" + msgs + R"(,"response_format":{"type":"text"},"logit_bias":{}})", true), "");
+  EXPECT_EQ(refused("{" + msgs + R"(,"response_format":{"type":"text"},"logit_bias":{"5":-3.5}})", true),
+            "accepted");
   EXPECT_EQ(refused("{" + msgs + R"(,"stream":true,"stream_options":{"include_usage":true}})", true),
-            "");
-  EXPECT_EQ(refused("{" + msgs + R"(,"tool_choice":"none"})", true), "");
+            "accepted");
+  EXPECT_EQ(refused("{" + msgs + R"(,"tool_choice":"none"})", true), "accepted");
 }
 
 }  // namespace

@@ -448,24 +448,31 @@ std::vector<Sampled> CudaBackend::sample(const Tensor& logits, int32_t vocab,
   // Host staging: row parameters, then every row's penalty entries sorted by token.
   std::vector<cuda::SampleRowParams> params(static_cast<size_t>(R));
   std::vector<cuda::SampleAdj> adj;
-  std::vector<std::pair<int32_t, int32_t>> ev;  // (token, kind) 0 prompt, 1 output, 2 banned
+  struct Event {
+    int32_t token, kind;  // 0 prompt, 1 output, 2 banned, 3 bias
+    float bias;
+    bool operator<(const Event& o) const { return token < o.token; }
+  };
+  std::vector<Event> ev;
   for (int r = 0; r < R; ++r) {
     const SampleSpec& s = specs[static_cast<size_t>(r)];
     DS_CHECK(s.num_logprobs <= kMaxTopLogprobs, "at most 20 top logprobs");
     ev.clear();
     if (s.repetition_penalty != 1.0f)
-      for (int32_t t : s.prompt_tokens) ev.emplace_back(t, 0);
-    for (int32_t t : s.output_tokens) ev.emplace_back(t, 1);
-    for (int32_t t : s.banned) ev.emplace_back(t, 2);
-    std::sort(ev.begin(), ev.end());
+      for (int32_t t : s.prompt_tokens) ev.push_back({t, 0, 0.0f});
+    for (int32_t t : s.output_tokens) ev.push_back({t, 1, 0.0f});
+    for (int32_t t : s.banned) ev.push_back({t, 2, 0.0f});
+    for (const auto& [t, b] : s.bias) ev.push_back({t, 3, b});
+    std::stable_sort(ev.begin(), ev.end());
     const int32_t begin = static_cast<int32_t>(adj.size());
-    for (const auto& [t, kind] : ev) {
-      if (t < 0 || t >= vocab) continue;
-      if (adj.size() == static_cast<size_t>(begin) || adj.back().token != t)
-        adj.push_back({t, 0, 0});
-      if (kind == 0) adj.back().flags |= cuda::kAdjInPrompt;
-      if (kind == 1) ++adj.back().out_count;
-      if (kind == 2) adj.back().flags |= cuda::kAdjBanned;
+    for (const Event& e : ev) {
+      if (e.token < 0 || e.token >= vocab) continue;
+      if (adj.size() == static_cast<size_t>(begin) || adj.back().token != e.token)
+        adj.push_back({e.token, 0, 0, 0.0f});
+      if (e.kind == 0) adj.back().flags |= cuda::kAdjInPrompt;
+      if (e.kind == 1) ++adj.back().out_count;
+      if (e.kind == 2) adj.back().flags |= cuda::kAdjBanned;
+      if (e.kind == 3) adj.back().bias += e.bias;
     }
     params[static_cast<size_t>(r)] = {s.temperature,
                                       s.top_p,

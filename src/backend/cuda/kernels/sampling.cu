@@ -53,7 +53,7 @@ __device__ inline float penalized(const SampleRowParams& p, const SampleAdj* adj
   if ((a.flags & kAdjInPrompt) || a.out_count > 0)
     x = x > 0.0f ? x / p.repetition : x * p.repetition;
   if (a.out_count > 0) x -= p.frequency * static_cast<float>(a.out_count) + p.presence;
-  return x;
+  return x + a.bias;
 }
 
 // Bin search over a histogram in shared memory: the first bin at which the running count reaches

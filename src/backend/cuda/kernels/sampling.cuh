@@ -21,6 +21,7 @@ struct SampleRowParams {
 // A token with a penalty or ban in one row.
 struct SampleAdj {
   int32_t token, out_count, flags;  // flags: 1 = in the prompt, 2 = banned
+  float bias;                       // added after the penalties (logit_bias)
 };
 constexpr int32_t kAdjInPrompt = 1, kAdjBanned = 2;
 constexpr int kSampleMaxTop = 20;
