@@ -64,6 +64,7 @@ struct OutputDelta {
   std::string error;  // with kError
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;  // so far
+  int32_t index = 0;  // the choice it belongs to, in a reply merged from several requests
 };
 
 // The client's end of a request: deltas in order, the last one with finished = true.

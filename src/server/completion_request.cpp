@@ -155,7 +155,42 @@ void refuse_unsupported(const json& b, bool chat, bool tool_parser) {
   }
 }
 
+// The prompts of a completions body: a list of several prompts (strings or token-id lists), or
+// the one prompt as it is.
+std::vector<json> prompts_of(const json& b) {
+  if (!present(b, "prompt") || !b["prompt"].is_array() || b["prompt"].empty()) return {b};
+  const json& p = b["prompt"];
+  const bool many = p[0].is_string() ? p.size() > 1 : p[0].is_array();
+  if (!many) return {b};
+  std::vector<json> out;
+  for (const json& one : p) {
+    if (!one.is_string() && !one.is_array())
+      bad_request("'prompt' must be a string, a list of token ids, or a list of those", "prompt");
+    json single = b;
+    single["prompt"] = one;
+    out.push_back(std::move(single));
+  }
+  return out;
+}
+
 }  // namespace
+
+CompletionRequests parse_completion_requests(const json& b, bool chat, const RequestContext& ctx) {
+  const int64_t n = get_int(b, "n").value_or(1);
+  if (n < 1 || n > 128) bad_request("n must be in [1, 128]", "n");
+  CompletionRequests out;
+  for (const json& body : chat ? std::vector<json>{b} : prompts_of(b)) {
+    const CompletionRequest one = parse_completion_request(body, chat, ctx);
+    out.prompt_tokens += one.prompt_tokens;
+    for (int64_t i = 0; i < n; ++i) {
+      CompletionRequest c = one;
+      if (c.generate.params.seed) *c.generate.params.seed += static_cast<uint64_t>(i);
+      out.choices.push_back(std::move(c));
+    }
+  }
+  if (out.choices.size() > 128) bad_request("at most 128 choices (prompts x n) per request", "n");
+  return out;
+}
 
 engine::SamplingParams parse_sampling_params(const json& b, bool chat, int64_t vocab) {
   engine::SamplingParams p;
@@ -170,7 +205,6 @@ engine::SamplingParams parse_sampling_params(const json& b, bool chat, int64_t v
   if (auto v = get_int(b, "min_tokens")) p.min_tokens = static_cast<int32_t>(*v);
   if (auto v = get_bool(b, "ignore_eos")) p.ignore_eos = *v;
   if (auto v = get_bool(b, "skip_special_tokens")) p.skip_special_tokens = *v;
-  if (auto v = get_int(b, "n"); v && *v != 1) bad_request("only n = 1 is supported", "n");
   if (auto v = get_int(b, "best_of"); v && *v > 1)
     bad_request("best_of > 1 is not supported", "best_of");
   parse_stop(b, p);

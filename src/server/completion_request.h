@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "engine/request.h"
 #include "server/json_body.h"
@@ -37,6 +38,16 @@ struct CompletionRequest {
 
 // Throws Error (400) for a malformed body, NotFoundError (404) for another model's name.
 CompletionRequest parse_completion_request(const json& body, bool chat, const RequestContext& ctx);
+
+// Every choice of a request: `n` samples (seeds seed, seed + 1, ...) of each prompt of a list of
+// prompts (completions), in OpenAI's order (prompt-major). The prompt tokens to report are those
+// of the prompts, each counted once.
+struct CompletionRequests {
+  std::vector<CompletionRequest> choices;
+  int32_t prompt_tokens = 0;
+};
+CompletionRequests parse_completion_requests(const json& body, bool chat,
+                                             const RequestContext& ctx);
 
 // Sampling parameters common to both endpoints (max_tokens is decided with the prompt length).
 engine::SamplingParams parse_sampling_params(const json& body, bool chat, int64_t vocab);

@@ -58,7 +58,7 @@ class ChatWriter final : public CompletionWriter {
     ReasoningParser::Pieces p;
     if (reasoning_) {
       p = parser_.push(d.text);
-      if (d.finished) {
+      if (d.finish_reason != engine::FinishReason::kNone) {
         ReasoningParser::Pieces rest = parser_.finish();
         p.reasoning += rest.reasoning;
         p.content += rest.content;
@@ -69,7 +69,7 @@ class ChatWriter final : public CompletionWriter {
     std::vector<ToolCall> calls;
     if (tool_calls_) {
       p.content = tools_.push(p.content);
-      if (d.finished) p.content += tools_.finish(calls);
+      if (d.finish_reason != engine::FinishReason::kNone) p.content += tools_.finish(calls);
     }
     if (!p.reasoning.empty()) delta["reasoning_content"] = p.reasoning;
     if (!p.content.empty() || p.reasoning.empty()) delta["content"] = p.content;
@@ -77,7 +77,7 @@ class ChatWriter final : public CompletionWriter {
       delta["tool_calls"] = tool_calls_json(calls, true);
       finish_reason_ = "tool_calls";
     }
-    return {{"index", 0}, {"delta", delta}, {"logprobs", logprobs}};
+    return {{"index", index_}, {"delta", delta}, {"logprobs", logprobs}};
   }
   json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) const {
     json out = json::array();
@@ -114,7 +114,7 @@ class ChatWriter final : public CompletionWriter {
         finish_reason_ = "tool_calls";
       }
     }
-    return {{"index", 0},
+    return {{"index", index_},
             {"message", message},
             {"logprobs", logprobs_ ? json{{"content", content_}} : json(nullptr)}};
   }
@@ -152,10 +152,10 @@ class TextWriter final : public CompletionWriter {
   }
   json delta_choice(const engine::OutputDelta& d, json logprobs) override {
     const std::string echo = first_chunk_sent_ ? "" : echo_;
-    return {{"index", 0}, {"text", echo + d.text}, {"logprobs", logprobs}};
+    return {{"index", index_}, {"text", echo + d.text}, {"logprobs", logprobs}};
   }
   json final_choice() override {
-    return {{"index", 0}, {"text", echo_ + text_}, {"logprobs", logprobs_ ? all_ : json(nullptr)}};
+    return {{"index", index_}, {"text", echo_ + text_}, {"logprobs", logprobs_ ? all_ : json(nullptr)}};
   }
 
   std::string echo_;
@@ -170,9 +170,15 @@ class TextWriter final : public CompletionWriter {
 std::shared_ptr<CompletionWriter> CompletionWriter::make(const CompletionRequest& req,
                                                          const std::string& id,
                                                          const std::string& model,
-                                                         const tokenizer::Tokenizer& tok) {
-  if (req.chat) return std::shared_ptr<CompletionWriter>(new ChatWriter(req, "chatcmpl-" + id, model, tok));
-  return std::shared_ptr<CompletionWriter>(new TextWriter(req, "cmpl-" + id, model, tok));
+                                                         const tokenizer::Tokenizer& tok,
+                                                         int32_t index) {
+  std::shared_ptr<CompletionWriter> w;
+  if (req.chat)
+    w.reset(new ChatWriter(req, "chatcmpl-" + id, model, tok));
+  else
+    w.reset(new TextWriter(req, "cmpl-" + id, model, tok));
+  w->index_ = index;
+  return w;
 }
 
 CompletionWriter::CompletionWriter(const CompletionRequest& req, std::string id,
@@ -183,8 +189,7 @@ CompletionWriter::CompletionWriter(const CompletionRequest& req, std::string id,
       model_(model),
       stream_(req.stream),
       include_usage_(req.include_usage),
-      logprobs_(req.logprobs),
-      prompt_tokens_(req.prompt_tokens) {}
+      logprobs_(req.logprobs) {}
 
 std::string CompletionWriter::token_text(int32_t id) const {
   return tok_.decode(std::vector<int32_t>{id});
@@ -198,51 +203,65 @@ std::string CompletionWriter::on_delta(const engine::OutputDelta& d) {
   completion_tokens_ = d.completion_tokens;
   json logprobs = take_logprobs(d);
   text_ += d.text;
-  if (d.finished) finish_reason_ = engine::finish_reason_name(d.finish_reason);
+  const bool done = d.finish_reason != engine::FinishReason::kNone;
+  if (done) finish_reason_ = engine::finish_reason_name(d.finish_reason);
   if (d.finish_reason == engine::FinishReason::kError) {
     error_ = d.error.empty() ? "internal error" : d.error;
     return stream_ ? sse(error_json(error_, 500)) : "";
   }
   if (!stream_) return "";
-  if (d.text.empty() && d.logprobs.empty() && !d.finished && first_chunk_sent_) return "";
+  if (d.text.empty() && d.logprobs.empty() && !done && first_chunk_sent_) return "";
   json choice = delta_choice(d, std::move(logprobs));
-  choice["finish_reason"] = d.finished ? json(finish_reason_) : json(nullptr);
+  choice["finish_reason"] = done ? json(finish_reason_) : json(nullptr);
   first_chunk_sent_ = true;
   json chunk = envelope(true);
   chunk["choices"] = json::array({choice});
   return sse(chunk);
 }
 
-std::string CompletionWriter::on_finish() {
-  if (!error_.empty() && !stream_) return dump_json(error_json(error_, 500));
-  const json usage = {{"prompt_tokens", prompt_tokens_},
-                      {"completion_tokens", completion_tokens_},
-                      {"total_tokens", prompt_tokens_ + completion_tokens_}};
+json CompletionWriter::finished_choice() {
+  json choice = final_choice();
+  choice["finish_reason"] = finish_reason_;
+  return choice;
+}
+
+json ReplyWriter::usage() const {
+  int32_t completion = 0;
+  for (const auto& c : choices_) completion += c->completion_tokens();
+  return {{"prompt_tokens", prompt_tokens_},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt_tokens_ + completion}};
+}
+
+std::string ReplyWriter::on_finish() {
+  for (const auto& c : choices_)
+    if (!c->error().empty() && !stream_) return dump_json(error_json(c->error(), 500));
   if (stream_) {
     std::string out;
     if (include_usage_) {
-      json chunk = envelope(true);
+      json chunk = choices_.front()->envelope(true);
       chunk["choices"] = json::array();
-      chunk["usage"] = usage;
+      chunk["usage"] = usage();
       out += sse(chunk);
     }
     return out + "data: [DONE]\n\n";
   }
-  json choice = final_choice();
-  choice["finish_reason"] = finish_reason_;
-  json j = envelope(false);
-  j["choices"] = json::array({choice});
-  j["usage"] = usage;
+  json j = choices_.front()->envelope(false);
+  j["choices"] = json::array();
+  for (const auto& c : choices_) j["choices"].push_back(c->finished_choice());
+  j["usage"] = usage();
   return dump_json(j);
 }
 
-std::string CompletionWriter::on_cut(const std::string& reason) {
+std::string ReplyWriter::on_cut(const std::string& reason) {
   const std::string body = dump_json(error_json(reason, 503));
   return stream_ ? "data: " + body + "\n\ndata: [DONE]\n\n" : body;
 }
 
-http::status CompletionWriter::final_status() const {
-  return error_.empty() ? http::status::ok : http::status::internal_server_error;
+http::status ReplyWriter::final_status() const {
+  for (const auto& c : choices_)
+    if (!c->error().empty()) return http::status::internal_server_error;
+  return http::status::ok;
 }
 
 }  // namespace deltaserve::server

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/request.h"
 #include "server/completion_request.h"
@@ -14,22 +15,22 @@
 
 namespace deltaserve::server {
 
+// One choice of a reply.
 class CompletionWriter {
  public:
-  // `id` without its prefix; `model` the served model name.
+  // `id` without its prefix; `model` the served model name; `index` the choice's index.
   static std::shared_ptr<CompletionWriter> make(const CompletionRequest& req, const std::string& id,
                                                 const std::string& model,
-                                                const tokenizer::Tokenizer& tok);
+                                                const tokenizer::Tokenizer& tok, int32_t index = 0);
   virtual ~CompletionWriter() = default;
 
-  // SSE bytes for a streamed delta; "" when not streaming (the delta is accumulated).
+  // SSE bytes for a streamed delta of this choice; "" when not streaming (it is accumulated).
   std::string on_delta(const engine::OutputDelta& d);
-  // The closing SSE events, or the whole JSON body.
-  std::string on_finish();
-  // The reply was cut (shutdown): a final error event and [DONE], or a JSON error body.
-  std::string on_cut(const std::string& reason);
-  // The status of a non-streamed reply (500 when the engine failed the request).
-  http::status final_status() const;
+  // The whole choice of a non-streamed reply, finish_reason included.
+  json finished_choice();
+  json envelope(bool chunk) const;
+  int32_t completion_tokens() const { return completion_tokens_; }
+  const std::string& error() const { return error_; }
 
  protected:
   CompletionWriter(const CompletionRequest& req, std::string id, const std::string& model,
@@ -41,7 +42,6 @@ class CompletionWriter {
   virtual json delta_choice(const engine::OutputDelta& d, json logprobs) = 0;
   virtual json final_choice() = 0;
 
-  json envelope(bool chunk) const;
   std::string token_text(int32_t id) const;
 
   const tokenizer::Tokenizer& tok_;
@@ -53,7 +53,35 @@ class CompletionWriter {
   std::string text_;
   std::string finish_reason_;  // "tool_calls" when the chat writer found calls
   std::string error_;  // the engine failed this request
-  int32_t prompt_tokens_ = 0, completion_tokens_ = 0;
+  int32_t index_ = 0;
+  int32_t completion_tokens_ = 0;
+};
+
+// A reply of one or several choices (n > 1, a list of prompts): routes each delta to its choice's
+// writer and writes the closing events or the whole JSON body (usage summed).
+class ReplyWriter {
+ public:
+  ReplyWriter(std::vector<std::shared_ptr<CompletionWriter>> choices, bool stream,
+              bool include_usage, int32_t prompt_tokens)
+      : choices_(std::move(choices)),
+        stream_(stream),
+        include_usage_(include_usage),
+        prompt_tokens_(prompt_tokens) {}
+  std::string on_delta(const engine::OutputDelta& d) {
+    return choices_.at(static_cast<size_t>(d.index))->on_delta(d);
+  }
+  // The closing SSE events, or the whole JSON body.
+  std::string on_finish();
+  // The reply was cut (shutdown): a final error event and [DONE], or a JSON error body.
+  std::string on_cut(const std::string& reason);
+  // The status of a non-streamed reply (500 when the engine failed a request).
+  http::status final_status() const;
+
+ private:
+  json usage() const;
+  std::vector<std::shared_ptr<CompletionWriter>> choices_;
+  bool stream_, include_usage_;
+  int32_t prompt_tokens_;
 };
 
 }  // namespace deltaserve::server

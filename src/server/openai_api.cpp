@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "server/completion_request.h"
 #include "server/completion_writer.h"
+#include "server/merged_stream.h"
 #include "server/error_reply.h"
 #include "server/prometheus.h"
 #include "server/request_fields.h"
@@ -122,17 +123,28 @@ Response OpenAiApi::detokenize(const Request& req) {
 Reply OpenAiApi::completions(const Request& req, bool chat) {
   const RequestContext ctx{tok_, chat_, cfg_.served_model_name, engine_.config().max_model_len,
                            cfg_.reasoning_parser, cfg_.tool_call_parser};
-  CompletionRequest parsed = parse_completion_request(parse_body(req), chat, ctx);
+  CompletionRequests parsed = parse_completion_requests(parse_body(req), chat, ctx);
   char idbuf[32];
   std::snprintf(idbuf, sizeof idbuf, "%016llx", static_cast<unsigned long long>(next_id_++));
-  auto writer = CompletionWriter::make(parsed, idbuf, cfg_.served_model_name, tok_);
+  std::vector<std::shared_ptr<CompletionWriter>> choices;
+  for (size_t i = 0; i < parsed.choices.size(); ++i)
+    choices.push_back(CompletionWriter::make(parsed.choices[i], idbuf, cfg_.served_model_name,
+                                             tok_, static_cast<int32_t>(i)));
+  const CompletionRequest& first = parsed.choices.front();
+  auto writer = std::make_shared<ReplyWriter>(std::move(choices), first.stream,
+                                              first.include_usage, parsed.prompt_tokens);
 
   if (draining_) throw UnavailableError("the server is shutting down");
   if (const std::string failed = engine_.failure(); !failed.empty())
     throw EngineFailedError("the engine failed: " + failed);
   if (in_flight_.load() >= cfg_.max_pending)
     throw OverloadedError("the server is overloaded: too many requests in flight; retry later");
-  auto stream = engine_.submit(std::move(parsed.generate));
+  std::vector<std::shared_ptr<engine::RequestStream>> streams;
+  std::vector<uint64_t> ids;
+  for (CompletionRequest& c : parsed.choices) {
+    streams.push_back(engine_.submit(std::move(c.generate)));
+    ids.push_back(streams.back()->id());
+  }
   ++in_flight_;
   auto done = std::make_shared<std::atomic<bool>>(false);
   auto end = [this, done] {
@@ -140,8 +152,8 @@ Reply OpenAiApi::completions(const Request& req, bool chat) {
   };
 
   AsyncReply reply;
-  reply.stream = stream;
-  reply.sse = parsed.stream;
+  reply.stream = streams.size() == 1 ? streams.front() : merge_streams(streams);
+  reply.sse = first.stream;
   reply.on_delta = [writer](const engine::OutputDelta& d) { return writer->on_delta(d); };
   reply.final_status = [writer] { return writer->final_status(); };
   reply.on_finish = [writer, end] {
@@ -153,9 +165,8 @@ Reply OpenAiApi::completions(const Request& req, bool chat) {
     return writer->on_cut(reason);
   };
   engine::Engine& eng = engine_;
-  const uint64_t rid = stream->id();
-  reply.abort = [&eng, rid, end] {
-    eng.abort(rid);
+  reply.abort = [&eng, ids, end] {
+    for (uint64_t rid : ids) eng.abort(rid);
     end();
   };
   return reply;

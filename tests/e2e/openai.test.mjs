@@ -327,3 +327,33 @@ test('logit_bias steers the choice', async () => {
   await expectStatus(client.completions.create({ model: MODEL, prompt: 'x', max_tokens: 2, logit_bias: { '9707': 1000 } }), 400);
   await expectStatus(client.completions.create({ model: MODEL, prompt: 'x', max_tokens: 2, logit_bias: { 'abc': 1 } }), 400);
 });
+
+test('n choices and a list of prompts, streamed and not', async () => {
+  const base = { model: MODEL, max_tokens: 5, temperature: 0, ignore_eos: true };
+  const one = await client.completions.create({ ...base, prompt: 'Paris is' });
+  const r = await client.completions.create({ ...base, prompt: ['Paris is', 'Rome is'], n: 2 });
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2, 3]);
+  assert.equal(r.choices[0].text, one.choices[0].text);  // greedy: every sample of a prompt agrees
+  assert.equal(r.choices[1].text, one.choices[0].text);
+  assert.equal(r.usage.completion_tokens, 20);
+  const rome = await client.completions.create({ ...base, prompt: 'Rome is' });
+  assert.equal(r.usage.prompt_tokens, one.usage.prompt_tokens + rome.usage.prompt_tokens);  // once each
+  assert.equal(r.choices[3].text, rome.choices[0].text);
+  const texts = ['', '', '', ''];
+  const finished = [null, null, null, null];
+  const stream = await client.completions.create({ ...base, prompt: ['Paris is', 'Rome is'], n: 2, stream: true });
+  for await (const chunk of stream)
+    for (const c of chunk.choices) {
+      texts[c.index] += c.text;
+      if (c.finish_reason) finished[c.index] = c.finish_reason;
+    }
+  assert.deepEqual(texts, r.choices.map((c) => c.text));
+  assert.deepEqual(finished, ['length', 'length', 'length', 'length']);
+  const chat = await client.chat.completions.create({
+    model: MODEL, messages: [{ role: 'user', content: 'Say hi' }], n: 3, max_tokens: 4, temperature: 1, seed: 5,
+  });
+  assert.deepEqual(chat.choices.map((c) => c.index), [0, 1, 2]);
+  assert.ok(chat.usage.completion_tokens >= 3 && chat.usage.completion_tokens <= 12, `usage ${chat.usage.completion_tokens}`);
+  for (const c of chat.choices) assert.equal(c.message.role, 'assistant');
+  await expectStatus(client.completions.create({ ...base, prompt: 'x', n: 0 }), 400);
+});

@@ -54,5 +54,40 @@ TEST_F(CompletionRequestTest, SupportedNeighboursAreAccepted) {
   EXPECT_EQ(refused("{" + msgs + R"(,"tool_choice":"none"})", true), "accepted");
 }
 
+TEST_F(CompletionRequestTest, NTimesAListOfPromptsGivesPromptMajorChoices) {
+  const RequestContext ctx{*tok_, chat_.get(), "m", 1024, false};
+  const auto r = parse_completion_requests(
+      json::parse(R"({"prompt":["a b","c",[11,12,13]],"n":2,"seed":7,"max_tokens":3})"), false, ctx);
+  ASSERT_EQ(r.choices.size(), 6u);
+  EXPECT_EQ(r.choices[0].generate.prompt_ids, r.choices[1].generate.prompt_ids);
+  EXPECT_NE(r.choices[1].generate.prompt_ids, r.choices[2].generate.prompt_ids);
+  EXPECT_EQ(r.choices[4].generate.prompt_ids, (std::vector<int32_t>{11, 12, 13}));
+  EXPECT_EQ(*r.choices[0].generate.params.seed, 7u);
+  EXPECT_EQ(*r.choices[1].generate.params.seed, 8u);
+  int32_t once = 0;
+  for (size_t i = 0; i < r.choices.size(); i += 2) once += r.choices[i].prompt_tokens;
+  EXPECT_EQ(r.prompt_tokens, once);  // each prompt counted once, not n times
+  // One list of token ids, and one string in a list, are each a single prompt.
+  EXPECT_EQ(parse_completion_requests(json::parse(R"({"prompt":[1,2]})"), false, ctx).choices.size(), 1u);
+  EXPECT_EQ(parse_completion_requests(json::parse(R"({"prompt":["x"]})"), false, ctx).choices.size(), 1u);
+}
+
+TEST_F(CompletionRequestTest, BadNAndBadPromptListsAreRefused) {
+  const RequestContext ctx{*tok_, chat_.get(), "m", 1024, false};
+  auto param = [&](const std::string& body, bool chat) {
+    try {
+      parse_completion_requests(json::parse(body), chat, ctx);
+      return std::string("accepted");
+    } catch (const Error& e) {
+      return e.param();
+    }
+  };
+  EXPECT_EQ(param(R"({"prompt":"x","n":0})", false), "n");
+  EXPECT_EQ(param(R"({"prompt":"x","n":129})", false), "n");
+  EXPECT_EQ(param(R"({"prompt":["x","y",3]})", false), "prompt");
+  EXPECT_EQ(param(R"({"prompt":[[1],[]]})", false), "prompt");
+  EXPECT_EQ(param(R"({"messages":[{"role":"user","content":"hi"}],"n":3})", true), "accepted");
+}
+
 }  // namespace
 }  // namespace deltaserve::server
