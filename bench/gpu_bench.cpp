@@ -21,11 +21,11 @@
 #include <vector>
 
 #include "app/args.h"
+#include "app/gpu_ranks.h"
 #include "backend/cuda/cublaslt_linear.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "dist/nccl_communicator.h"
-#include "app/gpu_ranks.h"
 #include "model/loader.h"
 #include "model/tp_shard.h"
 #include "runtime/model_runner.h"
@@ -359,9 +359,8 @@ void SingleGpuBench::decode_table() {
       static_cast<double>(c.num_layers_of(ds::model::LayerType::kLinearAttention) *
                           (c.lin_num_v_heads * c.lin_k_dim * c.lin_v_dim * 4 * 2 +
                            c.conv_dim() * (c.conv_kernel - 1) * 2 * 2));
-  const double kv_bytes_per_token =
-      static_cast<double>(c.num_layers_of(ds::model::LayerType::kFullAttention) * 2 *
-                          c.num_kv_heads * c.head_dim * 2);
+  const double kv_bytes_per_token = static_cast<double>(
+      c.num_layers_of(ds::model::LayerType::kFullAttention) * 2 * c.num_kv_heads * c.head_dim * 2);
   std::printf(
       "\n| decode B | ctx | eager ms/step | graphed ms/step | tok/s (graphed) | floor ms "
       "(weights) | floor ms (all bytes) | graphed / weights floor |\n|---|---|---|---|"
@@ -375,8 +374,8 @@ void SingleGpuBench::decode_table() {
     const double floor_w = weight_bytes / kBandwidth * 1e3;
     const double floor_all =
         (weight_bytes + B * (state_bytes + kv_bytes_per_token * (ctx_ + 1))) / kBandwidth * 1e3;
-    std::printf("| %d | %d | %.3f | %.3f | %.0f | %.3f | %.3f | %.2fx |\n", B, ctx_, eager,
-                graphed, B / graphed * 1e3, floor_w, floor_all, graphed / floor_w);
+    std::printf("| %d | %d | %.3f | %.3f | %.0f | %.3f | %.3f | %.2fx |\n", B, ctx_, eager, graphed,
+                B / graphed * 1e3, floor_w, floor_all, graphed / floor_w);
     std::fflush(stdout);
     if (profile_) {
       be_.set_profiling(true);
@@ -397,8 +396,8 @@ void SingleGpuBench::prefill_table() {
   for (const auto& l : m_->weights().layers) {
     for (const ds::Tensor* t :
          {&l.gate_proj, &l.up_proj, &l.down_proj, &l.attn.q_proj, &l.attn.k_proj, &l.attn.v_proj,
-          &l.attn.o_proj, &l.gdn.in_proj_qkv, &l.gdn.in_proj_z, &l.gdn.in_proj_a,
-          &l.gdn.in_proj_b, &l.gdn.out_proj})
+          &l.attn.o_proj, &l.gdn.in_proj_qkv, &l.gdn.in_proj_z, &l.gdn.in_proj_a, &l.gdn.in_proj_b,
+          &l.gdn.out_proj})
       if (!t->empty()) linear_params += static_cast<double>(t->numel());
   }
   std::printf(
@@ -477,9 +476,9 @@ void SingleGpuBench::gemv_table() {
       return ms * 1e3 / n;
     };
     const double us = time(true), lus = time(false);
-    std::printf("| %lld x %lld | %.1f | %.1f | %.0f | %.1f | %.0f |\n",
-                static_cast<long long>(N), static_cast<long long>(K), bytes / 1e6, us,
-                bytes / us / 1e3, lus, bytes / lus / 1e3);
+    std::printf("| %lld x %lld | %.1f | %.1f | %.0f | %.1f | %.0f |\n", static_cast<long long>(N),
+                static_cast<long long>(K), bytes / 1e6, us, bytes / us / 1e3, lus,
+                bytes / lus / 1e3);
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);

@@ -18,8 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (data[0] % 2 == 0) {
       (void)model::parse_model_config(rest, "fuzz config.json");
     } else {
-      static const std::string path =
-          "/tmp/ds_fuzz_" + std::to_string(::getpid()) + ".safetensors";
+      static const std::string path = "/tmp/ds_fuzz_" + std::to_string(::getpid()) + ".safetensors";
       FILE* f = std::fopen(path.c_str(), "wb");
       if (!f) return 0;
       std::fwrite(rest.data(), 1, rest.size(), f);

@@ -11,9 +11,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <limits>
 #include <random>
 #include <thread>
 

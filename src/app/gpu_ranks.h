@@ -16,8 +16,7 @@
 namespace deltaserve::app {
 
 inline std::unique_ptr<engine::TpExecutor> make_gpu_tp_executor(
-    int size, engine::TpExecutor::ModelFactory make_model,
-    std::chrono::milliseconds step_timeout) {
+    int size, engine::TpExecutor::ModelFactory make_model, std::chrono::milliseconds step_timeout) {
   const ncclUniqueId id = dist::nccl_unique_id();
   // Each rank's stream, recorded when its backend is made (on that rank's worker thread).
   struct Streams {

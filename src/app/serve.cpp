@@ -120,12 +120,28 @@ void print_ready(const std::string& name, const std::string& base, const std::st
 }  // namespace
 
 int cmd_serve(const std::vector<std::string>& argv) {
-  std::set<std::string> flags = {
-      "model", "tokenizer", "host", "port", "served-model-name", "tensor-parallel-size",
-      "max-num-seqs", "max-model-len", "max-num-batched-tokens", "gpu-memory-utilization",
-      "load-format", "api-key", "device", "kv-cache-gib", "max-pending", "max-body-bytes",
-      "http-threads", "shutdown-timeout", "max-connections", "reasoning-parser",
-      "debug-output-script", "tool-call-parser"};
+  std::set<std::string> flags = {"model",
+                                 "tokenizer",
+                                 "host",
+                                 "port",
+                                 "served-model-name",
+                                 "tensor-parallel-size",
+                                 "max-num-seqs",
+                                 "max-model-len",
+                                 "max-num-batched-tokens",
+                                 "gpu-memory-utilization",
+                                 "load-format",
+                                 "api-key",
+                                 "device",
+                                 "kv-cache-gib",
+                                 "max-pending",
+                                 "max-body-bytes",
+                                 "http-threads",
+                                 "shutdown-timeout",
+                                 "max-connections",
+                                 "reasoning-parser",
+                                 "debug-output-script",
+                                 "tool-call-parser"};
   flags.insert(vllm_value_flags().begin(), vllm_value_flags().end());
   std::set<std::string> switches = {"enforce-eager", "enable-auto-tool-choice"};
   switches.insert(vllm_switches().begin(), vllm_switches().end());
@@ -163,8 +179,9 @@ int cmd_serve(const std::vector<std::string>& argv) {
   }
   if (a.has("tool-call-parser") || a.has("enable-auto-tool-choice")) {
     if (a.get("tool-call-parser", "") != "qwen3_coder" || !a.has("enable-auto-tool-choice"))
-      throw Error("tool calling needs --enable-auto-tool-choice --tool-call-parser qwen3_coder "
-                  "(Qwen3.5's <tool_call><function=...> format)");
+      throw Error(
+          "tool calling needs --enable-auto-tool-choice --tool-call-parser qwen3_coder "
+          "(Qwen3.5's <tool_call><function=...> format)");
     acfg.tool_call_parser = true;
   }
   const double kv_gib = a.get_double("kv-cache-gib", 2, 0, 1 << 20, true);
@@ -172,7 +189,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
   // Bound (host name resolved, port taken) before anything loads; requests wait in the backlog
   // until the server runs.
   server::OpenAiApi* api_ptr = nullptr;
-  server::HttpServer http(hcfg, [&api_ptr](const server::Request& r) { return api_ptr->handle(r); });
+  server::HttpServer http(hcfg,
+                          [&api_ptr](const server::Request& r) { return api_ptr->handle(r); });
 
   std::fprintf(stderr, "deltaserve: loading %s\n",
                model_dir.empty() ? "the embedded default model" : model_dir.c_str());

@@ -5,16 +5,16 @@
 namespace deltaserve::app {
 
 const std::set<std::string>& vllm_value_flags() {
-  static const std::set<std::string> kFlags = {"dtype",          "seed",          "block-size",
-                                               "tokenizer-mode", "kv-cache-dtype", "swap-space",
-                                               "max-log-len",    "uvicorn-log-level"};
+  static const std::set<std::string> kFlags = {
+      "dtype",          "seed",       "block-size",  "tokenizer-mode",
+      "kv-cache-dtype", "swap-space", "max-log-len", "uvicorn-log-level"};
   return kFlags;
 }
 
 const std::set<std::string>& vllm_switches() {
-  static const std::set<std::string> kSwitches = {
-      "trust-remote-code", "disable-log-requests", "disable-log-stats", "enable-chunked-prefill",
-      "disable-frontend-multiprocessing"};
+  static const std::set<std::string> kSwitches = {"trust-remote-code", "disable-log-requests",
+                                                  "disable-log-stats", "enable-chunked-prefill",
+                                                  "disable-frontend-multiprocessing"};
   return kSwitches;
 }
 
@@ -38,9 +38,9 @@ void check_vllm_flags(const Args& a) {
   one_of(a, "block-size", {"16"}, "KV pages hold 16 tokens");
   one_of(a, "uvicorn-log-level", {"critical", "error", "warning", "info", "debug", "trace"},
          "a log level");
-  a.get_int("seed", 0, 0, (1LL << 62));              // per-request seeds decide sampling
-  a.get_double("swap-space", 0, 0, 1 << 20);          // no CPU swap: preempted requests recompute
-  a.get_int("max-log-len", 0, 0, 1LL << 30);          // requests are not logged
+  a.get_int("seed", 0, 0, (1LL << 62));       // per-request seeds decide sampling
+  a.get_double("swap-space", 0, 0, 1 << 20);  // no CPU swap: preempted requests recompute
+  a.get_int("max-log-len", 0, 0, 1LL << 30);  // requests are not logged
 }
 
 }  // namespace deltaserve::app

@@ -112,28 +112,29 @@ class Backend {
   // [T, nh, hd] and gate [T, nh, hd]; applies the zero-centred q/k norms and partial NeoX RoPE at
   // each token's absolute position to q and, in place, to k [T, nkv, hd]; then writes k and
   // v [T, nkv, hd] into the paged caches k_cache/v_cache [pages, page_size, nkv, hd].
-  virtual void attn_prep_and_cache(const StepBatch& batch, const Tensor& qg, const Tensor& k, const Tensor& v,
-                                   const Tensor& q_norm, const Tensor& k_norm, const AttnDims& d,
-                                   const Tensor& q, const Tensor& gate, const Tensor& k_cache,
-                                   const Tensor& v_cache) = 0;
+  virtual void attn_prep_and_cache(const StepBatch& batch, const Tensor& qg, const Tensor& k,
+                                   const Tensor& v, const Tensor& q_norm, const Tensor& k_norm,
+                                   const AttnDims& d, const Tensor& q, const Tensor& gate,
+                                   const Tensor& k_cache, const Tensor& v_cache) = 0;
   // Causal GQA attention of q [T, nh, hd] over each sequence's cached keys/values, times
   // sigmoid(gate [T, nh, hd]); out [T, nh, hd].
-  virtual void paged_attention(const StepBatch& batch, const Tensor& q, const Tensor& gate, const Tensor& k_cache,
-                               const Tensor& v_cache, const AttnDims& d, const Tensor& out) = 0;
+  virtual void paged_attention(const StepBatch& batch, const Tensor& q, const Tensor& gate,
+                               const Tensor& k_cache, const Tensor& v_cache, const AttnDims& d,
+                               const Tensor& out) = 0;
 
   // GDN causal depthwise conv + SiLU: u [T, C] pre-conv inputs, w [C, K], conv_state
   // [slots, C, K-1] (the last K-1 inputs, oldest first; read unless the sequence is fresh, then
   // updated). y [T, C].
-  virtual void gdn_conv(const StepBatch& batch, const Tensor& u, const Tensor& w, const Tensor& conv_state, int32_t K,
-                        const Tensor& y) = 0;
+  virtual void gdn_conv(const StepBatch& batch, const Tensor& u, const Tensor& w,
+                        const Tensor& conv_state, int32_t K, const Tensor& y) = 0;
   // Gated delta rule over y [T, conv_dim] = [q | k | v] (head-major), with a, b [T, nv] raw gate
   // projections, A_log, dt_bias [nv]; state [slots, nv, dk, dv] f32 (read unless the sequence is
   // fresh, then updated). Applies L2 norms (q scaled by dk^-1/2), beta = sigmoid(b),
   // g = -exp(A_log) * softplus(a + dt_bias). Chunkwise (64) for prefill, recurrent for one token.
   // out [T, nv, dv].
-  virtual void gated_delta_rule(const StepBatch& batch, const Tensor& y, const Tensor& a, const Tensor& b,
-                                const Tensor& A_log, const Tensor& dt_bias, const Tensor& state,
-                                const GdnDims& d, const Tensor& out) = 0;
+  virtual void gated_delta_rule(const StepBatch& batch, const Tensor& y, const Tensor& a,
+                                const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
+                                const Tensor& state, const GdnDims& d, const Tensor& out) = 0;
   // One token per row of logits [R, V'] (only ids < vocab), with specs[r] for row r (R specs).
   virtual std::vector<Sampled> sample(const Tensor& logits, int32_t vocab,
                                       const std::vector<SampleSpec>& specs) = 0;

@@ -9,9 +9,9 @@ CacheManager::CacheManager(CacheShape shape)
       pages_(shape.num_pages, shape.page_size),
       slots_(shape.num_slots),
       snapshots_(shape.num_snapshots) {
-  DS_CHECK(shape.num_pages > 0 && shape.page_size > 0 && shape.num_slots > 0 &&
-               shape.num_snapshots >= 0,
-           "empty cache shape");
+  DS_CHECK(
+      shape.num_pages > 0 && shape.page_size > 0 && shape.num_slots > 0 && shape.num_snapshots >= 0,
+      "empty cache shape");
 }
 
 void CacheManager::share_pages(std::vector<int32_t>& table, std::span<const int32_t> pages) {

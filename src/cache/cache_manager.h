@@ -30,7 +30,9 @@ class CacheManager {
   int32_t num_free_pages() const { return pages_.num_free(); }
   // Grows `table` to cover `tokens` positions with new pages; false (unchanged) when too few are
   // free.
-  bool grow_pages(std::vector<int32_t>& table, int64_t tokens) { return pages_.grow(table, tokens); }
+  bool grow_pages(std::vector<int32_t>& table, int64_t tokens) {
+    return pages_.grow(table, tokens);
+  }
   // Appends `pages` (held by someone else: a cached prefix) to `table`, one more hold on each.
   void share_pages(std::vector<int32_t>& table, std::span<const int32_t> pages);
   void release_pages(std::vector<int32_t>& table) { pages_.release(table); }

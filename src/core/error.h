@@ -48,8 +48,7 @@ class NotFoundError : public DsError {
 
 class OverloadedError : public DsError {
  public:
-  explicit OverloadedError(const std::string& message)
-      : DsError(ErrorKind::kOverloaded, message) {}
+  explicit OverloadedError(const std::string& message) : DsError(ErrorKind::kOverloaded, message) {}
 };
 
 class UnavailableError : public DsError {

@@ -68,9 +68,9 @@ StepBatchBuilder& StepBatchBuilder::add(uint64_t request_id, std::span<const int
   return *this;
 }
 
-StepBatchBuilder& StepBatchBuilder::add_rows(uint64_t request_id,
-                                             std::span<const int32_t> tokens, int32_t start_pos,
-                                             int32_t slot, std::span<const int32_t> pages,
+StepBatchBuilder& StepBatchBuilder::add_rows(uint64_t request_id, std::span<const int32_t> tokens,
+                                             int32_t start_pos, int32_t slot,
+                                             std::span<const int32_t> pages,
                                              std::span<const int32_t> sample_offsets) {
   add(request_id, tokens, start_pos, slot, pages, 0);
   StepSeq& s = b_.seqs_.back();

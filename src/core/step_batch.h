@@ -28,9 +28,9 @@ struct StepSeq {
   int32_t start_pos = 0;  // tokens already in the KV cache / state
   int32_t slot = 0;       // GDN state slot
   StateSource source = StateSource::kFresh;
-  int32_t snapshot = -1;      // kSnapshot only
-  int32_t sample_begin = 0;   // index of its first entry in sample_rows()
-  int32_t num_samples = 0;    // rows sampled (its last ones, unless given explicitly)
+  int32_t snapshot = -1;     // kSnapshot only
+  int32_t sample_begin = 0;  // index of its first entry in sample_rows()
+  int32_t num_samples = 0;   // rows sampled (its last ones, unless given explicitly)
   bool fresh() const { return source == StateSource::kFresh; }
 };
 

@@ -62,7 +62,8 @@ Buffer host_buffer(DType t, std::initializer_list<int64_t> dims) {
   Tensor v(nullptr, t, dims);
   const size_t bytes = (v.nbytes() + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, bytes ? bytes : 64);
-  if (p == nullptr) throw Error("out of host memory: allocating " + std::to_string(bytes) + " bytes failed");
+  if (p == nullptr)
+    throw Error("out of host memory: allocating " + std::to_string(bytes) + " bytes failed");
   std::memset(p, 0, bytes);
   v.data = p;
   return Buffer(v, [](void* q) { std::free(q); });

@@ -15,7 +15,8 @@ void check(ncclResult_t r, const char* what) {
 }
 
 void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw DeviceError(std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    throw DeviceError(std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
 }
 
 ncclDataType_t nccl_type(DType t) {

@@ -106,7 +106,8 @@ std::string Engine::failure() const {
 }
 
 std::shared_ptr<RequestStream> Engine::submit(GenerateRequest req) {
-  if (const std::string f = failure(); !f.empty()) throw EngineFailedError("the engine has failed: " + f);
+  if (const std::string f = failure(); !f.empty())
+    throw EngineFailedError("the engine has failed: " + f);
   if (const std::string e = req.params.validate(); !e.empty()) throw Error(e);
   if (req.prompt_ids.empty()) throw Error("the prompt is empty");
   for (int32_t id : req.prompt_ids)

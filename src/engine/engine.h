@@ -31,7 +31,7 @@ struct EngineConfig {
   int32_t max_num_seqs = 16;
   int32_t max_num_batched_tokens = 1024;
   int32_t page_size = 16;
-  int32_t num_pages = 0;      // 0: room for min(max_num_seqs, 4) requests of max_model_len
+  int32_t num_pages = 0;  // 0: room for min(max_num_seqs, 4) requests of max_model_len
   // How the memory plan sizes the KV pages; unset: `num_pages` pages.
   std::optional<runtime::MemoryBudget> budget;
   int32_t num_snapshots = 0;  // GDN state snapshot slots (the prefix-cache seam)

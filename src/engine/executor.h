@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "dist/communicator.h"
 #include "core/step_batch.h"
+#include "dist/communicator.h"
 #include "model/qwen35.h"
 #include "runtime/model_runner.h"
 

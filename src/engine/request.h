@@ -29,8 +29,8 @@ struct SamplingParams {
   std::optional<uint64_t> seed;
   int32_t max_tokens = 16;
   int32_t min_tokens = 0;
-  std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS set
-  std::vector<std::string> stop;        // stop strings (needs the engine's tokenizer)
+  std::vector<int32_t> stop_token_ids;                // in addition to the model's EOS set
+  std::vector<std::string> stop;                      // stop strings (needs the engine's tokenizer)
   std::vector<std::pair<int32_t, float>> logit_bias;  // added to the tokens' logits, in [-100, 100]
   bool ignore_eos = false;
   bool logprobs = false;     // logprob of each chosen token

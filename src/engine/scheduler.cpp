@@ -64,8 +64,7 @@ bool Scheduler::reserve(Request* r, int64_t tokens, bool may_preempt, ScheduledS
 
 void Scheduler::add_seq(Request* r, int32_t n, StepBatchBuilder& b, ScheduledStep& step) {
   const bool last = r->num_computed + n == static_cast<int32_t>(r->tokens.size());
-  b.add(r->id,
-        std::span<const int32_t>(r->tokens.data() + r->num_computed, static_cast<size_t>(n)),
+  b.add(r->id, std::span<const int32_t>(r->tokens.data() + r->num_computed, static_cast<size_t>(n)),
         r->num_computed, r->slot, r->pages, last ? 1 : 0);
   step.requests.push_back(r);
   scheduled_.push_back(r);

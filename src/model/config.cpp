@@ -31,8 +31,9 @@ class Reader {
     const json& v = j_[key];
     if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(max)) ||
         v.get<int64_t>() <= 0 || v.get<int64_t>() > max)
-      fail(std::string("field \"") + key + "\" must be a positive integer (at most " + std::to_string(max) +
-           "), got " + v.dump(-1, ' ', false, json::error_handler_t::replace));
+      fail(std::string("field \"") + key + "\" must be a positive integer (at most " +
+           std::to_string(max) + "), got " +
+           v.dump(-1, ' ', false, json::error_handler_t::replace));
     return v.get<int64_t>();
   }
   double number(const json& obj, const char* key, double fallback) const {
@@ -65,8 +66,9 @@ ModelConfig parse_fields(const std::string& json_text, const std::string& source
   const json& tj = nested ? top["text_config"] : top;
   Reader r(tj, source + (nested ? " (text_config)" : ""));
 
-  const std::string model_type =
-      top.contains("model_type") && top["model_type"].is_string() ? top["model_type"].get<std::string>() : "";
+  const std::string model_type = top.contains("model_type") && top["model_type"].is_string()
+                                     ? top["model_type"].get<std::string>()
+                                     : "";
   if (model_type != "qwen3_5" && model_type != "qwen3_5_text")
     r.fail("unsupported model_type \"" + model_type +
            "\" (deltaserve serves dense Qwen3.5: qwen3_5 or qwen3_5_text)");

@@ -62,7 +62,8 @@ void check_weights_fit(const ModelConfig& c, const backend::Backend& be, int tp)
   if (be.memory_info(free_b, total_b)) {
     room = static_cast<double>(free_b);
   } else {
-    room = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+    room =
+        static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
     where = "host";
   }
   const double need = min_weight_bytes(c, tp);

@@ -11,13 +11,10 @@ namespace deltaserve::runtime {
 using model::LayerType;
 using model::ModelConfig;
 
-std::vector<ScratchBuffer> scratch_buffers(const ModelConfig& c, DType act, int64_t n,
-                                           int64_t r) {
+std::vector<ScratchBuffer> scratch_buffers(const ModelConfig& c, DType act, int64_t n, int64_t r) {
   const int64_t H = c.hidden_size, I = c.intermediate_size;
-  std::vector<ScratchBuffer> b = {{"ids", DType::kI32, {n}},
-                                  {"x", act, {n, H}},
-                                  {"h", act, {n, H}},
-                                  {"mix", act, {n, H}}};
+  std::vector<ScratchBuffer> b = {
+      {"ids", DType::kI32, {n}}, {"x", act, {n, H}}, {"h", act, {n, H}}, {"mix", act, {n, H}}};
   if (c.num_layers_of(LayerType::kFullAttention) > 0) {
     const int64_t nh = c.num_heads, nkv = c.num_kv_heads, hd = c.head_dim;
     b.insert(b.end(), {{"qg", act, {n, nh * 2 * hd}},
@@ -76,8 +73,8 @@ int32_t pages_from_budget(const MemoryPlan& p, const PlanLimits& l, const Memory
       return static_cast<int32_t>(std::min<int64_t>(int64_t{per_request} * b.requests,
                                                     std::numeric_limits<int32_t>::max()));
     case MemoryBudget::Kind::kHostBytes: {
-      const int64_t fit = p.page_bytes ? b.kv_bytes / p.page_bytes
-                                       : int64_t{per_request} * l.max_num_seqs;
+      const int64_t fit =
+          p.page_bytes ? b.kv_bytes / p.page_bytes : int64_t{per_request} * l.max_num_seqs;
       return static_cast<int32_t>(
           std::clamp<int64_t>(std::min<int64_t>(fit, int64_t{per_request} * l.max_num_seqs), 1,
                               std::numeric_limits<int32_t>::max()));
@@ -100,7 +97,8 @@ MemoryPlan plan_memory(const ModelConfig& local, DType act, const PlanLimits& l,
                        const MemoryBudget& budget, int64_t workspace_bytes) {
   if (l.page_size <= 0 || l.max_num_seqs <= 0 || l.max_num_batched_tokens <= 0 ||
       l.max_model_len <= 0 || l.num_snapshots < 0)
-    throw Error("page_size, max_num_seqs, max_num_batched_tokens and max_model_len must be positive");
+    throw Error(
+        "page_size, max_num_seqs, max_num_batched_tokens and max_model_len must be positive");
   MemoryPlan p;
   p.page_size = l.page_size;
   p.num_slots = l.max_num_seqs;

@@ -51,9 +51,7 @@ struct MemoryPlan {
   int32_t pad_slot() const { return num_slots + num_snapshots; }
   int32_t snapshot_slot(int32_t i) const { return num_slots + i; }
   int64_t kv_bytes() const { return (int64_t{num_pages} + 1) * page_bytes; }
-  int64_t state_bytes() const {
-    return (int64_t{num_slots} + num_snapshots + 1) * slot_bytes;
-  }
+  int64_t state_bytes() const { return (int64_t{num_slots} + num_snapshots + 1) * slot_bytes; }
   // What the runner allocates through Backend::alloc (the workspace is the backend's own).
   int64_t runner_bytes() const { return kv_bytes() + state_bytes() + scratch_bytes; }
   std::string describe() const;

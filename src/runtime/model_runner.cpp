@@ -56,8 +56,7 @@ ModelRunner::ModelRunner(model::Qwen35Model& model, const MemoryPlan& plan)
       lc.v = keep(be_.alloc(act, {pages, plan.page_size, c.num_kv_heads, c.head_dim}));
     } else {
       lc.conv = keep(be_.alloc(act, {slots, c.conv_dim(), c.conv_kernel - 1}));
-      lc.state =
-          keep(be_.alloc(DType::kF32, {slots, c.lin_num_v_heads, c.lin_k_dim, c.lin_v_dim}));
+      lc.state = keep(be_.alloc(DType::kF32, {slots, c.lin_num_v_heads, c.lin_k_dim, c.lin_v_dim}));
     }
   }
   ensure_scratch(plan.scratch_tokens, plan.scratch_rows);
@@ -102,11 +101,11 @@ model::StepBuffers ModelRunner::views(int64_t T, int64_t R) const {
     const Tensor& t = s.get(name);
     return t.empty() ? Tensor{} : t.rows(0, n);
   };
-  return {rows("ids", T),      rows("x", T),       rows("h", T),       rows("mix", T),
-          rows("qg", T),       rows("k", T),       rows("v", T),       rows("q", T),
-          rows("gate", T),     rows("attn", T),    rows("u", T),       rows("y", T),
-          rows("z", T),        rows("a", T),       rows("b", T),       rows("o", T),
-          rows("mlp_gate", T), rows("mlp_up", T),  rows("mlp_act", T), rows("row_ids", R),
+  return {rows("ids", T),      rows("x", T),      rows("h", T),       rows("mix", T),
+          rows("qg", T),       rows("k", T),      rows("v", T),       rows("q", T),
+          rows("gate", T),     rows("attn", T),   rows("u", T),       rows("y", T),
+          rows("z", T),        rows("a", T),      rows("b", T),       rows("o", T),
+          rows("mlp_gate", T), rows("mlp_up", T), rows("mlp_act", T), rows("row_ids", R),
           rows("hr", R),       rows("out", R)};
 }
 
@@ -142,8 +141,8 @@ void ModelRunner::capture_decode_graphs(std::vector<int32_t> buckets, int32_t ma
                     max_seqs * std::max(max_pages_per_seq, 1));
   for (const int32_t B : buckets) {
     // Capture over padding rows only (the pad slot and page); replays bring their own batch.
-    const StepBatch pad = StepBatchBuilder(plan_.page_size).build().padded(B, plan_.pad_slot(),
-                                                                           plan_.pad_page());
+    const StepBatch pad =
+        StepBatchBuilder(plan_.page_size).build().padded(B, plan_.pad_slot(), plan_.pad_page());
     be_.stage_batch(pad);
     const std::vector<int32_t> ids(static_cast<size_t>(B), 0);
     const model::StepBuffers v = views(B, B);
@@ -187,10 +186,9 @@ int64_t ModelRunner::compute(const StepBatch& batch) {
   ensure_scratch(B, R);
   if (graph >= 0 && !be_.graph_valid(graph)) graph = -1;  // the buffers had to grow
   if (graph < 0) B = batch.num_tokens();
-  const StepBatch padded =
-      B > batch.num_tokens()
-          ? batch.padded(B - batch.num_tokens(), plan_.pad_slot(), plan_.pad_page())
-          : StepBatch();
+  const StepBatch padded = B > batch.num_tokens() ? batch.padded(B - batch.num_tokens(),
+                                                                 plan_.pad_slot(), plan_.pad_page())
+                                                  : StepBatch();
   const StepBatch& step = B > batch.num_tokens() ? padded : batch;
   be_.stage_batch(step);
   if (graph >= 0 && !be_.graph_valid(graph)) graph = -1;  // staging had to grow its buffer

@@ -17,8 +17,7 @@ namespace deltaserve::runtime {
 
 // The plan for `model`'s rank shapes on its backend: the backend's workspace for the limits'
 // step size and, for a device share, its memory after the weights were loaded.
-MemoryPlan plan_for(const model::Qwen35Model& model, const PlanLimits& limits,
-                    MemoryBudget budget);
+MemoryPlan plan_for(const model::Qwen35Model& model, const PlanLimits& limits, MemoryBudget budget);
 
 class ModelRunner {
  public:

@@ -136,9 +136,10 @@ void refuse_unsupported(const json& b, bool chat, bool tool_parser) {
   if (present(b, "response_format")) {
     const json& f = b["response_format"];
     if (!f.is_object() || !f.contains("type") || f["type"] != "text")
-      bad_request("response_format other than {\"type\": \"text\"} (JSON mode, JSON schema) is "
-                  "not supported yet",
-                  "response_format");
+      bad_request(
+          "response_format other than {\"type\": \"text\"} (JSON mode, JSON schema) is "
+          "not supported yet",
+          "response_format");
   }
   if (!chat && present(b, "suffix")) bad_request("suffix is not supported", "suffix");
   if (present(b, "stream_options") && !get_bool(b, "stream").value_or(false))
@@ -146,9 +147,10 @@ void refuse_unsupported(const json& b, bool chat, bool tool_parser) {
   if (chat && present(b, "tool_choice")) {
     const json& c = b["tool_choice"];
     if (c.is_string() && c == "auto" && !tool_parser)
-      bad_request("\"auto\" tool choice needs a tool-call parser, which this server does not "
-                  "have yet",
-                  "tool_choice");
+      bad_request(
+          "\"auto\" tool choice needs a tool-call parser, which this server does not "
+          "have yet",
+          "tool_choice");
     if (!(c.is_string() && (c == "none" || c == "auto")))
       bad_request("tool_choice \"required\" or a named function is not supported yet",
                   "tool_choice");
@@ -243,7 +245,8 @@ CompletionRequest parse_completion_request(const json& b, bool chat, const Reque
       r.echo = ctx.tok.decode(r.generate.prompt_ids);
     }
   }
-  if (r.generate.prompt_ids.empty()) bad_request("the prompt is empty", chat ? "messages" : "prompt");
+  if (r.generate.prompt_ids.empty())
+    bad_request("the prompt is empty", chat ? "messages" : "prompt");
   const int64_t prompt_len = static_cast<int64_t>(r.generate.prompt_ids.size());
   r.generate.params.max_tokens = max_tokens_of(b, chat, prompt_len, ctx.max_model_len);
   if (r.generate.params.min_tokens > r.generate.params.max_tokens)

@@ -98,15 +98,15 @@ class ChatWriter final : public CompletionWriter {
       ReasoningParser::Pieces rest = whole.finish();
       p.reasoning += rest.reasoning;
       p.content += rest.content;
-      message["content"] = p.content.empty() && !p.reasoning.empty() ? json(nullptr) : json(p.content);
+      message["content"] =
+          p.content.empty() && !p.reasoning.empty() ? json(nullptr) : json(p.content);
       message["reasoning_content"] = p.reasoning.empty() ? json(nullptr) : json(p.reasoning);
     }
     if (tool_calls_) {  // calls after the (reasoning-free) content
       ToolCallParser whole(tools_.tools());
       std::vector<ToolCall> calls;
-      std::string content = whole.push(message["content"].is_string()
-                                           ? message["content"].get<std::string>()
-                                           : std::string());
+      std::string content = whole.push(
+          message["content"].is_string() ? message["content"].get<std::string>() : std::string());
       content += whole.finish(calls);
       if (!calls.empty()) {
         message["content"] = content.empty() ? json(nullptr) : json(content);
@@ -155,7 +155,8 @@ class TextWriter final : public CompletionWriter {
     return {{"index", index_}, {"text", echo + d.text}, {"logprobs", logprobs}};
   }
   json final_choice() override {
-    return {{"index", index_}, {"text", echo_ + text_}, {"logprobs", logprobs_ ? all_ : json(nullptr)}};
+    return {
+        {"index", index_}, {"text", echo_ + text_}, {"logprobs", logprobs_ ? all_ : json(nullptr)}};
   }
 
   std::string echo_;

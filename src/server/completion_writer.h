@@ -52,7 +52,7 @@ class CompletionWriter {
   bool first_chunk_sent_ = false;
   std::string text_;
   std::string finish_reason_;  // "tool_calls" when the chat writer found calls
-  std::string error_;  // the engine failed this request
+  std::string error_;          // the engine failed this request
   int32_t index_ = 0;
   int32_t completion_tokens_ = 0;
 };

@@ -109,9 +109,9 @@ Reply HttpServer::handle_safely(const Request& req) {
   try {
     return handler_(req);
   } catch (const std::exception& e) {
-    return json_response(http::status::internal_server_error,
-                         error_body(std::string("internal error: ") + e.what(), "internal_error",
-                                    500));
+    return json_response(
+        http::status::internal_server_error,
+        error_body(std::string("internal error: ") + e.what(), "internal_error", 500));
   }
 }
 

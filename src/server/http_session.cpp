@@ -37,10 +37,9 @@ void Session::read_header() {
   parser_->header_limit(static_cast<std::uint32_t>(server_.cfg_.max_header_bytes));
   parser_->body_limit(server_.cfg_.max_body_bytes);
   stream_.expires_after(first_ ? server_.cfg_.header_timeout : server_.cfg_.idle_timeout);
-  http::async_read_header(stream_, buffer_, *parser_,
-                          [self = shared_from_this()](beast::error_code ec, size_t) {
-                            self->on_header(ec);
-                          });
+  http::async_read_header(
+      stream_, buffer_, *parser_,
+      [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
 }
 
 void Session::on_header(beast::error_code ec) {
@@ -75,8 +74,9 @@ void Session::on_header(beast::error_code ec) {
 }
 
 void Session::read_body() {
-  http::async_read(stream_, buffer_, *parser_,
-                   [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
+  http::async_read(
+      stream_, buffer_, *parser_,
+      [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
 }
 
 void Session::on_body(beast::error_code ec) {
@@ -102,8 +102,8 @@ void Session::on_read_error(beast::error_code ec) {
 }
 
 void Session::error_and_close(http::status status, const std::string& message) {
-  const char* type = status == http::status::service_unavailable ? "server_overloaded"
-                                                                 : "invalid_request_error";
+  const char* type =
+      status == http::status::service_unavailable ? "server_overloaded" : "invalid_request_error";
   Response res = json_response(status, error_body(message, type, static_cast<int>(status)),
                                version_ == 10 ? 10 : 11, false);
   if (status == http::status::service_unavailable) res.set(http::field::retry_after, "1");
@@ -192,8 +192,8 @@ void Session::cut(const std::string& reason) {
   if (reply_.sse) {
     bytes = reply_.on_cut(reason);
   } else {
-    Response res = json_response(http::status::service_unavailable, reply_.on_cut(reason), 11,
-                                 false);
+    Response res =
+        json_response(http::status::service_unavailable, reply_.on_cut(reason), 11, false);
     std::ostringstream os;
     os << res;
     bytes = os.str();
@@ -234,19 +234,19 @@ void Session::write_next() {
 // the connection (gone). A client that closed entirely is found by the next write failing. The
 // read is non-blocking: a readiness report with nothing to read must not block the io thread.
 void Session::watch_disconnect() {
-  stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this()](
-                                                          beast::error_code ec) {
-    if (ec || !self->open_) return;
-    char buf[512];
-    beast::error_code rec;
-    self->stream_.socket().non_blocking(true, rec);
-    const size_t n = rec ? 0 : self->stream_.socket().read_some(asio::buffer(buf), rec);
-    if (rec == asio::error::would_block || rec == asio::error::try_again)
-      return self->watch_disconnect();
-    if (rec == asio::error::eof || (!rec && n == 0)) return;  // half-closed: keep replying
-    if (rec) return self->client_gone();
-    self->watch_disconnect();
-  });
+  stream_.socket().async_wait(
+      tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
+        if (ec || !self->open_) return;
+        char buf[512];
+        beast::error_code rec;
+        self->stream_.socket().non_blocking(true, rec);
+        const size_t n = rec ? 0 : self->stream_.socket().read_some(asio::buffer(buf), rec);
+        if (rec == asio::error::would_block || rec == asio::error::try_again)
+          return self->watch_disconnect();
+        if (rec == asio::error::eof || (!rec && n == 0)) return;  // half-closed: keep replying
+        if (rec) return self->client_gone();
+        self->watch_disconnect();
+      });
 }
 
 // The last byte of an async reply is out: the next request on this connection, or the end.

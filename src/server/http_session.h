@@ -2,7 +2,8 @@
 // `100 Continue` when asked, and only once the server's body budget admits it), hands the request
 // to the server's dispatcher and writes the reply; keeps the connection for the next request
 // (keep-alive), also after a whole JSON body fed by an engine stream; an SSE stream ends the
-// connection (Connection: close: its length is unknown). Everything a Session does runs on its strand.
+// connection (Connection: close: its length is unknown). Everything a Session does runs on its
+// strand.
 #pragma once
 
 #include <boost/beast/core.hpp>
@@ -51,8 +52,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<http::request_parser<http::string_body>> parser_;
   size_t reserved_ = 0;  // body bytes held against the server's budget
   unsigned version_ = 11;
-  bool head_ = false;    // a HEAD request: the GET reply without its body
-  bool first_ = true;    // the connection's first request (later ones get the idle timeout)
+  bool head_ = false;  // a HEAD request: the GET reply without its body
+  bool first_ = true;  // the connection's first request (later ones get the idle timeout)
   AsyncReply reply_;
   bool open_ = false;     // an async reply is in progress
   bool counted_ = false;  // counted in the server's open replies until the last byte is out

@@ -47,7 +47,7 @@ class BoundedBuilder {
  private:
   struct Frame {
     json* value;
-    std::string key;                                        // objects: the key of the next value
+    std::string key;  // objects: the key of the next value
     std::unique_ptr<std::unordered_map<std::string, size_t>> index;  // large objects only
   };
 

@@ -18,7 +18,7 @@ namespace deltaserve::server {
 using json = nlohmann::ordered_json;
 
 struct JsonLimits {
-  size_t max_depth = 128;            // nested arrays / objects
+  size_t max_depth = 128;         // nested arrays / objects
   size_t max_values = 1'000'000;  // every scalar, array, object and key counts once
 };
 

@@ -5,8 +5,8 @@
 #include "core/error.h"
 #include "server/completion_request.h"
 #include "server/completion_writer.h"
-#include "server/merged_stream.h"
 #include "server/error_reply.h"
+#include "server/merged_stream.h"
 #include "server/prometheus.h"
 #include "server/request_fields.h"
 
@@ -49,7 +49,8 @@ Reply OpenAiApi::route(const Request& req) {
     if (std::string(auth) != "Bearer " + cfg_.api_key)
       throw HttpError(http::status::unauthorized, "Unauthorized: a valid API key is required");
   }
-  if (path == "/version" && get) return json_response(http::status::ok, dump_json({{"version", DS_VERSION}}));
+  if (path == "/version" && get)
+    return json_response(http::status::ok, dump_json({{"version", DS_VERSION}}));
   if ((path == "/health" && get) || (path == "/ping" && (get || post))) {
     // Fail-stop: once a step failed (e.g. a tensor-parallel rank), the engine serves nothing.
     const std::string failed = engine_.failure();
@@ -121,18 +122,22 @@ Response OpenAiApi::detokenize(const Request& req) {
 }
 
 Reply OpenAiApi::completions(const Request& req, bool chat) {
-  const RequestContext ctx{tok_, chat_, cfg_.served_model_name, engine_.config().max_model_len,
-                           cfg_.reasoning_parser, cfg_.tool_call_parser};
+  const RequestContext ctx{tok_,
+                           chat_,
+                           cfg_.served_model_name,
+                           engine_.config().max_model_len,
+                           cfg_.reasoning_parser,
+                           cfg_.tool_call_parser};
   CompletionRequests parsed = parse_completion_requests(parse_body(req), chat, ctx);
   char idbuf[32];
   std::snprintf(idbuf, sizeof idbuf, "%016llx", static_cast<unsigned long long>(next_id_++));
   std::vector<std::shared_ptr<CompletionWriter>> choices;
   for (size_t i = 0; i < parsed.choices.size(); ++i)
-    choices.push_back(CompletionWriter::make(parsed.choices[i], idbuf, cfg_.served_model_name,
-                                             tok_, static_cast<int32_t>(i)));
+    choices.push_back(CompletionWriter::make(parsed.choices[i], idbuf, cfg_.served_model_name, tok_,
+                                             static_cast<int32_t>(i)));
   const CompletionRequest& first = parsed.choices.front();
-  auto writer = std::make_shared<ReplyWriter>(std::move(choices), first.stream,
-                                              first.include_usage, parsed.prompt_tokens);
+  auto writer = std::make_shared<ReplyWriter>(std::move(choices), first.stream, first.include_usage,
+                                              parsed.prompt_tokens);
 
   if (draining_) throw UnavailableError("the server is shutting down");
   if (const std::string failed = engine_.failure(); !failed.empty())

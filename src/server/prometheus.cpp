@@ -50,10 +50,14 @@ std::string prometheus_label_value(const std::string& v) {
   std::string out;
   out.reserve(v.size() + 2);
   for (const char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -82,9 +86,9 @@ struct HistogramSample {
 std::string prometheus_text(const engine::MetricsSnapshot& m, const std::string& model_name,
                             int64_t http_requests) {
   const std::string l = "model_name=\"" + prometheus_label_value(model_name) + "\"";
-  const double kv_usage =
-      m.kv_pages_total ? static_cast<double>(m.kv_pages_used) / static_cast<double>(m.kv_pages_total)
-                       : 0.0;
+  const double kv_usage = m.kv_pages_total ? static_cast<double>(m.kv_pages_used) /
+                                                 static_cast<double>(m.kv_pages_total)
+                                           : 0.0;
   const auto d = [](int64_t v) { return static_cast<double>(v); };
   const Sample samples[] = {
       {"deltaserve_num_requests_running", "vllm:num_requests_running", "gauge",
@@ -95,8 +99,7 @@ std::string prometheus_text(const engine::MetricsSnapshot& m, const std::string&
        "Fraction of KV cache pages in use.", kv_usage},
       {"", "vllm:gpu_cache_usage_perc", "gauge",
        "Fraction of KV cache pages in use (vLLM v0's name).", kv_usage},
-      {"deltaserve_kv_cache_pages_used", "", "gauge", "KV cache pages in use.",
-       d(m.kv_pages_used)},
+      {"deltaserve_kv_cache_pages_used", "", "gauge", "KV cache pages in use.", d(m.kv_pages_used)},
       {"deltaserve_kv_cache_pages_total", "", "gauge", "KV cache pages in all.",
        d(m.kv_pages_total)},
       {"deltaserve_prompt_tokens_total", "vllm:prompt_tokens_total", "counter",

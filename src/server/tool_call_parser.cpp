@@ -100,7 +100,8 @@ void ToolCallParser::parse_calls(std::string_view text, std::vector<ToolCall>& c
       const size_t close = call.find("</parameter>", pe);
       if (pe == std::string_view::npos || close == std::string_view::npos) break;
       const std::string arg(call.substr(p + 11, pe - p - 11));
-      args[arg] = typed_value(tc.name, arg, std::string(trim_newlines(call.substr(pe + 1, close - pe - 1))));
+      args[arg] = typed_value(tc.name, arg,
+                              std::string(trim_newlines(call.substr(pe + 1, close - pe - 1))));
       f = close + 12;
     }
     tc.arguments = dump_json(args);

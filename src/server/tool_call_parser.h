@@ -42,8 +42,8 @@ class ToolCallParser {
   void parse_calls(std::string_view text, std::vector<ToolCall>& calls) const;
 
   json tools_;
-  std::string held_;     // a possible start of <tool_call>
-  std::string calls_;    // everything from the first <tool_call> on
+  std::string held_;   // a possible start of <tool_call>
+  std::string calls_;  // everything from the first <tool_call> on
   bool in_calls_ = false;
 };
 

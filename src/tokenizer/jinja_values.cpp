@@ -10,7 +10,6 @@ namespace deltaserve::tokenizer::jinja {
 
 void fail(const std::string& m) { throw Error("chat template: " + m); }
 
-
 bool truthy(const Value& v) {
   if (v.k == Value::K::kUndef) return false;
   if (v.k != Value::K::kJson) return true;

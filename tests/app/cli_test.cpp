@@ -153,12 +153,18 @@ TEST(Cli, MalformedNumbersAndAbsurdConfigsExitWithAMessage) {
   } cases[] = {
       {"serve " + tok + " --kv-cache-gib abc", "--kv-cache-gib must be a number"},
       {"serve " + tok + " --kv-cache-gib -1", "--kv-cache-gib must be a number"},
-      {"serve " + tok + " --gpu-memory-utilization abc", "--gpu-memory-utilization must be a number"},
-      {"serve " + tok + " --gpu-memory-utilization 1.5", "--gpu-memory-utilization must be a number"},
+      {"serve " + tok + " --gpu-memory-utilization abc",
+       "--gpu-memory-utilization must be a number"},
+      {"serve " + tok + " --gpu-memory-utilization 1.5",
+       "--gpu-memory-utilization must be a number"},
       {"serve " + tok + " --shutdown-timeout nan", "--shutdown-timeout must be a number"},
-      {"generate " + absurd("vocab", {{"vocab_size", "1000000000000"}}), "\"vocab_size\" must be a positive integer (at most 16777216)"},
-      {"generate " + absurd("hidden", {{"hidden_size", "18446744073709551615"}}), "\"hidden_size\" must be a positive integer (at most 65536)"},
-      {"generate " + absurd("huge", {{"vocab_size", "16000000"}, {"hidden_size", "65536"}}) + " --max-tokens 1", "GiB of weights per rank"},
+      {"generate " + absurd("vocab", {{"vocab_size", "1000000000000"}}),
+       "\"vocab_size\" must be a positive integer (at most 16777216)"},
+      {"generate " + absurd("hidden", {{"hidden_size", "18446744073709551615"}}),
+       "\"hidden_size\" must be a positive integer (at most 65536)"},
+      {"generate " + absurd("huge", {{"vocab_size", "16000000"}, {"hidden_size", "65536"}}) +
+           " --max-tokens 1",
+       "GiB of weights per rank"},
       {"generate " + absurd("type", {{"rms_norm_eps", "\"x\""}}), "must be a number"},
       // vLLM's flags: accepted, or refused when deltaserve cannot honour the value.
       {"serve " + tok + " --dtype float16", "--dtype float16 is not supported"},
@@ -176,7 +182,8 @@ TEST(Cli, MalformedNumbersAndAbsurdConfigsExitWithAMessage) {
 // --host is resolved (a host name is fine) and bound before anything loads.
 TEST(Cli, ServeChecksTheHostBeforeLoading) {
   const std::string tok = "--tokenizer " + deltaserve::testing::qwen3_tokenizer().string();
-  const Result r = run("serve " + tok + " --host no-such-host.invalid --trust-remote-code "
+  const Result r = run("serve " + tok +
+                       " --host no-such-host.invalid --trust-remote-code "
                        "--disable-log-requests --uvicorn-log-level info --dtype auto");
   EXPECT_EQ(r.code, 1) << r.output;
   EXPECT_NE(r.output.find("neither an IP address nor a known host name"), std::string::npos)

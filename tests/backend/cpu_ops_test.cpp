@@ -79,8 +79,10 @@ TEST(GdnConv, SplitWithStateEqualsWholeAndMatchesFormula) {
       }
       EXPECT_NEAR(y_whole[t * C + c], acc / (1 + std::exp(-acc)), 1e-5f);
     }
-  be.gdn_conv(one_seq(3, 0, 0), ut.rows(0, 3), wt, st, K, Tensor(y_split.data(), DType::kF32, {3, C}));
-  be.gdn_conv(one_seq(7, 3, 0), ut.rows(3, T), wt, st, K, Tensor(y_split.data() + 3 * C, DType::kF32, {7, C}));
+  be.gdn_conv(one_seq(3, 0, 0), ut.rows(0, 3), wt, st, K,
+              Tensor(y_split.data(), DType::kF32, {3, C}));
+  be.gdn_conv(one_seq(7, 3, 0), ut.rows(3, T), wt, st, K,
+              Tensor(y_split.data() + 3 * C, DType::kF32, {7, C}));
   EXPECT_LE(max_abs_diff(y_whole.data(), y_split.data(), y_whole.size()), 1e-6f);
   // Both slots now hold the last K-1 inputs, oldest first.
   for (int c = 0; c < C; ++c)

@@ -22,7 +22,6 @@ namespace {
 using deltaserve::testing::TempDir;
 using deltaserve::testing::test_data;
 
-
 TEST(LocalGroup, Collectives) {
   const int N = 4;
   dist::LocalGroup g(N);

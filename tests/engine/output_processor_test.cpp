@@ -13,8 +13,8 @@ namespace {
 class OutputProcessorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    tok_ = tokenizer::Tokenizer::from_file(deltaserve::testing::qwen3_tokenizer() /
-                                           "tokenizer.json");
+    tok_ =
+        tokenizer::Tokenizer::from_file(deltaserve::testing::qwen3_tokenizer() / "tokenizer.json");
   }
   Request request(SamplingParams p) {
     Request r;

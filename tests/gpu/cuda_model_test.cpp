@@ -73,7 +73,8 @@ void compare(const std::vector<float>& ours, const std::vector<float>& f32,
 class CudaModel : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: GPU tests run on the H200 test machine";
+    if (!have_gpu())
+      GTEST_SKIP() << "no CUDA device visible: GPU tests run on the H200 test machine";
     dir_ = test_data() / GetParam();
     cfg_ = load_model_config(dir_);
     be_ = std::make_unique<backend::CudaBackend>(0);
@@ -101,9 +102,8 @@ TEST_P(CudaModel, MatchesHfGoldens) {
     const auto ids = read_tensor<int32_t>(t.at(p + ".ids"));
     std::vector<int32_t> pages;
     for (int32_t q = 0; q * 16 < static_cast<int32_t>(ids.size()); ++q) pages.push_back(255 - q);
-    const StepBatch b = StepBatchBuilder(16)
-                            .add(0, ids, 0, 1, pages, static_cast<int32_t>(ids.size()))
-                            .build();
+    const StepBatch b =
+        StepBatchBuilder(16).add(0, ids, 0, 1, pages, static_cast<int32_t>(ids.size())).build();
     compare(runner->forward(b), read_tensor<float>(t.at(p + ".logits")),
             read_tensor<float>(tb.at(p + ".logits")), cfg.vocab_size,
             GetParam() + " prefill T=" + std::to_string(ids.size()), tot);
@@ -247,7 +247,8 @@ TEST_P(CudaModel, MemoryPlanEqualsWhatIsAllocated) {
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i % cfg.vocab_size);
   for (int32_t q = 0; q * 16 < 1000; ++q) pages.push_back(q);
   runner.forward(StepBatchBuilder(16).add(0, ids, 0, 0, pages, 1).build());
-  EXPECT_EQ(be.allocated_bytes() - before, plan.runner_bytes()) << "a planned step allocates nothing";
+  EXPECT_EQ(be.allocated_bytes() - before, plan.runner_bytes())
+      << "a planned step allocates nothing";
   EXPECT_LE(be.workspace_allocated(), plan.workspace_bytes);
   size_t free_b = 0, total_b = 0;
   ASSERT_TRUE(be.memory_info(free_b, total_b));

@@ -181,7 +181,8 @@ std::vector<int32_t> range(int32_t begin, int32_t n, int32_t step = 1) {
 
 // A batch of three sequences (fresh prefill, continued prefill, decode) with scattered pages.
 StepBatch test_batch(int ps) {
-  return make_batch(ps, {{20, 0, 0, {7, 3}}, {9, 13, 1, {0, 5, 9}}, {1, 40, 2, {1, 2, 4, 6, 8, 10}}});
+  return make_batch(ps,
+                    {{20, 0, 0, {7, 3}}, {9, 13, 1, {0, 5, 9}}, {1, 40, 2, {1, 2, 4, 6, 8, 10}}});
 }
 
 // Long prefills: a fresh one of 150 tokens (chunks of 64, 64, 22) and a continued one of 70 after
@@ -223,8 +224,9 @@ TEST_F(CudaOps, AttentionPrepAndPagedAttention) {
     auto dq = gpu_->alloc(DType::kBF16, {T, nh, hd}),
          dgate = gpu_->alloc(DType::kBF16, {T, nh, hd}),
          dout = gpu_->alloc(DType::kBF16, {T, nh, hd});
-    gpu_->attn_prep_and_cache(batch, dqg.tensor(), dk.tensor(), dv.tensor(), dqn.tensor(), dkn.tensor(), d,
-                              dq.tensor(), dgate.tensor(), dkc.tensor(), dvc.tensor());
+    gpu_->attn_prep_and_cache(batch, dqg.tensor(), dk.tensor(), dv.tensor(), dqn.tensor(),
+                              dkn.tensor(), d, dq.tensor(), dgate.tensor(), dkc.tensor(),
+                              dvc.tensor());
     gpu_->paged_attention(batch, dq.tensor(), dgate.tensor(), dkc.tensor(), dvc.tensor(), d,
                           dout.tensor());
     std::vector<float> q(static_cast<size_t>(T) * nh * hd), gate(q.size()), out(q.size());
@@ -278,7 +280,8 @@ TEST_F(CudaOps, GdnConvAndDeltaRule) {
     auto dy = gpu_->alloc(DType::kBF16, {T, C}), dout = gpu_->alloc(DType::kBF16, {T, nv, dv});
     gpu_->gdn_conv(batch, du.tensor(), dw.tensor(), dcs.tensor(), K, dy.tensor());
     std::vector<float> y(static_cast<size_t>(T) * C), out(static_cast<size_t>(T) * nv * dv);
-    cpu_.gdn_conv(batch, Tensor(u.data(), DType::kF32, {T, C}), Tensor(w.data(), DType::kF32, {C, K}),
+    cpu_.gdn_conv(batch, Tensor(u.data(), DType::kF32, {T, C}),
+                  Tensor(w.data(), DType::kF32, {C, K}),
                   Tensor(cs.data(), DType::kF32, {slots, C, K - 1}), K,
                   Tensor(y.data(), DType::kF32, {T, C}));
     const std::vector<float> gy = host(dy.tensor());
@@ -286,8 +289,8 @@ TEST_F(CudaOps, GdnConvAndDeltaRule) {
     expect_close(host(dcs.tensor()), cs, 0.0f, "conv state");
     // The delta rule on the same (bf16) conv output on both sides.
     auto dy2 = dev(gy, DType::kBF16, {T, C});
-    gpu_->gated_delta_rule(batch, dy2.tensor(), da.tensor(), db.tensor(), dal.tensor(), ddt.tensor(),
-                           dst.tensor(), d, dout.tensor());
+    gpu_->gated_delta_rule(batch, dy2.tensor(), da.tensor(), db.tensor(), dal.tensor(),
+                           ddt.tensor(), dst.tensor(), d, dout.tensor());
     std::vector<float> gyc = gy;
     cpu_.gated_delta_rule(
         batch, Tensor(gyc.data(), DType::kF32, {T, C}), Tensor(a.data(), DType::kF32, {T, nv}),
@@ -436,7 +439,7 @@ TEST_F(CudaOps, CopyStateCopiesOneSlot) {
   expect_close(state, st, 0.0f, "recurrent state after copy");
   const size_t row = static_cast<size_t>(C) * (K - 1);
   for (size_t i = 0; i < row; ++i) {
-    EXPECT_EQ(conv[row + i], conv_before[3 * row + i]);   // slot 1 <- slot 3
+    EXPECT_EQ(conv[row + i], conv_before[3 * row + i]);      // slot 1 <- slot 3
     EXPECT_EQ(conv[2 * row + i], conv_before[2 * row + i]);  // others untouched
   }
 }

@@ -18,12 +18,12 @@
 #include <filesystem>
 #include <functional>
 
-#include "backend/cuda/cuda_backend.h"
 #include "app/gpu_ranks.h"
+#include "backend/cuda/cuda_backend.h"
 #include "gpu_test_util.h"
-#include "runner_fixture.h"
 #include "model/loader.h"
 #include "model/safetensors.h"
+#include "runner_fixture.h"
 #include "test_util.h"
 
 namespace deltaserve::model {
@@ -105,8 +105,8 @@ void check_against_hf(const std::string& dir, const std::string& label, engine::
     const Case& cs = cases[c];
     const int32_t P = static_cast<int32_t>(cs.ids.size()) - D;
     m.execute(StepBatchBuilder(page)
-                  .add(0, std::span<const int32_t>(cs.ids.data(), static_cast<size_t>(P)), 0,
-                       slot, pages(slot), 0)
+                  .add(0, std::span<const int32_t>(cs.ids.data(), static_cast<size_t>(P)), 0, slot,
+                       pages(slot), 0)
                   .build());
   };
   auto decode_solo = [&](int c) {
@@ -115,10 +115,10 @@ void check_against_hf(const std::string& dir, const std::string& label, engine::
     const int32_t P = static_cast<int32_t>(cs.ids.size()) - D;
     std::vector<float> out;
     for (int32_t k = 0; k < D; ++k) {
-      const auto l = m.execute(
-          StepBatchBuilder(page)
-              .add(0, std::vector<int32_t>{cs.ids[static_cast<size_t>(P + k)]}, P + k, c, pages(c), 1)
-              .build());
+      const auto l = m.execute(StepBatchBuilder(page)
+                                   .add(0, std::vector<int32_t>{cs.ids[static_cast<size_t>(P + k)]},
+                                        P + k, c, pages(c), 1)
+                                   .build());
       out.insert(out.end(), l.begin(), l.end());
     }
     return out;

@@ -13,21 +13,20 @@
 #include <random>
 #include <thread>
 
+#include "app/gpu_ranks.h"
 #include "backend/cuda/cuda_backend.h"
 #include "dist/communicator.h"
 #include "dist/faulty_comm.h"
 #include "dist/tp_fixtures.h"
 #include "engine/engine.h"
 #include "engine/executor.h"
-#include "app/gpu_ranks.h"
 #include "gpu_test_util.h"
-#include "runner_fixture.h"
 #include "model/loader.h"
 #include "model/tp_shard.h"
+#include "runner_fixture.h"
 
 namespace deltaserve {
 namespace {
-
 
 using deltaserve::testing::have_gpu;
 
@@ -393,7 +392,7 @@ TEST_F(TpGpu, RankFaultOnGpusFailsEveryRequestOnce) {
       EXPECT_THROW(e.submit({{1, 2, 3}, p}), EngineFailedError);
     }
     EXPECT_THROW(ex->execute({}), DeviceError);  // the executor stays poisoned
-    ex.reset();                            // shutdown must not hang on the aborted communicators
+    ex.reset();  // shutdown must not hang on the aborted communicators
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("  fault (TP%d, %s): every request failed once, shut down %.1f s after the start\n",
                 N, graphs ? "graphs" : "eager", s);

@@ -138,8 +138,8 @@ TEST_P(Gate, PrefillThenDecodeMatchesHfAndOneShot) {
       for (int32_t q = 0; q * kPageSize < start + len; ++q) pages.push_back(q);
       const StepBatch b =
           StepBatchBuilder(kPageSize)
-              .add(0, std::span<const int32_t>(ids.data() + start, static_cast<size_t>(len)),
-                   start, 2, pages, 1)
+              .add(0, std::span<const int32_t>(ids.data() + start, static_cast<size_t>(len)), start,
+                   2, pages, 1)
               .build();
       const std::vector<float> l = runner_->forward(b);
       if (start > 0) ours.insert(ours.end(), l.begin(), l.end());

@@ -45,10 +45,10 @@ TEST(MemoryPlan, RunnerAllocatesExactlyThePlan) {
   const int64_t full = c.num_layers_of(model::LayerType::kFullAttention);
   const int64_t gdn = c.num_layers_of(model::LayerType::kLinearAttention);
   EXPECT_EQ(plan.kv_bytes(), 21 * full * 2 * 16 * c.num_kv_heads * c.head_dim * 4);
-  EXPECT_EQ(plan.state_bytes(),
-            6 * gdn *
-                (c.conv_dim() * (c.conv_kernel - 1) + c.lin_num_v_heads * c.lin_k_dim * c.lin_v_dim) *
-                4);
+  EXPECT_EQ(
+      plan.state_bytes(),
+      6 * gdn *
+          (c.conv_dim() * (c.conv_kernel - 1) + c.lin_num_v_heads * c.lin_k_dim * c.lin_v_dim) * 4);
 }
 
 TEST(MemoryPlan, BudgetsSizeTheKvPages) {
@@ -73,8 +73,8 @@ TEST(MemoryPlan, BudgetsSizeTheKvPages) {
   b.device_free = int64_t{7} << 30;
   const int64_t ws = int64_t{100} << 20;
   const MemoryPlan p = plan_memory(c, DType::kBF16, l, b, ws);
-  const int64_t rest = (int64_t{4} << 30) - (int64_t{1} << 30) - p.state_bytes() -
-                       p.scratch_bytes - ws - MemoryPlan::kDeviceReserve - p.page_bytes;
+  const int64_t rest = (int64_t{4} << 30) - (int64_t{1} << 30) - p.state_bytes() - p.scratch_bytes -
+                       ws - MemoryPlan::kDeviceReserve - p.page_bytes;
   EXPECT_EQ(p.num_pages, rest / p.page_bytes);
   EXPECT_LE(p.device_used + p.runner_bytes() + p.workspace_bytes + p.reserve_bytes,
             b.device_total / 2);

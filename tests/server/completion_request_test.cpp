@@ -47,17 +47,20 @@ TEST_F(CompletionRequestTest, UnsupportedFieldsAreRefusedByName) {
 
 TEST_F(CompletionRequestTest, SupportedNeighboursAreAccepted) {
   const std::string msgs = R"("messages":[{"role":"user","content":"hi"}])";
-  EXPECT_EQ(refused("{" + msgs + R"(,"response_format":{"type":"text"},"logit_bias":{"5":-3.5}})", true),
-            "accepted");
-  EXPECT_EQ(refused("{" + msgs + R"(,"stream":true,"stream_options":{"include_usage":true}})", true),
-            "accepted");
+  EXPECT_EQ(
+      refused("{" + msgs + R"(,"response_format":{"type":"text"},"logit_bias":{"5":-3.5}})", true),
+      "accepted");
+  EXPECT_EQ(
+      refused("{" + msgs + R"(,"stream":true,"stream_options":{"include_usage":true}})", true),
+      "accepted");
   EXPECT_EQ(refused("{" + msgs + R"(,"tool_choice":"none"})", true), "accepted");
 }
 
 TEST_F(CompletionRequestTest, NTimesAListOfPromptsGivesPromptMajorChoices) {
   const RequestContext ctx{*tok_, chat_.get(), "m", 1024, false};
   const auto r = parse_completion_requests(
-      json::parse(R"({"prompt":["a b","c",[11,12,13]],"n":2,"seed":7,"max_tokens":3})"), false, ctx);
+      json::parse(R"({"prompt":["a b","c",[11,12,13]],"n":2,"seed":7,"max_tokens":3})"), false,
+      ctx);
   ASSERT_EQ(r.choices.size(), 6u);
   EXPECT_EQ(r.choices[0].generate.prompt_ids, r.choices[1].generate.prompt_ids);
   EXPECT_NE(r.choices[1].generate.prompt_ids, r.choices[2].generate.prompt_ids);
@@ -68,8 +71,10 @@ TEST_F(CompletionRequestTest, NTimesAListOfPromptsGivesPromptMajorChoices) {
   for (size_t i = 0; i < r.choices.size(); i += 2) once += r.choices[i].prompt_tokens;
   EXPECT_EQ(r.prompt_tokens, once);  // each prompt counted once, not n times
   // One list of token ids, and one string in a list, are each a single prompt.
-  EXPECT_EQ(parse_completion_requests(json::parse(R"({"prompt":[1,2]})"), false, ctx).choices.size(), 1u);
-  EXPECT_EQ(parse_completion_requests(json::parse(R"({"prompt":["x"]})"), false, ctx).choices.size(), 1u);
+  EXPECT_EQ(
+      parse_completion_requests(json::parse(R"({"prompt":[1,2]})"), false, ctx).choices.size(), 1u);
+  EXPECT_EQ(
+      parse_completion_requests(json::parse(R"({"prompt":["x"]})"), false, ctx).choices.size(), 1u);
 }
 
 TEST_F(CompletionRequestTest, BadNAndBadPromptListsAreRefused) {

@@ -20,7 +20,8 @@ bool healthy(uint16_t port) { return status_of(raw_exchange(port, get_request("/
 
 TEST(HttpRobustness, InvalidUtf8PathAnswers404AndTheServerLives) {
   TestServer s;
-  const std::string out = raw_exchange(s.port(), "GET /\xff\xfe HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  const std::string out =
+      raw_exchange(s.port(), "GET /\xff\xfe HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(status_of(out), 404) << out;
   // The same with an API key set: unauthenticated paths must not crash either.
   EXPECT_TRUE(healthy(s.port()));
@@ -38,7 +39,8 @@ TEST(HttpRobustness, DeepNestingIsRefusedWith400) {
   std::string tool = "{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":";
   for (int i = 0; i < 5000; ++i) tool += "{\"a\":";
   tool += "1" + std::string(5000, '}') + "}}";
-  const std::string chat = R"({"messages":[{"role":"user","content":"hi"}],"tools":[)" + tool + "]}";
+  const std::string chat =
+      R"({"messages":[{"role":"user","content":"hi"}],"tools":[)" + tool + "]}";
   EXPECT_EQ(status_of(raw_exchange(s.port(), post_request("/tokenize", chat))), 400);
   EXPECT_TRUE(healthy(s.port()));
 }
@@ -46,8 +48,9 @@ TEST(HttpRobustness, DeepNestingIsRefusedWith400) {
 TEST(HttpRobustness, ContentPartWithANonStringTypeIs400) {
   TestServer s;
   const std::string out = raw_exchange(
-      s.port(), post_request("/v1/chat/completions",
-                             R"({"messages":[{"role":"user","content":[{"type":0,"text":"x"}]}]})"));
+      s.port(),
+      post_request("/v1/chat/completions",
+                   R"({"messages":[{"role":"user","content":[{"type":0,"text":"x"}]}]})"));
   EXPECT_EQ(status_of(out), 400) << out;
 }
 
@@ -68,8 +71,9 @@ TEST(HttpRobustness, IntegersOutOfRangeAreRefusedNotWrapped) {
 TEST(HttpRobustness, BadFramingGets400AndOversizedHeaders431) {
   TestServer s;
   EXPECT_EQ(status_of(raw_exchange(s.port(), "GARBAGE\r\n\r\n")), 400);
-  EXPECT_EQ(status_of(raw_exchange(s.port(), "POST /tokenize HTTP/1.1\r\nContent-Length: x\r\n\r\n")),
-            400);
+  EXPECT_EQ(
+      status_of(raw_exchange(s.port(), "POST /tokenize HTTP/1.1\r\nContent-Length: x\r\n\r\n")),
+      400);
   const std::string big = "GET /health HTTP/1.1\r\nX-Big: " + std::string(200000, 'a') + "\r\n\r\n";
   EXPECT_EQ(status_of(raw_exchange(s.port(), big)), 431);
   EXPECT_TRUE(healthy(s.port()));
@@ -92,8 +96,10 @@ TEST(HttpRobustness, ExpectContinueGets100BeforeTheBody) {
   const std::string body = R"({"prompt": "Hello"})";
   const int fd = connect_to(s.port());
   ASSERT_GE(fd, 0);
-  send_all(fd, "POST /tokenize HTTP/1.1\r\nHost: t\r\nConnection: close\r\nExpect: 100-continue\r\n"
-               "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n");
+  send_all(fd,
+           "POST /tokenize HTTP/1.1\r\nHost: t\r\nConnection: close\r\nExpect: 100-continue\r\n"
+           "Content-Length: " +
+               std::to_string(body.size()) + "\r\n\r\n");
   const std::string interim = read_until_close(fd, 2000ms);
   EXPECT_EQ(interim.rfind("HTTP/1.1 100 Continue\r\n\r\n", 0), 0u) << interim;
   send_all(fd, body);
@@ -156,15 +162,15 @@ TEST(HttpRobustness, ConcurrentBodiesBeyondTheBudgetGet503) {
   // reserved, so a second body does not fit.
   const int slow = connect_to(s.port());
   ASSERT_GE(slow, 0);
-  send_all(slow, "POST /tokenize HTTP/1.1\r\nHost: t\r\nContent-Length: 1048000\r\n\r\n{\"prompt\":\"");
+  send_all(slow,
+           "POST /tokenize HTTP/1.1\r\nHost: t\r\nContent-Length: 1048000\r\n\r\n{\"prompt\":\"");
   std::this_thread::sleep_for(200ms);
   const std::string second = R"({"prompt":")" + std::string(1000, 'x') + "\"}";
   const std::string out = raw_exchange(s.port(), post_request("/tokenize", second));
   EXPECT_EQ(status_of(out), 503) << out;
   ::close(slow);
   std::this_thread::sleep_for(200ms);
-  EXPECT_EQ(status_of(raw_exchange(s.port(), post_request("/tokenize", R"({"prompt":"x"})"))),
-            200);
+  EXPECT_EQ(status_of(raw_exchange(s.port(), post_request("/tokenize", R"({"prompt":"x"})"))), 200);
 }
 
 TEST(HttpRobustness, HealthAnswersWhileLargeBodiesAreParsed) {
@@ -193,8 +199,10 @@ TEST(HttpRobustness, NonStreamedCompletionsKeepTheConnectionAlive) {
   const int fd = connect_to(s.port());
   ASSERT_GE(fd, 0);
   const std::string body = R"({"prompt":"Hi","max_tokens":3})";
-  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json"
-                          "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string req =
+      "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json"
+      "\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
   for (int i = 0; i < 2; ++i) {
     ASSERT_TRUE(send_all(fd, req));
     const std::string out = read_one_response(fd, 20s);
@@ -219,7 +227,8 @@ TEST(JsonBody, KeepsKeyOrderAndTheLastDuplicate) {
   server::json j;
   std::string err;
   std::string body = "{";
-  for (int i = 0; i < 40; ++i) body += "\"k" + std::to_string(39 - i) + "\":" + std::to_string(i) + ",";
+  for (int i = 0; i < 40; ++i)
+    body += "\"k" + std::to_string(39 - i) + "\":" + std::to_string(i) + ",";
   body += "\"k5\":\"last\",\"z\":[1,{\"b\":2,\"a\":3}]}";
   ASSERT_TRUE(server::parse_json_body(body, j, err)) << err;
   ASSERT_EQ(j.size(), 41u);

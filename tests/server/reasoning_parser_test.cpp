@@ -24,7 +24,8 @@ ReasoningParser::Pieces feed(ReasoningParser& p, const std::vector<std::string>&
 
 TEST(ReasoningParser, SplitsThinkBlockEvenWhenTagsAreSplitAcrossDeltas) {
   ReasoningParser p(false);
-  const auto got = feed(p, {"<thi", "nk>\nsix ", "times seven</th", "ink>", "\n\nThe answer", " is 42."});
+  const auto got =
+      feed(p, {"<thi", "nk>\nsix ", "times seven</th", "ink>", "\n\nThe answer", " is 42."});
   EXPECT_EQ(got.reasoning, "\nsix times seven");
   EXPECT_EQ(got.content, "The answer is 42.");
 }
@@ -49,7 +50,8 @@ TEST(ReasoningParser, ThinkingOffIsAllContentAndACutReasoningStaysReasoning) {
 
 TEST(ReasoningParser, KnowsWhetherAPromptLeavesThinkOpen) {
   EXPECT_TRUE(ReasoningParser::prompt_opens_think("<|im_start|>assistant\n<think>\n"));
-  EXPECT_FALSE(ReasoningParser::prompt_opens_think("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+  EXPECT_FALSE(
+      ReasoningParser::prompt_opens_think("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
   EXPECT_FALSE(ReasoningParser::prompt_opens_think("<|im_start|>assistant\n"));
 }
 

@@ -18,7 +18,9 @@ namespace {
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
-bool healthy(uint16_t port) { return status_of(raw_exchange(port, get_request("/health"), 5s)) == 200; }
+bool healthy(uint16_t port) {
+  return status_of(raw_exchange(port, get_request("/health"), 5s)) == 200;
+}
 
 bool eventually(const std::function<bool()>& ok, std::chrono::milliseconds limit) {
   const auto end = clock_type::now() + limit;
@@ -78,13 +80,13 @@ TEST(Reliability, DisconnectStormReleasesEverything) {
       },
       30s);
   const auto m = s.engine().metrics();
-  std::printf("[figure] disconnect storm: %d streams dropped mid-stream in %.1f s; after: running "
-              "%lld waiting %lld kv_pages_used %lld open_replies %lld aborted %lld\n",
-              mid_stream, std::chrono::duration<double>(clock_type::now() - t0).count(),
-              static_cast<long long>(m.running), static_cast<long long>(m.waiting),
-              static_cast<long long>(m.kv_pages_used),
-              static_cast<long long>(s.http().open_replies()),
-              static_cast<long long>(m.requests_aborted));
+  std::printf(
+      "[figure] disconnect storm: %d streams dropped mid-stream in %.1f s; after: running "
+      "%lld waiting %lld kv_pages_used %lld open_replies %lld aborted %lld\n",
+      mid_stream, std::chrono::duration<double>(clock_type::now() - t0).count(),
+      static_cast<long long>(m.running), static_cast<long long>(m.waiting),
+      static_cast<long long>(m.kv_pages_used), static_cast<long long>(s.http().open_replies()),
+      static_cast<long long>(m.requests_aborted));
   EXPECT_TRUE(released);
   EXPECT_TRUE(healthy(s.port()));
 }
@@ -111,9 +113,10 @@ TEST(Reliability, OverloadAnswersEveryRequestAndRecovers) {
     (st == 200 ? ok : st == 503 || st == 429 ? busy : other)++;
     worst = std::max(worst, secs);
   }
-  std::printf("[figure] overload: %d concurrent requests, max_pending 8: %d x 200, %d x 503, %d "
-              "other; slowest answer %.2f s\n",
-              kClients, ok, busy, other, worst);
+  std::printf(
+      "[figure] overload: %d concurrent requests, max_pending 8: %d x 200, %d x 503, %d "
+      "other; slowest answer %.2f s\n",
+      kClients, ok, busy, other, worst);
   EXPECT_EQ(other, 0);
   EXPECT_GT(ok, 0);
   EXPECT_GT(busy, 0);
@@ -144,9 +147,10 @@ TEST(Reliability, RecoversFromFileDescriptorExhaustion) {
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
   const auto t0 = clock_type::now();
   const bool back = eventually([&] { return healthy(s.port()); }, 10s);
-  std::printf("[figure] fd exhaustion: RLIMIT_NOFILE 256, %zu client connections held; /health "
-              "answered again %.2f s after they closed\n",
-              held, std::chrono::duration<double>(clock_type::now() - t0).count());
+  std::printf(
+      "[figure] fd exhaustion: RLIMIT_NOFILE 256, %zu client connections held; /health "
+      "answered again %.2f s after they closed\n",
+      held, std::chrono::duration<double>(clock_type::now() - t0).count());
   EXPECT_GT(held, 100u);
   EXPECT_TRUE(back);
 }
@@ -181,10 +185,11 @@ TEST(Reliability, SoakKeepsResidentMemoryFlat) {
   const int64_t warm = rss_kib();
   run(2000);
   const int64_t after = rss_kib();
-  std::printf("[figure] soak: 3000 requests over 4 clients; RSS %lld KiB after 1000, %lld KiB after "
-              "3000 (%+lld KiB)\n",
-              static_cast<long long>(warm), static_cast<long long>(after),
-              static_cast<long long>(after - warm));
+  std::printf(
+      "[figure] soak: 3000 requests over 4 clients; RSS %lld KiB after 1000, %lld KiB after "
+      "3000 (%+lld KiB)\n",
+      static_cast<long long>(warm), static_cast<long long>(after),
+      static_cast<long long>(after - warm));
   EXPECT_EQ(failures.load(), 0);
   EXPECT_LT(after - warm, 16 * 1024) << "resident memory grew by more than 16 MiB";
   EXPECT_TRUE(healthy(s.port()));

@@ -31,8 +31,9 @@ TEST(ToolCallParser, ContentStreamsAndArgumentsFollowTheSchema) {
 TEST(ToolCallParser, SeveralCallsAndTextWithoutCalls) {
   ToolCallParser p(json(nullptr));
   std::vector<ToolCall> calls;
-  p.push("<tool_call>\n<function=a>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>\n"
-         "<tool_call>\n<function=b>\n</function>\n</tool_call>");
+  p.push(
+      "<tool_call>\n<function=a>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>\n"
+      "<tool_call>\n<function=b>\n</function>\n</tool_call>");
   EXPECT_EQ(p.finish(calls), "");
   ASSERT_EQ(calls.size(), 2u);
   EXPECT_EQ(calls[0].arguments, R"({"x":1})");  // no schema: JSON when it parses

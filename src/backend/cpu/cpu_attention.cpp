@@ -41,10 +41,10 @@ void norm_rope(float* x, const float* w, float eps, int hd, int rd, const float*
 
 }  // namespace
 
-void CpuBackend::attn_prep_and_cache(const StepBatch& batch, const Tensor& qg, const Tensor& k, const Tensor& v,
-                                     const Tensor& q_norm, const Tensor& k_norm, const AttnDims& d,
-                                     const Tensor& q, const Tensor& gate, const Tensor& k_cache,
-                                     const Tensor& v_cache) {
+void CpuBackend::attn_prep_and_cache(const StepBatch& batch, const Tensor& qg, const Tensor& k,
+                                     const Tensor& v, const Tensor& q_norm, const Tensor& k_norm,
+                                     const AttnDims& d, const Tensor& q, const Tensor& gate,
+                                     const Tensor& k_cache, const Tensor& v_cache) {
   const int64_t T = batch.num_tokens();
   const int hd = d.hd, rd = d.rotary_dim, ps = batch.page_size();
   const std::vector<int32_t>& seq_of = token_seq(batch);
@@ -80,8 +80,9 @@ void CpuBackend::attn_prep_and_cache(const StepBatch& batch, const Tensor& qg, c
   }
 }
 
-void CpuBackend::paged_attention(const StepBatch& batch, const Tensor& q, const Tensor& gate, const Tensor& k_cache,
-                                 const Tensor& v_cache, const AttnDims& d, const Tensor& out) {
+void CpuBackend::paged_attention(const StepBatch& batch, const Tensor& q, const Tensor& gate,
+                                 const Tensor& k_cache, const Tensor& v_cache, const AttnDims& d,
+                                 const Tensor& out) {
   const int64_t T = batch.num_tokens();
   const int hd = d.hd, ps = batch.page_size(), group = d.nh / d.nkv;
   const std::vector<int32_t>& seq_of = token_seq(batch);

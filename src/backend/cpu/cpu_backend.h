@@ -30,18 +30,19 @@ class CpuBackend : public Backend {
   void silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void gather_rows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
 
-  void attn_prep_and_cache(const StepBatch& batch, const Tensor& qg, const Tensor& k, const Tensor& v, const Tensor& q_norm,
-                           const Tensor& k_norm, const AttnDims& d, const Tensor& q,
-                           const Tensor& gate, const Tensor& k_cache,
-                           const Tensor& v_cache) override;
-  void paged_attention(const StepBatch& batch, const Tensor& q, const Tensor& gate, const Tensor& k_cache,
-                       const Tensor& v_cache, const AttnDims& d, const Tensor& out) override;
+  void attn_prep_and_cache(const StepBatch& batch, const Tensor& qg, const Tensor& k,
+                           const Tensor& v, const Tensor& q_norm, const Tensor& k_norm,
+                           const AttnDims& d, const Tensor& q, const Tensor& gate,
+                           const Tensor& k_cache, const Tensor& v_cache) override;
+  void paged_attention(const StepBatch& batch, const Tensor& q, const Tensor& gate,
+                       const Tensor& k_cache, const Tensor& v_cache, const AttnDims& d,
+                       const Tensor& out) override;
 
-  void gdn_conv(const StepBatch& batch, const Tensor& u, const Tensor& w, const Tensor& conv_state, int32_t K,
-                const Tensor& y) override;
-  void gated_delta_rule(const StepBatch& batch, const Tensor& y, const Tensor& a, const Tensor& b, const Tensor& A_log,
-                        const Tensor& dt_bias, const Tensor& state, const GdnDims& d,
-                        const Tensor& out) override;
+  void gdn_conv(const StepBatch& batch, const Tensor& u, const Tensor& w, const Tensor& conv_state,
+                int32_t K, const Tensor& y) override;
+  void gated_delta_rule(const StepBatch& batch, const Tensor& y, const Tensor& a, const Tensor& b,
+                        const Tensor& A_log, const Tensor& dt_bias, const Tensor& state,
+                        const GdnDims& d, const Tensor& out) override;
   void gated_rms_norm(const Tensor& o, const Tensor& z, const Tensor& w, float eps) override;
   void copy_state(const Tensor& conv, const Tensor& state, int32_t src, int32_t dst) override;
   std::vector<Sampled> sample(const Tensor& logits, int32_t vocab,

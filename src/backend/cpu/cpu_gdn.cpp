@@ -116,8 +116,8 @@ void delta_rule_chunked(int T, int dk, int dv, const float* q, const float* k, c
 
 }  // namespace cpu
 
-void CpuBackend::gdn_conv(const StepBatch& batch, const Tensor& u, const Tensor& w, const Tensor& conv_state, int32_t K,
-                          const Tensor& y) {
+void CpuBackend::gdn_conv(const StepBatch& batch, const Tensor& u, const Tensor& w,
+                          const Tensor& conv_state, int32_t K, const Tensor& y) {
   const int64_t C = u.dim(1);
   const int km1 = K - 1;
   for (const StepSeq& seq : batch.seqs()) {
@@ -153,9 +153,9 @@ float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
 }  // namespace
 
-void CpuBackend::gated_delta_rule(const StepBatch& batch, const Tensor& y, const Tensor& a, const Tensor& b,
-                                  const Tensor& A_log, const Tensor& dt_bias, const Tensor& state,
-                                  const GdnDims& d, const Tensor& out) {
+void CpuBackend::gated_delta_rule(const StepBatch& batch, const Tensor& y, const Tensor& a,
+                                  const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
+                                  const Tensor& state, const GdnDims& d, const Tensor& out) {
   const int64_t C = y.dim(1), key_dim = int64_t{d.nk} * d.dk;
   const int rep = d.nv / d.nk;
   const int64_t nseq = batch.num_seqs();

@@ -10,7 +10,8 @@ namespace {
 
 void check(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS)
-    throw DeviceError(std::string("cuBLASLt ") + what + " failed (status " + std::to_string(s) + ")");
+    throw DeviceError(std::string("cuBLASLt ") + what + " failed (status " + std::to_string(s) +
+                      ")");
 }
 
 }  // namespace
@@ -65,7 +66,7 @@ const CublasLtLinear::Plan& CublasLtLinear::plan(int64_t T, int64_t in, int64_t 
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0)
     throw DeviceError("cuBLASLt has no algorithm for a bf16 GEMM of T=" + std::to_string(T) +
-                ", in=" + std::to_string(in) + ", out=" + std::to_string(out));
+                      ", in=" + std::to_string(in) + ", out=" + std::to_string(out));
   p.algo = result.algo;
   return plans_.emplace(key, p).first->second;
 }

@@ -24,7 +24,8 @@ namespace deltaserve::backend {
 namespace {
 
 void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw DeviceError(std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    throw DeviceError(std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
 }
 
 __nv_bfloat16* bf(const Tensor& t) {
@@ -364,9 +365,9 @@ void CudaBackend::stage_batch(const StepBatch& batch) {
 
 int64_t CudaBackend::workspace_bytes(int64_t max_tokens, const GdnDims& d) const {
   const cuda::GdnShape shape{d.nk, d.nv, d.dk, d.dv};
-  return static_cast<int64_t>(kAttnWorkspaceBytes + gemm_->workspace_bytes() +
-                              cuda::gdn_chunk_workspace_floats(static_cast<int>(max_tokens), shape) *
-                                  sizeof(float));
+  return static_cast<int64_t>(
+      kAttnWorkspaceBytes + gemm_->workspace_bytes() +
+      cuda::gdn_chunk_workspace_floats(static_cast<int>(max_tokens), shape) * sizeof(float));
 }
 
 void CudaBackend::copy_state(const Tensor& conv, const Tensor& state, int32_t src, int32_t dst) {
@@ -383,17 +384,18 @@ void CudaBackend::copy_state(const Tensor& conv, const Tensor& state, int32_t sr
 }
 
 void CudaBackend::attn_prep_and_cache(const StepBatch& batch, const Tensor& qg, const Tensor& k,
-                                      const Tensor& v, const Tensor& q_norm, const Tensor& k_norm, const AttnDims& d,
-                                      const Tensor& q, const Tensor& gate, const Tensor& k_cache,
-                                      const Tensor& v_cache) {
+                                      const Tensor& v, const Tensor& q_norm, const Tensor& k_norm,
+                                      const AttnDims& d, const Tensor& q, const Tensor& gate,
+                                      const Tensor& k_cache, const Tensor& v_cache) {
   OpTimer timer(*this, "attn_prep_and_cache");
   const cuda::AttnShape s{d.nh, d.nkv, d.hd, d.rotary_dim, static_cast<float>(d.rope_theta), d.eps};
-  cuda::launch_attn_prep(meta(batch), bf(qg), bf(k), bf(v), f32(q_norm), f32(k_norm), s, bf(q), bf(gate),
-                         bf(k_cache), bf(v_cache), stream_);
+  cuda::launch_attn_prep(meta(batch), bf(qg), bf(k), bf(v), f32(q_norm), f32(k_norm), s, bf(q),
+                         bf(gate), bf(k_cache), bf(v_cache), stream_);
 }
 
-void CudaBackend::paged_attention(const StepBatch& batch, const Tensor& q, const Tensor& gate, const Tensor& k_cache,
-                                  const Tensor& v_cache, const AttnDims& d, const Tensor& out) {
+void CudaBackend::paged_attention(const StepBatch& batch, const Tensor& q, const Tensor& gate,
+                                  const Tensor& k_cache, const Tensor& v_cache, const AttnDims& d,
+                                  const Tensor& out) {
   OpTimer timer(*this, "paged_attention");
   DS_CHECK(d.hd % 32 == 0 && d.hd <= 256,
            "paged attention supports head_dim a multiple of 32 up to 256");
@@ -402,21 +404,21 @@ void CudaBackend::paged_attention(const StepBatch& batch, const Tensor& q, const
   const cuda::AttnShape s{d.nh, d.nkv, d.hd, d.rotary_dim, static_cast<float>(d.rope_theta), d.eps};
   const cuda::BatchMeta& m = meta(batch);
   const int splits = cuda::attention_splits(m.num_tokens, s, num_sms_, kAttnWorkspaceBytes);
-  cuda::launch_paged_attention(m, bf(q), bf(gate), bf(k_cache), bf(v_cache), s, splits,
-                               attn_ws_, bf(out), stream_);
+  cuda::launch_paged_attention(m, bf(q), bf(gate), bf(k_cache), bf(v_cache), s, splits, attn_ws_,
+                               bf(out), stream_);
 }
 
-void CudaBackend::gdn_conv(const StepBatch& batch, const Tensor& u, const Tensor& w, const Tensor& conv_state, int32_t K,
-                           const Tensor& y) {
+void CudaBackend::gdn_conv(const StepBatch& batch, const Tensor& u, const Tensor& w,
+                           const Tensor& conv_state, int32_t K, const Tensor& y) {
   OpTimer timer(*this, "gdn_conv");
   DS_CHECK(K >= 1 && K <= 8, "conv kernel size up to 8");
-  cuda::launch_gdn_conv(meta(batch), bf(u), bf(w), bf(conv_state), static_cast<int>(u.dim(1)), K, bf(y),
-                        stream_);
+  cuda::launch_gdn_conv(meta(batch), bf(u), bf(w), bf(conv_state), static_cast<int>(u.dim(1)), K,
+                        bf(y), stream_);
 }
 
-void CudaBackend::gated_delta_rule(const StepBatch& batch, const Tensor& y, const Tensor& a, const Tensor& b,
-                                   const Tensor& A_log, const Tensor& dt_bias, const Tensor& state,
-                                   const GdnDims& d, const Tensor& out) {
+void CudaBackend::gated_delta_rule(const StepBatch& batch, const Tensor& y, const Tensor& a,
+                                   const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
+                                   const Tensor& state, const GdnDims& d, const Tensor& out) {
   OpTimer timer(*this, "gated_delta_rule");
   DS_CHECK(d.dk <= 256 && d.dv <= 256, "GDN head dims up to 256");
   const cuda::GdnShape shape{d.nk, d.nv, d.dk, d.dv};
@@ -433,8 +435,8 @@ void CudaBackend::gated_delta_rule(const StepBatch& batch, const Tensor& y, cons
     }
     ws = gdn_ws_;
   }
-  cuda::launch_gated_delta_rule(m, bf(y), bf(a), bf(b), f32(A_log), f32(dt_bias), f32(state),
-                                shape, ws, bf(out), stream_);
+  cuda::launch_gated_delta_rule(m, bf(y), bf(a), bf(b), f32(A_log), f32(dt_bias), f32(state), shape,
+                                ws, bf(out), stream_);
 }
 
 std::vector<Sampled> CudaBackend::sample(const Tensor& logits, int32_t vocab,

@@ -96,13 +96,13 @@ __global__ void __launch_bounds__(kChunkThreads)
   // Rows padded to dk + 4 (WMMA wants a multiple of 4; lanes reading other rows hit other banks).
   const int dk = s.dk, dv = s.dv, kp = dk + 4, vp = dv + 1;
   // V takes Q's place once Q K^T is done: two blocks fit an SM at dk = dv = 128.
-  float* Ks = sm;                                // [64][dk + 4]
-  float* Qs = Ks + kChunk * kp;                  // [64][dk + 4]
-  float* Vs = Qs;                                // [64][dv + 1], after Q K^T
-  float* L = Qs + kChunk * max(kp, vp);          // [64][68]
-  float* P = L + kChunk * kLdLP;                 // [64][68]
-  float* gam = P + kChunk * kLdLP;               // [64]
-  float* beta = gam + kChunk;                    // [64]
+  float* Ks = sm;                        // [64][dk + 4]
+  float* Qs = Ks + kChunk * kp;          // [64][dk + 4]
+  float* Vs = Qs;                        // [64][dv + 1], after Q K^T
+  float* L = Qs + kChunk * max(kp, vp);  // [64][68]
+  float* P = L + kChunk * kLdLP;         // [64][68]
+  float* gam = P + kChunk * kLdLP;       // [64]
+  float* beta = gam + kChunk;            // [64]
   const int seq = blockIdx.x, chunk = blockIdx.y, h = blockIdx.z, kh = h / (s.nv / s.nk);
   const int t0 = chunk * kChunk, len = b.seq_len[seq];
   if (t0 >= len) return;
