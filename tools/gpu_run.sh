@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
-# Usage: tools/gpu_run.sh STAGE...   stages: ops model nccl bench1 prof bench ab hf real serve
+# Usage: tools/gpu_run.sh STAGE...   stages: ops model nccl bench1 prof bench ab hf real serve prefix
 #        benchtp[:MODELS] servetp   (multi-GPU: TP1 vs TP2 vs TP4 on the visible GPUs)
 # Logs go to $OUT (or ./gpu_logs); a summary line is printed as each stage ends.
 set -uo pipefail
@@ -13,19 +13,35 @@ M=bench/configs/qwen3.5-4b
 mkdir -p "$LOG"
 summary=()
 note() { summary+=("$1"); echo "$1"; }  # printed as it happens: a deadline may cut the run
-# serve_bench TP C...: serve (4B shape, dummy) at tensor-parallel size TP, bench serve 1k in / 256 out
-# at each concurrency, one JSON line each into bench_serve.jsonl (tagged with the TP size).
-serve_bench() {
-  local tp=$1; shift
+# serve_start NAME FLAGS...: serve (4B shape, dummy) on port 8011 in the background, waiting for
+# /health; its log is $LOG/NAME.log. serve_stop NAME: SIGTERM, then checks it exits within 30 s.
+serve_start() {
+  local name=$1; shift
   $BIN/deltaserve serve --model $M --load-format dummy --device cuda --tokenizer .device_out/qwen3 \
-    --port 8011 --max-num-seqs 64 --max-model-len 1536 --max-num-batched-tokens 2048 \
-    --tensor-parallel-size "$tp" >"$LOG/serve_tp$tp.log" 2>&1 &
-  local sp=$!
+    --port 8011 "$@" >"$LOG/$name.log" 2>&1 &
+  SERVE_PID=$!
   for i in $(seq 1 180); do
     python3 -c "import urllib.request;urllib.request.urlopen('http://127.0.0.1:8011/health')" \
       2>/dev/null && break
     sleep 1
   done
+}
+serve_stop() {
+  local name=$1 waited=0
+  kill -TERM $SERVE_PID
+  while kill -0 $SERVE_PID 2>/dev/null && [ $waited -lt 30 ]; do sleep 1; waited=$((waited + 1)); done
+  if kill -0 $SERVE_PID 2>/dev/null; then
+    kill -KILL $SERVE_PID; wait $SERVE_PID; note "$name DID NOT EXIT within 30 s of SIGTERM (killed)"
+  else
+    wait $SERVE_PID; note "$name rc=$? (exited ${waited} s after SIGTERM)"
+  fi
+}
+# serve_bench TP C...: serve at tensor-parallel size TP, bench serve 1k in / 256 out at each
+# concurrency, one JSON line each into bench_serve.jsonl (tagged with the TP size).
+serve_bench() {
+  local tp=$1; shift
+  serve_start serve_tp$tp --max-num-seqs 64 --max-model-len 1536 --max-num-batched-tokens 2048 \
+    --tensor-parallel-size "$tp"
   for c in "$@"; do
     local n=$((c < 4 ? 4 : 2 * c))
     echo -n "{\"tp\": $tp, \"run\": " >>"$LOG/bench_serve.jsonl"
@@ -34,14 +50,35 @@ serve_bench() {
       2>>"$LOG/bench_serve.err" || echo "null" >>"$LOG/bench_serve.jsonl"
     echo "}" >>"$LOG/bench_serve.jsonl"
   done
-  kill -TERM $sp
-  local waited=0
-  while kill -0 $sp 2>/dev/null && [ $waited -lt 30 ]; do sleep 1; waited=$((waited + 1)); done
-  if kill -0 $sp 2>/dev/null; then
-    kill -KILL $sp; wait $sp; note "serve tp$tp DID NOT EXIT within 30 s of SIGTERM (killed)"
-  else
-    wait $sp; note "serve tp$tp rc=$? (exited ${waited} s after SIGTERM)"
-  fi
+  serve_stop serve_tp$tp
+}
+# prefix_bench on|off WORKLOAD...: the multi-turn chat workload (multi) and a never-hitting random
+# workload (random) against a server with prefix caching on or off, one JSON line each into
+# prefix_bench.jsonl.
+prefix_bench() {
+  local mode=$1 flag=--enable-prefix-caching
+  shift
+  [ "$mode" = off ] && flag=--no-enable-prefix-caching
+  serve_start serve_prefix_$mode $flag --max-num-seqs 128 --max-model-len 4096 \
+    --max-num-batched-tokens 2048
+  grep -E "memory plan|ready" "$LOG/serve_prefix_$mode.log" | head -2
+  for w in "$@"; do
+    echo -n "{\"prefix_caching\": \"$mode\", \"run\": " >>"$LOG/prefix_bench.jsonl"
+    if [ $w = multi ]; then
+      timeout 240 $BIN/deltaserve bench serve --port 8011 --workload multi-turn --num-clients 128 \
+        --turns 4 --system-len 1024 --turn-len 256 --output-len 128 --vocab 150000 \
+        >>"$LOG/prefix_bench.jsonl" 2>>"$LOG/prefix_bench.err" || echo "null" >>"$LOG/prefix_bench.jsonl"
+    else
+      timeout 200 $BIN/deltaserve bench serve --port 8011 --num-prompts 256 --input-len 1024 \
+        --output-len 256 --max-concurrency 64 --vocab 150000 --seed 7 \
+        >>"$LOG/prefix_bench.jsonl" 2>>"$LOG/prefix_bench.err" || echo "null" >>"$LOG/prefix_bench.jsonl"
+    fi
+    echo "}" >>"$LOG/prefix_bench.jsonl"
+    tail -1 "$LOG/prefix_bench.jsonl"
+  done
+  python3 -c "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:8011/metrics').read().decode())" |
+    grep -E "^vllm:prefix_cache" | sed "s/^/$mode: /" >>"$LOG/prefix_bench.metrics"
+  serve_stop serve_prefix_$mode
 }
 for stage in "$@"; do
   case $stage in
@@ -92,22 +129,12 @@ for stage in "$@"; do
       DS_REAL_CHECK_DIR=/tmp/q4b_check timeout 150 stdbuf -oL $BIN/real_size_test >"$LOG/real_size.log" 2>&1
       note "real_size rc=$? $(grep -E 'TP[0-9] |FAILED|Failure' "$LOG/real_size.log" | tr '\n' ' ') $(tail -1 "$LOG/real_size.log")" ;;
     serve)  # end to end: serve --device cuda (4B shape, dummy) + bench serve 1k in / 256 out
-      $BIN/deltaserve serve --model $M --load-format dummy --device cuda --tokenizer .device_out/qwen3 \
-        --port 8011 --max-num-seqs 64 --max-model-len 1536 --max-num-batched-tokens 2048 \
-        >"$LOG/serve.log" 2>&1 &
-      SP=$!
-      for i in $(seq 1 120); do
-        python3 -c "import urllib.request;urllib.request.urlopen('http://127.0.0.1:8011/health')" \
-          2>/dev/null && break
-        sleep 1
-      done
-      for c in 1 16 64; do
-        n=$((c < 4 ? 4 : 2 * c))
-        $BIN/deltaserve bench serve --port 8011 --num-prompts $n --input-len 1024 --output-len 256 \
-          --max-concurrency $c --vocab 150000 >>"$LOG/bench_serve.jsonl" 2>>"$LOG/bench_serve.err"
-      done
-      kill -TERM $SP; wait $SP
-      note "serve rc=$? $(wc -l <"$LOG/bench_serve.jsonl") bench lines" ;;
+      serve_bench 1 1 16 64
+      note "serve $(wc -l <"$LOG/bench_serve.jsonl") bench lines" ;;
+    prefix)  # prefix caching on vs off: multi-turn chat and a never-hitting workload
+      prefix_bench on multi random
+      prefix_bench off multi random
+      note "prefix $(grep -c hit_rate "$LOG/prefix_bench.jsonl") multi-turn lines" ;;
     benchtp*)  # TP1 vs TP2 vs TP4 (those the GPUs allow) per model shape, one table each
       models=${stage#benchtp}; models=${models#:}
       for size in ${models//,/ }; do

@@ -1,11 +1,6 @@
 // `deltaserve bench serve`: a load client in the spirit of `vllm bench serve`. Random token-id
 // prompts of a given length go to /v1/completions with streaming, at a fixed concurrency or a
 // Poisson request rate; TTFT, TPOT and ITL are measured from the SSE events. One JSON line.
-#include <utility>
-// clang-format off
-#include <boost/asio.hpp>
-#include <boost/beast/http.hpp>
-// clang-format on
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -16,8 +11,11 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "app/args.h"
+#include "app/bench_client.h"
+#include "app/bench_multiturn.h"
 #include "app/bench_stats.h"
 #include "app/commands.h"
 #include "core/error.h"
@@ -26,81 +24,18 @@ namespace deltaserve::app {
 
 namespace {
 
-namespace asio = boost::asio;
-using tcp = asio::ip::tcp;
 using clock = std::chrono::steady_clock;
-
-// One streamed completion over a fresh connection (the server closes SSE replies).
-Outcome run_one(const std::string& host, const std::string& port, const std::string& body,
-                const std::string& key) {
-  Outcome o;
-  const auto start = clock::now();
-  try {
-    asio::io_context io;
-    tcp::resolver res(io);
-    tcp::socket sock(io);
-    asio::connect(sock, res.resolve(host, port));
-    std::string req =
-        "POST /v1/completions HTTP/1.1\r\nHost: " + host + "\r\nContent-Type: application/json\r\n";
-    if (!key.empty()) req += "Authorization: Bearer " + key + "\r\n";
-    req +=
-        "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
-    asio::write(sock, asio::buffer(req));
-    std::string buf;
-    char chunk[8192];
-    bool header_done = false, first = true;
-    auto last = start;
-    boost::system::error_code ec;
-    for (;;) {
-      const size_t n = sock.read_some(asio::buffer(chunk), ec);
-      if (n == 0 && ec) break;
-      const auto now = clock::now();
-      buf.append(chunk, n);
-      if (!header_done) {
-        const size_t h = buf.find("\r\n\r\n");
-        if (h == std::string::npos) continue;
-        if (buf.compare(0, 12, "HTTP/1.1 200") != 0) {
-          o.error = buf.substr(0, buf.find("\r\n"));
-          return o;
-        }
-        header_done = true;
-        buf.erase(0, h + 4);
-      }
-      for (size_t e; (e = buf.find("\n\n")) != std::string::npos;) {
-        const std::string ev = buf.substr(0, e);
-        buf.erase(0, e + 2);
-        if (ev.rfind("data: ", 0) != 0) continue;
-        if (ev == "data: [DONE]") {
-          o.ok = true;
-          continue;
-        }
-        const auto j = nlohmann::json::parse(ev.substr(6), nullptr, false);
-        if (j.is_discarded()) continue;
-        if (j.contains("usage") && j["usage"].is_object())
-          o.output_tokens = j["usage"].value("completion_tokens", 0);
-        if (!j.contains("choices") || j["choices"].empty()) continue;
-        if (first) {
-          o.ttft = std::chrono::duration<double>(now - start).count();
-          first = false;
-        } else {
-          o.itl.push_back(std::chrono::duration<double>(now - last).count());
-        }
-        last = now;
-      }
-    }
-  } catch (const std::exception& e) {
-    o.error = e.what();
-  }
-  o.e2e = std::chrono::duration<double>(clock::now() - start).count();
-  return o;
-}
 
 }  // namespace
 
 int cmd_bench_serve(const std::vector<std::string>& argv) {
   Args a(argv, "bench serve",
          {"host", "port", "model", "api-key", "num-prompts", "input-len", "output-len",
-          "max-concurrency", "request-rate", "seed", "vocab"});
+          "max-concurrency", "request-rate", "seed", "vocab", "workload", "num-clients", "turns",
+          "system-len", "turn-len"});
+  const std::string workload = a.get("workload", "random");
+  if (workload == "multi-turn") return run_multi_turn(a);
+  if (workload != "random") throw Error("--workload must be random or multi-turn");
   const std::string host = a.get("host", "127.0.0.1"), port = a.get("port", "8000");
   const int n = static_cast<int>(a.get_int("num-prompts", 64, 1, 1000000));
   const int in_len = static_cast<int>(a.get_int("input-len", 128, 1, 1 << 20));
@@ -143,7 +78,7 @@ int cmd_bench_serve(const std::vector<std::string>& argv) {
             t0 + std::chrono::duration_cast<clock::duration>(
                      std::chrono::duration<double>(arrival[static_cast<size_t>(i)])));
         outcomes[static_cast<size_t>(i)] =
-            run_one(host, port, bodies[static_cast<size_t>(i)], a.get("api-key", ""));
+            stream_completion(host, port, bodies[static_cast<size_t>(i)], a.get("api-key", ""));
       }
     });
   }

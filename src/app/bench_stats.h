@@ -37,6 +37,8 @@ struct Outcome {
   double ttft = 0, e2e = 0;
   std::vector<double> itl;
   int64_t output_tokens = 0;
+  int64_t cached_tokens = 0;       // usage.prompt_tokens_details.cached_tokens
+  std::vector<int32_t> token_ids;  // the output ids (return_token_ids)
   std::string error;
 };
 

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "app/args.h"
+#include "app/cache_flags.h"
 #include "app/commands.h"
 #include "app/runtime.h"
 #include "app/vllm_flags.h"
@@ -106,11 +107,14 @@ void print_ready(const std::string& name, const std::string& base, const std::st
                  int tp, const engine::EngineConfig& ec, bool embedded_default) {
   std::printf(
       "deltaserve: ready — serving '%s' on %s (device %s, tensor-parallel-size %d, max_model_len "
-      "%d, %d KV pages)%s\n"
+      "%d, %d KV pages, prefix caching %s)%s\n"
       "  try: curl %s/v1/chat/completions -H 'Content-Type: application/json' \\\n"
       "         -d '{\"model\": \"%s\", \"messages\": [{\"role\": \"user\", \"content\": "
       "\"Hello!\"}], \"max_tokens\": 32}'\n",
       name.c_str(), base.c_str(), device.c_str(), tp, ec.max_model_len, ec.num_pages,
+      ec.enable_prefix_caching
+          ? ("on, " + std::to_string(ec.num_snapshots) + " state snapshots").c_str()
+          : "off",
       embedded_default ? " — the embedded default model has RANDOM weights: its text is meaningless"
                        : "",
       base.c_str(), name.c_str());
@@ -143,8 +147,10 @@ int cmd_serve(const std::vector<std::string>& argv) {
                                  "debug-output-script",
                                  "tool-call-parser"};
   flags.insert(vllm_value_flags().begin(), vllm_value_flags().end());
+  flags.insert(cache_value_flags().begin(), cache_value_flags().end());
   std::set<std::string> switches = {"enforce-eager", "enable-auto-tool-choice"};
   switches.insert(vllm_switches().begin(), vllm_switches().end());
+  switches.insert(cache_switches().begin(), cache_switches().end());
   Args a(argv, "serve", flags, switches);
   check_device(a);
   check_vllm_flags(a);
@@ -213,6 +219,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
     budget.kind = runtime::MemoryBudget::Kind::kHostBytes;
     budget.kv_bytes = static_cast<int64_t>(kv_gib * (1 << 30));
   }
+  apply_cache_flags(a, ecfg, budget);
   ecfg.budget = budget;
 
   std::fprintf(stderr, "deltaserve: loading tokenizer %s\n", tok_dir.c_str());

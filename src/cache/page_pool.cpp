@@ -37,12 +37,15 @@ bool PagePool::grow(std::vector<int32_t>& table, int64_t tokens) {
 }
 
 void PagePool::release(std::vector<int32_t>& table) {
-  for (int32_t p : table) {
-    int32_t& r = refs_[static_cast<size_t>(p)];
-    DS_CHECK(r > 0, "release of a free page " + std::to_string(p));
-    if (--r == 0) ids_.give_back(p);
-  }
+  for (int32_t p : table) release_one(p);
   table.clear();
+}
+
+int32_t PagePool::release_one(int32_t page) {
+  int32_t& r = refs_[static_cast<size_t>(page)];
+  DS_CHECK(r > 0, "release of a free page " + std::to_string(page));
+  if (--r == 0) ids_.give_back(page);
+  return r;
 }
 
 void PagePool::retain(int32_t page) {

@@ -43,6 +43,8 @@ class PagePool {
   bool grow(std::vector<int32_t>& table, int64_t tokens);
   // Drops this table's hold on each of its pages (freeing those nobody else holds) and clears it.
   void release(std::vector<int32_t>& table);
+  // Drops one hold on `page` (freeing it when it was the last); the holds left.
+  int32_t release_one(int32_t page);
   // One more holder of `page` (precondition: it is held already).
   void retain(int32_t page);
   int32_t refcount(int32_t page) const { return refs_[static_cast<size_t>(page)]; }

@@ -27,6 +27,7 @@ StepBatch StepBatch::padded(int32_t rows, int32_t slot, int32_t page) const {
           std::span<const int32_t>(token_ids_.data() + s.token_begin,
                                    static_cast<size_t>(s.num_tokens)),
           s.start_pos, s.slot, pages(i), s.num_samples, s.source, s.snapshot);
+    if (s.save_snapshot >= 0) b.save_snapshot(s.save_snapshot);
   }
   const int32_t zero = 0;
   for (int32_t r = 0; r < rows; ++r) b.add(0, {&zero, 1}, 0, slot, {&page, 1}, 1);
@@ -65,6 +66,12 @@ StepBatchBuilder& StepBatchBuilder::add(uint64_t request_id, std::span<const int
   b_.page_ids_.insert(b_.page_ids_.end(), pages.begin(), pages.end());
   b_.page_offsets_.push_back(static_cast<int32_t>(b_.page_ids_.size()));
   b_.seqs_.push_back(s);
+  return *this;
+}
+
+StepBatchBuilder& StepBatchBuilder::save_snapshot(int32_t slot) {
+  DS_CHECK(!b_.seqs_.empty() && slot >= 0, "save_snapshot: no sequence or a negative slot");
+  b_.seqs_.back().save_snapshot = slot;
   return *this;
 }
 

@@ -28,9 +28,10 @@ struct StepSeq {
   int32_t start_pos = 0;  // tokens already in the KV cache / state
   int32_t slot = 0;       // GDN state slot
   StateSource source = StateSource::kFresh;
-  int32_t snapshot = -1;     // kSnapshot only
-  int32_t sample_begin = 0;  // index of its first entry in sample_rows()
-  int32_t num_samples = 0;   // rows sampled (its last ones, unless given explicitly)
+  int32_t snapshot = -1;       // kSnapshot only
+  int32_t save_snapshot = -1;  // >= 0: its state after the step is copied to this snapshot slot
+  int32_t sample_begin = 0;    // index of its first entry in sample_rows()
+  int32_t num_samples = 0;     // rows sampled (its last ones, unless given explicitly)
   bool fresh() const { return source == StateSource::kFresh; }
 };
 
@@ -88,6 +89,8 @@ class StepBatchBuilder {
   StepBatchBuilder& add_rows(uint64_t request_id, std::span<const int32_t> tokens,
                              int32_t start_pos, int32_t slot, std::span<const int32_t> pages,
                              std::span<const int32_t> sample_offsets);
+  // The last added sequence's state after the step is copied to snapshot slot `slot`.
+  StepBatchBuilder& save_snapshot(int32_t slot);
   // Finishes the batch (gives it a fresh id).
   StepBatch build();
 

@@ -26,6 +26,9 @@ EngineConfig resolve(EngineConfig c, const model::ModelConfig& mc,
                 std::to_string(mc.max_position_embeddings));
   if (c.page_size <= 0 || c.max_num_seqs <= 0 || c.max_num_batched_tokens <= 0)
     throw Error("page_size, max_num_seqs and max_num_batched_tokens must be positive");
+  if (c.mamba_block_size <= 0 || c.mamba_block_size % c.page_size != 0)
+    throw Error("mamba_block_size " + std::to_string(c.mamba_block_size) +
+                " must be a positive multiple of the page size " + std::to_string(c.page_size));
   const int32_t model_vocab = static_cast<int32_t>(mc.vocab_size);
   if (c.sample_vocab <= 0)
     c.sample_vocab = tok ? std::min(tok->vocab_size(), model_vocab) : model_vocab;
@@ -68,10 +71,13 @@ Engine::Engine(std::unique_ptr<LocalExecutor> owned, Executor* exec, EngineConfi
       cfg_(resolve(cfg, exec_.config(), tok)),
       tok_(tok),
       plan_(plan_of(exec_, cfg_)),
-      cache_({plan_.num_pages, plan_.page_size, plan_.num_slots, plan_.num_snapshots}),
-      scheduler_({cfg_.max_num_seqs, cfg_.max_num_batched_tokens}, cache_),
+      cache_({plan_.num_pages, plan_.page_size, plan_.num_slots, plan_.num_snapshots,
+              cfg_.enable_prefix_caching && plan_.num_snapshots > 0}),
+      scheduler_({cfg_.max_num_seqs, cfg_.max_num_batched_tokens, cfg_.mamba_block_size}, cache_),
       output_(cfg_.eos_token_ids, cfg_.max_model_len) {
   cfg_.num_pages = plan_.num_pages;
+  cfg_.num_snapshots = plan_.num_snapshots;
+  cfg_.enable_prefix_caching = cache_.prefix_caching();
   exec_.configure(plan_);
   if (!cfg_.enforce_eager)
     exec_.capture_decode_graphs(decode_graph_sizes(cfg_),
@@ -184,8 +190,11 @@ void Engine::loop() {
     metrics_.update([&](MetricsSnapshot& s) {
       s.running = static_cast<int64_t>(scheduler_.num_running());
       s.waiting = static_cast<int64_t>(scheduler_.num_waiting());
-      s.kv_pages_used = cache_.num_pages() - cache_.num_free_pages();
+      s.kv_pages_used = cache_.num_pages() - cache_.num_available_pages();
       s.preemptions += static_cast<int64_t>(plan.preempted.size());
+      s.prefix_cache_queries += plan.prefix_queried;
+      s.prefix_cache_hits += plan.prefix_hit;
+      s.prefix_cache_blocks = cache_.num_cached_blocks();
     });
     if (!plan.empty()) {
       try {
@@ -299,6 +308,7 @@ void Engine::finish(Request& r, FinishReason why, OutputDelta d) {
   d.finished = true;
   d.finish_reason = why;
   d.prompt_tokens = r.num_prompt;
+  d.cached_tokens = r.num_cached_tokens;
   d.completion_tokens = r.num_outputs();
   const auto now = clock::now();
   scheduler_.remove(&r);
@@ -311,7 +321,8 @@ void Engine::finish(Request& r, FinishReason why, OutputDelta d) {
     s.e2e.observe(seconds(r.arrival, now));
     s.running = static_cast<int64_t>(scheduler_.num_running());
     s.waiting = static_cast<int64_t>(scheduler_.num_waiting());
-    s.kv_pages_used = cache_.num_pages() - cache_.num_free_pages();
+    s.kv_pages_used = cache_.num_pages() - cache_.num_available_pages();
+    s.prefix_cache_blocks = cache_.num_cached_blocks();
   });
   r.stream->push(std::move(d));
   requests_.erase(r.id);

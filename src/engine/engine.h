@@ -34,7 +34,11 @@ struct EngineConfig {
   int32_t num_pages = 0;  // 0: room for min(max_num_seqs, 4) requests of max_model_len
   // How the memory plan sizes the KV pages; unset: `num_pages` pages.
   std::optional<runtime::MemoryBudget> budget;
-  int32_t num_snapshots = 0;  // GDN state snapshot slots (the prefix-cache seam)
+  int32_t num_snapshots = 0;  // GDN state snapshot slots (more from budget->snapshot_fraction)
+  // Prefix caching: shared KV pages + GDN state snapshots on a grid of mamba_block_size tokens (a
+  // multiple of page_size). Needs snapshot slots; off when the plan has none.
+  bool enable_prefix_caching = false;
+  int32_t mamba_block_size = 64;
   int32_t max_model_len = 0;  // 0: the model's max_position_embeddings
   // Ids >= sample_vocab are never sampled; 0: the tokenizer's (else the model's) vocabulary.
   int32_t sample_vocab = 0;

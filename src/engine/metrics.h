@@ -24,6 +24,8 @@ struct MetricsSnapshot {
   int64_t kv_pages_used = 0, kv_pages_total = 0;
   int64_t prompt_tokens = 0, generation_tokens = 0;
   int64_t requests_finished = 0, requests_aborted = 0, preemptions = 0, steps = 0;
+  int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;  // prompt tokens (first admissions)
+  int64_t prefix_cache_blocks = 0;                          // KV pages indexed by the cache
   Histogram ttft, itl, e2e;
 };
 

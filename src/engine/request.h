@@ -63,6 +63,7 @@ struct OutputDelta {
   FinishReason finish_reason = FinishReason::kNone;
   std::string error;  // with kError
   int32_t prompt_tokens = 0;
+  int32_t cached_tokens = 0;      // prompt tokens resumed from the prefix cache
   int32_t completion_tokens = 0;  // so far
   int32_t index = 0;  // the choice it belongs to, in a reply merged from several requests
 };
@@ -110,6 +111,17 @@ struct Request {
   size_t text_emitted = 0;  // bytes of `text` already sent
   std::chrono::steady_clock::time_point arrival, last_token;
   bool has_first_token = false;
+  // Prefix caching (engine thread): hashes of the full blocks of `tokens` seen so far, how many
+  // of its pages are indexed, the snapshot it resumes from (pinned until its first step ran),
+  // where its prefill must end a chunk to leave a snapshot, and its latest decode snapshot.
+  std::vector<uint64_t> block_hashes;
+  int32_t num_indexed = 0;
+  uint64_t restore_block = 0;
+  int32_t restore_snapshot = -1;
+  std::vector<int32_t> snapshot_cuts;  // ascending
+  uint64_t decode_snapshot_block = 0;
+  int32_t num_cached_tokens = 0;  // at its first admission
+  bool admitted_once = false;
 
   int32_t num_outputs() const { return static_cast<int32_t>(tokens.size()) - num_prompt; }
 };

@@ -17,7 +17,9 @@ int32_t remaining(const Request* r) {
 }  // namespace
 
 Scheduler::Scheduler(SchedulerConfig cfg, cache::CacheManager& cache) : cfg_(cfg), cache_(cache) {
-  DS_CHECK(cfg.max_num_seqs > 0 && cfg.max_num_batched_tokens > 0, "bad scheduler config");
+  DS_CHECK(cfg.max_num_seqs > 0 && cfg.max_num_batched_tokens > 0 && cfg.snapshot_every > 0 &&
+               cfg.snapshot_every % cache.page_size() == 0,
+           "bad scheduler config");
 }
 
 void Scheduler::add(Request* r) {
@@ -28,6 +30,7 @@ void Scheduler::add(Request* r) {
 void Scheduler::remove(Request* r) {
   std::erase(running_, r);
   std::erase(waiting_, r);
+  release_restore(r);
   cache_.release_pages(r->pages);
   if (r->slot >= 0) cache_.release_slot(r->slot);
   r->slot = -1;
@@ -40,6 +43,7 @@ void Scheduler::preempt(Request* r, ScheduledStep& plan) {
   cache_.release_slot(r->slot);
   r->slot = -1;
   r->num_computed = 0;
+  r->num_indexed = 0;
   ++r->num_preemptions;
   plan.preempted.push_back(r->id);
   add(r);
@@ -63,9 +67,14 @@ bool Scheduler::reserve(Request* r, int64_t tokens, bool may_preempt, ScheduledS
 }
 
 void Scheduler::add_seq(Request* r, int32_t n, StepBatchBuilder& b, ScheduledStep& step) {
-  const bool last = r->num_computed + n == static_cast<int32_t>(r->tokens.size());
+  const int32_t end = r->num_computed + n;
+  const bool last = end == static_cast<int32_t>(r->tokens.size());
+  const StateSource source = r->restore_snapshot >= 0 ? StateSource::kSnapshot
+                             : r->num_computed == 0   ? StateSource::kFresh
+                                                      : StateSource::kSlot;
   b.add(r->id, std::span<const int32_t>(r->tokens.data() + r->num_computed, static_cast<size_t>(n)),
-        r->num_computed, r->slot, r->pages, last ? 1 : 0);
+        r->num_computed, r->slot, r->pages, last ? 1 : 0, source, r->restore_snapshot);
+  if (const int32_t snap = snapshot_slot_at(r, end); snap >= 0) b.save_snapshot(snap);
   step.requests.push_back(r);
   scheduled_.push_back(r);
 }
@@ -97,11 +106,12 @@ ScheduledStep Scheduler::schedule() {
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Request* r = running_[i];
     if (remaining(r) <= 1) continue;
-    int32_t n = std::min(remaining(r), budget);
+    int32_t n = std::min({remaining(r), budget, tokens_to_cut(r)});
     if (!reserve(r, r->num_computed + n, true, plan)) {
       // Take what the free pages allow (possibly nothing this step).
       const int64_t coverable =
-          static_cast<int64_t>(r->pages.size() + static_cast<size_t>(cache_.num_free_pages())) *
+          static_cast<int64_t>(r->pages.size() +
+                               static_cast<size_t>(cache_.num_available_pages())) *
               cache_.page_size() -
           r->num_computed;
       n = static_cast<int32_t>(std::min<int64_t>(n, coverable));
@@ -115,14 +125,29 @@ ScheduledStep Scheduler::schedule() {
   while (!waiting_.empty() && budget > 0 &&
          static_cast<int32_t>(running_.size()) < cfg_.max_num_seqs) {
     Request* r = waiting_.front();
-    const int64_t coverable = static_cast<int64_t>(cache_.num_free_pages()) * cache_.page_size();
-    const int32_t n = static_cast<int32_t>(std::min<int64_t>({remaining(r), budget, coverable}));
     const bool just_preempted =
         std::find(plan.preempted.begin(), plan.preempted.end(), r->id) != plan.preempted.end();
-    if (n <= 0 || cache_.num_free_slots() == 0 || just_preempted) break;
+    if (cache_.num_free_slots() == 0 || just_preempted) break;
+    if (r->num_computed == 0) resume_from_cache(r);
+    const int64_t coverable =
+        static_cast<int64_t>(cache_.num_available_pages()) * cache_.page_size();
+    const int32_t n = static_cast<int32_t>(
+        std::min<int64_t>({remaining(r), budget, coverable, tokens_to_cut(r)}));
+    if (n <= 0) {
+      forget_resume(r);
+      break;
+    }
     r->slot = cache_.acquire_slot();
     DS_CHECK(cache_.grow_pages(r->pages, r->num_computed + n), "pages counted free");
     waiting_.pop_front();
+    if (!r->admitted_once) {
+      r->admitted_once = true;
+      r->num_cached_tokens = r->num_computed;
+      if (cache_.prefix_caching()) {
+        plan.prefix_queried += r->num_prompt;
+        plan.prefix_hit += r->num_computed;
+      }
+    }
     r->status = RequestStatus::kRunning;
     running_.insert(std::upper_bound(running_.begin(), running_.end(), r, by_id), r);
     add_seq(r, n, builder, plan);
@@ -135,8 +160,10 @@ ScheduledStep Scheduler::schedule() {
 void Scheduler::commit(const ScheduledStep& step) {
   DS_CHECK(static_cast<size_t>(step.batch.num_seqs()) == step.requests.size(),
            "commit: batch and requests differ");
-  for (size_t i = 0; i < step.requests.size(); ++i)
+  for (size_t i = 0; i < step.requests.size(); ++i) {
     step.requests[i]->num_computed += step.batch.seq(i).num_tokens;
+    commit_prefix(step.requests[i], step.batch.seq(i));
+  }
 }
 
 }  // namespace deltaserve::engine

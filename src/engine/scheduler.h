@@ -4,6 +4,13 @@
 // request needs a page and none is free, the youngest unscheduled running request younger than it
 // is preempted (freed, recomputed later). The result is the step's immutable StepBatch, built
 // here once, with the requests it serves in sequence order.
+//
+// With prefix caching (scheduler_prefix.cpp), a request admitted with nothing computed resumes from
+// the longest cached prefix that has a GDN snapshot (its KV pages shared, the snapshot restored in
+// its first step); its prefill ends a chunk at the last snapshot point before the prompt's end
+// and at the point where its KV diverges from the cache, and any step that leaves a sequence at a
+// multiple of snapshot_every tokens saves a snapshot there (a request keeps only its latest decode
+// snapshot). Computed full pages are indexed after each step.
 #pragma once
 
 #include <cstdint>
@@ -19,14 +26,16 @@ namespace deltaserve::engine {
 struct SchedulerConfig {
   int32_t max_num_seqs = 64;
   int32_t max_num_batched_tokens = 2048;
+  int32_t snapshot_every = 64;  // snapshot grid (tokens; a multiple of the page size)
 };
 
 // One step: decode rows first, then prefill chunks. A chunk that reaches the end of its
 // request's tokens samples its last row.
 struct ScheduledStep {
   StepBatch batch;
-  std::vector<Request*> requests;   // batch.seqs()[i] serves requests[i]
-  std::vector<uint64_t> preempted;  // requests preempted while planning this step
+  std::vector<Request*> requests;              // batch.seqs()[i] serves requests[i]
+  std::vector<uint64_t> preempted;             // requests preempted while planning this step
+  int64_t prefix_queried = 0, prefix_hit = 0;  // prompt tokens looked up / found (first admissions)
   bool empty() const { return requests.empty(); }
 };
 
@@ -40,7 +49,8 @@ class Scheduler {
   void remove(Request* r);
   // Plans the next step, taking pages and slots for it.
   ScheduledStep schedule();
-  // Records that `step` ran: each sequence's tokens are now in the cache.
+  // Records that `step` ran: each sequence's tokens are now in the cache (and indexed, with the
+  // snapshots it saved, when prefix caching is on).
   void commit(const ScheduledStep& step);
 
   size_t num_running() const { return running_.size(); }
@@ -54,6 +64,19 @@ class Scheduler {
   bool reserve(Request* r, int64_t tokens, bool may_preempt, ScheduledStep& step);
   // Adds `n` of r's tokens from num_computed to the step being built.
   void add_seq(Request* r, int32_t n, StepBatchBuilder& b, ScheduledStep& step);
+  // Prefix caching (scheduler_prefix.cpp).
+  // Resumes a request with nothing computed from the cache (pages shared, snapshot pinned) and
+  // plans its snapshot cuts.
+  void resume_from_cache(Request* r);
+  // Undoes resume_from_cache for a request that could not be admitted after all.
+  void forget_resume(Request* r);
+  // The most tokens r's next chunk may take before a snapshot cut.
+  int32_t tokens_to_cut(const Request* r) const;
+  // A snapshot slot when r's state at position `end` should be saved, else -1.
+  int32_t snapshot_slot_at(Request* r, int32_t end);
+  // After a step: releases r's restored snapshot, indexes its computed pages, files `saved`.
+  void commit_prefix(Request* r, const StepSeq& s);
+  void release_restore(Request* r);
 
   SchedulerConfig cfg_;
   cache::CacheManager& cache_;

@@ -116,6 +116,18 @@ MemoryPlan plan_memory(const ModelConfig& local, DType act, const PlanLimits& l,
   }
   const int32_t per_request = (l.max_model_len + l.page_size - 1) / l.page_size;
   p.num_pages = pages_from_budget(p, l, budget, per_request);
+  const bool shared = budget.kind == MemoryBudget::Kind::kDeviceShare ||
+                      budget.kind == MemoryBudget::Kind::kHostBytes;
+  if (shared && budget.snapshot_fraction > 0 && p.slot_bytes > 0) {
+    if (budget.snapshot_fraction >= 1) throw Error("the snapshot share must be below 1");
+    const double cache_bytes = static_cast<double>(p.num_pages) * static_cast<double>(p.page_bytes);
+    const int64_t snaps = static_cast<int64_t>(budget.snapshot_fraction * cache_bytes /
+                                               static_cast<double>(p.slot_bytes));
+    p.num_snapshots += static_cast<int32_t>(std::min<int64_t>(snaps, 1 << 20));
+    MemoryBudget rest = budget;
+    rest.kv_bytes -= int64_t{p.num_snapshots - l.num_snapshots} * p.slot_bytes;
+    p.num_pages = pages_from_budget(p, l, rest, per_request);
+  }
   if (p.num_pages < per_request)
     throw Error("the memory plan leaves room for " + std::to_string(p.num_pages) +
                 " KV pages after the weights, " + std::to_string(l.max_num_seqs) +

@@ -36,6 +36,9 @@ struct MemoryBudget {
   int64_t kv_bytes = 0;      // kHostBytes
   double utilization = 0.9;  // kDeviceShare
   int64_t device_free = 0, device_total = 0;  // kDeviceShare: after the weights are loaded
+  // kDeviceShare / kHostBytes: this share of the cache memory (KV pages + snapshots) becomes
+  // GDN state snapshot slots for the prefix cache, on top of PlanLimits::num_snapshots.
+  double snapshot_fraction = 0;
 };
 
 struct MemoryPlan {

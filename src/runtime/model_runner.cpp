@@ -121,6 +121,11 @@ void ModelRunner::restore_snapshots(const StepBatch& batch) {
     if (s.source == StateSource::kSnapshot) copy_state(s.snapshot, s.slot);
 }
 
+void ModelRunner::save_snapshots(const StepBatch& batch) {
+  for (const StepSeq& s : batch.seqs())
+    if (s.save_snapshot >= 0) copy_state(s.slot, s.save_snapshot);
+}
+
 std::vector<int32_t> ModelRunner::graph_buckets() const {
   std::vector<int32_t> b;
   for (const auto& [size, id] : graphs_)
@@ -178,7 +183,9 @@ int ModelRunner::find_graph(const StepBatch& batch, int32_t& bucket) const {
 int64_t ModelRunner::compute(const StepBatch& batch) {
   DS_CHECK(batch.num_tokens() > 0, "empty batch");
   for (const StepSeq& s : batch.seqs())
-    DS_CHECK(s.slot >= 0 && s.slot < plan_.num_slots, "slot out of range");
+    DS_CHECK(s.slot >= 0 && s.slot < plan_.num_slots && s.save_snapshot < plan_.pad_slot() &&
+                 (s.save_snapshot < 0 || s.save_snapshot >= plan_.num_slots),
+             "slot out of range");
   const int64_t R = static_cast<int64_t>(batch.sample_rows().size());
   restore_snapshots(batch);
   int32_t B = batch.num_tokens();
@@ -200,6 +207,7 @@ int64_t ModelRunner::compute(const StepBatch& batch) {
     if (R > 0) be_.upload_i32(batch.sample_rows().data(), v.row_ids);
     model_.forward(step, v, cache_, R, false);
   }
+  save_snapshots(batch);
   return R;
 }
 

@@ -59,6 +59,8 @@ class ModelRunner {
   model::StepBuffers views(int64_t tokens, int64_t rows) const;
   // Resumes sequences whose state comes from a snapshot: copies it into their slots.
   void restore_snapshots(const StepBatch& batch);
+  // Copies the state of sequences that asked for it into their snapshot slots (after the step).
+  void save_snapshots(const StepBatch& batch);
   int find_graph(const StepBatch& batch, int32_t& bucket) const;
 
   model::Qwen35Model& model_;

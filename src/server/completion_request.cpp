@@ -181,6 +181,7 @@ CompletionRequests parse_completion_requests(const json& b, bool chat, const Req
   const int64_t n = get_int(b, "n").value_or(1);
   if (n < 1 || n > 128) bad_request("n must be in [1, 128]", "n");
   CompletionRequests out;
+  out.n = static_cast<int32_t>(n);
   for (const json& body : chat ? std::vector<json>{b} : prompts_of(b)) {
     const CompletionRequest one = parse_completion_request(body, chat, ctx);
     out.prompt_tokens += one.prompt_tokens;
@@ -258,6 +259,7 @@ CompletionRequest parse_completion_request(const json& b, bool chat, const Reque
     r.include_usage = get_bool(b["stream_options"], "include_usage").value_or(false);
   }
   r.logprobs = r.generate.params.logprobs;
+  r.return_token_ids = get_bool(b, "return_token_ids").value_or(false);
   r.prompt_tokens = static_cast<int32_t>(prompt_len);
   return r;
 }

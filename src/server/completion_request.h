@@ -33,6 +33,7 @@ struct CompletionRequest {
   bool tool_calls = false;          // parse <tool_call> blocks into tool_calls
   json tools;                       // the request's tools (their schemas type the arguments)
   std::string echo;                 // completions with echo: the prompt's text, sent first
+  bool return_token_ids = false;    // vLLM's: prompt_token_ids and token_ids in each choice
   int32_t prompt_tokens = 0;
 };
 
@@ -45,6 +46,7 @@ CompletionRequest parse_completion_request(const json& body, bool chat, const Re
 struct CompletionRequests {
   std::vector<CompletionRequest> choices;
   int32_t prompt_tokens = 0;
+  int32_t n = 1;  // choices per prompt
 };
 CompletionRequests parse_completion_requests(const json& body, bool chat,
                                              const RequestContext& ctx);

@@ -1,5 +1,6 @@
 #include "server/completion_writer.h"
 
+#include <algorithm>
 #include <ctime>
 
 #include "server/reasoning_parser.h"
@@ -190,7 +191,10 @@ CompletionWriter::CompletionWriter(const CompletionRequest& req, std::string id,
       model_(model),
       stream_(req.stream),
       include_usage_(req.include_usage),
-      logprobs_(req.logprobs) {}
+      logprobs_(req.logprobs),
+      return_token_ids_(req.return_token_ids) {
+  if (return_token_ids_) prompt_ids_ = req.generate.prompt_ids;
+}
 
 std::string CompletionWriter::token_text(int32_t id) const {
   return tok_.decode(std::vector<int32_t>{id});
@@ -202,6 +206,9 @@ json CompletionWriter::envelope(bool chunk) const {
 
 std::string CompletionWriter::on_delta(const engine::OutputDelta& d) {
   completion_tokens_ = d.completion_tokens;
+  if (d.finished) cached_tokens_ = d.cached_tokens;
+  if (return_token_ids_)
+    token_ids_.insert(token_ids_.end(), d.token_ids.begin(), d.token_ids.end());
   json logprobs = take_logprobs(d);
   text_ += d.text;
   const bool done = d.finish_reason != engine::FinishReason::kNone;
@@ -211,9 +218,14 @@ std::string CompletionWriter::on_delta(const engine::OutputDelta& d) {
     return stream_ ? sse(error_json(error_, 500)) : "";
   }
   if (!stream_) return "";
-  if (d.text.empty() && d.logprobs.empty() && !done && first_chunk_sent_) return "";
+  const bool new_ids = return_token_ids_ && !d.token_ids.empty();
+  if (d.text.empty() && d.logprobs.empty() && !done && first_chunk_sent_ && !new_ids) return "";
   json choice = delta_choice(d, std::move(logprobs));
   choice["finish_reason"] = done ? json(finish_reason_) : json(nullptr);
+  if (return_token_ids_) {
+    if (!first_chunk_sent_) choice["prompt_token_ids"] = prompt_ids_;
+    choice["token_ids"] = d.token_ids;
+  }
   first_chunk_sent_ = true;
   json chunk = envelope(true);
   chunk["choices"] = json::array({choice});
@@ -223,15 +235,28 @@ std::string CompletionWriter::on_delta(const engine::OutputDelta& d) {
 json CompletionWriter::finished_choice() {
   json choice = final_choice();
   choice["finish_reason"] = finish_reason_;
+  if (return_token_ids_) {
+    choice["prompt_token_ids"] = prompt_ids_;
+    choice["token_ids"] = token_ids_;
+  }
   return choice;
 }
 
 json ReplyWriter::usage() const {
-  int32_t completion = 0;
-  for (const auto& c : choices_) completion += c->completion_tokens();
+  int32_t completion = 0, cached = 0;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    completion += choices_[i]->completion_tokens();
+    if (i % static_cast<size_t>(n_) == 0) {  // a prompt's first choice: its most cached
+      int32_t most = 0;
+      for (size_t k = i; k < std::min(choices_.size(), i + static_cast<size_t>(n_)); ++k)
+        most = std::max(most, choices_[k]->cached_tokens());
+      cached += most;
+    }
+  }
   return {{"prompt_tokens", prompt_tokens_},
           {"completion_tokens", completion},
-          {"total_tokens", prompt_tokens_ + completion}};
+          {"total_tokens", prompt_tokens_ + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
 std::string ReplyWriter::on_finish() {

@@ -30,6 +30,7 @@ class CompletionWriter {
   json finished_choice();
   json envelope(bool chunk) const;
   int32_t completion_tokens() const { return completion_tokens_; }
+  int32_t cached_tokens() const { return cached_tokens_; }
   const std::string& error() const { return error_; }
 
  protected:
@@ -54,19 +55,24 @@ class CompletionWriter {
   std::string finish_reason_;  // "tool_calls" when the chat writer found calls
   std::string error_;          // the engine failed this request
   int32_t index_ = 0;
-  int32_t completion_tokens_ = 0;
+  int32_t completion_tokens_ = 0, cached_tokens_ = 0;
+  // return_token_ids: the prompt's ids (sent once) and the output ids so far.
+  bool return_token_ids_ = false;
+  std::vector<int32_t> prompt_ids_, token_ids_;
 };
 
 // A reply of one or several choices (n > 1, a list of prompts): routes each delta to its choice's
-// writer and writes the closing events or the whole JSON body (usage summed).
+// writer and writes the closing events or the whole JSON body (usage summed; the prompt tokens and
+// cached tokens of each prompt counted once over its `n` choices).
 class ReplyWriter {
  public:
   ReplyWriter(std::vector<std::shared_ptr<CompletionWriter>> choices, bool stream,
-              bool include_usage, int32_t prompt_tokens)
+              bool include_usage, int32_t prompt_tokens, int32_t n = 1)
       : choices_(std::move(choices)),
         stream_(stream),
         include_usage_(include_usage),
-        prompt_tokens_(prompt_tokens) {}
+        prompt_tokens_(prompt_tokens),
+        n_(n) {}
   std::string on_delta(const engine::OutputDelta& d) {
     return choices_.at(static_cast<size_t>(d.index))->on_delta(d);
   }
@@ -81,7 +87,7 @@ class ReplyWriter {
   json usage() const;
   std::vector<std::shared_ptr<CompletionWriter>> choices_;
   bool stream_, include_usage_;
-  int32_t prompt_tokens_;
+  int32_t prompt_tokens_, n_;
 };
 
 }  // namespace deltaserve::server

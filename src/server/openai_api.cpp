@@ -137,7 +137,7 @@ Reply OpenAiApi::completions(const Request& req, bool chat) {
                                              static_cast<int32_t>(i)));
   const CompletionRequest& first = parsed.choices.front();
   auto writer = std::make_shared<ReplyWriter>(std::move(choices), first.stream, first.include_usage,
-                                              parsed.prompt_tokens);
+                                              parsed.prompt_tokens, parsed.n);
 
   if (draining_) throw UnavailableError("the server is shutting down");
   if (const std::string failed = engine_.failure(); !failed.empty())

@@ -357,3 +357,35 @@ test('n choices and a list of prompts, streamed and not', async () => {
   for (const c of chat.choices) assert.equal(c.message.role, 'assistant');
   await expectStatus(client.completions.create({ ...base, prompt: 'x', n: 0 }), 400);
 });
+
+test('prefix cache: a repeated prompt resumes from the cache (cached_tokens, vllm: metrics, same text)', async () => {
+  const prompt = Array.from({ length: 150 }, (_, i) => 1000 + ((i * 7919) % 4000));
+  const params = { model: MODEL, prompt, max_tokens: 6, temperature: 0, ignore_eos: true };
+  const hitsBefore = await metric('vllm:prefix_cache_hits_total');
+  const first = await client.completions.create(params);
+  const second = await client.completions.create(params);
+  assert.equal(first.usage.prompt_tokens_details.cached_tokens, 0);
+  assert.equal(second.usage.prompt_tokens_details.cached_tokens, 128); // the last 64-grid point before 150
+  assert.equal(second.choices[0].text, first.choices[0].text);
+  assert.equal((await metric('vllm:prefix_cache_hits_total')) - hitsBefore, 128);
+  assert.ok((await metric('vllm:prefix_cache_queries_total')) >= 300);
+});
+
+test('return_token_ids: prompt and output ids, streamed and not', async () => {
+  const params = { model: MODEL, prompt: 'Count with me: one, two', max_tokens: 5, temperature: 0, ignore_eos: true, return_token_ids: true };
+  const full = await client.completions.create(params);
+  const c = full.choices[0];
+  assert.equal(c.prompt_token_ids.length, full.usage.prompt_tokens);
+  assert.equal(c.token_ids.length, 5);
+  const stream = await client.completions.create({ ...params, stream: true });
+  const ids = [];
+  let promptIds = null;
+  for await (const chunk of stream) {
+    for (const ch of chunk.choices) {
+      if (ch.prompt_token_ids) promptIds = ch.prompt_token_ids;
+      ids.push(...(ch.token_ids ?? []));
+    }
+  }
+  assert.deepEqual(ids, c.token_ids);
+  assert.deepEqual(promptIds, c.prompt_token_ids);
+});

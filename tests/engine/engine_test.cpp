@@ -9,7 +9,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
-#include "dist/faulty_comm.h"
+#include "engine/engine_fixtures.h"
 #include "model/loader.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -18,37 +18,6 @@ namespace deltaserve::engine {
 namespace {
 
 using namespace std::chrono_literals;
-
-struct Result {
-  std::vector<int32_t> tokens;
-  std::vector<TokenLogprob> logprobs;
-  std::string text;
-  FinishReason reason = FinishReason::kNone;
-  int deltas = 0;
-};
-
-Result collect(RequestStream& s) {
-  Result r;
-  OutputDelta d;
-  while (true) {
-    EXPECT_TRUE(s.next(d, 60s)) << "engine stalled";
-    ++r.deltas;
-    r.tokens.insert(r.tokens.end(), d.token_ids.begin(), d.token_ids.end());
-    r.logprobs.insert(r.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
-    r.text += d.text;
-    if (d.finished) {
-      r.reason = d.finish_reason;
-      return r;
-    }
-  }
-}
-
-std::vector<int32_t> random_prompt(int n, uint32_t seed, int vocab) {
-  std::mt19937 g(seed);
-  std::vector<int32_t> v(static_cast<size_t>(n));
-  for (int32_t& x : v) x = static_cast<int32_t>(g() % static_cast<uint32_t>(vocab));
-  return v;
-}
 
 class EngineTest : public ::testing::Test {
  protected:
@@ -289,24 +258,6 @@ TEST(EngineText, StopStringsAndStreamingTextWithRealTokenizer) {
 
 namespace deltaserve::engine {
 namespace {
-
-// Fault-injecting communicators must outlive the executor's models.
-std::vector<std::unique_ptr<deltaserve::testing::FaultyComm>> g_faults;
-
-std::unique_ptr<TpExecutor> tp_executor(const std::string& dir, int n, int faulty_rank = -1,
-                                        int fail_at = 0) {
-  auto* faults = &g_faults;
-  return std::make_unique<TpExecutor>(
-      n, [](int) { return std::make_unique<backend::CpuBackend>(); },
-      [=](int rank, backend::Backend& be, dist::Communicator* comm) {
-        if (rank == faulty_rank) {
-          faults->push_back(std::make_unique<deltaserve::testing::FaultyComm>(comm, fail_at));
-          comm = faults->back().get();
-        }
-        return model::load_model(dir, model::LoadFormat::kAuto, be, false, {n, rank}, comm);
-      },
-      std::chrono::seconds(20));
-}
 
 // The TP issue's lifecycle scenario on CPU ranks: a long request chunk-prefills while others
 // decode, one is aborted mid-decode, a new request reuses its slot, and every output matches its

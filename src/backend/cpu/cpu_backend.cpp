@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace deltaserve::backend {
 
@@ -103,10 +104,25 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor& y) {
   const int64_t T = x.dim(0), in = x.dim(1), outd = w.dim(0);
   DS_CHECK(w.dim(1) == in && y.dim(0) == T && y.dim(1) == outd,
            "linear shapes x" + x.shape_str() + " w" + w.shape_str() + " y" + y.shape_str());
-  if (T == 0) return;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(outd),
-              static_cast<int>(in), 1.0f, x.f32(), static_cast<int>(in), w.f32(),
-              static_cast<int>(in), 0.0f, y.f32(), static_cast<int>(outd));
+  // Always blocks of kLinearRows rows (the tail zero-padded): OpenBLAS picks its kernels by
+  // shape, so a row's result would otherwise depend on how many rows came with it. With a fixed
+  // block it does not, and a prefill split anywhere (chunks, prefix-cache resumes, batching)
+  // computes exactly the same projections.
+  constexpr int64_t kLinearRows = 8;
+  auto gemm = [&](const float* a, float* c) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(kLinearRows),
+                static_cast<int>(outd), static_cast<int>(in), 1.0f, a, static_cast<int>(in),
+                w.f32(), static_cast<int>(in), 0.0f, c, static_cast<int>(outd));
+  };
+  const int64_t full = T / kLinearRows * kLinearRows;
+  for (int64_t r = 0; r < full; r += kLinearRows) gemm(x.f32() + r * in, y.f32() + r * outd);
+  if (full == T) return;
+  std::vector<float> a(static_cast<size_t>(kLinearRows * in), 0.0f),
+      c(static_cast<size_t>(kLinearRows * outd));
+  std::memcpy(a.data(), x.f32() + full * in, sizeof(float) * static_cast<size_t>((T - full) * in));
+  gemm(a.data(), c.data());
+  std::memcpy(y.f32() + full * outd, c.data(),
+              sizeof(float) * static_cast<size_t>((T - full) * outd));
 }
 
 void CpuBackend::silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) {

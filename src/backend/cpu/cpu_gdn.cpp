@@ -45,6 +45,12 @@ void delta_rule_chunked(int T, int dk, int dv, const float* q, const float* k, c
   std::vector<float> U(static_cast<size_t>(chunk * dv)), W(static_cast<size_t>(chunk * dk));
   for (int c0 = 0; c0 < T; c0 += chunk) {
     const int c = std::min(chunk, T - c0);
+    if (c == 1) {  // a one-token chunk: the recurrence, so any split of a sequence at a chunk
+                   // boundary (a prefix-cache resume) computes exactly what one call would
+      delta_rule_recurrent(1, dk, dv, q + c0 * dk, k + c0 * dk, v + c0 * dv, g + c0, beta + c0, S,
+                           o + c0 * dv);
+      continue;
+    }
     const float *Q = q + c0 * dk, *K = k + c0 * dk, *V = v + c0 * dv, *B = beta + c0;
     float acc = 0;
     for (int i = 0; i < c; ++i) gam[i] = acc += g[c0 + i];

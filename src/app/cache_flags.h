@@ -1,0 +1,21 @@
+// The prefix-cache flags of `serve` (vLLM's names where vLLM has one):
+//   --enable-prefix-caching / --no-enable-prefix-caching   on by default
+//   --mamba-block-size N            the GDN snapshot grid in tokens (default 64; a multiple of 64)
+//   --prefix-cache-snapshot-fraction F   share of the cache memory given to snapshots (0.25)
+#pragma once
+
+#include <set>
+#include <string>
+
+#include "app/args.h"
+#include "engine/engine.h"
+
+namespace deltaserve::app {
+
+const std::set<std::string>& cache_value_flags();
+const std::set<std::string>& cache_switches();
+// Sets the engine's prefix-cache fields and the budget's snapshot share; throws
+// deltaserve::Error for contradictory or out-of-range values.
+void apply_cache_flags(const Args& a, engine::EngineConfig& cfg, runtime::MemoryBudget& budget);
+
+}  // namespace deltaserve::app
