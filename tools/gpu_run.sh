@@ -134,6 +134,8 @@ for stage in "$@"; do
     prefix)  # prefix caching on vs off: multi-turn chat and a never-hitting workload
       prefix_bench on multi random
       prefix_bench off multi random
+      prefix_bench on random
+      prefix_bench off random
       note "prefix $(grep -c hit_rate "$LOG/prefix_bench.jsonl") multi-turn lines" ;;
     benchtp*)  # TP1 vs TP2 vs TP4 (those the GPUs allow) per model shape, one table each
       models=${stage#benchtp}; models=${models#:}

@@ -2,8 +2,8 @@
 // prompt. Each turn sends the client's whole history (system prompt, then its earlier user
 // messages and the model's answers, as token ids) plus a new random user message, streams the
 // answer (return_token_ids) and appends it. Reports TTFT and the prefix-cache hit rate: cached
-// prompt tokens over cacheable ones (what the server computed before: the previous turn's prompt
-// and answer, or the system prompt once any client's first turn finished).
+// prompt tokens over cacheable ones (a prefix the server was given before: the previous turn's
+// prompt and answer, or the system prompt when another client's first turn was sent earlier).
 #include "app/bench_multiturn.h"
 
 #include <atomic>
@@ -39,11 +39,11 @@ std::vector<int32_t> random_ids(std::mt19937& g, int n, int vocab) {
 }
 
 std::vector<Turn> run_client(const MultiTurnConfig& c, int id, const std::vector<int32_t>& system,
-                             std::atomic<bool>& system_computed) {
+                             std::atomic<int>& first_turns_sent) {
   std::mt19937 g(c.seed * 7919u + static_cast<uint32_t>(id) + 1);
   std::vector<int32_t> history = system;
   std::vector<Turn> out;
-  int64_t computed = 0;  // positions of `history` the server computed in earlier turns
+  int64_t computed = 0;  // positions of `history` the server was given in earlier turns
   for (int t = 0; t < c.turns; ++t) {
     const std::vector<int32_t> user = random_ids(g, c.turn_len, c.vocab);
     history.insert(history.end(), user.begin(), user.end());
@@ -58,11 +58,10 @@ std::vector<Turn> run_client(const MultiTurnConfig& c, int id, const std::vector
     Turn turn;
     turn.prompt_tokens = static_cast<int64_t>(history.size());
     turn.cacheable =
-        t == 0 ? (system_computed ? static_cast<int64_t>(system.size()) : 0) : computed;
+        t > 0 ? computed : (first_turns_sent++ > 0 ? static_cast<int64_t>(system.size()) : 0);
     turn.outcome = stream_completion(c.host, c.port, body.dump(), c.key);
     const bool ok = turn.outcome.ok;
     const std::vector<int32_t>& answer = turn.outcome.token_ids;
-    if (ok && t == 0) system_computed = true;
     computed = static_cast<int64_t>(history.size() + answer.size()) - 1;
     history.insert(history.end(), answer.begin(), answer.end());
     out.push_back(std::move(turn));
@@ -88,13 +87,13 @@ int run_multi_turn(const Args& a) {
   c.seed = static_cast<uint32_t>(a.get_int("seed", 0, 0, 1LL << 32));
   std::mt19937 g(c.seed);
   const std::vector<int32_t> system = random_ids(g, c.system_len, c.vocab);
-  std::atomic<bool> system_computed{false};
+  std::atomic<int> first_turns_sent{0};
   std::vector<std::vector<Turn>> turns(static_cast<size_t>(c.clients));
   const auto t0 = clock::now();
   std::vector<std::thread> threads;
   for (int i = 0; i < c.clients; ++i)
     threads.emplace_back(
-        [&, i] { turns[static_cast<size_t>(i)] = run_client(c, i, system, system_computed); });
+        [&, i] { turns[static_cast<size_t>(i)] = run_client(c, i, system, first_turns_sent); });
   for (auto& t : threads) t.join();
   const double dur = std::chrono::duration<double>(clock::now() - t0).count();
 

@@ -15,6 +15,11 @@
 
 namespace deltaserve::backend {
 
+// A state slot copied to another (Backend::copy_state_rows).
+struct SlotMove {
+  int32_t src = 0, dst = 0;
+};
+
 // Shapes of the Gated DeltaNet heads.
 struct GdnDims {
   int32_t nk, nv, dk, dv, conv_kernel;
@@ -67,10 +72,12 @@ class Backend {
   // batch id; later ops of the same batch reuse it). Ops call it themselves; the model calls it
   // before a graph capture or replay, where no upload may happen inside.
   virtual void stage_batch(const StepBatch& batch) { (void)batch; }
-  // Keeps room for batch descriptions of up to `entries` int32 values (2 per token, 5 per sequence,
-  // one per page-table entry) so that staging keeps its device addresses, which captured graphs
-  // depend on. A larger batch later still works but invalidates every graph.
-  virtual void reserve_batch(int64_t entries) { (void)entries; }
+  // Keeps room for batch descriptions of up to `tokens` tokens, `seqs` sequences and `page_entries`
+  // page-table entries, so that staging keeps its device addresses, which captured graphs depend
+  // on. A larger batch later still works but invalidates every graph.
+  virtual void reserve_batch(int64_t tokens, int64_t seqs, int64_t page_entries) {
+    (void)tokens, (void)seqs, (void)page_entries;
+  }
 
   // Graphs (CUDA graphs on the CUDA backend; none on the CPU). Ops enqueued between begin_capture
   // and end_capture are recorded instead of run; replay(id) runs them again with the same buffers
@@ -139,9 +146,11 @@ class Backend {
   virtual std::vector<Sampled> sample(const Tensor& logits, int32_t vocab,
                                       const std::vector<SampleSpec>& specs) = 0;
 
-  // Copies GDN state slot `src` to slot `dst` of one layer's conv [slots, C, K-1] and recurrent
-  // [slots, nv, dk, dv] state (snapshots: the prefix-cache seam).
-  virtual void copy_state(const Tensor& conv, const Tensor& state, int32_t src, int32_t dst) = 0;
+  // For each move, row `src` to row `dst` of every tensor — the GDN conv [slots, C, K-1] and
+  // recurrent [slots, nv, dk, dv] states of every layer — as one operation (prefix-cache
+  // snapshots). No move's dst may be another move's src or dst.
+  virtual void copy_state_rows(std::span<const Tensor> tensors,
+                               std::span<const SlotMove> moves) = 0;
 
   // In place on o [T, nv, dv]: o = o * rsqrt(mean(o^2) + eps) * w * silu(z); z [T, nv*dv], w [dv]
   // (plain weight, no +1).

@@ -28,6 +28,7 @@ StepBatch StepBatch::padded(int32_t rows, int32_t slot, int32_t page) const {
                                    static_cast<size_t>(s.num_tokens)),
           s.start_pos, s.slot, pages(i), s.num_samples, s.source, s.snapshot);
     if (s.save_snapshot >= 0) b.save_snapshot(s.save_snapshot);
+    if (s.mid_snapshot >= 0) b.save_snapshot_at(s.mid_snapshot_at, s.mid_snapshot);
   }
   const int32_t zero = 0;
   for (int32_t r = 0; r < rows; ++r) b.add(0, {&zero, 1}, 0, slot, {&page, 1}, 1);
@@ -72,6 +73,16 @@ StepBatchBuilder& StepBatchBuilder::add(uint64_t request_id, std::span<const int
 StepBatchBuilder& StepBatchBuilder::save_snapshot(int32_t slot) {
   DS_CHECK(!b_.seqs_.empty() && slot >= 0, "save_snapshot: no sequence or a negative slot");
   b_.seqs_.back().save_snapshot = slot;
+  return *this;
+}
+
+StepBatchBuilder& StepBatchBuilder::save_snapshot_at(int32_t at, int32_t slot) {
+  DS_CHECK(!b_.seqs_.empty() && slot >= 0, "save_snapshot_at: no sequence or a negative slot");
+  StepSeq& s = b_.seqs_.back();
+  DS_CHECK(at > 0 && at < s.num_tokens && at % kSnapshotChunk == 0,
+           "an in-step snapshot lies on a 64-token boundary inside the step");
+  s.mid_snapshot = slot;
+  s.mid_snapshot_at = at;
   return *this;
 }
 

@@ -14,6 +14,10 @@
 
 namespace deltaserve {
 
+// In-step snapshots lie on multiples of the delta rule's chunk (counted from the step's first
+// token of the sequence), where the chunked form materializes the state anyway.
+inline constexpr int32_t kSnapshotChunk = 64;
+
 // Where a sequence's GDN conv + recurrent state comes from before its first token of the step.
 enum class StateSource : uint8_t {
   kFresh,     // a new sequence at position 0: the slot is zeroed (never read)
@@ -30,8 +34,11 @@ struct StepSeq {
   StateSource source = StateSource::kFresh;
   int32_t snapshot = -1;       // kSnapshot only
   int32_t save_snapshot = -1;  // >= 0: its state after the step is copied to this snapshot slot
-  int32_t sample_begin = 0;    // index of its first entry in sample_rows()
-  int32_t num_samples = 0;     // rows sampled (its last ones, unless given explicitly)
+  // >= 0: its state after its first mid_snapshot_at tokens of the step (a multiple of 64 inside
+  // the step) is written to this snapshot slot by the GDN ops themselves.
+  int32_t mid_snapshot = -1, mid_snapshot_at = 0;
+  int32_t sample_begin = 0;  // index of its first entry in sample_rows()
+  int32_t num_samples = 0;   // rows sampled (its last ones, unless given explicitly)
   bool fresh() const { return source == StateSource::kFresh; }
 };
 
@@ -91,6 +98,9 @@ class StepBatchBuilder {
                              std::span<const int32_t> sample_offsets);
   // The last added sequence's state after the step is copied to snapshot slot `slot`.
   StepBatchBuilder& save_snapshot(int32_t slot);
+  // The last added sequence's state after its first `at` tokens of the step (a positive multiple
+  // of kSnapshotChunk below its token count) goes to snapshot slot `slot`.
+  StepBatchBuilder& save_snapshot_at(int32_t at, int32_t slot);
   // Finishes the batch (gives it a fresh id).
   StepBatch build();
 

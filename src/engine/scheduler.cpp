@@ -66,7 +66,9 @@ bool Scheduler::reserve(Request* r, int64_t tokens, bool may_preempt, ScheduledS
   return true;
 }
 
-void Scheduler::add_seq(Request* r, int32_t n, StepBatchBuilder& b, ScheduledStep& step) {
+int32_t Scheduler::add_seq(Request* r, int32_t n, StepBatchBuilder& b, ScheduledStep& step) {
+  const ChunkPlan chunk = plan_chunk(r, n);
+  n = chunk.tokens;
   const int32_t end = r->num_computed + n;
   const bool last = end == static_cast<int32_t>(r->tokens.size());
   const StateSource source = r->restore_snapshot >= 0 ? StateSource::kSnapshot
@@ -74,9 +76,13 @@ void Scheduler::add_seq(Request* r, int32_t n, StepBatchBuilder& b, ScheduledSte
                                                       : StateSource::kSlot;
   b.add(r->id, std::span<const int32_t>(r->tokens.data() + r->num_computed, static_cast<size_t>(n)),
         r->num_computed, r->slot, r->pages, last ? 1 : 0, source, r->restore_snapshot);
+  if (chunk.mid_at > 0)
+    if (const int32_t snap = snapshot_slot_at(r, r->num_computed + chunk.mid_at); snap >= 0)
+      b.save_snapshot_at(chunk.mid_at, snap);
   if (const int32_t snap = snapshot_slot_at(r, end); snap >= 0) b.save_snapshot(snap);
   step.requests.push_back(r);
   scheduled_.push_back(r);
+  return n;
 }
 
 ScheduledStep Scheduler::schedule() {
@@ -106,7 +112,7 @@ ScheduledStep Scheduler::schedule() {
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Request* r = running_[i];
     if (remaining(r) <= 1) continue;
-    int32_t n = std::min({remaining(r), budget, tokens_to_cut(r)});
+    int32_t n = std::min(remaining(r), budget);
     if (!reserve(r, r->num_computed + n, true, plan)) {
       // Take what the free pages allow (possibly nothing this step).
       const int64_t coverable =
@@ -117,8 +123,7 @@ ScheduledStep Scheduler::schedule() {
       n = static_cast<int32_t>(std::min<int64_t>(n, coverable));
       if (n <= 0 || !reserve(r, r->num_computed + n, false, plan)) continue;
     }
-    add_seq(r, n, builder, plan);
-    budget -= n;
+    budget -= add_seq(r, n, builder, plan);
   }
 
   // 3. Admit waiting requests (FCFS) while a slot, sequence room, budget and pages remain.
@@ -131,8 +136,7 @@ ScheduledStep Scheduler::schedule() {
     if (r->num_computed == 0) resume_from_cache(r);
     const int64_t coverable =
         static_cast<int64_t>(cache_.num_available_pages()) * cache_.page_size();
-    const int32_t n = static_cast<int32_t>(
-        std::min<int64_t>({remaining(r), budget, coverable, tokens_to_cut(r)}));
+    const int32_t n = static_cast<int32_t>(std::min<int64_t>({remaining(r), budget, coverable}));
     if (n <= 0) {
       forget_resume(r);
       break;
@@ -150,8 +154,7 @@ ScheduledStep Scheduler::schedule() {
     }
     r->status = RequestStatus::kRunning;
     running_.insert(std::upper_bound(running_.begin(), running_.end(), r, by_id), r);
-    add_seq(r, n, builder, plan);
-    budget -= n;
+    budget -= add_seq(r, n, builder, plan);
   }
   plan.batch = builder.build();
   return plan;

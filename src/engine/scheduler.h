@@ -7,10 +7,11 @@
 //
 // With prefix caching (scheduler_prefix.cpp), a request admitted with nothing computed resumes from
 // the longest cached prefix that has a GDN snapshot (its KV pages shared, the snapshot restored in
-// its first step); its prefill ends a chunk at the last snapshot point before the prompt's end
-// and at the point where its KV diverges from the cache, and any step that leaves a sequence at a
-// multiple of snapshot_every tokens saves a snapshot there (a request keeps only its latest decode
-// snapshot). Computed full pages are indexed after each step.
+// its first step); its state is saved at the last grid point before the prompt's end and where its
+// KV diverges from the cache (inside a step when that point is a chunk multiple from the step's
+// start, else by ending the chunk there), and any step that leaves a sequence at a multiple of
+// snapshot_every tokens saves a snapshot there (a request keeps only its latest decode snapshot).
+// Computed full pages are indexed after each step.
 #pragma once
 
 #include <cstdint>
@@ -62,16 +63,26 @@ class Scheduler {
   // Grows r's page table to `tokens` positions, preempting younger unscheduled running requests
   // when needed (and allowed). False when the pages cannot be had.
   bool reserve(Request* r, int64_t tokens, bool may_preempt, ScheduledStep& step);
-  // Adds `n` of r's tokens from num_computed to the step being built.
-  void add_seq(Request* r, int32_t n, StepBatchBuilder& b, ScheduledStep& step);
+  // Adds up to `n` of r's tokens from num_computed to the step being built (fewer when a snapshot
+  // point must end the chunk); returns how many.
+  int32_t add_seq(Request* r, int32_t n, StepBatchBuilder& b, ScheduledStep& step);
   // Prefix caching (scheduler_prefix.cpp).
   // Resumes a request with nothing computed from the cache (pages shared, snapshot pinned) and
   // plans its snapshot cuts.
   void resume_from_cache(Request* r);
   // Undoes resume_from_cache for a request that could not be admitted after all.
   void forget_resume(Request* r);
-  // The most tokens r's next chunk may take before a snapshot cut.
-  int32_t tokens_to_cut(const Request* r) const;
+  // r's next chunk of at most `n` tokens: how many it takes, and the snapshot point inside it
+  // (an offset, 0: none) that the step's GDN ops save. A chunk of 256+ tokens that stops short of
+  // r's tokens ends on a multiple of kSnapshotChunk (the rest of the budget goes to others). A
+  // snapshot point is an in-step snapshot when it is a chunk multiple from the chunk's start and
+  // the only one inside; otherwise the chunk ends there.
+  struct ChunkPlan {
+    int32_t tokens = 0, mid_at = 0;
+  };
+  ChunkPlan plan_chunk(Request* r, int32_t n);
+  // Whether the cache holds a snapshot at r's position `end` (a multiple of the page size).
+  bool snapshot_exists(Request* r, int32_t end);
   // A snapshot slot when r's state at position `end` should be saved, else -1.
   int32_t snapshot_slot_at(Request* r, int32_t end);
   // After a step: releases r's restored snapshot, indexes its computed pages, files `saved`.

@@ -2,7 +2,6 @@
 // must end a chunk so a snapshot lands there, which steps save snapshots, and indexing what a
 // step computed.
 #include <algorithm>
-#include <limits>
 
 #include "core/error.h"
 #include "engine/scheduler.h"
@@ -49,17 +48,35 @@ void Scheduler::release_restore(Request* r) {
   r->restore_block = 0;
 }
 
-int32_t Scheduler::tokens_to_cut(const Request* r) const {
+Scheduler::ChunkPlan Scheduler::plan_chunk(Request* r, int32_t n) {
+  ChunkPlan plan{n, 0};
+  if (!cache_.prefix_caching()) return plan;
+  const int32_t from = r->num_computed;
+  // A long chunk cut short by the budget ends on a chunk multiple, so that the next one starts on
+  // the grid and the snapshot points inside it can be in-step snapshots (no extra step).
+  const int32_t end = from + n;
+  if (end < static_cast<int32_t>(r->tokens.size()) && n >= 4 * kSnapshotChunk &&
+      end % kSnapshotChunk != 0)
+    n = plan.tokens = end / kSnapshotChunk * kSnapshotChunk - from;
+  std::vector<int32_t> inside;  // snapshot points strictly inside the chunk still worth taking
   for (const int32_t cut : r->snapshot_cuts)
-    if (cut > r->num_computed) return cut - r->num_computed;
-  return std::numeric_limits<int32_t>::max();
+    if (cut > from && cut < from + n && !snapshot_exists(r, cut)) inside.push_back(cut);
+  if (inside.empty()) return plan;
+  if (inside.size() == 1 && (inside[0] - from) % kSnapshotChunk == 0)
+    plan.mid_at = inside[0] - from;
+  else
+    plan.tokens = inside[0] - from;
+  return plan;
+}
+
+bool Scheduler::snapshot_exists(Request* r, int32_t end) {
+  cache::extend_block_hashes(r->block_hashes, r->tokens, cache_.page_size());
+  return cache_.has_snapshot(r->block_hashes[static_cast<size_t>(end / cache_.page_size() - 1)]);
 }
 
 int32_t Scheduler::snapshot_slot_at(Request* r, int32_t end) {
-  if (!cache_.prefix_caching() || end % cfg_.snapshot_every != 0) return -1;
-  cache::extend_block_hashes(r->block_hashes, r->tokens, cache_.page_size());
-  const uint64_t block = r->block_hashes[static_cast<size_t>(end / cache_.page_size() - 1)];
-  if (cache_.has_snapshot(block)) return -1;
+  if (!cache_.prefix_caching() || end % cfg_.snapshot_every != 0 || snapshot_exists(r, end))
+    return -1;
   return cache_.take_snapshot_slot();
 }
 
@@ -71,6 +88,10 @@ void Scheduler::commit_prefix(Request* r, const StepSeq& s) {
   const int32_t full = std::min(r->num_computed / P, static_cast<int32_t>(r->block_hashes.size()));
   cache_.index_blocks(r->block_hashes, r->tokens, r->pages, r->num_indexed, full);
   r->num_indexed = std::max(r->num_indexed, full);
+  if (s.mid_snapshot >= 0)
+    cache_.file_snapshot(
+        r->block_hashes[static_cast<size_t>((s.start_pos + s.mid_snapshot_at) / P - 1)],
+        s.mid_snapshot);
   if (s.save_snapshot < 0) return;
   const uint64_t block = r->block_hashes[static_cast<size_t>(r->num_computed / P - 1)];
   cache_.file_snapshot(block, s.save_snapshot);

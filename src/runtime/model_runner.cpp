@@ -110,20 +110,33 @@ model::StepBuffers ModelRunner::views(int64_t T, int64_t R) const {
 }
 
 void ModelRunner::copy_state(int32_t src, int32_t dst) {
-  DS_CHECK(src >= 0 && dst >= 0 && src <= plan_.pad_slot() && dst <= plan_.pad_slot(),
-           "state slot out of range");
+  const backend::SlotMove move{src, dst};
+  move_states({&move, 1});
+}
+
+void ModelRunner::move_states(std::span<const backend::SlotMove> moves) {
+  if (moves.empty()) return;
+  for (const backend::SlotMove& m : moves)
+    DS_CHECK(m.src >= 0 && m.dst >= 0 && m.src <= plan_.pad_slot() && m.dst <= plan_.pad_slot(),
+             "state slot out of range");
+  std::vector<Tensor> states;
   for (const model::LayerCache& c : cache_)
-    if (!c.state.empty()) be_.copy_state(c.conv, c.state, src, dst);
+    if (!c.state.empty()) states.insert(states.end(), {c.conv, c.state});
+  be_.copy_state_rows(states, moves);
 }
 
 void ModelRunner::restore_snapshots(const StepBatch& batch) {
+  std::vector<backend::SlotMove> moves;
   for (const StepSeq& s : batch.seqs())
-    if (s.source == StateSource::kSnapshot) copy_state(s.snapshot, s.slot);
+    if (s.source == StateSource::kSnapshot) moves.push_back({s.snapshot, s.slot});
+  move_states(moves);
 }
 
 void ModelRunner::save_snapshots(const StepBatch& batch) {
+  std::vector<backend::SlotMove> moves;
   for (const StepSeq& s : batch.seqs())
-    if (s.save_snapshot >= 0) copy_state(s.slot, s.save_snapshot);
+    if (s.save_snapshot >= 0) moves.push_back({s.slot, s.save_snapshot});
+  move_states(moves);
 }
 
 std::vector<int32_t> ModelRunner::graph_buckets() const {
@@ -142,7 +155,7 @@ void ModelRunner::capture_decode_graphs(std::vector<int32_t> buckets, int32_t ma
   const int64_t top = buckets.back();
   const int64_t max_seqs = std::max<int64_t>(plan_.num_slots, top);
   ensure_scratch(std::max(plan_.scratch_tokens, top), std::max(plan_.scratch_rows, top));
-  be_.reserve_batch(2 * std::max(scratch_->tokens, top) + 5 * max_seqs +
+  be_.reserve_batch(std::max(scratch_->tokens, top), max_seqs,
                     max_seqs * std::max(max_pages_per_seq, 1));
   for (const int32_t B : buckets) {
     // Capture over padding rows only (the pad slot and page); replays bring their own batch.
@@ -183,8 +196,8 @@ int ModelRunner::find_graph(const StepBatch& batch, int32_t& bucket) const {
 int64_t ModelRunner::compute(const StepBatch& batch) {
   DS_CHECK(batch.num_tokens() > 0, "empty batch");
   for (const StepSeq& s : batch.seqs())
-    DS_CHECK(s.slot >= 0 && s.slot < plan_.num_slots && s.save_snapshot < plan_.pad_slot() &&
-                 (s.save_snapshot < 0 || s.save_snapshot >= plan_.num_slots),
+    DS_CHECK(s.slot >= 0 && s.slot < plan_.num_slots && snapshot_slot_ok(s.save_snapshot) &&
+                 snapshot_slot_ok(s.mid_snapshot),
              "slot out of range");
   const int64_t R = static_cast<int64_t>(batch.sample_rows().size());
   restore_snapshots(batch);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "core/step_batch.h"
@@ -57,11 +58,17 @@ class ModelRunner {
   // steps larger than it; every graph is dropped then).
   void ensure_scratch(int64_t tokens, int64_t rows);
   model::StepBuffers views(int64_t tokens, int64_t rows) const;
+  // The GDN states (every layer) of each move's src slot copied to its dst slot, in one operation.
+  void move_states(std::span<const backend::SlotMove> moves);
   // Resumes sequences whose state comes from a snapshot: copies it into their slots.
   void restore_snapshots(const StepBatch& batch);
   // Copies the state of sequences that asked for it into their snapshot slots (after the step).
   void save_snapshots(const StepBatch& batch);
   int find_graph(const StepBatch& batch, int32_t& bucket) const;
+  // No snapshot (-1) or a snapshot slot of the plan.
+  bool snapshot_slot_ok(int32_t slot) const {
+    return slot < 0 || (slot >= plan_.num_slots && slot < plan_.pad_slot());
+  }
 
   model::Qwen35Model& model_;
   backend::Backend& be_;

@@ -98,8 +98,10 @@ TEST(CopyState, CopiesOneSlotOfConvAndRecurrentState) {
   std::vector<float> conv = random_vec(slots * C * (K - 1), 40);
   std::vector<float> state = random_vec(slots * nv * dk * dv, 41);
   const std::vector<float> conv0 = conv, state0 = state;
-  be.copy_state(Tensor(conv.data(), DType::kF32, {slots, C, K - 1}),
-                Tensor(state.data(), DType::kF32, {slots, nv, dk, dv}), 2, 0);
+  const Tensor tensors[] = {Tensor(conv.data(), DType::kF32, {slots, C, K - 1}),
+                            Tensor(state.data(), DType::kF32, {slots, nv, dk, dv})};
+  const SlotMove move{2, 0};
+  be.copy_state_rows(tensors, {&move, 1});
   const size_t cr = C * (K - 1), sr = nv * dk * dv;
   for (size_t i = 0; i < cr; ++i) {
     EXPECT_EQ(conv[i], conv0[2 * cr + i]);

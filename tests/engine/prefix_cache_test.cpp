@@ -89,6 +89,34 @@ TEST_F(PrefixCacheTest, IdenticalPromptsHitAndMatchTheUncachedRun) {
   }
 }
 
+// The snapshot before the prompt's end is taken inside the prefill step (the GDN ops write it),
+// so caching costs no extra step: one prefill step and three decode steps, as without the cache.
+TEST_F(PrefixCacheTest, TheSnapshotBeforeThePromptsEndCostsNoExtraStep) {
+  const GenerateRequest req = greedy(random_prompt(100, 13, kVocab), 4);
+  Engine plain(*model_, config(false)), cached(*model_, config(true));
+  const Result want = run(plain, req), first = run(cached, req);
+  EXPECT_EQ(plain.metrics().steps, 4);
+  EXPECT_EQ(cached.metrics().steps, 4);
+  expect_identical(first, want, "miss");
+  const Result hit = run(cached, req);
+  EXPECT_EQ(hit.cached_tokens, 64);
+  expect_identical(hit, want, "hit");
+}
+
+// A budget-limited chunk ends on the 64 grid (300 -> 256 tokens), so the next chunk starts on it
+// and the snapshot at 384 is taken inside it: two steps, as without the cache.
+TEST_F(PrefixCacheTest, BudgetCutChunksEndOnTheGrid) {
+  const GenerateRequest req = greedy(random_prompt(400, 17, kVocab), 1);
+  Engine plain(*model_, config(false, 300)), cached(*model_, config(true, 300));
+  run(plain, req);
+  const Result miss = run(cached, req);
+  EXPECT_EQ(plain.metrics().steps, 2);
+  EXPECT_EQ(cached.metrics().steps, 2);
+  const Result hit = run(cached, req);
+  EXPECT_EQ(hit.cached_tokens, 384);
+  expect_identical(hit, miss, "hit");
+}
+
 TEST_F(PrefixCacheTest, SeededSamplingWithAHitDrawsTheSameTokens) {
   GenerateRequest req = greedy(random_prompt(150, 7, kVocab), 12);
   req.params.temperature = 0.9f;

@@ -224,10 +224,11 @@ TEST_P(CudaModel, GraphedBatchedDecodeEqualsSoloEager) {
   }
 }
 
-// Prefix caching's device path: a sequence resumed from a GDN snapshot and shared KV pages
-// (StateSource::kSnapshot) against the same sequence prefilled in one piece, both against the CPU
-// float32 forward: the resumed logits must be as close to float32 as the one-piece ones (the gate's
-// 1.25x on the max error, the same argmax agreement).
+// Prefix caching's device path: a sequence resumed from a GDN snapshot (taken after a step, or
+// inside one by the GDN kernels) and shared KV pages (StateSource::kSnapshot) against the same
+// sequence prefilled in one piece, both against the CPU float32 forward: the resumed logits must
+// be as close to float32 as the one-piece ones (the gate's 1.25x on the max error, the same argmax
+// agreement).
 TEST_P(CudaModel, SnapshotResumeStaysWithinTheGate) {
   const int32_t V = static_cast<int32_t>(cfg_.vocab_size);
   std::vector<int32_t> prompt(200), next(8);
@@ -238,26 +239,32 @@ TEST_P(CudaModel, SnapshotResumeStaysWithinTheGate) {
     for (int32_t i = 0; i < n; ++i) p[static_cast<size_t>(i)] = first + i;
     return p;
   };
-  // `resume`: the prompt's first 128 tokens on slot 1 (pages 0-7), snapshotted, then slot 0
-  // resumes from the snapshot on those pages plus its own (20-...); else slot 0 in one piece.
-  auto run = [&](runtime::ModelRunner& r, bool resume) {
+  // kWhole: the prompt on slot 0 in one piece. Else its first 128 tokens are snapshotted — after a
+  // prefill of just them on slot 1 (kAfterStep) or inside a whole-prompt prefill on slot 1
+  // (kInStep) — and slot 0 resumes from the snapshot on those pages plus its own.
+  enum Mode { kWhole, kAfterStep, kInStep };
+  auto run = [&](runtime::ModelRunner& r, Mode mode) {
     std::vector<float> out;
     std::vector<int32_t> table = pages(20, 14);
-    if (resume) {
+    const int32_t snap = r.plan().snapshot_slot(0);
+    if (mode == kWhole) {
+      out = r.forward(StepBatchBuilder(16).add(1, prompt, 0, 0, table, 1).build());
+    } else {
       const std::vector<int32_t> head(prompt.begin(), prompt.begin() + 128);
-      r.forward(StepBatchBuilder(16)
-                    .add(9, head, 0, 1, pages(0, 8), 0)
-                    .save_snapshot(r.plan().snapshot_slot(0))
-                    .build());
+      if (mode == kAfterStep)
+        r.forward(
+            StepBatchBuilder(16).add(9, head, 0, 1, pages(0, 8), 0).save_snapshot(snap).build());
+      else
+        r.forward(StepBatchBuilder(16)
+                      .add(9, prompt, 0, 1, pages(0, 13), 0)
+                      .save_snapshot_at(128, snap)
+                      .build());
       table = pages(0, 8);
       for (int32_t p : pages(28, 6)) table.push_back(p);
       const std::vector<int32_t> tail(prompt.begin() + 128, prompt.end());
-      out = r.forward(
-          StepBatchBuilder(16)
-              .add(1, tail, 128, 0, table, 1, StateSource::kSnapshot, r.plan().snapshot_slot(0))
-              .build());
-    } else {
-      out = r.forward(StepBatchBuilder(16).add(1, prompt, 0, 0, table, 1).build());
+      out = r.forward(StepBatchBuilder(16)
+                          .add(1, tail, 128, 0, table, 1, StateSource::kSnapshot, snap)
+                          .build());
     }
     for (size_t k = 0; k < next.size(); ++k) {
       const auto l = r.forward(StepBatchBuilder(16)
@@ -272,14 +279,18 @@ TEST_P(CudaModel, SnapshotResumeStaysWithinTheGate) {
   auto cpu_model = load_model(dir_.string(), LoadFormat::kAuto, cpu, false);
   auto cpu_runner = deltaserve::testing::make_runner(*cpu_model, 64, 16, 2, 256, 1);
   auto gpu_runner = deltaserve::testing::make_runner(*m_, 64, 16, 2, 256, 1);
-  const std::vector<float> ref = run(*cpu_runner, false);
-  const std::vector<float> whole = run(*gpu_runner, false), resumed = run(*gpu_runner, true);
-  const Deviation w = deviation(whole, ref, V), r = deviation(resumed, ref, V);
-  std::printf(
-      "  %s snapshot resume vs f32: max|err| %.3e argmax %.4f | one piece %.3e argmax %.4f\n",
-      GetParam().c_str(), r.err, r.agree, w.err, w.agree);
-  EXPECT_LE(r.err, 1.25 * w.err + 1e-6);
-  EXPECT_GE(r.agree, w.agree - 0.01);
+  const std::vector<float> ref = run(*cpu_runner, kWhole);
+  const Deviation w = deviation(run(*gpu_runner, kWhole), ref, V);
+  for (const Mode mode : {kAfterStep, kInStep}) {
+    const Deviation r = deviation(run(*gpu_runner, mode), ref, V);
+    std::printf(
+        "  %s snapshot resume (%s) vs f32: max|err| %.3e argmax %.4f | one piece %.3e "
+        "argmax %.4f\n",
+        GetParam().c_str(), mode == kInStep ? "in-step" : "after a step", r.err, r.agree, w.err,
+        w.agree);
+    EXPECT_LE(r.err, 1.25 * w.err + 1e-6);
+    EXPECT_GE(r.agree, w.agree - 0.01);
+  }
 }
 
 // The memory plan on the GPU: the runner allocates exactly the plan, and the backend's own

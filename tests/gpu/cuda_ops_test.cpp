@@ -424,23 +424,29 @@ TEST_F(CudaOps, SamplingMatchesHostReference) {
   EXPECT_GT(fs.token, V * 0.99);
 }
 
-// copy_state: one slot's conv and recurrent state to another, the rest untouched (as on the CPU).
-TEST_F(CudaOps, CopyStateCopiesOneSlot) {
+// copy_state_rows: two slots' conv (bf16 rows of 240 bytes: the byte path) and recurrent state
+// (the 16-byte path) to two others in one launch, the rest untouched (as on the CPU).
+TEST_F(CudaOps, CopyStateRowsMovesSlots) {
   const int slots = 4, C = 40, K = 4, nv = 2, dk = 16, dv = 24;
   auto cs = rnd(static_cast<size_t>(slots) * C * (K - 1), 60);
   auto st = rnd(static_cast<size_t>(slots) * nv * dk * dv, 61);
   auto dcs = dev(cs, DType::kBF16, {slots, C, K - 1});
   auto dst = dev(st, DType::kF32, {slots, nv, dk, dv});
   const std::vector<float> conv_before = host(dcs.tensor());
-  gpu_->copy_state(dcs.tensor(), dst.tensor(), 3, 1);
-  cpu_.copy_state(Tensor(cs.data(), DType::kF32, {slots, C, K - 1}),
-                  Tensor(st.data(), DType::kF32, {slots, nv, dk, dv}), 3, 1);
+  const SlotMove moves[] = {{3, 1}, {0, 2}};
+  const Tensor on_gpu[] = {dcs.tensor(), dst.tensor()};
+  gpu_->copy_state_rows(on_gpu, moves);
+  const Tensor on_cpu[] = {Tensor(cs.data(), DType::kF32, {slots, C, K - 1}),
+                           Tensor(st.data(), DType::kF32, {slots, nv, dk, dv})};
+  cpu_.copy_state_rows(on_cpu, moves);
   const std::vector<float> conv = host(dcs.tensor()), state = host(dst.tensor());
   expect_close(state, st, 0.0f, "recurrent state after copy");
   const size_t row = static_cast<size_t>(C) * (K - 1);
   for (size_t i = 0; i < row; ++i) {
     EXPECT_EQ(conv[row + i], conv_before[3 * row + i]);      // slot 1 <- slot 3
-    EXPECT_EQ(conv[2 * row + i], conv_before[2 * row + i]);  // others untouched
+    EXPECT_EQ(conv[2 * row + i], conv_before[i]);            // slot 2 <- slot 0
+    EXPECT_EQ(conv[3 * row + i], conv_before[3 * row + i]);  // sources untouched
+    EXPECT_EQ(conv[i], conv_before[i]);
   }
 }
 

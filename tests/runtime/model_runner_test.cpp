@@ -51,5 +51,38 @@ TEST(ModelRunner, ResumingFromASnapshotEqualsContinuing) {
   }
 }
 
+// An in-step snapshot (StepBatchBuilder::save_snapshot_at) holds exactly the state a prefill
+// ending there leaves: a sequence resumed from it continues exactly like one resumed from a
+// snapshot copied after a 64-token prefill.
+TEST(ModelRunner, AnInStepSnapshotEqualsOneTakenAtTheChunkEnd) {
+  backend::CpuBackend be;
+  auto m = model::load_model((testing::test_data() / "tiny_real").string(),
+                             model::LoadFormat::kAuto, be, false);
+  const PlanLimits l{.max_num_seqs = 3,
+                     .max_num_batched_tokens = 128,
+                     .max_model_len = 128,
+                     .page_size = 16,
+                     .num_snapshots = 2};
+  MemoryBudget budget;
+  budget.pages = 16;
+  const MemoryPlan plan = plan_for(*m, l, budget);
+  ModelRunner runner(*m, plan);
+  std::vector<int32_t> prompt(100);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 29 + 3) % 384);
+  const std::vector<int32_t> head(prompt.begin(), prompt.begin() + 64),
+      tail(prompt.begin() + 64, prompt.end()), pages{0, 1, 2, 3, 4, 5, 6};
+  const int32_t in_step = plan.snapshot_slot(0), at_end = plan.snapshot_slot(1);
+  runner.forward(
+      StepBatchBuilder(16).add(1, prompt, 0, 0, pages, 1).save_snapshot_at(64, in_step).build());
+  runner.forward(StepBatchBuilder(16).add(2, head, 0, 1, pages, 0).save_snapshot(at_end).build());
+  std::vector<std::vector<float>> got;
+  for (const int32_t snap : {in_step, at_end})
+    got.push_back(runner.forward(
+        StepBatchBuilder(16).add(3, tail, 64, 2, pages, 1, StateSource::kSnapshot, snap).build()));
+  EXPECT_EQ(testing::max_abs_diff(got[0].data(), got[1].data(), got[0].size()), 0.0f);
+  EXPECT_DEATH(StepBatchBuilder(16).add(1, prompt, 0, 0, pages, 1).save_snapshot_at(60, in_step),
+               "64-token boundary");
+}
+
 }  // namespace
 }  // namespace deltaserve::runtime

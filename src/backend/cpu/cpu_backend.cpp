@@ -48,16 +48,16 @@ const std::vector<int32_t>& CpuBackend::token_seq(const StepBatch& batch) {
   return token_seq_;
 }
 
-void CpuBackend::copy_state(const Tensor& conv, const Tensor& state, int32_t src, int32_t dst) {
-  auto copy_row = [&](const Tensor& t) {
-    if (t.empty()) return;
-    DS_CHECK(src >= 0 && dst >= 0 && src < t.dim(0) && dst < t.dim(0), "state slot out of range");
-    const size_t row = t.nbytes() / static_cast<size_t>(t.dim(0));
-    std::memcpy(static_cast<char*>(t.data) + row * static_cast<size_t>(dst),
-                static_cast<const char*>(t.data) + row * static_cast<size_t>(src), row);
-  };
-  copy_row(conv);
-  copy_row(state);
+void CpuBackend::copy_state_rows(std::span<const Tensor> tensors, std::span<const SlotMove> moves) {
+  for (const SlotMove& m : moves)
+    for (const Tensor& t : tensors) {
+      if (t.empty()) continue;
+      DS_CHECK(m.src >= 0 && m.dst >= 0 && m.src < t.dim(0) && m.dst < t.dim(0),
+               "state slot out of range");
+      const size_t row = t.nbytes() / static_cast<size_t>(t.dim(0));
+      std::memcpy(static_cast<char*>(t.data) + row * static_cast<size_t>(m.dst),
+                  static_cast<const char*>(t.data) + row * static_cast<size_t>(m.src), row);
+    }
 }
 
 void CpuBackend::embedding(const Tensor& ids, const Tensor& table, const Tensor& out) {

@@ -44,7 +44,7 @@ class CpuBackend : public Backend {
                         const Tensor& A_log, const Tensor& dt_bias, const Tensor& state,
                         const GdnDims& d, const Tensor& out) override;
   void gated_rms_norm(const Tensor& o, const Tensor& z, const Tensor& w, float eps) override;
-  void copy_state(const Tensor& conv, const Tensor& state, int32_t src, int32_t dst) override;
+  void copy_state_rows(std::span<const Tensor> tensors, std::span<const SlotMove> moves) override;
   std::vector<Sampled> sample(const Tensor& logits, int32_t vocab,
                               const std::vector<SampleSpec>& specs) override;
 

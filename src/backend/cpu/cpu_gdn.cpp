@@ -141,6 +141,10 @@ void CpuBackend::gdn_conv(const StepBatch& batch, const Tensor& u, const Tensor&
         for (int i = 0; i < K; ++i) acc += wc[i] * win[t + i];
         y.f32()[(seq.token_begin + t) * C + ch] = acc / (1.0f + std::exp(-acc));
       }
+      if (seq.mid_snapshot >= 0) {  // the inputs before the in-step snapshot point
+        float* snap = conv_state.f32() + (static_cast<int64_t>(seq.mid_snapshot) * C + ch) * km1;
+        for (int i = 0; i < km1; ++i) snap[i] = win[seq.mid_snapshot_at + i];
+      }
       for (int i = 0; i < km1; ++i) st[ch * km1 + i] = win[seq.num_tokens + i];
     }
   }
@@ -188,12 +192,24 @@ void CpuBackend::gated_delta_rule(const StepBatch& batch, const Tensor& y, const
       float* S = state.f32() + (static_cast<int64_t>(seq.slot) * d.nv + h) * d.dk * d.dv;
       if (seq.fresh()) std::fill(S, S + d.dk * d.dv, 0.0f);
       std::vector<float> o(static_cast<size_t>(T * d.dv));
-      if (T == 1)
+      if (T == 1) {
         cpu::delta_rule_recurrent(T, d.dk, d.dv, q.data(), k.data(), v.data(), g.data(),
                                   beta.data(), S, o.data());
-      else
-        cpu::delta_rule_chunked(T, d.dk, d.dv, q.data(), k.data(), v.data(), g.data(), beta.data(),
-                                S, o.data());
+      } else {
+        // An in-step snapshot (at a multiple of the chunk, so the split changes nothing): the
+        // tokens before it, the state copied out, then the rest.
+        const int at = seq.mid_snapshot >= 0 ? seq.mid_snapshot_at : 0;
+        if (at > 0) {
+          cpu::delta_rule_chunked(at, d.dk, d.dv, q.data(), k.data(), v.data(), g.data(),
+                                  beta.data(), S, o.data());
+          float* snap =
+              state.f32() + (static_cast<int64_t>(seq.mid_snapshot) * d.nv + h) * d.dk * d.dv;
+          std::copy(S, S + d.dk * d.dv, snap);
+        }
+        cpu::delta_rule_chunked(T - at, d.dk, d.dv, q.data() + at * d.dk, k.data() + at * d.dk,
+                                v.data() + at * d.dv, g.data() + at, beta.data() + at, S,
+                                o.data() + at * d.dv);
+      }
       for (int t = 0; t < T; ++t)
         std::memcpy(out.f32() + ((seq.token_begin + t) * d.nv + h) * d.dv, &o[t * d.dv],
                     sizeof(float) * d.dv);

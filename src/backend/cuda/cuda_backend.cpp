@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cuda/kernels/attention.cuh"
+#include "backend/cuda/kernels/copy_rows.cuh"
 #include "backend/cuda/kernels/gated_rms_norm.cuh"
 #include "backend/cuda/kernels/gather_rows.cuh"
 #include "backend/cuda/kernels/gdn.cuh"
@@ -168,15 +169,24 @@ void CudaBackend::drop_graphs() {
     }
 }
 
-void CudaBackend::reserve_batch(int64_t entries) {
-  if (static_cast<size_t>(entries) <= meta_cap_) return;
+namespace {
+// BatchMeta as int32 arrays: 2 per token, kMetaSeqArrays per sequence, then the page tables.
+constexpr int kMetaSeqArrays = 7;
+}  // namespace
+
+void CudaBackend::reserve_batch(int64_t tokens, int64_t seqs, int64_t page_entries) {
+  reserve_meta(static_cast<size_t>(2 * tokens + kMetaSeqArrays * seqs + page_entries));
+}
+
+void CudaBackend::reserve_meta(size_t entries) {
+  if (entries <= meta_cap_) return;
   drop_graphs();  // they hold the old address
   staged_batch_ = 0;
   if (meta_buf_) {
     check(cudaStreamSynchronize(stream_), "reserve sync");
     cudaFree(meta_buf_);
   }
-  meta_cap_ = static_cast<size_t>(entries);
+  meta_cap_ = entries;
   check(cudaMalloc(&meta_buf_, meta_cap_ * sizeof(int32_t)), "cudaMalloc (batch)");
 }
 
@@ -327,9 +337,9 @@ void CudaBackend::stage_batch(const StepBatch& batch) {
   OpTimer timer(*this, "stage_batch");
   const int T = batch.num_tokens(), S = batch.num_seqs();
   std::vector<int32_t>& h = meta_host_;
-  h.assign(static_cast<size_t>(2 * T + 5 * S), 0);
+  h.assign(static_cast<size_t>(2 * T + kMetaSeqArrays * S), 0);
   int32_t *pos = h.data(), *seq = pos + T, *begin = seq + T, *len = begin + S, *start = len + S,
-          *slot = start + S, *poff = slot + S;
+          *slot = start + S, *poff = slot + S, *snap_slot = poff + S, *snap_at = snap_slot + S;
   std::copy(batch.positions().begin(), batch.positions().end(), pos);
   int max_len = 0;
   for (int s = 0; s < S; ++s) {
@@ -340,26 +350,30 @@ void CudaBackend::stage_batch(const StepBatch& batch) {
     start[s] = q.start_pos;
     slot[s] = q.slot;
     poff[s] = batch.page_offsets()[static_cast<size_t>(s)];
+    snap_slot[s] = q.mid_snapshot;
+    snap_at[s] = q.mid_snapshot >= 0 ? q.mid_snapshot_at : 0;
     for (int i = 0; i < q.num_tokens; ++i) seq[q.token_begin + i] = s;
   }
   h.insert(h.end(), batch.page_ids().begin(), batch.page_ids().end());
-  if (h.size() > meta_cap_) reserve_batch(static_cast<int64_t>(std::max(h.size(), 2 * meta_cap_)));
+  if (h.size() > meta_cap_) reserve_meta(std::max(h.size(), 2 * meta_cap_));
   check(cudaMemcpyAsync(meta_buf_, h.data(), h.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
                         stream_),
         "stage_batch");
   const int32_t* d = meta_buf_;
-  meta_ = {d,
-           d + T,
-           d + 2 * T,
-           d + 2 * T + S,
-           d + 2 * T + 2 * S,
-           d + 2 * T + 3 * S,
-           d + 2 * T + 4 * S,
-           d + 2 * T + 5 * S,
-           T,
-           S,
-           batch.page_size(),
-           max_len};
+  meta_ = {.token_pos = d,
+           .token_seq = d + T,
+           .seq_begin = d + 2 * T,
+           .seq_len = d + 2 * T + S,
+           .seq_start = d + 2 * T + 2 * S,
+           .seq_slot = d + 2 * T + 3 * S,
+           .seq_page_off = d + 2 * T + 4 * S,
+           .pages = d + 2 * T + kMetaSeqArrays * S,
+           .seq_snap_slot = d + 2 * T + 5 * S,
+           .seq_snap_at = d + 2 * T + 6 * S,
+           .num_tokens = T,
+           .num_seqs = S,
+           .page_size = batch.page_size(),
+           .max_seq_len = max_len};
   staged_batch_ = batch.id();
 }
 
@@ -370,17 +384,31 @@ int64_t CudaBackend::workspace_bytes(int64_t max_tokens, const GdnDims& d) const
       cuda::gdn_chunk_workspace_floats(static_cast<int>(max_tokens), shape) * sizeof(float));
 }
 
-void CudaBackend::copy_state(const Tensor& conv, const Tensor& state, int32_t src, int32_t dst) {
+void CudaBackend::copy_state_rows(std::span<const Tensor> tensors,
+                                  std::span<const SlotMove> moves) {
   OpTimer timer(*this, "copy_state");
-  for (const Tensor* t : {&conv, &state}) {
-    if (t->empty()) continue;
-    DS_CHECK(src >= 0 && dst >= 0 && src < t->dim(0) && dst < t->dim(0), "state slot out of range");
-    const size_t row = t->nbytes() / static_cast<size_t>(t->dim(0));
-    check(cudaMemcpyAsync(static_cast<char*>(t->data) + row * static_cast<size_t>(dst),
-                          static_cast<const char*>(t->data) + row * static_cast<size_t>(src), row,
-                          cudaMemcpyDeviceToDevice, stream_),
-          "copy_state");
-  }
+  std::vector<const Tensor*> live;
+  for (const Tensor& t : tensors)
+    if (!t.empty()) live.push_back(&t);
+  for (size_t t0 = 0; t0 < live.size(); t0 += cuda::kCopyMaxTensors)
+    for (size_t m0 = 0; m0 < moves.size(); m0 += cuda::kCopyMaxMoves) {
+      cuda::RowCopies c;
+      for (size_t t = t0; t < std::min(live.size(), t0 + cuda::kCopyMaxTensors); ++t) {
+        const Tensor& x = *live[t];
+        c.base[c.tensors] = static_cast<char*>(x.data);
+        c.row_bytes[c.tensors++] = static_cast<int64_t>(x.nbytes()) / x.dim(0);
+        for (size_t m = m0; m < std::min(moves.size(), m0 + cuda::kCopyMaxMoves); ++m)
+          DS_CHECK(moves[m].src >= 0 && moves[m].dst >= 0 && moves[m].src < x.dim(0) &&
+                       moves[m].dst < x.dim(0),
+                   "state slot out of range");
+      }
+      for (size_t m = m0; m < std::min(moves.size(), m0 + cuda::kCopyMaxMoves); ++m) {
+        c.src[c.moves] = moves[m].src;
+        c.dst[c.moves++] = moves[m].dst;
+      }
+      cuda::launch_copy_rows(c, stream_);
+    }
+  check(cudaGetLastError(), "copy_state");
 }
 
 void CudaBackend::attn_prep_and_cache(const StepBatch& batch, const Tensor& qg, const Tensor& k,

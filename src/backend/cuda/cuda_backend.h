@@ -47,7 +47,7 @@ class CudaBackend final : public Backend {
   // Uploads the batch description (positions, sequences, page tables) unless it is the one on the
   // device already.
   void stage_batch(const StepBatch& batch) override;
-  void reserve_batch(int64_t entries) override;
+  void reserve_batch(int64_t tokens, int64_t seqs, int64_t page_entries) override;
   cudaStream_t stream() const { return stream_; }
 
   bool graphs_supported() const override { return true; }
@@ -74,7 +74,7 @@ class CudaBackend final : public Backend {
   void silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void gather_rows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
   void gated_rms_norm(const Tensor& o, const Tensor& z, const Tensor& w, float eps) override;
-  void copy_state(const Tensor& conv, const Tensor& state, int32_t src, int32_t dst) override;
+  void copy_state_rows(std::span<const Tensor> tensors, std::span<const SlotMove> moves) override;
 
   void attn_prep_and_cache(const StepBatch& batch, const Tensor& qg, const Tensor& k,
                            const Tensor& v, const Tensor& q_norm, const Tensor& k_norm,
@@ -131,8 +131,9 @@ class CudaBackend final : public Backend {
   std::shared_ptr<std::atomic<int64_t>> allocated_ = std::make_shared<std::atomic<int64_t>>(0);
   uint64_t staged_batch_ = 0;  // id of the batch meta_ describes
   cuda::BatchMeta meta_{};
-  int32_t* meta_buf_ = nullptr;  // device, grow-only
-  size_t meta_cap_ = 0;          // int32 elements
+  int32_t* meta_buf_ = nullptr;       // device, grow-only
+  size_t meta_cap_ = 0;               // int32 elements
+  void reserve_meta(size_t entries);  // room for this many int32 elements
   std::vector<int32_t> meta_host_;
 };
 

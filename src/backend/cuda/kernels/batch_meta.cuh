@@ -6,14 +6,16 @@
 namespace deltaserve::cuda {
 
 struct BatchMeta {
-  const int32_t* token_pos;     // [T] absolute position of each token
-  const int32_t* token_seq;     // [T] sequence of each token
-  const int32_t* seq_begin;     // [S] first token row
-  const int32_t* seq_len;       // [S] tokens this step
-  const int32_t* seq_start;     // [S] tokens already cached (0: fresh, state ignored)
-  const int32_t* seq_slot;      // [S] GDN state slot
-  const int32_t* seq_page_off;  // [S] offset of the sequence's page table in `pages`
-  const int32_t* pages;         // page tables, back to back
+  const int32_t* token_pos;      // [T] absolute position of each token
+  const int32_t* token_seq;      // [T] sequence of each token
+  const int32_t* seq_begin;      // [S] first token row
+  const int32_t* seq_len;        // [S] tokens this step
+  const int32_t* seq_start;      // [S] tokens already cached (0: fresh, state ignored)
+  const int32_t* seq_slot;       // [S] GDN state slot
+  const int32_t* seq_page_off;   // [S] offset of the sequence's page table in `pages`
+  const int32_t* pages;          // page tables, back to back
+  const int32_t* seq_snap_slot;  // [S] snapshot slot of an in-step GDN snapshot
+  const int32_t* seq_snap_at;  // [S] ... of the state after this many of its step tokens (0: none)
   int num_tokens;
   int num_seqs;
   int page_size;

@@ -38,6 +38,14 @@ __global__ void gdn_conv_state_kernel(BatchMeta b, const __nv_bfloat16* __restri
   const int km1 = K - 1, begin = b.seq_begin[seq], n = b.seq_len[seq];
   const bool fresh = b.seq_start[seq] == 0;
   __nv_bfloat16* st = state + (static_cast<size_t>(b.seq_slot[seq]) * C + c) * km1;
+  if (const int at = b.seq_snap_at[seq]; at > 0) {  // the in-step snapshot: inputs before `at`
+    __nv_bfloat16* snap = state + (static_cast<size_t>(b.seq_snap_slot[seq]) * C + c) * km1;
+    for (int i = 0; i < km1; ++i) {
+      const int src = at - km1 + i;
+      snap[i] = src >= 0 ? u[static_cast<size_t>(begin + src) * C + c]
+                         : (fresh ? __float2bfloat16(0.0f) : st[km1 + src]);
+    }
+  }
   __nv_bfloat16 nw[8];
   for (int i = 0; i < km1; ++i) {
     const int src = n - km1 + i;
@@ -75,8 +83,18 @@ __global__ void __launch_bounds__(kThreads)
   }
   const float qscale = rsqrtf(static_cast<float>(s.dk));
   const float neg_A = -__expf(A_log[h]), bias = dt_bias[h];
-  const int begin = b.seq_begin[seq], n = b.seq_len[seq];
+  const int begin = b.seq_begin[seq], n = b.seq_len[seq], snap_at = b.seq_snap_at[seq];
+  auto store = [&](float* dst) {
+    if (!has_col) return;
+#pragma unroll
+    for (int r = 0; r < kMaxRowsPerWarp; ++r) {
+      const int i = warp + kWarps * r;
+      if (i < s.dk) dst[static_cast<size_t>(i) * s.dv + col] = st[r];
+    }
+  };
   for (int t = 0; t < n; ++t) {
+    if (t == snap_at && t > 0)
+      store(state + (static_cast<size_t>(b.seq_snap_slot[seq]) * s.nv + h) * s.dk * s.dv);
     const __nv_bfloat16* row = y + static_cast<size_t>(begin + t) * C;
     const int i0 = threadIdx.x;
     const float qv = i0 < s.dk ? __bfloat162float(row[kh * s.dk + i0]) : 0.0f;
@@ -128,13 +146,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();  // red, qs, ks are rewritten for the next token
   }
-  if (has_col) {
-#pragma unroll
-    for (int r = 0; r < kMaxRowsPerWarp; ++r) {
-      const int i = warp + kWarps * r;
-      if (i < s.dk) S[static_cast<size_t>(i) * s.dv + col] = st[r];
-    }
-  }
+  store(S);
 }
 
 // Decode fast path for dv == 128, dk a multiple of 16 up to 256: block (sequence, value head) of 16

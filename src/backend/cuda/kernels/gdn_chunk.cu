@@ -330,6 +330,13 @@ __global__ void __launch_bounds__(kChunkThreads)
     St = Sn;
     Sn = t;
     __syncthreads();
+    if (t0 + n == b.seq_snap_at[seq]) {  // the in-step snapshot: the state after this chunk
+      float* D = state + (static_cast<size_t>(b.seq_snap_slot[seq]) * s.nv + h) * dk * dv;
+      for (int e = tid; e < dk * kSlice; e += kChunkThreads) {
+        const int x = e / kSlice, col = col0 + e % kSlice;
+        if (col < dv) D[x * dv + col] = St[e];
+      }
+    }
   }
   for (int e = tid; e < dk * kSlice; e += kChunkThreads) {
     const int x = e / kSlice, col = col0 + e % kSlice;
