@@ -4,12 +4,15 @@
 usage: tools/h200_json.py --commit SHA --date YYYY-MM-DD [--base-commit SHA --base FILE...]
                           [--fla fla_bench.jsonl] [--gdn NAME=MS ...]
                           FILE...    (gpu_bench outputs of the same commit; medians across them)
+       tools/h200_json.py --commit SHA --date YYYY-MM-DD --prefix prefix_bench.jsonl
+                          (only the prefix_cache key: gpu_run.sh's prefix stage, cache on vs off)
 
 Keys (snake case, units in the names): commit, date, gpu, decode_ms (graphed, per batch size, at
 the context the bench used), decode_eager_ms, prefill_ms (per length), runs, base_* for an A/B
 against another commit, and gdn_chunk_ms_per_layer: ours (--gdn 1x8192=4.45) beside fla's
-CUDA-graph medians from ../shared/peers/fla_bench.py's JSON lines (--fla) of the same run. Other keys
-already in the file are kept.
+CUDA-graph medians from ../shared/peers/fla_bench.py's JSON lines (--fla) of the same run;
+prefix_cache: per setting (on / off) the multi-turn run (hit rate, TTFT, tok/s) and the median
+tok/s, TTFT and TPOT of the never-hitting runs. Other keys already in the file are kept.
 """
 import argparse
 import json
@@ -40,6 +43,27 @@ def medians(files):
     return out, runs[0][3]
 
 
+def prefix_cache(path, commit, date):
+    lines = [l for l in Path(path).read_text().splitlines() if l.strip()]
+    runs = [json.loads(lines[i] + lines[i + 1]) for i in range(0, len(lines), 2)]
+    out = {"commit": commit, "date": date}
+    for mode in ("on", "off"):
+        mine = [r["run"] for r in runs if r["prefix_caching"] == mode and r["run"]]
+        multi = [r for r in mine if r.get("workload") == "multi-turn"]
+        rand = [r for r in mine if r.get("workload") != "multi-turn"]
+        med = lambda xs: round(statistics.median(xs), 3)
+        out[mode] = {
+            "multi_turn": {k: multi[0][k] for k in ("num_clients", "turns", "system_len", "turn_len",
+                                                   "output_len", "hit_rate", "total_tok_per_s",
+                                                   "ttft_ms", "later_turns")} if multi else None,
+            "no_hit_1k_256_c64": {"runs": len(rand),
+                                  "total_tok_s": med([r["total_tok_per_s"] for r in rand]),
+                                  "ttft_ms_p50": med([r["ttft_ms"]["p50"] for r in rand]),
+                                  "tpot_ms_mean": med([r["tpot_ms"]["mean"] for r in rand])},
+        }
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--commit", required=True)
@@ -49,10 +73,15 @@ def main():
     ap.add_argument("--out", default="bench/results/h200.json")
     ap.add_argument("--fla")
     ap.add_argument("--gdn", nargs="*", default=[])
-    ap.add_argument("files", nargs="+")
+    ap.add_argument("--prefix")
+    ap.add_argument("files", nargs="*")
     a = ap.parse_args()
     path = Path(a.out)
     doc = json.loads(path.read_text()) if path.exists() else {}
+    if a.prefix:
+        doc["prefix_cache"] = prefix_cache(a.prefix, a.commit, a.date)
+        path.write_text(json.dumps(doc, indent=2) + "\n")
+        return
     (decode, eager, prefill), ctx = medians(a.files)
     doc.update({"commit": a.commit, "date": a.date, "gpu": "NVIDIA H200", "runs": len(a.files),
                 "decode_context_tokens": ctx, "decode_ms": decode, "decode_eager_ms": eager,

@@ -16,7 +16,7 @@ const std::set<std::string>& cache_switches() {
   return kSwitches;
 }
 
-void apply_cache_flags(const Args& a, engine::EngineConfig& cfg, runtime::MemoryBudget& budget) {
+double apply_cache_flags(const Args& a, engine::EngineConfig& cfg) {
   if (a.has("enable-prefix-caching") && a.has("no-enable-prefix-caching"))
     throw Error("--enable-prefix-caching and --no-enable-prefix-caching contradict each other");
   cfg.enable_prefix_caching = !a.has("no-enable-prefix-caching");
@@ -25,7 +25,7 @@ void apply_cache_flags(const Args& a, engine::EngineConfig& cfg, runtime::Memory
     throw Error("--mamba-block-size must be a multiple of 64 (the delta rule's chunk), got " +
                 std::to_string(cfg.mamba_block_size));
   const double share = a.get_double("prefix-cache-snapshot-fraction", 0.25, 0, 0.9);
-  budget.snapshot_fraction = cfg.enable_prefix_caching ? share : 0.0;
+  return cfg.enable_prefix_caching ? share : 0.0;
 }
 
 }  // namespace deltaserve::app

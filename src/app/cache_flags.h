@@ -14,8 +14,9 @@ namespace deltaserve::app {
 
 const std::set<std::string>& cache_value_flags();
 const std::set<std::string>& cache_switches();
-// Sets the engine's prefix-cache fields and the budget's snapshot share; throws
-// deltaserve::Error for contradictory or out-of-range values.
-void apply_cache_flags(const Args& a, engine::EngineConfig& cfg, runtime::MemoryBudget& budget);
+// Sets the engine's prefix-cache fields and returns the share of the cache memory for snapshots
+// (MemoryBudget::snapshot_fraction; 0 when caching is off); throws deltaserve::Error for
+// contradictory or out-of-range values (before anything loads).
+double apply_cache_flags(const Args& a, engine::EngineConfig& cfg);
 
 }  // namespace deltaserve::app

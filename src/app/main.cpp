@@ -29,6 +29,8 @@ commands:
             [--device cpu] [--tensor-parallel-size 1] [--gpu-memory-utilization 0.9]
             [--kv-cache-gib 2] [--max-pending 512] [--max-body-bytes N] [--http-threads 2]
             [--enforce-eager]  (no decode CUDA graphs)
+            [--no-enable-prefix-caching] [--mamba-block-size 64]
+            [--prefix-cache-snapshot-fraction 0.25]
   generate  greedy generation from token ids, printing the tokens and tokens/s
             --model DIR (default: the embedded random model)  --ids 1,2,3  --max-tokens N
             --load-format auto|safetensors|dummy  --device cpu  --ignore-eos
@@ -47,6 +49,8 @@ commands:
   bench serve  a streaming load client against a running server (like `vllm bench serve`)
             [--host 127.0.0.1] [--port 8000] [--model NAME] [--api-key KEY] --num-prompts N
             --input-len I --output-len O [--max-concurrency C | --request-rate R] [--vocab V]
+            or --workload multi-turn [--num-clients 16] [--turns 4] [--system-len 512]
+            [--turn-len 128] [--output-len 64]  (chats: prefix-cache hit rate and TTFT)
 )";
 
 constexpr int32_t kPageSize = 64;

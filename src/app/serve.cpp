@@ -168,6 +168,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   engine::EngineConfig ecfg;
   ecfg.max_num_seqs = static_cast<int32_t>(a.get_int("max-num-seqs", 64, 1, 65536));
   ecfg.enforce_eager = a.has("enforce-eager");
+  const double snapshot_fraction = apply_cache_flags(a, ecfg);
   ecfg.max_num_batched_tokens =
       static_cast<int32_t>(a.get_int("max-num-batched-tokens", 2048, 1, 1 << 24));
   const server::HttpServerConfig hcfg = http_config(a);
@@ -219,7 +220,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
     budget.kind = runtime::MemoryBudget::Kind::kHostBytes;
     budget.kv_bytes = static_cast<int64_t>(kv_gib * (1 << 30));
   }
-  apply_cache_flags(a, ecfg, budget);
+  budget.snapshot_fraction = snapshot_fraction;
   ecfg.budget = budget;
 
   std::fprintf(stderr, "deltaserve: loading tokenizer %s\n", tok_dir.c_str());

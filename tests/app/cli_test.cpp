@@ -171,6 +171,10 @@ TEST(Cli, MalformedNumbersAndAbsurdConfigsExitWithAMessage) {
       {"serve " + tok + " --block-size 32", "--block-size 32 is not supported"},
       {"serve " + tok + " --kv-cache-dtype fp8", "--kv-cache-dtype fp8 is not supported"},
       {"serve " + tok + " --seed x", "--seed must be an integer"},
+      {"serve " + tok + " --enable-prefix-caching --no-enable-prefix-caching",
+       "contradict each other"},
+      {"serve " + tok + " --mamba-block-size 100", "--mamba-block-size must be a multiple of 64"},
+      {"serve " + tok + " --prefix-cache-snapshot-fraction 2", "--prefix-cache-snapshot-fraction"},
   };
   for (const Case& c : cases) {
     const Result r = run(c.args);
