@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
 # Usage: tools/gpu_run.sh STAGE...   stages: ops model nccl bench1 prof bench ab hf real serve prefix
+#        prefixab
 #        benchtp[:MODELS] servetp   (multi-GPU: TP1 vs TP2 vs TP4 on the visible GPUs)
 # Logs go to $OUT (or ./gpu_logs); a summary line is printed as each stage ends.
 set -uo pipefail
@@ -131,6 +132,16 @@ for stage in "$@"; do
     serve)  # end to end: serve --device cuda (4B shape, dummy) + bench serve 1k in / 256 out
       serve_bench 1 1 16 64
       note "serve $(wc -l <"$LOG/bench_serve.jsonl") bench lines" ;;
+    prefixab)  # the cost of prefix caching when nothing hits, without HTTP: bench offline 1k in /
+               # 256 out, 256 requests at concurrency 64, on / off interleaved three times
+      for i in 1 2 3; do
+        for flag in --enable-prefix-caching ""; do
+          $BIN/deltaserve bench offline --device cuda --model $M --load-format dummy --num-prompts 256 \
+            --input-len 1024 --output-len 256 --max-concurrency 64 --max-num-seqs 64 \
+            --max-num-batched-tokens 2048 $flag 2>>"$LOG/prefixab.err" | tail -1 >>"$LOG/prefixab.jsonl"
+        done
+      done
+      note "prefixab $(wc -l <"$LOG/prefixab.jsonl") runs" ;;
     prefix)  # prefix caching on vs off: multi-turn chat and a never-hitting workload
       prefix_bench on multi random
       prefix_bench off multi random

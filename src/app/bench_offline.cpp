@@ -60,8 +60,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
   Args a(rest, "bench offline",
          {"model", "load-format", "device", "num-prompts", "input-len", "output-len",
           "max-concurrency", "max-num-seqs", "max-num-batched-tokens", "max-model-len", "num-pages",
-          "seed", "tensor-parallel-size"},
-         {"enforce-eager"});
+          "seed", "tensor-parallel-size", "num-snapshots"},
+         {"enforce-eager", "enable-prefix-caching"});
   check_device(a);
   const int n = static_cast<int>(a.get_int("num-prompts", 32, 1, 100000));
   const int in_len = static_cast<int>(a.get_int("input-len", 128, 1, 1 << 20));
@@ -88,6 +88,10 @@ int cmd_bench(const std::vector<std::string>& argv) {
   cfg.budget = budget;
   const int concurrency = static_cast<int>(a.get_int("max-concurrency", n, 1, 100000));
   cfg.enforce_eager = a.has("enforce-eager");
+  cfg.enable_prefix_caching = a.has("enable-prefix-caching");
+  if (cfg.enable_prefix_caching)
+    cfg.num_snapshots =
+        static_cast<int32_t>(a.get_int("num-snapshots", 4 * cfg.max_num_seqs, 1, 1 << 20));
   engine::Engine eng(*rt.exec, cfg);
 
   std::mt19937 g(static_cast<uint32_t>(a.get_int("seed", 0, 0, 1LL << 32)));
@@ -121,13 +125,14 @@ int cmd_bench(const std::vector<std::string>& argv) {
       "\"duration_s\": %.3f, "
       "\"requests_per_s\": %.3f, \"input_tok_per_s\": %.1f, \"output_tok_per_s\": %.1f, "
       "\"total_tok_per_s\": %.1f, "
-      "%s, \"steps\": %lld, \"preemptions\": %lld}\n",
+      "%s, \"steps\": %lld, \"preemptions\": %lld, \"prefix_caching\": %s}\n",
       a.get("device", "cpu").c_str(), n, in_len, out_len, concurrency, cfg.max_num_seqs,
       cfg.max_num_batched_tokens, dur, n / dur, static_cast<double>(n) * in_len / dur,
       static_cast<double>(sum.output_tokens) / dur,
       (static_cast<double>(n) * in_len + static_cast<double>(sum.output_tokens)) / dur,
       sum.latency_json.c_str(), static_cast<long long>(ms.steps),
-      static_cast<long long>(ms.preemptions));
+      static_cast<long long>(ms.preemptions),
+      eng.config().enable_prefix_caching ? "true" : "false");
   return sum.completed == n ? 0 : 1;
 }
 

@@ -46,6 +46,7 @@ commands:
             [--max-concurrency C]
             [--max-num-seqs S] [--max-num-batched-tokens B] [--max-model-len L] [--num-pages P]
             [--seed X] [--device cpu|cuda] [--enforce-eager]
+            [--enable-prefix-caching [--num-snapshots N]]  (random prompts: nothing ever hits)
   bench serve  a streaming load client against a running server (like `vllm bench serve`)
             [--host 127.0.0.1] [--port 8000] [--model NAME] [--api-key KEY] --num-prompts N
             --input-len I --output-len O [--max-concurrency C | --request-rate R] [--vocab V]
