@@ -7,6 +7,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "model/loader.h"
+#include "runner_fixture.h"
 #include "test_util.h"
 
 namespace deltaserve::runtime {
@@ -16,15 +17,9 @@ TEST(ModelRunner, ResumingFromASnapshotEqualsContinuing) {
   backend::CpuBackend be;
   auto m = model::load_model((testing::test_data() / "tiny_real").string(),
                              model::LoadFormat::kAuto, be, false);
-  const PlanLimits l{.max_num_seqs = 2,
-                     .max_num_batched_tokens = 64,
-                     .max_model_len = 64,
-                     .page_size = 16,
-                     .num_snapshots = 1};
-  MemoryBudget budget;
-  budget.pages = 8;
-  const MemoryPlan plan = plan_for(*m, l, budget);
-  ModelRunner runner(*m, plan);
+  auto runner_ptr = testing::make_runner(*m, 8, 16, 2, 64, 1);
+  ModelRunner& runner = *runner_ptr;
+  const MemoryPlan& plan = runner.plan();
   std::vector<int32_t> prompt(32), next{17, 250, 3};
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 37 + 5) % 384);
   const std::vector<int32_t> prefix_pages{0, 1};
@@ -58,15 +53,9 @@ TEST(ModelRunner, AnInStepSnapshotEqualsOneTakenAtTheChunkEnd) {
   backend::CpuBackend be;
   auto m = model::load_model((testing::test_data() / "tiny_real").string(),
                              model::LoadFormat::kAuto, be, false);
-  const PlanLimits l{.max_num_seqs = 3,
-                     .max_num_batched_tokens = 128,
-                     .max_model_len = 128,
-                     .page_size = 16,
-                     .num_snapshots = 2};
-  MemoryBudget budget;
-  budget.pages = 16;
-  const MemoryPlan plan = plan_for(*m, l, budget);
-  ModelRunner runner(*m, plan);
+  auto runner_ptr = testing::make_runner(*m, 16, 16, 3, 128, 2);
+  ModelRunner& runner = *runner_ptr;
+  const MemoryPlan& plan = runner.plan();
   std::vector<int32_t> prompt(100);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 29 + 3) % 384);
   const std::vector<int32_t> head(prompt.begin(), prompt.begin() + 64),
