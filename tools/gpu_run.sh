@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
-# Usage: tools/gpu_run.sh STAGE...   stages: ops model nccl bench1 prof bench ab hf real serve prefix
+# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn fla model nccl bench1 prof bench ab hf real serve prefix
 #        prefixab
 #        benchtp[:MODELS] servetp   (multi-GPU: TP1 vs TP2 vs TP4 on the visible GPUs)
 # Logs go to $OUT (or ./gpu_logs); a summary line is printed as each stage ends.
@@ -85,6 +85,15 @@ for stage in "$@"; do
   case $stage in
     ops)
       $BIN/cuda_ops_test >"$LOG/ops.log" 2>&1; note "ops rc=$? $(tail -1 "$LOG/ops.log")" ;;
+    gdn)  # the chunked delta rule: its op test against the CPU chunked form, then its per-layer bench
+      $BIN/gdn_chunk_test >"$LOG/gdn_chunk.log" 2>&1
+      note "gdn_chunk rc=$? $(grep -cE '^gdn chunk' "$LOG/gdn_chunk.log") cases $(tail -1 "$LOG/gdn_chunk.log")"
+      $BIN/gdn_bench >"$LOG/gdn_bench.md" 2>"$LOG/gdn_bench.err"
+      note "gdn_bench rc=$? $(tr '\n' ' ' <"$LOG/gdn_bench.md")" ;;
+    fla)  # the peer: flash-linear-attention's chunk kernel at the same shapes (.peers carried)
+      timeout 420 python3 .peers/fla_bench.py --sections env,a --budget-s 400 \
+        --out "$LOG/fla_bench.jsonl" >"$LOG/fla_bench.log" 2>&1
+      note "fla rc=$? $(grep -iE 'ms_graph|chunk' "$LOG/fla_bench.log" | tail -8 | tr '\n' ' ')" ;;
     model)
       $BIN/cuda_model_test >"$LOG/model.log" 2>&1
       rc=$?

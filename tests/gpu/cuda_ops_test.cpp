@@ -7,50 +7,10 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
-#include "gpu_test_util.h"
-#include "test_util.h"
+#include "cuda_ops_fixture.h"
 
 namespace deltaserve::backend {
 namespace {
-
-using deltaserve::testing::have_gpu;
-
-class CudaOps : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!have_gpu())
-      GTEST_SKIP() << "no CUDA device visible: GPU tests run on the H200 test machine";
-    gpu_ = std::make_unique<CudaBackend>(0);
-  }
-  // A bf16-exact random host vector.
-  static std::vector<float> rnd(size_t n, uint32_t seed, float scale = 1.0f) {
-    std::vector<float> v = deltaserve::testing::random_vec(n, seed, scale);
-    for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
-    return v;
-  }
-  // A device tensor of `dt` holding `v` (poisoned first).
-  Buffer dev(const std::vector<float>& v, DType dt, std::initializer_list<int64_t> dims) {
-    Buffer b = gpu_->alloc(dt, dims);
-    cudaMemset(b.tensor().data, 0xff, b.tensor().nbytes());
-    gpu_->upload(DType::kF32, v.data(), v.size(), b.tensor());
-    return b;
-  }
-  std::vector<float> host(const Tensor& t) {
-    std::vector<float> v(static_cast<size_t>(t.numel()));
-    gpu_->download_f32(t, v.data());
-    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
-    return v;
-  }
-  static void expect_close(const std::vector<float>& got, const std::vector<float>& ref, float rel,
-                           const char* what) {
-    ASSERT_EQ(got.size(), ref.size());
-    const float scale = std::max(1.0f, deltaserve::testing::max_abs(ref));
-    EXPECT_LE(deltaserve::testing::max_abs_diff(got.data(), ref.data(), got.size()), rel * scale)
-        << what;
-  }
-  CpuBackend cpu_;
-  std::unique_ptr<CudaBackend> gpu_;
-};
 
 TEST_F(CudaOps, RmsNormAndAddRmsNorm) {
   const int rows = 37, n = 2560;
@@ -158,25 +118,6 @@ TEST_F(CudaOps, EmbeddingGatherSiluMulGatedNorm) {
                       Tensor(z.data(), DType::kF32, {7, 4 * dv}),
                       Tensor(w.data(), DType::kF32, {dv}), 1e-6f);
   expect_close(host(dout.tensor()), o, 1e-2f, "gated_rms_norm");
-}
-
-struct SeqSpec {
-  int32_t n, start, slot;
-  std::vector<int32_t> pages;
-};
-
-// A StepBatch of sequences of n (zero) tokens each.
-StepBatch make_batch(int ps, const std::vector<SeqSpec>& seqs) {
-  StepBatchBuilder b(ps);
-  for (const SeqSpec& s : seqs)
-    b.add(0, std::vector<int32_t>(static_cast<size_t>(s.n), 0), s.start, s.slot, s.pages);
-  return b.build();
-}
-
-std::vector<int32_t> range(int32_t begin, int32_t n, int32_t step = 1) {
-  std::vector<int32_t> v;
-  for (int32_t i = 0; i < n; ++i) v.push_back(begin + step * i);
-  return v;
 }
 
 // A batch of three sequences (fresh prefill, continued prefill, decode) with scattered pages.
@@ -298,7 +239,11 @@ TEST_F(CudaOps, GdnConvAndDeltaRule) {
         Tensor(dtb.data(), DType::kF32, {nv}), Tensor(st.data(), DType::kF32, {slots, nv, dk, dv}),
         d, Tensor(out.data(), DType::kF32, {T, nv, dv}));
     expect_close(host(dout.tensor()), out, 1e-2f, "delta rule output");
-    expect_close(host(dst.tensor()), st, 1e-4f, "delta rule state (f32)");
+    // Prefill steps at dk = dv = 128 run the chunked form on bf16 operands (f32 state): its
+    // state is held to gdn_chunk_test's bound for them; the f32 recurrence to 1e-4.
+    const bool bf16_operands = kind != 1 && dk == 128 && dv == 128;
+    expect_close(host(dst.tensor()), st, bf16_operands ? 1.0f / 128 : 1e-4f,
+                 "delta rule state (f32)");
   }
 }
 

@@ -23,9 +23,10 @@ void launch_gdn_conv(const BatchMeta& b, const __nv_bfloat16* u, const __nv_bflo
 // y [T, 2*nk*dk + nv*dv] bf16 (q | k | v); a, b [T, nv] bf16; A_log, dt_bias [nv] f32; state
 // [slots, nv, dk, dv] f32 (zeroed when a sequence starts at 0); out [T, nv, dv] bf16.
 // Decode-only steps run the recurrence token by token (a head per block for dv = 128, else
-// 32-column slices); steps with a prefill and dk <= 128 run the chunked form (chunks of 64 in
-// parallel, then the chunk-to-chunk state pass) with `ws` (gdn_chunk_workspace_floats(T, s) floats;
-// null: the recurrence for every step). Precondition: dk <= 256, dv <= 256.
+// 32-column slices); steps with a prefill and dk = dv = 128 run the chunked form on bf16 tensor
+// cores with f32 accumulation and f32 state (chunks of 64 in parallel, then the chunk-to-chunk
+// pass) with `ws` (gdn_chunk_workspace_floats(T, s) floats; null: the recurrence for every step).
+// Other head shapes run the recurrence. Precondition: dk <= 256, dv <= 256.
 void launch_gated_delta_rule(const BatchMeta& b, const __nv_bfloat16* y, const __nv_bfloat16* a,
                              const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
                              float* state, const GdnShape& s, float* ws, __nv_bfloat16* out,

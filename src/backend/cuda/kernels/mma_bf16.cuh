@@ -1,0 +1,89 @@
+// Warp-level bf16 tensor-core building blocks for sm_80+: mma.sync m16n8k16 (f32 accumulate),
+// ldmatrix loads of its operand fragments from shared memory, and cp.async copies.
+//
+// Fragment layouts (g = lane / 4, c = lane % 4): an A tile (16 x 16) is four registers of two bf16,
+// (row g, cols 2c..2c+1), (row g+8, same), (row g, cols 8+2c..), (row g+8, cols 8+2c..); a B tile
+// (16 x 8) two, (rows 2c..2c+1, col g), (rows 8+2c.., col g); an accumulator (16 x 8) four f32,
+// (row g, cols 2c, 2c+1), (row g+8, cols 2c, 2c+1).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace deltaserve::cuda::mma {
+
+__device__ inline uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ inline void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+
+__device__ inline void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+
+// d += a . b (one 16 x 8 x 16 product).
+__device__ inline void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The A tile at `m` (row-major, leading dimension ld, in elements).
+__device__ inline void load_a(uint32_t (&a)[4], const __nv_bfloat16* m, int ld) {
+  const int lane = threadIdx.x % 32;
+  ldsm_x4(a, m + (lane % 16) * ld + (lane / 16) * 8);
+}
+
+// The A tile X^T, X stored k-major at `x` (rows = the inner dimension, row-major, ld).
+__device__ inline void load_a_trans(uint32_t (&a)[4], const __nv_bfloat16* x, int ld) {
+  const int lane = threadIdx.x % 32;
+  ldsm_x4_trans(a, x + (lane % 8 + (lane / 16) * 8) * ld + ((lane / 8) % 2) * 8);
+}
+
+// Two B tiles (16 x 16: columns n0..n0+7 in b[0..1], n0+8.. in b[2..3]) of B stored k-major at
+// `m` (B[k][n] row-major, ld).
+__device__ inline void load_b(uint32_t (&b)[4], const __nv_bfloat16* m, int ld) {
+  const int lane = threadIdx.x % 32;
+  ldsm_x4_trans(b, m + (lane % 8 + ((lane / 8) % 2) * 8) * ld + (lane / 16) * 8);
+}
+
+// Two B tiles of B = X^T, X stored n-major at `x` (X[n][k] row-major, ld): e.g. K^T for Q K^T.
+__device__ inline void load_b_trans(uint32_t (&b)[4], const __nv_bfloat16* x, int ld) {
+  const int lane = threadIdx.x % 32;
+  ldsm_x4(b, x + (lane % 8 + (lane / 16) * 8) * ld + ((lane / 8) % 2) * 8);
+}
+
+__device__ inline uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// 16 bytes global -> shared, asynchronously; zeros when !valid.
+__device__ inline void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+
+__device__ inline void cp_async4(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+               "r"(valid ? 4 : 0));
+}
+
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int kPending>
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+}  // namespace deltaserve::cuda::mma

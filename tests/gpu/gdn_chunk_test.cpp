@@ -1,0 +1,107 @@
+// The chunked delta rule of the CUDA backend (bf16 tensor-core operands, f32 accumulation and f32
+// state) against the CPU backend's chunked form (f32 throughout), at the real head shape (dk = dv =
+// 128, two value heads per key head): single sequences of T in {1, 63, 64, 65, 1000, 8192}, fresh
+// and continuing from a state; varlen mixes; an in-step snapshot. Bounds are those of bf16
+// operands: |error| <= 2^-6 of the largest reference magnitude (at least 1) for the bf16 output and
+// 2^-7 for the f32 state (4 and 2 bf16 ulps at that magnitude).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "cuda_ops_fixture.h"
+
+namespace deltaserve::backend {
+namespace {
+
+constexpr int kNk = 2, kNv = 4, kD = 128, kPage = 64;
+constexpr float kOutBound = 1.0f / 64, kStateBound = 1.0f / 128;
+
+struct Seq {
+  int32_t n, start;
+};
+
+struct Case {
+  const char* name;
+  std::vector<Seq> seqs;
+  int32_t snap_at = 0;  // > 0: the first sequence's state after this many tokens to slot `seqs`
+};
+
+StepBatch case_batch(const Case& c) {
+  StepBatchBuilder b(kPage);
+  int32_t page = 0;
+  for (size_t i = 0; i < c.seqs.size(); ++i) {
+    const Seq& s = c.seqs[i];
+    const int32_t pages = (s.start + s.n + kPage - 1) / kPage;
+    b.add(0, std::vector<int32_t>(static_cast<size_t>(s.n), 0), s.start, static_cast<int32_t>(i),
+          range(page, pages));
+    page += pages;
+    if (i == 0 && c.snap_at > 0) b.save_snapshot_at(c.snap_at, static_cast<int32_t>(c.seqs.size()));
+  }
+  return b.build();
+}
+
+class GdnChunk : public CudaOps {
+ protected:
+  // Runs one case on both backends; returns {output error, state error} relative to the scale.
+  std::pair<float, float> run(const Case& c) {
+    const StepBatch batch = case_batch(c);
+    const int T = batch.num_tokens(), C = 2 * kNk * kD + kNv * kD;
+    const int slots = static_cast<int>(c.seqs.size()) + 1;
+    GdnDims d{kNk, kNv, kD, kD, 4};
+    auto y = rnd(static_cast<size_t>(T) * C, 40), a = rnd(static_cast<size_t>(T) * kNv, 41),
+         bb = rnd(static_cast<size_t>(T) * kNv, 42), dtb = rnd(kNv, 44, 0.5f);
+    // Decay rates from ~0.005 to ~0.5 per token: long sequences keep a long memory.
+    std::vector<float> alog = deltaserve::testing::random_vec(kNv, 43, 1.5f);
+    for (float& x : alog) x -= 2.5f;
+    auto st = deltaserve::testing::random_vec(static_cast<size_t>(slots) * kNv * kD * kD, 45, 0.1f);
+    auto dy = dev(y, DType::kBF16, {T, C}), da = dev(a, DType::kBF16, {T, kNv}),
+         db = dev(bb, DType::kBF16, {T, kNv}), dal = dev(alog, DType::kF32, {kNv}),
+         ddt = dev(dtb, DType::kF32, {kNv}), dst = dev(st, DType::kF32, {slots, kNv, kD, kD});
+    auto dout = gpu_->alloc(DType::kBF16, {T, kNv, kD});
+    gpu_->gated_delta_rule(batch, dy.tensor(), da.tensor(), db.tensor(), dal.tensor(), ddt.tensor(),
+                           dst.tensor(), d, dout.tensor());
+    std::vector<float> out(static_cast<size_t>(T) * kNv * kD);
+    cpu_.gated_delta_rule(
+        batch, Tensor(y.data(), DType::kF32, {T, C}), Tensor(a.data(), DType::kF32, {T, kNv}),
+        Tensor(bb.data(), DType::kF32, {T, kNv}), Tensor(alog.data(), DType::kF32, {kNv}),
+        Tensor(dtb.data(), DType::kF32, {kNv}),
+        Tensor(st.data(), DType::kF32, {slots, kNv, kD, kD}), d,
+        Tensor(out.data(), DType::kF32, {T, kNv, kD}));
+    const std::vector<float> got_out = host(dout.tensor()), got_st = host(dst.tensor());
+    auto rel = [](const std::vector<float>& g, const std::vector<float>& r) {
+      const float scale = std::max(1.0f, deltaserve::testing::max_abs(r));
+      return deltaserve::testing::max_abs_diff(g.data(), r.data(), g.size()) / scale;
+    };
+    return {rel(got_out, out), rel(got_st, st)};
+  }
+  void check(const Case& c) {
+    const auto [eo, es] = run(c);
+    std::printf("gdn chunk %-28s output %.3e state %.3e\n", c.name, eo, es);
+    EXPECT_LE(eo, kOutBound) << c.name << ": output";
+    EXPECT_LE(es, kStateBound) << c.name << ": state (every slot, the snapshot's included)";
+  }
+};
+
+TEST_F(GdnChunk, SingleSequencesFreshAndFromAState) {
+  for (int32_t T : {1, 63, 64, 65, 1000, 8192})
+    for (int32_t start : {0, 77}) {
+      const std::string name = "T=" + std::to_string(T) + (start ? " from a state" : " fresh");
+      check(Case{name.c_str(), {{T, start}}});
+    }
+}
+
+TEST_F(GdnChunk, VarlenMixes) {
+  check(Case{"8 x 1024 fresh", std::vector<Seq>(8, Seq{1024, 0})});
+  check(
+      Case{"mixed lengths and starts", {{1000, 0}, {65, 300}, {1, 40}, {64, 0}, {130, 5}, {1, 0}}});
+  check(Case{"decode rows beside a prefill", {{1, 10}, {1, 20}, {200, 0}, {1, 30}}});
+}
+
+TEST_F(GdnChunk, InStepSnapshot) {
+  check(Case{"snapshot at 128 of 300", {{300, 64}, {70, 0}}, 128});
+  check(Case{"snapshot at 64 of 65", {{65, 0}}, 64});
+}
+
+}  // namespace
+}  // namespace deltaserve::backend
