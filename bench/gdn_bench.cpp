@@ -2,15 +2,15 @@
 // heads, d = 128): ms per layer call (median of timed rounds of back-to-back calls on the stream),
 // for one sequence of 512 / 2k / 8k / 32k tokens and varlen 8 x 1024, fresh and continuing from a
 // state. The shapes are flash-linear-attention's in ../shared/peers/fla_bench.py (section a).
-// Usage: gdn_bench [--rounds 7] [--calls 20]
+// Usage: gdn_bench [--rounds 7] [--calls 20] [--seqs N --len L (that shape only, fresh)]
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "app/args.h"
+#include "cuda_timing.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/step_batch.h"
 
@@ -55,26 +55,7 @@ double time_shape(ds::backend::CudaBackend& be, const Shape& sh, int32_t start, 
     be.gated_delta_rule(batch, y.tensor(), a.tensor(), bg.tensor(), alog.tensor(), dtb.tensor(),
                         state.tensor(), d, out.tensor());
   };
-  call();
-  be.synchronize();
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<double> ms;
-  for (int r = 0; r < rounds; ++r) {
-    cudaEventRecord(e0, be.stream());
-    for (int i = 0; i < calls; ++i) call();
-    cudaEventRecord(e1, be.stream());
-    cudaEventSynchronize(e1);
-    float t = 0;
-    cudaEventElapsedTime(&t, e0, e1);
-    ms.push_back(t / calls);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  if (cudaGetLastError() != cudaSuccess) throw std::runtime_error("CUDA error in the GDN bench");
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return ds::bench::median_ms_per_call(be.stream(), rounds, calls, call);
 }
 
 }  // namespace
@@ -82,10 +63,16 @@ double time_shape(ds::backend::CudaBackend& be, const Shape& sh, int32_t start, 
 int main(int argc, char** argv) {
   try {
     std::vector<std::string> args(argv + 1, argv + argc);
-    ds::app::Args a(args, "gdn_bench", {"rounds", "calls"}, {});
+    ds::app::Args a(args, "gdn_bench", {"rounds", "calls", "seqs", "len"}, {});
     const int rounds = static_cast<int>(a.get_int("rounds", 7, 1, 1000));
     const int calls = static_cast<int>(a.get_int("calls", 20, 1, 1000));
     ds::backend::CudaBackend be(0);
+    if (a.has("len")) {  // one shape (e.g. under a profiler)
+      const Shape s{static_cast<int>(a.get_int("seqs", 1, 1, 1024)),
+                    static_cast<int>(a.get_int("len", 8192, 1, 1 << 20))};
+      std::printf("%d x %d: %.3f ms per layer\n", s.seqs, s.len, time_shape(be, s, 0, rounds, calls));
+      return 0;
+    }
     std::printf("| shape | fresh ms per layer | from a state ms per layer |\n|---|---|---|\n");
     for (const Shape s :
          {Shape{1, 512}, Shape{1, 2048}, Shape{1, 8192}, Shape{8, 1024}, Shape{1, 32768}}) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
-# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn fla model nccl bench1 prof bench ab hf real serve prefix
+# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn attn fla model nccl bench1 prof bench ab hf real serve prefix
 #        prefixab
 #        benchtp[:MODELS] servetp   (multi-GPU: TP1 vs TP2 vs TP4 on the visible GPUs)
 # Logs go to $OUT (or ./gpu_logs); a summary line is printed as each stage ends.
@@ -90,6 +90,9 @@ for stage in "$@"; do
       note "gdn_chunk rc=$? $(grep -cE '^gdn chunk' "$LOG/gdn_chunk.log") cases $(tail -1 "$LOG/gdn_chunk.log")"
       $BIN/gdn_bench >"$LOG/gdn_bench.md" 2>"$LOG/gdn_bench.err"
       note "gdn_bench rc=$? $(tr '\n' ' ' <"$LOG/gdn_bench.md")" ;;
+    attn)  # prefill attention alone: ms per layer and causal TFLOP/s at the 4B shape
+      $BIN/attn_bench >"$LOG/attn_bench.md" 2>"$LOG/attn_bench.err"
+      note "attn_bench rc=$? $(tr '\n' ' ' <"$LOG/attn_bench.md")" ;;
     fla)  # the peer: flash-linear-attention's chunk kernel at the same shapes (.peers carried)
       timeout 420 python3 .peers/fla_bench.py --sections env,a --budget-s 400 \
         --out "$LOG/fla_bench.jsonl" >"$LOG/fla_bench.log" 2>&1
@@ -116,8 +119,9 @@ for stage in "$@"; do
         --num-prompts 2 --input-len 1024 --output-len 64 --max-concurrency 1 --max-num-seqs 4 \
         >"$LOG/prof.log" 2>&1
       note "prof rc=$?" ;;
-    bench)  # the model-level table: decode B=1/16/64/256 at ctx 1k, prefill 512/2k/8k, per-op
-      $BIN/gpu_bench --model $M --profile --gemv >"$LOG/gpu_bench.md" 2>"$LOG/gpu_bench.err"
+    bench)  # the model-level table: decode B=1/16/64/256 at ctx 1k, prefill $PREFILLS, per-op
+      $BIN/gpu_bench --model $M --profile --gemv --prefill ${PREFILLS:-512,2048,8192} \
+        >"$LOG/gpu_bench.md" 2>"$LOG/gpu_bench.err"
       note "bench rc=$?" ;;
     ab)  # A/B of the model-level bench against a base build's (.device_out/bin/gpu_bench_base,
          # staged from another commit), interleaved: new, base, new, base

@@ -2,6 +2,7 @@
 // is visible). Inputs are rounded to bf16 first so both backends see the same values; outputs are
 // compared at bf16 resolution.
 #include <cuda_runtime.h>
+#include <stdlib.h>
 #include <gtest/gtest.h>
 
 #include "backend/cpu/cpu_backend.h"
@@ -137,18 +138,35 @@ StepBatch long_batch(int ps) {
   return make_batch(ps, {{1, 1000, 0, range(81, 63, -1)}, {1, 300, 1, range(0, 19)}});
 }
 
-TEST_F(CudaOps, AttentionPrepAndPagedAttention) {
+// Longer prefills across several 128-query tiles (a partial last one): 600 fresh tokens, and 200
+// continuing 500 cached (not on a tile boundary), with interleaved pages, next to a decode row.
+StepBatch long_prefill_batch(int ps) {
+  return make_batch(ps, {{600, 0, 0, range(0, 38, 2)}, {200, 500, 1, range(1, 44, 2)},
+                         {1, 40, 2, range(90, 3)}});
+}
+
+class PagedAttention : public CudaOps {
+ protected:
+  // Every case below with the prefill kernel that DS_PREFILL_ATTENTION names (attention_prefill.cuh).
+  void run_cases(const char* prefill_kernel);
+};
+
+void PagedAttention::run_cases(const char* prefill_kernel) {
+  setenv("DS_PREFILL_ATTENTION", prefill_kernel, 1);
+  SCOPED_TRACE(prefill_kernel);
   const int ps = 16;
   // kind 0: mixed short prefill / decode, 1: long-context decode (split-KV), 2: long prefills
-  // (the tensor-core kernel for hd 64 / 128 / 256, across 64-token tiles, after cached positions).
+  // (the tensor-core kernel for hd 64 / 128 / 256, after cached positions), 3: longer prefills.
   for (auto [nh, nkv, hd, rd, kind] :
        {std::tuple{4, 2, 256, 64, 0}, std::tuple{4, 2, 32, 16, 0}, std::tuple{16, 4, 256, 64, 0},
         std::tuple{6, 2, 64, 32, 0}, std::tuple{16, 4, 256, 64, 1}, std::tuple{8, 8, 128, 32, 1},
-        std::tuple{16, 4, 256, 64, 2}, std::tuple{8, 2, 128, 32, 2}, std::tuple{4, 4, 64, 64, 2}}) {
+        std::tuple{16, 4, 256, 64, 2}, std::tuple{8, 2, 128, 32, 2}, std::tuple{4, 4, 64, 64, 2},
+        std::tuple{8, 2, 256, 64, 3}, std::tuple{4, 2, 128, 32, 3}}) {
     const StepBatch batch = kind == 1   ? long_batch(ps)
                             : kind == 2 ? prefill_batch(ps)
+                            : kind == 3 ? long_prefill_batch(ps)
                                         : test_batch(ps);
-    const int pages = kind == 1 ? 82 : kind == 2 ? 21 : 12;
+    const int pages = kind == 1 ? 82 : kind == 2 ? 21 : kind == 3 ? 93 : 12;
     const int T = batch.num_tokens();
     AttnDims d{nh, nkv, hd, rd, 1e6, 1e-6f};
     auto qg = rnd(static_cast<size_t>(T) * nh * 2 * hd, 20),
@@ -188,6 +206,13 @@ TEST_F(CudaOps, AttentionPrepAndPagedAttention) {
     expect_close(host(dvc.tensor()), vc, 0.0f, "v cache");
     expect_close(host(dout.tensor()), out, 1e-2f, "paged attention");
   }
+}
+
+TEST_F(PagedAttention, WithTheWmmaPrefillKernel) { run_cases("wmma"); }
+
+TEST_F(PagedAttention, WithTheFa2PrefillKernel) {
+  run_cases("fa2");
+  unsetenv("DS_PREFILL_ATTENTION");
 }
 
 // A decode-only step (one token per sequence; one of them fresh): the delta rule's dv = 128 path.

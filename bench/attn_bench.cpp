@@ -1,0 +1,92 @@
+// Prefill attention alone at the Qwen3.5-4B full-attention shape (16 query heads, 4 KV heads, head
+// dim 256, pages of 16): ms per layer call (cuda_timing.h) and TFLOP/s of causal attention work
+// (4 * hd * nh * the query-key pairs at or before each query: S = Q K^T and O = P V), for one
+// sequence of 512 / 2k / 8k / 32k tokens, varlen 8 x 1024, and a 2k chunk continuing 6k cached;
+// each prefill kernel (DS_PREFILL_ATTENTION, attention_prefill.cuh) side by side.
+// Usage: attn_bench [--rounds 7] [--calls 10]
+#include <cuda_runtime.h>
+
+#include <stdlib.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "app/args.h"
+#include "backend/cuda/cuda_backend.h"
+#include "core/step_batch.h"
+#include "cuda_timing.h"
+
+namespace ds = deltaserve;
+
+namespace {
+
+constexpr int kNh = 16, kNkv = 4, kHd = 256, kPage = 16;
+
+struct Shape {
+  int seqs, len, start;  // start: tokens already in the cache
+};
+
+ds::StepBatch batch_of(const Shape& s) {
+  ds::StepBatchBuilder b(kPage);
+  const int32_t pages = (s.start + s.len + kPage - 1) / kPage;
+  std::vector<int32_t> table(static_cast<size_t>(pages));
+  for (int i = 0; i < s.seqs; ++i) {
+    // Pages of the sequences interleaved, as a busy cache hands them out.
+    for (int32_t p = 0; p < pages; ++p) table[static_cast<size_t>(p)] = p * s.seqs + i;
+    b.add(0, std::vector<int32_t>(static_cast<size_t>(s.len), 1), s.start, i, table);
+  }
+  return b.build();
+}
+
+// Causal attention FLOPs of the step: every query of position p sees p + 1 keys.
+double causal_flops(const Shape& s) {
+  const double pairs = static_cast<double>(s.len) * s.start + 0.5 * s.len * (s.len + 1.0);
+  return 4.0 * kHd * kNh * pairs * s.seqs;
+}
+
+double time_shape(ds::backend::CudaBackend& be, const Shape& sh, int rounds, int calls) {
+  const ds::StepBatch batch = batch_of(sh);
+  const int64_t T = batch.num_tokens();
+  const int64_t pages = static_cast<int64_t>(sh.seqs) * ((sh.start + sh.len + kPage - 1) / kPage);
+  auto q = be.alloc(ds::DType::kBF16, {T, kNh, kHd}), gate = be.alloc(ds::DType::kBF16, {T, kNh, kHd}),
+       out = be.alloc(ds::DType::kBF16, {T, kNh, kHd});
+  auto kc = be.alloc(ds::DType::kBF16, {pages, kPage, kNkv, kHd}),
+       vc = be.alloc(ds::DType::kBF16, {pages, kPage, kNkv, kHd});
+  // Non-zero inputs (bf16 0x3c3c = 0.0115): zeros can run faster than real data.
+  for (auto* t : {&q, &gate, &kc, &vc}) cudaMemset(t->tensor().data, 0x3c, t->tensor().nbytes());
+  const ds::backend::AttnDims d{kNh, kNkv, kHd, 64, 1e7, 1e-6f};
+  return ds::bench::median_ms_per_call(be.stream(), rounds, calls, [&] {
+    be.paged_attention(batch, q.tensor(), gate.tensor(), kc.tensor(), vc.tensor(), d, out.tensor());
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    ds::app::Args a(args, "attn_bench", {"rounds", "calls"}, {});
+    const int rounds = static_cast<int>(a.get_int("rounds", 7, 1, 1000));
+    const int calls = static_cast<int>(a.get_int("calls", 10, 1, 1000));
+    ds::backend::CudaBackend be(0);
+    std::printf(
+        "| shape | cached | wmma ms per layer | wmma TFLOP/s | fa2 ms per layer | fa2 TFLOP/s |\n"
+        "|---|---|---|---|---|---|\n");
+    for (const Shape s : {Shape{1, 512, 0}, Shape{1, 2048, 0}, Shape{1, 8192, 0}, Shape{8, 1024, 0},
+                          Shape{1, 2048, 6144}, Shape{1, 32768, 0}}) {
+      std::printf("| %d x %d | %d ", s.seqs, s.len, s.start);
+      for (const char* kernel : {"wmma", "fa2"}) {
+        setenv("DS_PREFILL_ATTENTION", kernel, 1);
+        const double ms = time_shape(be, s, rounds, calls);
+        std::printf("| %.3f | %.1f ", ms, causal_flops(s) / ms * 1e-9);
+      }
+      std::printf("|\n");
+      std::fflush(stdout);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attn_bench: %s\n", e.what());
+    return 1;
+  }
+}
