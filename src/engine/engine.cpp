@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "engine/output_constraint.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -229,9 +230,10 @@ void Engine::run_step(const ScheduledStep& step) {
     const StepSeq& s = step.batch.seq(i);
     if (s.num_samples == 0) continue;
     tokens.clear();
+    const Request& r = *step.requests[i];
     for (int32_t k = 0; k < s.num_samples; ++k) {
       const backend::Sampled& o = out[static_cast<size_t>(s.sample_begin + k)];
-      const int32_t token = scripted(*step.requests[i], k, o.token);
+      const int32_t token = constrained(r, tokens, scripted(r, k, o.token));
       tokens.push_back({token, TokenLogprob{token, o.logprob, o.top}});
     }
     on_tokens(*step.requests[i], tokens);
@@ -243,6 +245,14 @@ int32_t Engine::scripted(const Request& r, int32_t k, int32_t sampled) const {
   if (script.empty()) return sampled;
   const size_t at = static_cast<size_t>(r.num_outputs() + k);
   return at < script.size() ? script[at] : cfg_.eos_token_ids.at(0);
+}
+
+int32_t Engine::constrained(const Request& r, std::span<const SampledToken> earlier,
+                            int32_t token) const {
+  if (r.params.forced_prefixes.empty()) return token;
+  std::vector<int32_t> outputs(r.tokens.begin() + r.num_prompt, r.tokens.end());
+  for (const SampledToken& t : earlier) outputs.push_back(t.token);
+  return constrain_token(r.params, outputs, token);
 }
 
 backend::SampleSpec Engine::sample_spec(const Request& r) const {
@@ -264,6 +274,8 @@ backend::SampleSpec Engine::sample_spec(const Request& r) const {
     s.output_tokens.assign(prompt_end, r.tokens.end());
   s.banned = banned_tokens(r);
   s.bias = p.logit_bias;
+  for (const int32_t t : allowed_next_tokens(p, std::span(r.tokens).subspan(r.num_prompt)))
+    s.bias.emplace_back(t, kForcedBias);
   return s;
 }
 

@@ -99,6 +99,8 @@ class Engine {
   void on_tokens(Request& r, std::span<const SampledToken> tokens);
   // The token a request gets for its k-th sampled row of the step: the debug script's, if any.
   int32_t scripted(const Request& r, int32_t k, int32_t sampled) const;
+  // `token` (after `earlier` tokens of this step) under the request's forced prefixes.
+  int32_t constrained(const Request& r, std::span<const SampledToken> earlier, int32_t token) const;
   // What the backend needs to sample the request's next token.
   backend::SampleSpec sample_spec(const Request& r) const;
   void finish(Request& r, FinishReason why, OutputDelta d);

@@ -22,6 +22,8 @@ std::string SamplingParams::validate() const {
     if (s.empty()) return "stop strings must not be empty";
   for (const auto& [t, b] : logit_bias)
     if (!(b >= -100 && b <= 100)) return "logit_bias values must be in [-100, 100]";
+  for (const std::vector<int32_t>& f : forced_prefixes)
+    if (f.empty()) return "forced prefixes must not be empty";
   return "";
 }
 

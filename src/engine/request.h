@@ -36,6 +36,10 @@ struct SamplingParams {
   bool logprobs = false;     // logprob of each chosen token
   int32_t top_logprobs = 0;  // and of the top n alternatives
   bool skip_special_tokens = true;
+  // The output must start with one of these token sequences (output_constraint.h): from the first
+  // output token, or right after the first `constrain_after` token when that is >= 0.
+  std::vector<std::vector<int32_t>> forced_prefixes;
+  int32_t constrain_after = -1;
 
   // Empty when valid, else what is wrong (the server answers 400 with it).
   std::string validate() const;

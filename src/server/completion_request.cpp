@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "server/reasoning_parser.h"
 #include "server/request_fields.h"
+#include "server/tool_choice.h"
 
 namespace deltaserve::server {
 
@@ -132,7 +133,7 @@ int32_t max_tokens_of(const json& b, bool chat, int64_t prompt_len, int64_t max_
 }
 
 // Fields deltaserve does not implement yet are refused with a 400 naming them, never ignored.
-void refuse_unsupported(const json& b, bool chat, bool tool_parser) {
+void refuse_unsupported(const json& b, bool chat) {
   if (present(b, "response_format")) {
     const json& f = b["response_format"];
     if (!f.is_object() || !f.contains("type") || f["type"] != "text")
@@ -144,17 +145,6 @@ void refuse_unsupported(const json& b, bool chat, bool tool_parser) {
   if (!chat && present(b, "suffix")) bad_request("suffix is not supported", "suffix");
   if (present(b, "stream_options") && !get_bool(b, "stream").value_or(false))
     bad_request("stream_options can only be given when stream is true", "stream_options");
-  if (chat && present(b, "tool_choice")) {
-    const json& c = b["tool_choice"];
-    if (c.is_string() && c == "auto" && !tool_parser)
-      bad_request(
-          "\"auto\" tool choice needs a tool-call parser, which this server does not "
-          "have yet",
-          "tool_choice");
-    if (!(c.is_string() && (c == "none" || c == "auto")))
-      bad_request("tool_choice \"required\" or a named function is not supported yet",
-                  "tool_choice");
-  }
 }
 
 // The prompts of a completions body: a list of several prompts (strings or token-id lists), or
@@ -226,17 +216,19 @@ CompletionRequest parse_completion_request(const json& b, bool chat, const Reque
       throw NotFoundError("The model `" + b["model"].get<std::string>() + "` does not exist.",
                           "model");
   }
-  refuse_unsupported(b, chat, ctx.tool_call_parser);
+  refuse_unsupported(b, chat);
   CompletionRequest r;
   r.chat = chat;
   r.generate.params = parse_sampling_params(b, chat, ctx.tok.vocab_size());
   if (chat) {
+    const ToolChoice choice = parse_tool_choice(b, ctx.tool_call_parser);
     const std::string prompt = chat_prompt(b, ctx);
     r.reasoning = ctx.reasoning_parser;
     r.prompt_opens_think = ReasoningParser::prompt_opens_think(prompt);
-    const bool none = present(b, "tool_choice") && b["tool_choice"] == "none";
-    r.tool_calls = ctx.tool_call_parser && present(b, "tools") && !none;
+    r.tool_calls = choice.kind != ToolChoiceKind::kNone;
+    r.named_tool_choice = choice.kind == ToolChoiceKind::kNamed;
     if (r.tool_calls) r.tools = b["tools"];
+    force_tool_call(choice, r.tools, ctx.tok, r.prompt_opens_think, r.generate.params);
     r.generate.prompt_ids = ctx.tok.encode(prompt);
   } else {
     r.generate.prompt_ids = text_prompt(b, ctx);

@@ -31,6 +31,7 @@ struct CompletionRequest {
   bool reasoning = false;           // split <think> ... </think> into reasoning_content
   bool prompt_opens_think = false;  // the rendered prompt leaves a <think> block open
   bool tool_calls = false;          // parse <tool_call> blocks into tool_calls
+  bool named_tool_choice = false;   // tool_choice names a function: finish_reason stays "stop"
   json tools;                       // the request's tools (their schemas type the arguments)
   std::string echo;                 // completions with echo: the prompt's text, sent first
   bool return_token_ids = false;    // vLLM's: prompt_token_ids and token_ids in each choice

@@ -31,6 +31,7 @@ class ChatWriter final : public CompletionWriter {
         reasoning_(req.reasoning),
         opens_think_(req.prompt_opens_think),
         tool_calls_(req.tool_calls),
+        calls_finish_(req.named_tool_choice ? "" : "tool_calls"),
         parser_(req.prompt_opens_think),
         tools_(req.tools) {}
 
@@ -76,7 +77,7 @@ class ChatWriter final : public CompletionWriter {
     if (!p.content.empty() || p.reasoning.empty()) delta["content"] = p.content;
     if (!calls.empty()) {
       delta["tool_calls"] = tool_calls_json(calls, true);
-      finish_reason_ = "tool_calls";
+      if (!calls_finish_.empty()) finish_reason_ = calls_finish_;
     }
     return {{"index", index_}, {"delta", delta}, {"logprobs", logprobs}};
   }
@@ -112,7 +113,7 @@ class ChatWriter final : public CompletionWriter {
       if (!calls.empty()) {
         message["content"] = content.empty() ? json(nullptr) : json(content);
         message["tool_calls"] = tool_calls_json(calls, false);
-        finish_reason_ = "tool_calls";
+        if (!calls_finish_.empty()) finish_reason_ = calls_finish_;
       }
     }
     return {{"index", index_},
@@ -122,6 +123,9 @@ class ChatWriter final : public CompletionWriter {
 
   json content_ = json::array();
   bool reasoning_, opens_think_, tool_calls_;
+  // The finish_reason of a reply with calls: "tool_calls", or empty (the engine's, "stop") for a
+  // named tool_choice, as OpenAI's and vLLM's.
+  std::string calls_finish_;
   ReasoningParser parser_;  // streamed deltas
   ToolCallParser tools_;    // streamed deltas
 };

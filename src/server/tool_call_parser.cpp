@@ -1,5 +1,7 @@
 #include "server/tool_call_parser.h"
 
+#include <algorithm>
+
 namespace deltaserve::server {
 
 namespace {
@@ -12,15 +14,15 @@ std::string_view trim_newlines(std::string_view s) {
   return s;
 }
 
-// The text between `open` and `close` starting at `from`; npos-safe (empty when absent).
-std::string_view between(std::string_view s, std::string_view open, std::string_view close,
-                         size_t& from) {
-  const size_t a = s.find(open, from);
+// The body of the call opening at or after `from` (up to </tool_call>, or to the end of a reply
+// that ends inside it, as vLLM's parser reads a call cut by a stop token); empty when none.
+std::string_view next_call(std::string_view s, size_t& from) {
+  const size_t a = s.find(kCall, from);
   if (a == std::string_view::npos) return {};
-  const size_t b = s.find(close, a + open.size());
-  if (b == std::string_view::npos) return {};
-  from = b + close.size();
-  return s.substr(a + open.size(), b - a - open.size());
+  const size_t b = s.find("</tool_call>", a + kCall.size());
+  const size_t end = b == std::string_view::npos ? s.size() : b;
+  from = b == std::string_view::npos ? s.size() : b + 12;
+  return s.substr(a + kCall.size(), end - a - kCall.size());
 }
 
 }  // namespace
@@ -81,8 +83,8 @@ json ToolCallParser::typed_value(const std::string& function, const std::string&
 
 void ToolCallParser::parse_calls(std::string_view text, std::vector<ToolCall>& calls) const {
   size_t pos = 0;
-  for (;;) {
-    const std::string_view call = between(text, "<tool_call>", "</tool_call>", pos);
+  while (pos < text.size()) {
+    const std::string_view call = next_call(text, pos);
     if (call.empty()) return;
     size_t f = 0;
     const size_t name_at = call.find("<function=");
@@ -93,16 +95,18 @@ void ToolCallParser::parse_calls(std::string_view text, std::vector<ToolCall>& c
     tc.name = std::string(call.substr(name_at + 10, name_end - name_at - 10));
     json args = json::object();
     f = name_end + 1;
-    for (;;) {
+    for (;;) {  // a parameter left open ends at the next one, at </function> or at the end
       const size_t p = call.find("<parameter=", f);
       if (p == std::string_view::npos) break;
       const size_t pe = call.find('>', p);
+      if (pe == std::string_view::npos) break;
       const size_t close = call.find("</parameter>", pe);
-      if (pe == std::string_view::npos || close == std::string_view::npos) break;
+      const size_t end = std::min({close, call.find("<parameter=", pe), call.find("</function>", pe),
+                                   call.size()});
       const std::string arg(call.substr(p + 11, pe - p - 11));
-      args[arg] = typed_value(tc.name, arg,
-                              std::string(trim_newlines(call.substr(pe + 1, close - pe - 1))));
-      f = close + 12;
+      args[arg] =
+          typed_value(tc.name, arg, std::string(trim_newlines(call.substr(pe + 1, end - pe - 1))));
+      f = end == close ? close + 12 : end;
     }
     tc.arguments = dump_json(args);
     calls.push_back(std::move(tc));

@@ -8,7 +8,8 @@
 //   </function>
 //   </tool_call>
 // This splits a reply's content into the text before the first <tool_call> (streamed as it comes;
-// a tag cut across deltas is held back) and the calls after it (parsed when the reply ends). Each
+// a tag cut across deltas is held back) and the calls after it (parsed when the reply ends; as in
+// vLLM's parser, a call or parameter left open — cut by max_tokens, say — is read to the end). Each
 // VALUE becomes JSON by the type its tool's schema declares (integer, number, boolean, object,
 // array, else string).
 #pragma once

@@ -9,6 +9,7 @@ const URL = process.env.DS_URL;
 const URL_SMALL = process.env.DS_URL_SMALL;
 const URL_SCRIPT = process.env.DS_URL_SCRIPT;
 const URL_TOOLS = process.env.DS_URL_TOOLS;
+const URL_FORCED = process.env.DS_URL_FORCED;
 const KEY = process.env.DS_KEY;
 const client = new OpenAI({ baseURL: `${URL}/v1`, apiKey: KEY, maxRetries: 0 });
 const models = await client.models.list();
@@ -295,7 +296,7 @@ test('tool calls, streamed', async () => {
   assert.deepEqual(JSON.parse(calls[0].arguments), { city: 'Paris', days: 3 });
 });
 
-test('tool_choice none, the tool result turn, and tool_choice required refused', async () => {
+test('tool_choice none, the tool result turn, and bad tool choices refused', async () => {
   const none = await tooled.chat.completions.create({ model: MODEL, messages: weatherAsk, tools: weatherTools, tool_choice: 'none' });
   assert.equal(none.choices[0].finish_reason, 'stop');
   assert.ok(none.choices[0].message.content.includes('<tool_call>'), 'no parsing with tool_choice none');
@@ -306,8 +307,65 @@ test('tool_choice none, the tool result turn, and tool_choice required refused',
     { role: 'assistant', content: null, tool_calls: [call] },
     { role: 'tool', tool_call_id: call.id, content: '{"temp": 21}' }] });
   assert.equal(followUp.choices.length, 1);
-  await expectStatus(tooled.chat.completions.create({ model: MODEL, messages: weatherAsk, tools: weatherTools, tool_choice: 'required' }), 400);
+  await expectStatus(tooled.chat.completions.create({ model: MODEL, messages: weatherAsk, tool_choice: 'required' }), 400);
+  await expectStatus(tooled.chat.completions.create({ model: MODEL, messages: weatherAsk, tools: weatherTools,
+    tool_choice: { type: 'function', function: { name: 'get_date' } } }), 400);
   await expectStatus(client.chat.completions.create({ model: MODEL, messages: weatherAsk, tools: weatherTools, tool_choice: 'auto' }), 400);
+});
+
+// tool_choice "required" / a named function on a server (no tool-call parser flag) whose "model"
+// always answers with a get_time call: the reply's opening is forced to the chosen tool's.
+const forcedClient = new OpenAI({ baseURL: `${URL_FORCED}/v1`, apiKey: 'none', maxRetries: 0 });
+const twoTools = [...weatherTools, { type: 'function', function: { name: 'get_time', description: 'time',
+  parameters: { type: 'object', properties: { zone: { type: 'string' } } } } }];
+const timeAsk = [{ role: 'user', content: 'What time is it in UTC?' }];
+
+async function streamedCalls(body) {
+  const stream = await forcedClient.chat.completions.create({ ...body, stream: true });
+  const calls = [];
+  let finish = null;
+  for await (const chunk of stream) {
+    for (const c of chunk.choices[0]?.delta?.tool_calls ?? []) {
+      calls[c.index] ??= { name: '', arguments: '' };
+      calls[c.index].name += c.function?.name ?? '';
+      calls[c.index].arguments += c.function?.arguments ?? '';
+    }
+    finish = chunk.choices[0]?.finish_reason ?? finish;
+  }
+  return { calls, finish };
+}
+
+test('tool_choice required keeps the model\'s choice of tool, finish_reason tool_calls', async () => {
+  const body = { model: MODEL, messages: timeAsk, tools: twoTools, tool_choice: 'required' };
+  const r = await forcedClient.chat.completions.create(body);
+  assert.equal(r.choices[0].finish_reason, 'tool_calls');
+  const calls = r.choices[0].message.tool_calls;
+  assert.equal(calls.length, 1);
+  assert.equal(calls[0].function.name, 'get_time');
+  assert.deepEqual(JSON.parse(calls[0].function.arguments), { zone: 'UTC' });
+  const s = await streamedCalls(body);
+  assert.equal(s.finish, 'tool_calls');
+  assert.deepEqual(s.calls.map((c) => c.name), ['get_time']);
+});
+
+test('a named tool_choice forces that function, finish_reason stop (as OpenAI and vLLM)', async () => {
+  const pick = (name) => ({ model: MODEL, messages: timeAsk, tools: twoTools,
+    tool_choice: { type: 'function', function: { name } } });
+  const time = await forcedClient.chat.completions.create(pick('get_time'));
+  assert.equal(time.choices[0].finish_reason, 'stop');
+  assert.equal(time.choices[0].message.tool_calls[0].function.name, 'get_time');
+  assert.deepEqual(JSON.parse(time.choices[0].message.tool_calls[0].function.arguments), { zone: 'UTC' });
+  // The model wanted get_time; get_weather is what it must call.
+  const weather = await forcedClient.chat.completions.create(pick('get_weather'));
+  assert.equal(weather.choices[0].finish_reason, 'stop');
+  assert.equal(weather.choices[0].message.tool_calls[0].function.name, 'get_weather');
+  const s = await streamedCalls(pick('get_weather'));
+  assert.equal(s.finish, 'stop');
+  assert.equal(s.calls[0].name, 'get_weather');
+  // Without a tool choice this server parses nothing (no --enable-auto-tool-choice).
+  const plain = await forcedClient.chat.completions.create({ model: MODEL, messages: timeAsk, tools: twoTools });
+  assert.equal(plain.choices[0].message.tool_calls, undefined);
+  assert.ok(plain.choices[0].message.content.includes('<function=get_time>'));
 });
 
 test('echo puts the prompt before the completion, streamed and not', async () => {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Starts four deltaserve servers on free ports (the embedded default model with the real Qwen3
+# Starts five deltaserve servers on free ports (the embedded default model with the real Qwen3
 # tokenizer), runs the openai-client e2e tests against them, and stops the servers with SIGTERM
 # (checking that they exit cleanly). Usage: run_e2e.sh DELTASERVE_BINARY
 # E2E_SERVER_FLAGS adds flags to both servers (e.g. --tensor-parallel-size 2).
@@ -39,15 +39,20 @@ start script --reasoning-parser qwen3 \
 # ... and one whose every reply is a qwen3_coder tool call.
 start tools --enable-auto-tool-choice --tool-call-parser qwen3_coder --debug-output-script \
   $'Checking.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>'
+# ... and one (no tool-call parser flag) whose every reply calls get_time: tool_choice "required"
+# and named functions force the call's opening.
+start forced --debug-output-script \
+  $'<tool_call>\n<function=get_time>\n<parameter=zone>\nUTC\n</parameter>\n</function>\n</tool_call>'
 url=$(url_of main)
 small=$(url_of small)
 script=$(url_of script)
 tools=$(url_of tools)
-if [ -z "$url" ] || [ -z "$small" ] || [ -z "$script" ] || [ -z "$tools" ]; then
+forced=$(url_of forced)
+if [ -z "$url" ] || [ -z "$small" ] || [ -z "$script" ] || [ -z "$tools" ] || [ -z "$forced" ]; then
   echo "a server did not start:"; cat "$logs"/*.err; exit 1
 fi
 status=0
-DS_URL=$url DS_URL_SMALL=$small DS_URL_SCRIPT=$script DS_URL_TOOLS=$tools DS_KEY=sk-e2e node --test "$here/openai.test.mjs" || status=$?
+DS_URL=$url DS_URL_SMALL=$small DS_URL_SCRIPT=$script DS_URL_TOOLS=$tools DS_URL_FORCED=$forced DS_KEY=sk-e2e node --test "$here/openai.test.mjs" || status=$?
 for p in "${pids[@]}"; do
   kill -TERM "$p"
   for _ in $(seq 1 300); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "server/tool_choice.h"
 #include "test_util.h"
 
 namespace deltaserve::server {
@@ -40,8 +41,7 @@ TEST_F(CompletionRequestTest, UnsupportedFieldsAreRefusedByName) {
   EXPECT_EQ(refused("{" + msgs + R"(,"logit_bias":{"5":1000}})", true), "");  // out of [-100, 100]
   EXPECT_EQ(refused("{" + msgs + R"(,"stream_options":{"include_usage":true}})", true),
             "stream_options");
-  EXPECT_EQ(refused("{" + msgs + R"(,"tool_choice":"auto"})", true), "tool_choice");
-  EXPECT_EQ(refused("{" + msgs + R"(,"tool_choice":"required"})", true), "tool_choice");
+  EXPECT_EQ(refused("{" + msgs + R"(,"tool_choice":"auto"})", true), "tool_choice");  // no parser
   EXPECT_EQ(refused(R"({"prompt":"hi","suffix":"x"})", false), "suffix");
 }
 
@@ -54,6 +54,63 @@ TEST_F(CompletionRequestTest, SupportedNeighboursAreAccepted) {
       refused("{" + msgs + R"(,"stream":true,"stream_options":{"include_usage":true}})", true),
       "accepted");
   EXPECT_EQ(refused("{" + msgs + R"(,"tool_choice":"none"})", true), "accepted");
+}
+
+const std::string kTools = R"("tools":[{"type":"function","function":{"name":"get_weather"}},
+  {"type":"function","function":{"name":"get_time"}}])";
+const std::string kMsgs = R"("messages":[{"role":"user","content":"hi"}])";
+using Prefixes = std::vector<std::vector<int32_t>>;
+
+TEST_F(CompletionRequestTest, ToolChoiceRequiredOrNamedNeedsItsTools) {
+  EXPECT_EQ(refused("{" + kMsgs + R"(,"tool_choice":"required"})", true), "tool_choice");
+  EXPECT_EQ(refused("{" + kMsgs + "," + kTools + R"(,"tool_choice":{"type":"function",
+    "function":{"name":"get_date"}}})", true), "tool_choice");
+  EXPECT_EQ(refused("{" + kMsgs + "," + kTools + R"(,"tool_choice":{"type":"function"}})", true),
+            "tool_choice");
+  EXPECT_EQ(refused("{" + kMsgs + "," + kTools + R"(,"tool_choice":"sometimes"})", true),
+            "tool_choice");
+  EXPECT_EQ(refused("{" + kMsgs + "," + kTools + R"(,"tool_choice":"required"})", true),
+            "accepted");
+}
+
+TEST_F(CompletionRequestTest, ToolChoiceForcesTheQwenToolCallOpening) {
+  const RequestContext ctx{*tok_, chat_.get(), "m", 1024, false};
+  auto parse = [&](const std::string& extra) {
+    return parse_completion_request(json::parse("{" + kMsgs + "," + kTools + extra + "}"), true,
+                                    ctx);
+  };
+  const auto opening = [&](const std::string& name) {
+    return tok_->encode("<tool_call>\n<function=" + name + ">\n");
+  };
+  // Thinking off: the template closes <think>, so the call is forced from the first token.
+  const std::string off = R"(,"chat_template_kwargs":{"enable_thinking":false})";
+  const CompletionRequest named =
+      parse(R"(,"tool_choice":{"type":"function","function":{"name":"get_time"}})" + off);
+  EXPECT_TRUE(named.tool_calls);
+  EXPECT_TRUE(named.named_tool_choice);
+  EXPECT_EQ(named.generate.params.forced_prefixes, Prefixes{opening("get_time")});
+  EXPECT_EQ(named.generate.params.constrain_after, -1);
+  // "required": one opening per tool (Qwen3's template leaves no <think> open: from the start).
+  const CompletionRequest required = parse(R"(,"tool_choice":"required")");
+  EXPECT_TRUE(required.tool_calls);
+  EXPECT_FALSE(required.named_tool_choice);
+  EXPECT_FALSE(required.prompt_opens_think);
+  EXPECT_EQ(required.generate.params.forced_prefixes,
+            (Prefixes{opening("get_weather"), opening("get_time")}));
+  EXPECT_EQ(required.generate.params.constrain_after, -1);
+  // A prompt that leaves <think> open (Qwen3.5's template, thinking on): after the model's </think>.
+  engine::SamplingParams p;
+  force_tool_call({ToolChoiceKind::kNamed, "get_time"}, json::parse("[" + kTools.substr(9)), *tok_,
+                  true, p);
+  EXPECT_EQ(p.forced_prefixes, Prefixes{opening("get_time")});
+  EXPECT_EQ(p.constrain_after, tok_->token_to_id("</think>"));
+  EXPECT_GE(p.constrain_after, 0);
+  // "none" and (without the server's parser) no tool_choice: nothing forced, nothing parsed.
+  for (const std::string extra : {std::string(R"(,"tool_choice":"none")"), std::string()}) {
+    const CompletionRequest free = parse(extra);
+    EXPECT_FALSE(free.tool_calls);
+    EXPECT_TRUE(free.generate.params.forced_prefixes.empty());
+  }
 }
 
 TEST_F(CompletionRequestTest, NTimesAListOfPromptsGivesPromptMajorChoices) {

@@ -47,12 +47,19 @@ TEST(ToolCallParser, SeveralCallsAndTextWithoutCalls) {
   EXPECT_TRUE(none.empty());
 }
 
-TEST(ToolCallParser, AnUnfinishedCallIsNoCall) {
+TEST(ToolCallParser, AnUnfinishedCallIsReadToTheEndAsVllmReadsIt) {
   ToolCallParser p(kTools);
   std::vector<ToolCall> calls;
-  p.push("<tool_call>\n<function=get_weather>\n<parameter=city>\nPar");
+  p.push("<tool_call>\n<function=get_weather>\n<parameter=days>\n2\n<parameter=city>\nPar");
   p.finish(calls);
-  EXPECT_TRUE(calls.empty());
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].name, "get_weather");
+  EXPECT_EQ(calls[0].arguments, R"({"days":2,"city":"Par"})");
+  ToolCallParser cut(kTools);  // the function's name itself cut: no call
+  std::vector<ToolCall> none;
+  cut.push("<tool_call>\n<function=get_wea");
+  cut.finish(none);
+  EXPECT_TRUE(none.empty());
 }
 
 }  // namespace
