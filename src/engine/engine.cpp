@@ -132,6 +132,7 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest req) {
   r->num_prompt = static_cast<int32_t>(req.prompt_ids.size());
   r->tokens = std::move(req.prompt_ids);
   r->params = std::move(req.params);
+  r->prefill_leader = req.prefill_leader;
   r->seed = r->params.seed ? *r->params.seed
                            : (static_cast<uint64_t>(std::random_device{}()) << 32) ^
                                  std::random_device{}() ^ (r->id * 0x9E3779B97F4A7C15ull);

@@ -48,6 +48,10 @@ struct SamplingParams {
 struct GenerateRequest {
   std::vector<int32_t> prompt_ids;
   SamplingParams params;
+  // n > 1: the id (RequestStream::id) of an earlier request with the same prompt. With prefix
+  // caching this one is admitted only once that one's prefill has run, and resumes from the KV
+  // pages and GDN snapshot it left (the prompt's prefill computed once, not n times).
+  uint64_t prefill_leader = 0;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
@@ -126,6 +130,7 @@ struct Request {
   uint64_t decode_snapshot_block = 0;
   int32_t num_cached_tokens = 0;  // at its first admission
   bool admitted_once = false;
+  uint64_t prefill_leader = 0;  // GenerateRequest::prefill_leader
 
   int32_t num_outputs() const { return static_cast<int32_t>(tokens.size()) - num_prompt; }
 };

@@ -127,9 +127,14 @@ ScheduledStep Scheduler::schedule() {
   }
 
   // 3. Admit waiting requests (FCFS) while a slot, sequence room, budget and pages remain.
-  while (!waiting_.empty() && budget > 0 &&
-         static_cast<int32_t>(running_.size()) < cfg_.max_num_seqs) {
-    Request* r = waiting_.front();
+  // A request waiting for its prefill leader (n > 1) is passed over; the rest keep their order.
+  for (size_t w = 0; w < waiting_.size() && budget > 0 &&
+                     static_cast<int32_t>(running_.size()) < cfg_.max_num_seqs;) {
+    Request* r = waiting_[w];
+    if (awaits_leader(r)) {
+      ++w;
+      continue;
+    }
     const bool just_preempted =
         std::find(plan.preempted.begin(), plan.preempted.end(), r->id) != plan.preempted.end();
     if (cache_.num_free_slots() == 0 || just_preempted) break;
@@ -143,7 +148,7 @@ ScheduledStep Scheduler::schedule() {
     }
     r->slot = cache_.acquire_slot();
     DS_CHECK(cache_.grow_pages(r->pages, r->num_computed + n), "pages counted free");
-    waiting_.pop_front();
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(w));
     if (!r->admitted_once) {
       r->admitted_once = true;
       r->num_cached_tokens = r->num_computed;
@@ -158,6 +163,16 @@ ScheduledStep Scheduler::schedule() {
   }
   plan.batch = builder.build();
   return plan;
+}
+
+bool Scheduler::awaits_leader(const Request* r) const {
+  if (r->prefill_leader == 0 || r->num_computed > 0 || !cache_.prefix_caching() ||
+      r->num_prompt <= cfg_.snapshot_every)  // nothing a leader's prefill could leave to resume
+    return false;
+  const auto is_leader = [&](const Request* q) { return q->id == r->prefill_leader; };
+  const auto run = std::find_if(running_.begin(), running_.end(), is_leader);
+  if (run != running_.end()) return (*run)->num_computed < (*run)->num_prompt;
+  return std::any_of(waiting_.begin(), waiting_.end(), is_leader);  // else finished or aborted
 }
 
 void Scheduler::commit(const ScheduledStep& step) {

@@ -1,5 +1,6 @@
 // Scheduler: decides each step's work. Running decode rows first (oldest first), then prefill
-// chunks of running requests, then new requests (FCFS), within max_num_batched_tokens tokens and
+// chunks of running requests, then new requests (FCFS; an n > 1 sibling waits for its leader's
+// prefill and resumes from the cache it leaves), within max_num_batched_tokens tokens and
 // max_num_seqs sequences; pages and slots are taken here and never overcommitted. When a running
 // request needs a page and none is free, the youngest unscheduled running request younger than it
 // is preempted (freed, recomputed later). The result is the step's immutable StepBatch, built
@@ -58,6 +59,9 @@ class Scheduler {
   size_t num_waiting() const { return waiting_.size(); }
 
  private:
+  // Whether `r` waits for its prefill leader (GenerateRequest::prefill_leader) to finish its
+  // prefill, so as to resume from the cache it leaves.
+  bool awaits_leader(const Request* r) const;
   // Frees `r`'s pages and slot and puts it back in the waiting queue for recompute.
   void preempt(Request* r, ScheduledStep& step);
   // Grows r's page table to `tokens` positions, preempting younger unscheduled running requests

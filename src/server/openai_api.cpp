@@ -146,8 +146,13 @@ Reply OpenAiApi::completions(const Request& req, bool chat) {
     throw OverloadedError("the server is overloaded: too many requests in flight; retry later");
   std::vector<std::shared_ptr<engine::RequestStream>> streams;
   std::vector<uint64_t> ids;
-  for (CompletionRequest& c : parsed.choices) {
-    streams.push_back(engine_.submit(std::move(c.generate)));
+  for (size_t i = 0; i < parsed.choices.size(); ++i) {
+    // The n samples of a prompt share its prefill: the first computes it, the rest resume from
+    // the cache it leaves.
+    const size_t leader = i / static_cast<size_t>(parsed.n) * static_cast<size_t>(parsed.n);
+    engine::GenerateRequest& g = parsed.choices[i].generate;
+    if (leader != i) g.prefill_leader = ids[leader];
+    streams.push_back(engine_.submit(std::move(g)));
     ids.push_back(streams.back()->id());
   }
   ++in_flight_;

@@ -130,6 +130,33 @@ TEST_F(PrefixCacheTest, SeededSamplingWithAHitDrawsTheSameTokens) {
   expect_identical(hit, want, "seeded");
 }
 
+// n > 1: samples submitted together that name the first as their prefill leader wait for its
+// prefill, whenever they reach the engine, and resume from it (192 of 200 prompt tokens cached),
+// with the tokens and logprobs of solo runs. (Unlinked, samples that reach the engine while the
+// first one's prefill is under way compute the whole prompt again.)
+TEST_F(PrefixCacheTest, SamplesOfOnePromptShareItsPrefill) {
+  GenerateRequest req = greedy(random_prompt(200, 21, kVocab), 6);
+  req.params.temperature = 0.8f;
+  std::vector<GenerateRequest> samples;
+  for (uint64_t i = 0; i < 3; ++i) {
+    samples.push_back(req);
+    samples.back().params.seed = 40 + i;
+  }
+  const std::vector<Result> want = uncached(samples);
+  Engine e(*model_, config(true));
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (GenerateRequest s : samples) {
+    if (!streams.empty()) s.prefill_leader = streams.front()->id();
+    streams.push_back(e.submit(s));
+  }
+  for (size_t i = 0; i < streams.size(); ++i) {
+    const Result got = collect(*streams[i]);
+    EXPECT_EQ(got.cached_tokens, i > 0 ? 192 : 0) << "sample " << i;
+    expect_identical(got, want[i], "sample " + std::to_string(i));
+  }
+  EXPECT_EQ(e.metrics().prefix_cache_hits, 2 * 192);
+}
+
 // The first request's only snapshot (192, before its prompt's end) is past the shared part; the
 // second one's KV leaves the cache at the system prompt's end, so it snapshots at the last grid
 // point before it (128, the junction) and later ones resume there.
