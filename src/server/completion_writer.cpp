@@ -68,28 +68,50 @@ class ChatWriter final : public CompletionWriter {
     } else {
       p.content = d.text;
     }
-    std::vector<ToolCall> calls;
+    json calls = json::array();
     if (tool_calls_) {
       p.content = tools_.push(p.content);
-      if (d.finish_reason != engine::FinishReason::kNone) p.content += tools_.finish(calls);
+      std::vector<ToolCall> whole;
+      if (d.finish_reason != engine::FinishReason::kNone) p.content += tools_.finish(whole);
+      calls = tool_call_deltas_json(tools_.take());
     }
     if (!p.reasoning.empty()) delta["reasoning_content"] = p.reasoning;
-    if (!p.content.empty() || p.reasoning.empty()) delta["content"] = p.content;
-    if (!calls.empty()) {
-      delta["tool_calls"] = tool_calls_json(calls, true);
-      if (!calls_finish_.empty()) finish_reason_ = calls_finish_;
-    }
+    if (!p.content.empty() || (p.reasoning.empty() && calls.empty())) delta["content"] = p.content;
+    if (!calls.empty()) delta["tool_calls"] = std::move(calls);
+    if (streamed_call_ && d.finish_reason != engine::FinishReason::kNone && !calls_finish_.empty())
+      finish_reason_ = calls_finish_;
     return {{"index", index_}, {"delta", delta}, {"logprobs", logprobs}};
   }
-  json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) const {
+  std::string call_id(int32_t i) const {
+    return "call_" + id_.substr(id_.find('-') + 1) + "_" + std::to_string(i);
+  }
+  // OpenAI's streamed form: per call, a first delta with its id, type and name, then argument
+  // pieces; the pieces of one call in one chunk are joined.
+  json tool_call_deltas_json(const std::vector<ToolCallDelta>& pieces) {
     json out = json::array();
-    for (size_t i = 0; i < calls.size(); ++i) {
-      json c = {{"id", "call_" + id_.substr(id_.find('-') + 1) + "_" + std::to_string(i)},
-                {"type", "function"},
-                {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
-      if (with_index) c["index"] = static_cast<int>(i);
+    for (const ToolCallDelta& p : pieces) {
+      if (!out.empty() && out.back()["index"] == p.index) {
+        std::string args = out.back()["function"]["arguments"].get<std::string>() + p.arguments;
+        out.back()["function"]["arguments"] = std::move(args);
+        continue;
+      }
+      json c = {{"index", p.index}, {"function", {{"arguments", p.arguments}}}};
+      if (!p.name.empty()) {
+        c["id"] = call_id(p.index);
+        c["type"] = "function";
+        c["function"]["name"] = p.name;
+        streamed_call_ = true;
+      }
       out.push_back(std::move(c));
     }
+    return out;
+  }
+  json tool_calls_json(const std::vector<ToolCall>& calls) const {
+    json out = json::array();
+    for (size_t i = 0; i < calls.size(); ++i)
+      out.push_back({{"id", call_id(static_cast<int32_t>(i))},
+                     {"type", "function"},
+                     {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}});
     return out;
   }
   json final_choice() override {
@@ -112,7 +134,7 @@ class ChatWriter final : public CompletionWriter {
       content += whole.finish(calls);
       if (!calls.empty()) {
         message["content"] = content.empty() ? json(nullptr) : json(content);
-        message["tool_calls"] = tool_calls_json(calls, false);
+        message["tool_calls"] = tool_calls_json(calls);
         if (!calls_finish_.empty()) finish_reason_ = calls_finish_;
       }
     }
@@ -126,6 +148,7 @@ class ChatWriter final : public CompletionWriter {
   // The finish_reason of a reply with calls: "tool_calls", or empty (the engine's, "stop") for a
   // named tool_choice, as OpenAI's and vLLM's.
   std::string calls_finish_;
+  bool streamed_call_ = false;  // a call's first delta has been sent
   ReasoningParser parser_;  // streamed deltas
   ToolCallParser tools_;    // streamed deltas
 };

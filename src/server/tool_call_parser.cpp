@@ -6,7 +6,10 @@ namespace deltaserve::server {
 
 namespace {
 
-constexpr std::string_view kCall = "<tool_call>";
+constexpr std::string_view kCall = "<tool_call>", kCallEnd = "</tool_call>";
+constexpr std::string_view kFunction = "<function=", kFunctionEnd = "</function>";
+constexpr std::string_view kParam = "<parameter=", kParamEnd = "</parameter>";
+constexpr size_t npos = std::string::npos;
 
 std::string_view trim_newlines(std::string_view s) {
   while (!s.empty() && (s.front() == '\n' || s.front() == '\r')) s.remove_prefix(1);
@@ -14,22 +17,12 @@ std::string_view trim_newlines(std::string_view s) {
   return s;
 }
 
-// The body of the call opening at or after `from` (up to </tool_call>, or to the end of a reply
-// that ends inside it, as vLLM's parser reads a call cut by a stop token); empty when none.
-std::string_view next_call(std::string_view s, size_t& from) {
-  const size_t a = s.find(kCall, from);
-  if (a == std::string_view::npos) return {};
-  const size_t b = s.find("</tool_call>", a + kCall.size());
-  const size_t end = b == std::string_view::npos ? s.size() : b;
-  from = b == std::string_view::npos ? s.size() : b + 12;
-  return s.substr(a + kCall.size(), end - a - kCall.size());
-}
-
 }  // namespace
 
 std::string ToolCallParser::push(std::string_view text) {
   if (in_calls_) {
     calls_.append(text);
+    scan(false);
     return "";
   }
   std::string all = std::move(held_);
@@ -39,6 +32,7 @@ std::string ToolCallParser::push(std::string_view text) {
   if (at != std::string::npos) {
     in_calls_ = true;
     calls_ = all.substr(at);
+    scan(false);
     return all.substr(0, at);
   }
   for (size_t n = std::min(all.size(), kCall.size() - 1); n > 0; --n)
@@ -49,11 +43,91 @@ std::string ToolCallParser::push(std::string_view text) {
   return all;
 }
 
+std::vector<ToolCallDelta> ToolCallParser::take() {
+  std::vector<ToolCallDelta> out(pieces_.begin() + static_cast<std::ptrdiff_t>(taken_),
+                                 pieces_.end());
+  taken_ = pieces_.size();
+  return out;
+}
+
 std::string ToolCallParser::finish(std::vector<ToolCall>& calls) {
   std::string rest = std::move(held_);
   held_.clear();
-  if (in_calls_) parse_calls(calls_, calls);
+  if (in_calls_) scan(true);
+  calls.clear();
+  for (const ToolCallDelta& p : pieces_) {
+    if (!p.name.empty()) calls.push_back({p.name, ""});
+    calls.back().arguments += p.arguments;
+  }
   return rest;
+}
+
+void ToolCallParser::emit(std::string name, std::string arguments) {
+  const int32_t index = name.empty() ? num_calls_ - 1 : num_calls_++;
+  pieces_.push_back({index, std::move(name), std::move(arguments)});
+}
+
+void ToolCallParser::scan(bool final) {
+  for (;;) {
+    if (!in_call_) {
+      const size_t at = calls_.find(kCall, pos_);
+      if (at == npos) return;
+      pos_ = at + kCall.size();
+      in_call_ = true;
+      named_ = false;
+    }
+    if (!named_) {
+      const size_t end = calls_.find(kCallEnd, pos_), f = calls_.find(kFunction, pos_);
+      const size_t gt = f == npos ? npos : calls_.find('>', f);
+      // No whole name in this call (yet), or an empty one: no call.
+      if (gt == npos || gt == f + kFunction.size() || (end != npos && gt > end)) {
+        if (end == npos) return;
+        pos_ = end + kCallEnd.size();
+        in_call_ = false;
+        continue;
+      }
+      function_ = calls_.substr(f + kFunction.size(), gt - f - kFunction.size());
+      pos_ = gt + 1;
+      named_ = true;
+      keys_.clear();
+      emit(function_, "");
+    }
+    if (!scan_arguments(final)) return;
+  }
+}
+
+bool ToolCallParser::scan_arguments(bool final) {
+  for (;;) {
+    const size_t fe = calls_.find(kFunctionEnd, pos_), ce = calls_.find(kCallEnd, pos_);
+    const size_t stop = std::min(fe, ce), p = calls_.find(kParam, pos_);
+    const size_t gt = p == npos ? npos : calls_.find('>', p);
+    if (p != npos && p < stop && (gt == npos || gt < stop)) {  // a parameter
+      if (gt == npos && !final) return false;  // its name is still coming
+      if (gt != npos) {
+        // A parameter left open ends at the next one, at </function> or at the end.
+        const size_t close = calls_.find(kParamEnd, gt);
+        size_t end = std::min({close, calls_.find(kParam, gt), stop});
+        if (end == npos && !final) return false;
+        if (end == npos) end = calls_.size();
+        std::string key = calls_.substr(p + kParam.size(), gt - p - kParam.size());
+        if (std::find(keys_.begin(), keys_.end(), key) == keys_.end()) {
+          const json value = typed_value(
+              function_, key, std::string(trim_newlines(std::string_view(calls_).substr(
+                                  gt + 1, end - gt - 1))));
+          emit("", (keys_.empty() ? "{" : ",") + dump_json(json(key)) + ":" + dump_json(value));
+          keys_.push_back(std::move(key));
+        }
+        pos_ = end == close ? close + kParamEnd.size() : end;
+        if (pos_ < calls_.size() || !final) continue;
+      }
+    } else if (stop == npos && !final) {
+      return false;  // more parameters may come
+    }
+    emit("", keys_.empty() ? "{}" : "}");  // the call ends
+    named_ = in_call_ = false;
+    pos_ = ce != npos ? ce + kCallEnd.size() : fe != npos ? fe + kFunctionEnd.size() : calls_.size();
+    return true;
+  }
 }
 
 json ToolCallParser::typed_value(const std::string& function, const std::string& arg,
@@ -79,38 +153,6 @@ json ToolCallParser::typed_value(const std::string& function, const std::string&
       type == "array" || type.empty())
     if (parse_json_body(value, parsed, error) && !parsed.is_string()) return parsed;
   return value;  // not valid JSON of the declared type: the text itself
-}
-
-void ToolCallParser::parse_calls(std::string_view text, std::vector<ToolCall>& calls) const {
-  size_t pos = 0;
-  while (pos < text.size()) {
-    const std::string_view call = next_call(text, pos);
-    if (call.empty()) return;
-    size_t f = 0;
-    const size_t name_at = call.find("<function=");
-    if (name_at == std::string_view::npos) continue;
-    const size_t name_end = call.find('>', name_at);
-    if (name_end == std::string_view::npos) continue;
-    ToolCall tc;
-    tc.name = std::string(call.substr(name_at + 10, name_end - name_at - 10));
-    json args = json::object();
-    f = name_end + 1;
-    for (;;) {  // a parameter left open ends at the next one, at </function> or at the end
-      const size_t p = call.find("<parameter=", f);
-      if (p == std::string_view::npos) break;
-      const size_t pe = call.find('>', p);
-      if (pe == std::string_view::npos) break;
-      const size_t close = call.find("</parameter>", pe);
-      const size_t end = std::min({close, call.find("<parameter=", pe), call.find("</function>", pe),
-                                   call.size()});
-      const std::string arg(call.substr(p + 11, pe - p - 11));
-      args[arg] =
-          typed_value(tc.name, arg, std::string(trim_newlines(call.substr(pe + 1, end - pe - 1))));
-      f = end == close ? close + 12 : end;
-    }
-    tc.arguments = dump_json(args);
-    calls.push_back(std::move(tc));
-  }
 }
 
 }  // namespace deltaserve::server

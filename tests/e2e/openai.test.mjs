@@ -277,18 +277,23 @@ test('tool calls, not streamed', async () => {
 
 test('tool calls, streamed', async () => {
   const stream = await tooled.chat.completions.create({ model: MODEL, messages: weatherAsk, tools: weatherTools, stream: true });
-  let content = '', finish = null;
+  let content = '', finish = null, callChunks = 0;
   const calls = [];
   for await (const chunk of stream) {
     const d = chunk.choices[0]?.delta ?? {};
     content += d.content ?? '';
     for (const c of d.tool_calls ?? []) {
+      if (!calls[c.index]) {  // a call's first delta: id, type and name
+        assert.ok(c.id?.startsWith('call_') && c.type === 'function' && c.function?.name, JSON.stringify(c));
+      }
       calls[c.index] ??= { name: '', arguments: '' };
       calls[c.index].name += c.function?.name ?? '';
       calls[c.index].arguments += c.function?.arguments ?? '';
     }
+    if (d.tool_calls?.length) ++callChunks;
     finish = chunk.choices[0]?.finish_reason ?? finish;
   }
+  assert.ok(callChunks >= 3, `the call streams in pieces (name, city, days), got ${callChunks} chunks`);
   assert.equal(finish, 'tool_calls');
   assert.equal(content.trim(), 'Checking.');
   assert.equal(calls.length, 1);

@@ -28,6 +28,56 @@ TEST(ToolCallParser, ContentStreamsAndArgumentsFollowTheSchema) {
       << calls[0].arguments;
 }
 
+// Streamed: the name as soon as `<function=NAME>` is whole, each parameter as soon as it closes,
+// the closing brace with </function>; the pieces add up to the whole reply's arguments, whatever
+// the cut points.
+TEST(ToolCallParser, CallsStreamAPieceAtATime) {
+  ToolCallParser p(kTools);
+  p.push("Sure.\n<tool_call>\n<function=get_wea");
+  EXPECT_TRUE(p.take().empty()) << "the name is not whole yet";
+  p.push("ther>\n<parameter=city>\nPar");
+  std::vector<ToolCallDelta> d = p.take();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].index, 0);
+  EXPECT_EQ(d[0].name, "get_weather");
+  EXPECT_EQ(d[0].arguments, "");
+  p.push("is\n</parameter>\n<parameter=days>\n3\n</para");
+  d = p.take();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].arguments, R"({"city":"Paris")");
+  p.push("meter>\n</function>\n</tool_call>\n<tool_call>\n<function=get_weather>\n</function>");
+  d = p.take();
+  ASSERT_EQ(d.size(), 4u);
+  EXPECT_EQ(d[0].arguments, R"(,"days":3)");
+  EXPECT_EQ(d[1].arguments, "}");
+  EXPECT_EQ(d[2].index, 1);
+  EXPECT_EQ(d[2].name, "get_weather");
+  EXPECT_EQ(d[3].arguments, "{}");
+  std::vector<ToolCall> calls;
+  p.finish(calls);
+  EXPECT_TRUE(p.take().empty());
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0].arguments, R"({"city":"Paris","days":3})");
+  // Any cut points: the streamed pieces of each call are its whole arguments.
+  const std::string text =
+      "x<tool_call>\n<function=get_weather>\n<parameter=days>\n2\n</parameter>\n<parameter=city>"
+      "\nRome\n</parameter>\n<parameter=days>\n9\n</parameter>\n</function>\n</tool_call>";
+  for (size_t step = 1; step < 12; ++step) {
+    ToolCallParser q(kTools);
+    std::string args;
+    for (size_t at = 0; at < text.size(); at += step) {
+      q.push(text.substr(at, step));
+      for (const ToolCallDelta& piece : q.take()) args += piece.arguments;
+    }
+    std::vector<ToolCall> whole;
+    q.finish(whole);
+    for (const ToolCallDelta& piece : q.take()) args += piece.arguments;
+    EXPECT_EQ(args, R"({"days":2,"city":"Rome"})") << "step " << step << ": first value kept";
+    ASSERT_EQ(whole.size(), 1u);
+    EXPECT_EQ(whole[0].arguments, args);
+  }
+}
+
 TEST(ToolCallParser, SeveralCallsAndTextWithoutCalls) {
   ToolCallParser p(json(nullptr));
   std::vector<ToolCall> calls;
@@ -55,11 +105,15 @@ TEST(ToolCallParser, AnUnfinishedCallIsReadToTheEndAsVllmReadsIt) {
   ASSERT_EQ(calls.size(), 1u);
   EXPECT_EQ(calls[0].name, "get_weather");
   EXPECT_EQ(calls[0].arguments, R"({"days":2,"city":"Par"})");
-  ToolCallParser cut(kTools);  // the function's name itself cut: no call
-  std::vector<ToolCall> none;
-  cut.push("<tool_call>\n<function=get_wea");
-  cut.finish(none);
-  EXPECT_TRUE(none.empty());
+  for (const char* no_call : {"<tool_call>\n<function=get_wea",  // the name itself cut
+                              "<tool_call>\n<function=>\n<parameter=a>\n1\n</parameter>"}) {
+    ToolCallParser cut(kTools);
+    std::vector<ToolCall> none;
+    cut.push(no_call);
+    cut.finish(none);
+    EXPECT_TRUE(none.empty()) << no_call;
+    EXPECT_TRUE(cut.take().empty()) << no_call;
+  }
 }
 
 }  // namespace
