@@ -255,6 +255,26 @@ test('vLLM surface: /version, /ping and vllm: metric names', async () => {
   assert.ok((await metric('vllm:generation_tokens_total', URL_SCRIPT)) > 0);
 });
 
+test('vLLM surface: 404 routes, keep-alive, Retry-After, max_completion_tokens, JSON mode refused', async () => {
+  assert.equal((await fetch(`${URL_SCRIPT}/v1/no-such-route`)).status, 404);
+  const models = await fetch(`${URL_SCRIPT}/v1/models`);
+  assert.equal(models.status, 200);
+  assert.notEqual(models.headers.get('connection'), 'close', 'a whole JSON reply keeps the connection');
+  const short = await scripted.chat.completions.create({ model: MODEL, messages: ask, max_completion_tokens: 3 });
+  assert.equal(short.usage.completion_tokens, 3);
+  assert.equal(short.choices[0].finish_reason, 'length');
+  await assert.rejects(scripted.chat.completions.create({ model: MODEL, messages: ask, response_format: { type: 'json_object' } }),
+    (e) => e.status === 400 && /response_format/.test(e.message));
+  // The small server admits one request at a time: a refused one says when to come back.
+  const body = JSON.stringify({ model: MODEL, prompt: 'busy', max_tokens: 24, ignore_eos: true });
+  const replies = await Promise.all(Array.from({ length: 6 }, () => fetch(`${URL_SMALL}/v1/completions`,
+    { method: 'POST', headers: { 'Content-Type': 'application/json' }, body })));
+  const refused = replies.filter((r) => r.status === 503);
+  assert.ok(refused.length >= 1, 'at least one 503');
+  for (const r of refused) assert.ok(Number(r.headers.get('retry-after')) >= 1, 'Retry-After on a 503');
+  await Promise.all(replies.map((r) => r.text()));
+});
+
 // --enable-auto-tool-choice --tool-call-parser qwen3_coder on a server whose every reply is
 // "Checking.\n<tool_call>\n<function=get_weather>...city Paris, days 3...</tool_call>".
 const tooled = new OpenAI({ baseURL: `${URL_TOOLS}/v1`, apiKey: 'none', maxRetries: 0 });
