@@ -96,7 +96,8 @@ class Backend {
   }
   virtual void drop_graphs() {}
 
-  // out[t] = table[ids[t]]. ids [T] i32, table [V, H], out [T, H].
+  // out[t] = table[ids[t]], or zeros where ids[t] = -1 (an id of another rank's vocabulary slice).
+  // ids [T] i32, table [V, H], out [T, H].
   virtual void embedding(const Tensor& ids, const Tensor& table, const Tensor& out) = 0;
   // out = x * rsqrt(mean(x^2) + eps) * (1 + w), row-wise over the last dim of x. w [last dim].
   virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& out) = 0;

@@ -1,7 +1,8 @@
 // The parallel layer: which shard of the model this rank computes, and the named points where
 // ranks meet. The model calls these helpers instead of raw collectives, so a new parallel scheme
 // (TPSP's reduce-scatter / all-gather, a vocabulary-parallel lm_head) changes this layer, not the
-// layers of the model.
+// layers of the model. The embedding and lm_head are vocabulary-parallel under TP
+// (vocab_parallel.h).
 #pragma once
 
 #include "core/tensor.h"
@@ -36,9 +37,16 @@ class Parallel {
   // (replicated) residual stream, so there is nothing to do — the TPSP seam, where it would be
   // all-gathered from token shards.
   void column_parallel_input(const Tensor& x) const { (void)x; }
-  // The lm_head's logits [R, V]: replicated today (every rank computes them all; rank 0's are
-  // read) — the vocabulary-parallel seam, where each rank would hold a slice.
-  void lm_head_logits(const Tensor& logits) const { (void)logits; }
+  // The residual stream [T, H] after each rank looked up the ids of its vocabulary slice (zeros
+  // for the rest): the sum over ranks is the whole embedding (all-reduce).
+  void reduce_embedding(const Tensor& x) const {
+    if (comm_) comm_->all_reduce_sum(x);
+  }
+  // Each rank's logits of its vocabulary slice [R, rows] -> every rank's, [degree * R, rows] in
+  // rank order (all-gather; dist/vocab_parallel.h says how they become whole rows).
+  void gather_vocab_shards(const Tensor& shard, const Tensor& gathered) const {
+    if (comm_) comm_->all_gather(shard, gathered);
+  }
 
  private:
   ParallelConfig cfg_;

@@ -65,6 +65,7 @@ void Qwen35Model::forward(const StepBatch& batch, const StepBuffers& s,
   const Tensor& h = s.h;
   // x: residual stream; h: the normalised input of the next block (the final norm after the last).
   be_.embedding(s.ids, w_.embed, x);
+  parallel_.reduce_embedding(x);
   be_.rms_norm(x, w_.layers[0].input_norm, eps, h);
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
     const LayerWeights& l = w_.layers[static_cast<size_t>(i)];
@@ -84,15 +85,19 @@ void Qwen35Model::forward(const StepBatch& batch, const StepBuffers& s,
     be_.add_rms_norm(x, s.mix, next_norm, eps, h);
   }
   if (R == 0) return;
+  const Tensor hr = identity_rows ? h.rows(0, R) : s.hr.rows(0, R);
+  if (!identity_rows) be_.gather_rows(h, s.row_ids.rows(0, R), hr);
+  lm_head(hr, s);
+}
+
+void Qwen35Model::lm_head(const Tensor& hr, const StepBuffers& s) const {
+  const int64_t R = hr.dim(0), shards = local_.vocab_shards, rows = local_.vocab_size;
   const Tensor out = s.out.rows(0, R);
-  if (identity_rows) {
-    be_.linear(h.rows(0, R), w_.lm_head, out);
-  } else {
-    const Tensor hr = s.hr.rows(0, R);
-    be_.gather_rows(h, s.row_ids.rows(0, R), hr);
-    be_.linear(hr, w_.lm_head, out);
-  }
-  parallel_.lm_head_logits(out);
+  if (shards == 1) return be_.linear(hr, w_.lm_head, out);
+  const Tensor shard = s.out_shard.rows(0, R), gathered = s.gathered.rows(0, shards * R);
+  be_.linear(hr, w_.lm_head, shard);
+  parallel_.gather_vocab_shards(shard, gathered);
+  be_.gather_rows(gathered, s.vocab_order.rows(0, shards * R), out.view({R * shards, rows}));
 }
 
 }  // namespace deltaserve::model

@@ -29,7 +29,10 @@ struct StepBuffers {
   Tensor qg, k, v, q, gate, attn;    // full attention
   Tensor u, y, z, a, b, o;           // GDN
   Tensor mlp_gate, mlp_up, mlp_act;  // MLP
-  Tensor row_ids, hr, out;           // [R, ...]
+  Tensor row_ids, hr, out;           // [R, ...]; out [R, vocab_shards * V_local] (>= V columns)
+  // Vocabulary-parallel (vocab_shards > 1): the rank's logits [R, V_local], everyone's
+  // [shards * R, V_local], and the row order that makes them whole rows (dist/vocab_parallel.h).
+  Tensor out_shard, gathered, vocab_order;
 };
 
 class Qwen35Model {
@@ -40,7 +43,8 @@ class Qwen35Model {
               dist::Parallel parallel = {});
 
   // Runs the layers, then the lm_head for the R logits rows into s.out (rows s.row_ids of the
-  // step, or the first R rows when `identity_rows`). s.ids holds the step's token ids.
+  // step, or the first R rows when `identity_rows`). s.ids holds the step's token ids (under TP,
+  // as this rank looks them up: dist::local_token_ids), s.vocab_order the gather order of R rows.
   void forward(const StepBatch& batch, const StepBuffers& s, std::span<const LayerCache> cache,
                int64_t R, bool identity_rows) const;
 
@@ -55,6 +59,8 @@ class Qwen35Model {
  private:
   void full_attention(const StepBatch& batch, int64_t i, const StepBuffers& s,
                       const LayerCache& c) const;
+  // Logits of the rows `hr` into s.out (vocabulary-parallel under TP).
+  void lm_head(const Tensor& hr, const StepBuffers& s) const;
   void gated_deltanet(const StepBatch& batch, int64_t i, const StepBuffers& s,
                       const LayerCache& c) const;
   // out <- the row-parallel projection of `in` by w, summed over ranks.

@@ -1,5 +1,7 @@
 #include "model/tp_shard.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace deltaserve::model {
@@ -21,6 +23,8 @@ void validate_tp(const ModelConfig& c, int n) {
   need(c.intermediate_size, "intermediate_size (the MLP width)");
 }
 
+int64_t vocab_shard_rows(const ModelConfig& c, int n) { return (c.vocab_size + n - 1) / n; }
+
 ModelConfig rank_local_config(const ModelConfig& c, int n) {
   ModelConfig l = c;
   l.num_heads = c.num_heads / n;
@@ -28,6 +32,8 @@ ModelConfig rank_local_config(const ModelConfig& c, int n) {
   l.lin_num_k_heads = c.lin_num_k_heads / n;
   l.lin_num_v_heads = c.lin_num_v_heads / n;
   l.intermediate_size = c.intermediate_size / n;
+  l.vocab_size = vocab_shard_rows(c, n);
+  l.vocab_shards = n;
   return l;
 }
 
@@ -63,10 +69,15 @@ ShardRule shard_rule(const std::string& name, const ModelConfig& c, const TpShar
   if (ends_with("linear_attn.in_proj_b.weight") || ends_with("linear_attn.in_proj_a.weight") ||
       ends_with("linear_attn.dt_bias") || ends_with("linear_attn.A_log"))
     return rows(r * l.lin_num_v_heads, l.lin_num_v_heads);
+  if (name == "embed_tokens.weight" || name == "lm_head.weight") {  // vocabulary-parallel
+    const int64_t rows = vocab_shard_rows(c, s.size), first = std::min(r * rows, c.vocab_size);
+    ShardRule rule = {K::kRows, {{first, std::min(first + rows, c.vocab_size)}}};
+    rule.zero_pad = true;
+    return rule;
+  }
   if (ends_with("linear_attn.out_proj.weight"))
     return cols(r * l.lin_num_v_heads * dv, l.lin_num_v_heads * dv);
-  return {K::kReplicated,
-          {}};  // embeddings, lm_head, every norm (incl. q/k norm and the gated norm)
+  return {K::kReplicated, {}};  // every norm (incl. q/k norm and the gated norm)
 }
 
 }  // namespace deltaserve::model

@@ -22,14 +22,20 @@ struct TpShard {
 void validate_tp(const ModelConfig& cfg, int tp_size);
 
 // The config one rank computes with: heads, KV heads and the MLP width divided (KV heads 1 when
-// replicated). Precondition: validate_tp passed.
+// replicated), and its slice of the vocabulary (vocab_shard_rows, vocab_shards = tp_size).
+// Precondition: validate_tp passed.
 ModelConfig rank_local_config(const ModelConfig& cfg, int tp_size);
+
+// The rows of the embedding and lm_head a rank holds under TP: ceil(V / tp_size); rank r holds
+// ids [r * rows, (r + 1) * rows), the last one zero-padded past V.
+int64_t vocab_shard_rows(const ModelConfig& cfg, int tp_size);
 
 // The part of a global tensor a rank holds: all of it, some row ranges (dim 0, concatenated in
 // order) or one column range (dim 1 of a 2-D tensor).
 struct ShardRule {
   enum class Kind { kReplicated, kRows, kCols } kind = Kind::kReplicated;
   std::vector<std::pair<int64_t, int64_t>> ranges;  // [begin, end)
+  bool zero_pad = false;  // kRows: rows of the rank-local shape past the ranges are zeros
 };
 
 // `name` is a weight_specs() name (without the text prefix). Precondition: validate_tp passed.

@@ -1,5 +1,6 @@
 #include "model/weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -57,6 +58,11 @@ std::vector<WeightSpec> weight_specs(const ModelConfig& c, ModelWeights& w) {
 
 namespace {
 
+std::vector<WeightSpec> rank_specs(const ModelConfig& cfg, const TpShard& shard, ModelWeights& w) {
+  if (shard.size > 1) validate_tp(cfg, shard.size);
+  return weight_specs(shard.size > 1 ? rank_local_config(cfg, shard.size) : cfg, w);
+}
+
 Tensor alloc_into(ModelWeights& w, backend::Backend& be, const std::vector<int64_t>& shape) {
   Buffer b;
   switch (shape.size()) {
@@ -101,7 +107,9 @@ void upload_shard(backend::Backend& be, const ShardRule& rule, DType dtype, cons
       convert_to_f32(dtype, data + static_cast<size_t>(r * shape[1] + c0) * esize, out,
                      static_cast<size_t>(c1 - c0));
   }
-  DS_CHECK(out == staging.data() + staging.size(), "a shard does not fill its rank-local shape");
+  float* const end = staging.data() + staging.size();
+  if (rule.zero_pad && out < end) out = std::fill_n(out, end - out, 0.0f);
+  DS_CHECK(out == end, "a shard does not fill its rank-local shape");
   be.upload(DType::kF32, staging.data(), staging.size(), dst);
 }
 
@@ -124,10 +132,8 @@ ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& cfg, backen
                           const TpShard& shard) {
   ModelWeights w, global;
   const std::string prefix = text_prefix(ckpt);
-  if (shard.size > 1) validate_tp(cfg, shard.size);
   const std::vector<WeightSpec> gspecs = weight_specs(cfg, global);
-  std::vector<WeightSpec> specs =
-      weight_specs(shard.size > 1 ? rank_local_config(cfg, shard.size) : cfg, w);
+  std::vector<WeightSpec> specs = rank_specs(cfg, shard, w);
   DS_CHECK(gspecs.size() == specs.size(), "local and global weight tables differ");
   std::set<std::string> used;
   std::vector<float> staging;
@@ -165,10 +171,8 @@ ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& cfg, backen
 ModelWeights dummy_weights(const ModelConfig& cfg, backend::Backend& be, uint64_t seed,
                            const TpShard& shard) {
   ModelWeights w, global;
-  if (shard.size > 1) validate_tp(cfg, shard.size);
   const std::vector<WeightSpec> gspecs = weight_specs(cfg, global);
-  std::vector<WeightSpec> specs =
-      weight_specs(shard.size > 1 ? rank_local_config(cfg, shard.size) : cfg, w);
+  std::vector<WeightSpec> specs = rank_specs(cfg, shard, w);
   // Counter-based (splitmix64 of seed, tensor, element): the same values on every rank and for
   // every TP degree, filled in parallel. In [-1, 1).
   auto uniform = [seed](uint64_t tensor, uint64_t idx) {
@@ -201,6 +205,17 @@ ModelWeights dummy_weights(const ModelConfig& cfg, backend::Backend& be, uint64_
   }
   if (cfg.tie_word_embeddings) w.lm_head = w.embed;
   return w;
+}
+
+int64_t weight_bytes(const ModelConfig& cfg, const TpShard& shard, DType matrix, DType vector) {
+  ModelWeights w;
+  int64_t total = 0;
+  for (const WeightSpec& s : rank_specs(cfg, shard, w)) {
+    int64_t n = 1;
+    for (int64_t d : s.stored) n *= d;
+    total += n * static_cast<int64_t>(dtype_size(s.stored.size() >= 2 ? matrix : vector));
+  }
+  return total;
 }
 
 }  // namespace deltaserve::model

@@ -80,4 +80,8 @@ ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& cfg, backen
 ModelWeights dummy_weights(const ModelConfig& cfg, backend::Backend& be, uint64_t seed,
                            const TpShard& shard = {});
 
+// The bytes those two allocate for `shard` (ModelWeights::total_bytes) on a backend that stores
+// matrices as `matrix` and vectors as `vector` (its weight_dtype(2) / weight_dtype(1)).
+int64_t weight_bytes(const ModelConfig& cfg, const TpShard& shard, DType matrix, DType vector);
+
 }  // namespace deltaserve::model

@@ -37,7 +37,11 @@ std::vector<ScratchBuffer> scratch_buffers(const ModelConfig& c, DType act, int6
                      {"mlp_act", act, {n, I}},
                      {"row_ids", DType::kI32, {r}},
                      {"hr", act, {r, H}},
-                     {"out", act, {r, c.vocab_size}}});
+                     {"out", act, {r, c.vocab_shards * c.vocab_size}}});
+  if (c.vocab_shards > 1)
+    b.insert(b.end(), {{"out_shard", act, {r, c.vocab_size}},
+                       {"gathered", act, {c.vocab_shards * r, c.vocab_size}},
+                       {"vocab_order", DType::kI32, {c.vocab_shards * r}}});
   return b;
 }
 

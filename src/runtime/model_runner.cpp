@@ -4,6 +4,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "dist/vocab_parallel.h"
 
 namespace deltaserve::runtime {
 
@@ -97,6 +98,7 @@ void ModelRunner::ensure_scratch(int64_t T, int64_t R) {
 
 model::StepBuffers ModelRunner::views(int64_t T, int64_t R) const {
   const Scratch& s = *scratch_;
+  const int64_t shards = model_.rank_config().vocab_shards;
   auto rows = [&](const char* name, int64_t n) {
     const Tensor& t = s.get(name);
     return t.empty() ? Tensor{} : t.rows(0, n);
@@ -106,7 +108,18 @@ model::StepBuffers ModelRunner::views(int64_t T, int64_t R) const {
           rows("gate", T),     rows("attn", T),   rows("u", T),       rows("y", T),
           rows("z", T),        rows("a", T),      rows("b", T),       rows("o", T),
           rows("mlp_gate", T), rows("mlp_up", T), rows("mlp_act", T), rows("row_ids", R),
-          rows("hr", R),       rows("out", R)};
+          rows("hr", R),       rows("out", R),    rows("out_shard", R),
+          rows("gathered", shards * R), rows("vocab_order", shards * R)};
+}
+
+void ModelRunner::upload_inputs(std::span<const int32_t> ids, int64_t rows,
+                                const model::StepBuffers& v) {
+  const model::ModelConfig& local = model_.rank_config();
+  if (local.vocab_shards == 1) return be_.upload_i32(ids.data(), v.ids);
+  const int rank = model_.parallel().rank(), shards = static_cast<int>(local.vocab_shards);
+  be_.upload_i32(dist::local_token_ids(ids, rank, local.vocab_size).data(), v.ids);
+  if (rows > 0)
+    be_.upload_i32(dist::vocab_gather_order(rows, shards).data(), v.vocab_order.rows(0, shards * rows));
 }
 
 void ModelRunner::copy_state(int32_t src, int32_t dst) {
@@ -164,7 +177,7 @@ void ModelRunner::capture_decode_graphs(std::vector<int32_t> buckets, int32_t ma
     be_.stage_batch(pad);
     const std::vector<int32_t> ids(static_cast<size_t>(B), 0);
     const model::StepBuffers v = views(B, B);
-    be_.upload_i32(ids.data(), v.ids);
+    upload_inputs(ids, B, v);
     be_.begin_capture();
     try {
       model_.forward(pad, v, cache_, B, true);
@@ -213,7 +226,8 @@ int64_t ModelRunner::compute(const StepBatch& batch) {
   be_.stage_batch(step);
   if (graph >= 0 && !be_.graph_valid(graph)) graph = -1;  // staging had to grow its buffer
   const model::StepBuffers v = views(B, R);
-  be_.upload_i32(step.token_ids().data(), v.ids);
+  // A graph computes logits for all of its B rows (the gather order of B rows is what it reads).
+  upload_inputs(step.token_ids(), graph >= 0 ? B : R, v);
   if (graph >= 0) {
     be_.replay(graph);
   } else {
@@ -227,8 +241,12 @@ int64_t ModelRunner::compute(const StepBatch& batch) {
 std::vector<float> ModelRunner::forward(const StepBatch& batch) {
   const int64_t R = compute(batch);
   const int64_t V = model_.config().vocab_size;
-  std::vector<float> logits(static_cast<size_t>(R * V));
-  if (R > 0) be_.download_f32(views(0, R).out, logits.data());
+  const Tensor out = views(0, R).out;  // [R, >= V]: vocabulary-parallel rows are padded
+  std::vector<float> logits(static_cast<size_t>(R * out.dim(1)));
+  if (R > 0) be_.download_f32(out, logits.data());
+  for (int64_t r = 1; r < R && out.dim(1) > V; ++r)
+    std::copy_n(logits.begin() + r * out.dim(1), V, logits.begin() + r * V);
+  logits.resize(static_cast<size_t>(R * V));
   return logits;
 }
 

@@ -58,6 +58,9 @@ class ModelRunner {
   // steps larger than it; every graph is dropped then).
   void ensure_scratch(int64_t tokens, int64_t rows);
   model::StepBuffers views(int64_t tokens, int64_t rows) const;
+  // The step's token ids (as this rank looks them up) and, vocabulary-parallel, the gather order
+  // of `rows` logits rows.
+  void upload_inputs(std::span<const int32_t> ids, int64_t rows, const model::StepBuffers& v);
   // The GDN states (every layer) of each move's src slot copied to its dst slot, in one operation.
   void move_states(std::span<const backend::SlotMove> moves);
   // Resumes sequences whose state comes from a snapshot: copies it into their slots.

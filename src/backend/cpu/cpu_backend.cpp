@@ -64,8 +64,11 @@ void CpuBackend::embedding(const Tensor& ids, const Tensor& table, const Tensor&
   const int64_t T = ids.numel(), H = table.dim(1), V = table.dim(0);
   for (int64_t t = 0; t < T; ++t) {
     const int32_t id = ids.i32()[t];
-    DS_CHECK(id >= 0 && id < V, "token id out of range");
-    std::memcpy(out.f32() + t * H, table.f32() + id * H, sizeof(float) * static_cast<size_t>(H));
+    DS_CHECK(id >= -1 && id < V, "token id out of range");
+    if (id < 0)  // an id another rank's vocabulary slice holds
+      std::fill_n(out.f32() + t * H, H, 0.0f);
+    else
+      std::memcpy(out.f32() + t * H, table.f32() + id * H, sizeof(float) * static_cast<size_t>(H));
   }
 }
 

@@ -6,8 +6,13 @@ namespace {
 __global__ void gather_rows_kernel(const __nv_bfloat16* __restrict__ table,
                                    const int32_t* __restrict__ rows, int cols,
                                    __nv_bfloat16* __restrict__ out) {
-  const size_t src = static_cast<size_t>(rows[blockIdx.x]) * cols,
-               dst = static_cast<size_t>(blockIdx.x) * cols;
+  const int row = rows[blockIdx.x];
+  const size_t dst = static_cast<size_t>(blockIdx.x) * cols;
+  if (row < 0) {  // a zero row (an embedding id another rank's vocabulary slice holds)
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) out[dst + i] = __float2bfloat16(0.0f);
+    return;
+  }
+  const size_t src = static_cast<size_t>(row) * cols;
   for (int i = threadIdx.x; i < cols; i += blockDim.x) out[dst + i] = table[src + i];
 }
 
