@@ -11,6 +11,7 @@
 #include "app/bench_stats.h"
 #include "app/commands.h"
 #include "app/runtime.h"
+#include "app/tpsp_flags.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "engine/engine.h"
@@ -60,8 +61,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
   Args a(rest, "bench offline",
          {"model", "load-format", "device", "num-prompts", "input-len", "output-len",
           "max-concurrency", "max-num-seqs", "max-num-batched-tokens", "max-model-len", "num-pages",
-          "seed", "tensor-parallel-size", "num-snapshots"},
-         {"enforce-eager", "enable-prefix-caching"});
+          "seed", "tensor-parallel-size", "num-snapshots", "tpsp-threshold-tokens"},
+         {"enforce-eager", "enable-prefix-caching", "enable-tpsp"});
   check_device(a);
   const int n = static_cast<int>(a.get_int("num-prompts", 32, 1, 100000));
   const int in_len = static_cast<int>(a.get_int("input-len", 128, 1, 1 << 20));
@@ -69,7 +70,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   ModelRuntime rt =
       make_runtime(a.get("model", ""), model::parse_load_format(a.get("load-format", "auto")),
                    static_cast<int>(a.get_int("tensor-parallel-size", 1, 1, 1024)), true,
-                   a.get("device", "cpu"));
+                   a.get("device", "cpu"), parse_tpsp_flags(a));
   const model::ModelConfig& mc = rt.exec->config();
   engine::EngineConfig cfg;
   cfg.max_num_seqs = static_cast<int32_t>(a.get_int("max-num-seqs", 16, 1, 4096));

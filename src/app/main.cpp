@@ -10,6 +10,7 @@
 #include "app/args.h"
 #include "app/commands.h"
 #include "app/runtime.h"
+#include "app/tpsp_flags.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "model/loader.h"
@@ -31,12 +32,13 @@ commands:
             [--enforce-eager]  (no decode CUDA graphs)
             [--no-enable-prefix-caching] [--mamba-block-size 64]
             [--prefix-cache-snapshot-fraction 0.25]
+            [--enable-tpsp] [--tpsp-threshold-tokens 1024]  (TP: sequence parallelism)
   generate  greedy generation from token ids, printing the tokens and tokens/s
             --model DIR (default: the embedded random model)  --ids 1,2,3  --max-tokens N
             --load-format auto|safetensors|dummy  --device cpu  --ignore-eos
   logits    write the f32 logits of a full prefill (tensor "logits", [tokens, vocab])
             --model DIR --ids 1,2,3 --out FILE.safetensors  [--load-format ...] [--device cpu]
-            [--tensor-parallel-size N]  (N CPU ranks)
+            [--tensor-parallel-size N]  (N CPU ranks)  [--enable-tpsp [--tpsp-threshold-tokens 1024]]
   tokenize  print the token ids of a text as one JSON array
             --tokenizer DIR (holding tokenizer.json) --text STR  [--no-special]
   detokenize  print the text of token ids
@@ -136,14 +138,17 @@ int cmd_generate(const std::vector<std::string>& argv) {
 }
 
 int cmd_logits(const std::vector<std::string>& argv) {
-  Args a(argv, "logits", {"model", "ids", "out", "load-format", "device", "tensor-parallel-size"});
+  Args a(argv, "logits",
+         {"model", "ids", "out", "load-format", "device", "tensor-parallel-size",
+          "tpsp-threshold-tokens"},
+         tpsp_switches());
   check_device(a);
   if (!a.has("model") || !a.has("ids") || !a.has("out"))
     throw Error("deltaserve logits needs --model DIR --ids 1,2,3 --out FILE.safetensors");
   const int tp = static_cast<int>(a.get_int("tensor-parallel-size", 1, 1, 1024));
   ModelRuntime rt =
       make_runtime(a.get("model", ""), model::parse_load_format(a.get("load-format", "auto")), tp,
-                   true, a.get("device", "cpu"));
+                   true, a.get("device", "cpu"), parse_tpsp_flags(a));
   const std::vector<int32_t> ids = parse_ids(a.get("ids", ""), rt.exec->config().vocab_size);
   configure_one_request(*rt.exec, static_cast<int64_t>(ids.size()),
                         static_cast<int64_t>(ids.size()));

@@ -30,7 +30,8 @@ struct ModelRuntime {
 // `device`: "cpu" or "cuda". On CUDA, TP 1 is one model on GPU 0; TP N runs rank r on GPU r with
 // an NCCL communicator (the ordinals must exist).
 inline ModelRuntime make_runtime(const std::string& dir, model::LoadFormat fmt, int tp,
-                                 bool verbose, const std::string& device = "cpu") {
+                                 bool verbose, const std::string& device = "cpu",
+                                 dist::TpspConfig tpsp = {}) {
   ModelRuntime rt;
   if (tp < 1) throw Error("--tensor-parallel-size must be >= 1");
   if (device == "cuda") {
@@ -48,7 +49,9 @@ inline ModelRuntime make_runtime(const std::string& dir, model::LoadFormat fmt, 
       rt.exec = make_gpu_tp_executor(
           tp,
           [&](int rank, backend::Backend& be, dist::Communicator* comm) {
-            return model::load_model(dir, fmt, be, verbose && rank == 0, {tp, rank}, comm);
+            auto m = model::load_model(dir, fmt, be, verbose && rank == 0, {tp, rank}, comm);
+            m->set_tpsp(tpsp);
+            return m;
           },
           std::chrono::minutes(30));
       return rt;
@@ -74,7 +77,9 @@ inline ModelRuntime make_runtime(const std::string& dir, model::LoadFormat fmt, 
   rt.exec = std::make_unique<engine::TpExecutor>(
       tp, [](int) { return std::make_unique<backend::CpuBackend>(); },
       [&](int rank, backend::Backend& be, dist::Communicator* comm) {
-        return model::load_model(dir, fmt, be, verbose, {tp, rank}, comm);
+        auto m = model::load_model(dir, fmt, be, verbose, {tp, rank}, comm);
+        m->set_tpsp(tpsp);
+        return m;
       });
   return rt;
 }

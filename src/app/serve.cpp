@@ -13,6 +13,7 @@
 #include "app/cache_flags.h"
 #include "app/commands.h"
 #include "app/runtime.h"
+#include "app/tpsp_flags.h"
 #include "app/vllm_flags.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
@@ -148,13 +149,16 @@ int cmd_serve(const std::vector<std::string>& argv) {
                                  "tool-call-parser"};
   flags.insert(vllm_value_flags().begin(), vllm_value_flags().end());
   flags.insert(cache_value_flags().begin(), cache_value_flags().end());
+  flags.insert(tpsp_value_flags().begin(), tpsp_value_flags().end());
   std::set<std::string> switches = {"enforce-eager", "enable-auto-tool-choice"};
+  switches.insert(tpsp_switches().begin(), tpsp_switches().end());
   switches.insert(vllm_switches().begin(), vllm_switches().end());
   switches.insert(cache_switches().begin(), cache_switches().end());
   Args a(argv, "serve", flags, switches);
   check_device(a);
   check_vllm_flags(a);
   const int tp = static_cast<int>(a.get_int("tensor-parallel-size", 1, 1, 1024));
+  const dist::TpspConfig tpsp = parse_tpsp_flags(a);  // checked before anything loads
   const double util = a.get_double("gpu-memory-utilization", 0.9, 0, 1, true);
   const std::string model_dir = a.get("model", "");
   fs::path tok_dir =
@@ -202,7 +206,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   std::fprintf(stderr, "deltaserve: loading %s\n",
                model_dir.empty() ? "the embedded default model" : model_dir.c_str());
   ModelRuntime rt = make_runtime(model_dir, model::parse_load_format(a.get("load-format", "auto")),
-                                 tp, true, a.get("device", "cpu"));
+                                 tp, true, a.get("device", "cpu"), tpsp);
   const model::ModelConfig& mc = rt.exec->config();
   ecfg.max_model_len = static_cast<int32_t>(
       a.get_int("max-model-len", std::min<int64_t>(mc.max_position_embeddings, 8192), 1,

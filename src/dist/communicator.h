@@ -22,9 +22,11 @@ class Communicator {
   virtual int size() const = 0;
   // In place: t = sum over ranks of t. Precondition: same shape on every rank, F32.
   virtual void all_reduce_sum(const Tensor& t) = 0;
-  // out = this rank's 1/size slice (along the flattened elements) of the sum of `in`.
+  // out = this rank's 1/size slice (along the flattened elements) of the sum of `in`. In place
+  // when `out` is that slice of `in`.
   virtual void reduce_scatter_sum(const Tensor& in, const Tensor& out) = 0;
-  // out = the concatenation of every rank's `in`, in rank order.
+  // out = the concatenation of every rank's `in`, in rank order. In place when `in` is this
+  // rank's slice of `out`.
   virtual void all_gather(const Tensor& in, const Tensor& out) = 0;
   // t = root's t.
   virtual void broadcast(const Tensor& t, int root) = 0;

@@ -55,16 +55,21 @@ class Qwen35Model {
   const ModelWeights& weights() const { return w_; }
   backend::Backend& backend() const { return be_; }
   const dist::Parallel& parallel() const { return parallel_; }
+  // TPSP settings (the serving flags), before the first step.
+  void set_tpsp(dist::TpspConfig tpsp) { parallel_.set_tpsp(tpsp); }
 
  private:
-  void full_attention(const StepBatch& batch, int64_t i, const StepBuffers& s,
-                      const LayerCache& c) const;
+  // The mixers read the whole normalised input s.h and leave their row-parallel output in
+  // s.mix (summed: all of it; under TPSP, `sharded`: this rank's token shard).
+  void full_attention(const StepBatch& batch, int64_t i, const StepBuffers& s, const LayerCache& c,
+                      bool sharded) const;
   // Logits of the rows `hr` into s.out (vocabulary-parallel under TP).
   void lm_head(const Tensor& hr, const StepBuffers& s) const;
-  void gated_deltanet(const StepBatch& batch, int64_t i, const StepBuffers& s,
-                      const LayerCache& c) const;
-  // out <- the row-parallel projection of `in` by w, summed over ranks.
-  void row_parallel(const Tensor& in, const Tensor& w, const Tensor& out) const;
+  void gated_deltanet(const StepBatch& batch, int64_t i, const StepBuffers& s, const LayerCache& c,
+                      bool sharded) const;
+  // out <- the row-parallel projection of `in` by w, summed over ranks (all of it, or under TPSP
+  // this rank's token shard of it).
+  void row_parallel(const Tensor& in, const Tensor& w, const Tensor& out, bool sharded) const;
 
   ModelConfig cfg_, local_;
   backend::Backend& be_;

@@ -81,13 +81,16 @@ TEST(LocalGroup, MissingRankTimesOutAndPoisonStopsEveryone) {
 // Runs `steps` on N CPU ranks; returns rank 0's logits of every step.
 std::vector<std::vector<float>> run_tp(const std::filesystem::path& dir, int N,
                                        const std::vector<StepBatch>& steps,
-                                       int64_t* gdn_weight_bytes = nullptr) {
+                                       int64_t* gdn_weight_bytes = nullptr,
+                                       dist::TpspConfig tpsp = {}, int* all_reduces = nullptr) {
   const model::ModelConfig cfg = model::load_model_config(dir);
   const model::Checkpoint ckpt(dir);
   std::vector<std::vector<float>> out;
   run_ranks(N, [&](int r, dist::LocalGroup& g) {
     backend::CpuBackend be;
-    auto comm = g.communicator(r);
+    auto inner = g.communicator(r);
+    deltaserve::testing::FaultyComm counted(inner.get(), 1 << 30);  // never fails: counts
+    dist::Communicator* comm = &counted;
     model::ModelWeights w = model::load_weights(ckpt, cfg, be, {}, {N, r});
     if (r == 0 && gdn_weight_bytes) {
       *gdn_weight_bytes = 0;
@@ -99,12 +102,13 @@ std::vector<std::vector<float>> run_tp(const std::filesystem::path& dir, int N,
             *gdn_weight_bytes += static_cast<int64_t>(t->nbytes());
     }
     model::Qwen35Model m(cfg, be, std::move(w),
-                         dist::Parallel({N, r}, N > 1 ? comm.get() : nullptr));
+                         dist::Parallel({N, r}, N > 1 ? comm : nullptr, tpsp));
     auto runner = deltaserve::testing::make_runner(m, 64, 16, 4);
     for (const StepBatch& b : steps) {
       std::vector<float> l = runner->forward(b);
       if (r == 0) out.push_back(std::move(l));
     }
+    if (r == 0 && all_reduces) *all_reduces = counted.calls();
   });
   return out;
 }
@@ -142,6 +146,70 @@ TEST(TensorParallel, Tp4WithReplicatedKvHeadsEqualsTp1) {
   expect_same_logits(run_tp(dir, 2, steps), tp1, "TP2");
   expect_same_logits(run_tp(dir, 4, steps, &b4), tp1, "TP4");
   EXPECT_EQ(b4 * 4, b1);
+}
+
+// Steps whose token counts TP2 and TP4 divide: two prefills (48), a mixed step of decode rows,
+// a chunked prefill and a new prefill (36), decode rows only (4).
+std::vector<StepBatch> divisible_scenario(int vocab) {
+  std::mt19937 gen(9);
+  auto ids = [&](int n) {
+    std::vector<int32_t> v(static_cast<size_t>(n));
+    for (auto& x : v) x = static_cast<int32_t>(gen() % static_cast<uint32_t>(vocab));
+    return v;
+  };
+  struct Part {
+    int seq, n, start;
+  };
+  const std::vector<std::vector<Part>> plan = {
+      {{0, 40, 0}, {1, 8, 0}},
+      {{0, 1, 40}, {1, 30, 8}, {2, 5, 0}},
+      {{0, 1, 41}, {1, 1, 38}, {2, 1, 5}, {3, 1, 0}},
+  };
+  std::vector<StepBatch> steps;
+  for (const auto& parts : plan) {
+    StepBatchBuilder b(16);
+    for (const Part& p : parts) {
+      std::vector<int32_t> pages;
+      for (int q = 0; q * 16 < p.start + p.n; ++q) pages.push_back(p.seq * 16 + q);
+      b.add(0, ids(p.n), p.start, p.seq, pages, p.n);
+    }
+    steps.push_back(b.build());
+  }
+  return steps;
+}
+
+// TPSP forced on every step (threshold 0) computes what conventional TP does: prefill, mixed and
+// decode steps at TP2 and TP4 (KV heads replicated at TP4), and at a threshold above a step's
+// tokens that step runs the conventional path.
+TEST(TensorParallel, TpspEqualsConventionalTp) {
+  TempDir d;
+  const auto dir = make_tp4_checkpoint(d);
+  const auto steps = divisible_scenario(97);
+  const auto tp1 = run_tp(dir, 1, steps);
+  for (const int n : {2, 4}) {
+    int reduces = 0, sp_reduces = 0;
+    const auto conventional = run_tp(dir, n, steps, nullptr, {}, &reduces);
+    const auto tpsp = run_tp(dir, n, steps, nullptr, {true, 0}, &sp_reduces);
+    // Per step: the embedding's all-reduce, and conventionally two per layer (mixer, MLP).
+    EXPECT_EQ(reduces, 3 * (1 + 2 * 4));
+    EXPECT_EQ(sp_reduces, 3) << "TPSP reduce-scatters instead";
+    expect_same_logits(tpsp, conventional, "TPSP TP" + std::to_string(n));
+    expect_same_logits(tpsp, tp1, "TPSP TP" + std::to_string(n) + " vs TP1");
+    expect_same_logits(run_tp(dir, n, steps, nullptr, {true, 40}), conventional, "threshold 40");
+  }
+}
+
+TEST(LocalGroup, InPlaceReduceScatterAndAllGather) {
+  run_ranks(2, [](int r, dist::LocalGroup& g) {
+    auto c = g.communicator(r);
+    std::vector<float> x = {1.0f + r, 2.0f + r, 3.0f + r, 4.0f + r};
+    const Tensor all(x.data(), DType::kF32, {4, 1});
+    c->reduce_scatter_sum(all, all.rows(2 * r, 2 * r + 2));  // rank r: rows 2r, 2r + 1 summed
+    EXPECT_EQ(x[2 * r], 2 * (2 * r + 1) + 1);
+    EXPECT_EQ(x[2 * r + 1], 2 * (2 * r + 2) + 1);
+    c->all_gather(all.rows(2 * r, 2 * r + 2), all);
+    EXPECT_EQ(x, (std::vector<float>{3, 5, 7, 9}));
+  });
 }
 
 TEST(TensorParallel, ShardsReconstructEveryGlobalTensor) {

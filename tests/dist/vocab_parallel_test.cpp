@@ -1,7 +1,8 @@
 // The vocabulary-parallel embedding and lm_head under TP on CPU ranks: the host-side id and row
 // maps, each rank's zero-padded slice of the weights, and sampling over the gathered slices —
 // greedy and seeded draws with top-k / top-p / min-p, penalties and top logprobs give the tokens
-// of one rank at TP2 and TP4, also when the vocabulary (97) does not divide by the degree.
+// of one rank at TP2 and TP4, also when the vocabulary (97) does not divide by the degree, and
+// with TPSP forced on.
 #include "dist/vocab_parallel.h"
 
 #include <gtest/gtest.h>
@@ -103,8 +104,11 @@ TEST(VocabParallel, SampledTokensAndLogprobsMatchOneRank) {
   const std::string dir = make_tp4_checkpoint(d).string();
   const auto reqs = sampling_requests();
   std::vector<std::vector<engine::Result>> runs;
-  for (const int n : {1, 2, 4}) {
-    auto exec = engine::tp_executor(dir, n);
+  const std::vector<std::pair<int, bool>> setups = {{1, false}, {2, false}, {4, false},
+                                                    {2, true}, {4, true}};
+  for (const auto& [n, tpsp] : setups) {
+    // With TPSP forced: every step whose token count n divides (prefills, mixed, decode).
+    auto exec = engine::tp_executor(dir, n, -1, 0, {tpsp, 0});
     engine::Engine e(*exec, {});
     std::vector<std::shared_ptr<engine::RequestStream>> streams;
     for (const auto& r : reqs) streams.push_back(e.submit(r));
@@ -113,7 +117,8 @@ TEST(VocabParallel, SampledTokensAndLogprobsMatchOneRank) {
   }
   for (size_t t = 1; t < runs.size(); ++t)
     for (size_t i = 0; i < reqs.size(); ++i) {
-      const std::string what = "TP" + std::to_string(1 << t) + " request " + std::to_string(i);
+      const std::string what = "TP" + std::to_string(setups[t].first) +
+                               (setups[t].second ? " TPSP" : "") + " request " + std::to_string(i);
       EXPECT_EQ(runs[t][i].tokens, runs[0][i].tokens) << what;
       ASSERT_EQ(runs[t][i].logprobs.size(), runs[0][i].logprobs.size()) << what;
       for (size_t k = 0; k < runs[0][i].logprobs.size(); ++k) {

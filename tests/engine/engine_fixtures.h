@@ -54,7 +54,7 @@ inline std::vector<int32_t> random_prompt(int n, uint32_t seed, int vocab) {
 inline std::vector<std::unique_ptr<deltaserve::testing::FaultyComm>> g_faults;
 
 inline std::unique_ptr<TpExecutor> tp_executor(const std::string& dir, int n, int faulty_rank = -1,
-                                               int fail_at = 0) {
+                                               int fail_at = 0, dist::TpspConfig tpsp = {}) {
   auto* faults = &g_faults;
   return std::make_unique<TpExecutor>(
       n, [](int) { return std::make_unique<backend::CpuBackend>(); },
@@ -63,7 +63,9 @@ inline std::unique_ptr<TpExecutor> tp_executor(const std::string& dir, int n, in
           faults->push_back(std::make_unique<deltaserve::testing::FaultyComm>(comm, fail_at));
           comm = faults->back().get();
         }
-        return model::load_model(dir, model::LoadFormat::kAuto, be, false, {n, rank}, comm);
+        auto m = model::load_model(dir, model::LoadFormat::kAuto, be, false, {n, rank}, comm);
+        m->set_tpsp(tpsp);
+        return m;
       },
       std::chrono::seconds(20));
 }
