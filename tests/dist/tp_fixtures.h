@@ -47,26 +47,24 @@ inline std::filesystem::path make_tp4_checkpoint(const testing::TempDir& d) {
   return d.path();
 }
 
-// Prefill chunks, decode rows and mixed steps over three sequences (all rows' logits).
-inline std::vector<StepBatch> scenario(int vocab) {
-  std::mt19937 gen(5);
+// One part of a step: `n` tokens of sequence `seq` after `start` cached ones.
+struct StepPart {
+  int seq, n, start;
+};
+
+// The steps of `plan` (every row's logits sampled) with random ids from `seed`.
+inline std::vector<StepBatch> steps_of(int vocab, const std::vector<std::vector<StepPart>>& plan,
+                                       uint32_t seed) {
+  std::mt19937 gen(seed);
   auto ids = [&](int n) {
     std::vector<int32_t> v(static_cast<size_t>(n));
     for (auto& x : v) x = static_cast<int32_t>(gen() % static_cast<uint32_t>(vocab));
     return v;
   };
-  struct Part {
-    int seq, n, start;
-  };
-  const std::vector<std::vector<Part>> plan = {
-      {{0, 40, 0}, {1, 7, 0}},              // two prefills
-      {{0, 1, 40}, {1, 30, 7}, {2, 5, 0}},  // decode + chunked prefill + new prefill
-      {{0, 1, 41}, {1, 1, 37}, {2, 1, 5}},  // decode rows only
-  };
   std::vector<StepBatch> steps;
   for (const auto& parts : plan) {
     StepBatchBuilder b(16);
-    for (const Part& p : parts) {
+    for (const StepPart& p : parts) {
       std::vector<int32_t> pages;
       for (int q = 0; q * 16 < p.start + p.n; ++q) pages.push_back(p.seq * 16 + q);
       b.add(0, ids(p.n), p.start, p.seq, pages, p.n);
@@ -74,6 +72,17 @@ inline std::vector<StepBatch> scenario(int vocab) {
     steps.push_back(b.build());
   }
   return steps;
+}
+
+// Prefill chunks, decode rows and mixed steps over three sequences (all rows' logits).
+inline std::vector<StepBatch> scenario(int vocab) {
+  return steps_of(vocab,
+                  {
+                      {{0, 40, 0}, {1, 7, 0}},              // two prefills
+                      {{0, 1, 40}, {1, 30, 7}, {2, 5, 0}},  // decode + chunked + new prefill
+                      {{0, 1, 41}, {1, 1, 37}, {2, 1, 5}},  // decode rows only
+                  },
+                  5);
 }
 
 // Runs rank(r, group) on N threads of an in-process group; the first exception poisons the group

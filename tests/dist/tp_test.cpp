@@ -151,31 +151,13 @@ TEST(TensorParallel, Tp4WithReplicatedKvHeadsEqualsTp1) {
 // Steps whose token counts TP2 and TP4 divide: two prefills (48), a mixed step of decode rows,
 // a chunked prefill and a new prefill (36), decode rows only (4).
 std::vector<StepBatch> divisible_scenario(int vocab) {
-  std::mt19937 gen(9);
-  auto ids = [&](int n) {
-    std::vector<int32_t> v(static_cast<size_t>(n));
-    for (auto& x : v) x = static_cast<int32_t>(gen() % static_cast<uint32_t>(vocab));
-    return v;
-  };
-  struct Part {
-    int seq, n, start;
-  };
-  const std::vector<std::vector<Part>> plan = {
-      {{0, 40, 0}, {1, 8, 0}},
-      {{0, 1, 40}, {1, 30, 8}, {2, 5, 0}},
-      {{0, 1, 41}, {1, 1, 38}, {2, 1, 5}, {3, 1, 0}},
-  };
-  std::vector<StepBatch> steps;
-  for (const auto& parts : plan) {
-    StepBatchBuilder b(16);
-    for (const Part& p : parts) {
-      std::vector<int32_t> pages;
-      for (int q = 0; q * 16 < p.start + p.n; ++q) pages.push_back(p.seq * 16 + q);
-      b.add(0, ids(p.n), p.start, p.seq, pages, p.n);
-    }
-    steps.push_back(b.build());
-  }
-  return steps;
+  return steps_of(vocab,
+                  {
+                      {{0, 40, 0}, {1, 8, 0}},
+                      {{0, 1, 40}, {1, 30, 8}, {2, 5, 0}},
+                      {{0, 1, 41}, {1, 1, 38}, {2, 1, 5}, {3, 1, 0}},
+                  },
+                  9);
 }
 
 // TPSP forced on every step (threshold 0) computes what conventional TP does: prefill, mixed and
