@@ -411,6 +411,15 @@ test('logit_bias steers the choice', async () => {
   await expectStatus(client.completions.create({ model: MODEL, prompt: 'x', max_tokens: 2, logit_bias: { 'abc': 1 } }), 400);
 });
 
+test('n samples of one prompt prefill it once: the others resume from its cache', async () => {
+  const prompt = Array.from({ length: 200 }, (_, i) => 1000 + ((i * 7919) % 50000));  // never seen
+  const before = await metric('vllm:prefix_cache_hits_total');
+  const r = await client.completions.create({ model: MODEL, prompt, n: 3, max_tokens: 4, temperature: 1, seed: 3 });
+  assert.equal(r.choices.length, 3);
+  // Samples 2 and 3 resume at the last 64-token grid point before the prompt's end (192).
+  assert.equal((await metric('vllm:prefix_cache_hits_total')) - before, 2 * 192);
+});
+
 test('n choices and a list of prompts, streamed and not', async () => {
   const base = { model: MODEL, max_tokens: 5, temperature: 0, ignore_eos: true };
   const one = await client.completions.create({ ...base, prompt: 'Paris is' });
