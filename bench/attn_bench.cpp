@@ -5,7 +5,6 @@
 // each prefill kernel (DS_PREFILL_ATTENTION, attention_prefill.cuh) side by side.
 // Usage: attn_bench [--rounds 7] [--calls 10]
 #include <cuda_runtime.h>
-
 #include <stdlib.h>
 
 #include <cstdio>
@@ -49,7 +48,8 @@ double time_shape(ds::backend::CudaBackend& be, const Shape& sh, int rounds, int
   const ds::StepBatch batch = batch_of(sh);
   const int64_t T = batch.num_tokens();
   const int64_t pages = static_cast<int64_t>(sh.seqs) * ((sh.start + sh.len + kPage - 1) / kPage);
-  auto q = be.alloc(ds::DType::kBF16, {T, kNh, kHd}), gate = be.alloc(ds::DType::kBF16, {T, kNh, kHd}),
+  auto q = be.alloc(ds::DType::kBF16, {T, kNh, kHd}),
+       gate = be.alloc(ds::DType::kBF16, {T, kNh, kHd}),
        out = be.alloc(ds::DType::kBF16, {T, kNh, kHd});
   auto kc = be.alloc(ds::DType::kBF16, {pages, kPage, kNkv, kHd}),
        vc = be.alloc(ds::DType::kBF16, {pages, kPage, kNkv, kHd});

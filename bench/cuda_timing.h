@@ -13,7 +13,8 @@ namespace deltaserve::bench {
 template <class Call>
 double median_ms_per_call(cudaStream_t stream, int rounds, int calls, Call&& call) {
   call();
-  if (cudaStreamSynchronize(stream) != cudaSuccess) throw std::runtime_error("CUDA error (warm-up)");
+  if (cudaStreamSynchronize(stream) != cudaSuccess)
+    throw std::runtime_error("CUDA error (warm-up)");
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);

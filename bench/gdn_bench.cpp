@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "app/args.h"
-#include "cuda_timing.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/step_batch.h"
+#include "cuda_timing.h"
 
 namespace ds = deltaserve;
 
@@ -70,7 +70,8 @@ int main(int argc, char** argv) {
     if (a.has("len")) {  // one shape (e.g. under a profiler)
       const Shape s{static_cast<int>(a.get_int("seqs", 1, 1, 1024)),
                     static_cast<int>(a.get_int("len", 8192, 1, 1 << 20))};
-      std::printf("%d x %d: %.3f ms per layer\n", s.seqs, s.len, time_shape(be, s, 0, rounds, calls));
+      std::printf("%d x %d: %.3f ms per layer\n", s.seqs, s.len,
+                  time_shape(be, s, 0, rounds, calls));
       return 0;
     }
     std::printf("| shape | fresh ms per layer | from a state ms per layer |\n|---|---|---|\n");

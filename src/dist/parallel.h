@@ -51,9 +51,7 @@ class Parallel {
     comm_->reduce_scatter_sum(partial, token_shard(partial));
   }
   // TPSP: every rank's token shard of `full` [T, H] into all of it (in place; all-gather).
-  void gather_token_shards(const Tensor& full) const {
-    comm_->all_gather(token_shard(full), full);
-  }
+  void gather_token_shards(const Tensor& full) const { comm_->all_gather(token_shard(full), full); }
 
   const ParallelConfig& config() const { return cfg_; }
   int degree() const { return cfg_.degree; }

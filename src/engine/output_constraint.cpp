@@ -4,7 +4,8 @@
 
 namespace deltaserve::engine {
 
-std::vector<int32_t> allowed_next_tokens(const SamplingParams& p, std::span<const int32_t> outputs) {
+std::vector<int32_t> allowed_next_tokens(const SamplingParams& p,
+                                         std::span<const int32_t> outputs) {
   if (p.forced_prefixes.empty()) return {};
   size_t from = 0;
   if (p.constrain_after >= 0) {
@@ -26,7 +27,8 @@ std::vector<int32_t> allowed_next_tokens(const SamplingParams& p, std::span<cons
   return next;
 }
 
-int32_t constrain_token(const SamplingParams& p, std::span<const int32_t> outputs, int32_t sampled) {
+int32_t constrain_token(const SamplingParams& p, std::span<const int32_t> outputs,
+                        int32_t sampled) {
   const std::vector<int32_t> allowed = allowed_next_tokens(p, outputs);
   if (allowed.empty() || std::find(allowed.begin(), allowed.end(), sampled) != allowed.end())
     return sampled;

@@ -13,7 +13,8 @@ enum class LayerType : uint8_t { kLinearAttention, kFullAttention };
 struct ModelConfig {
   int64_t vocab_size = 0;  // of a rank-local config (tp_shard.h): the rank's vocabulary slice
   // Vocabulary-parallel shards (1 in a global config; the TP degree in a rank-local one, whose
-  // vocab_size is then ceil(V / shards) rows of the embedding and lm_head, zero-padded on the last).
+  // vocab_size is then ceil(V / shards) rows of the embedding and lm_head, zero-padded on the
+  // last).
   int64_t vocab_shards = 1;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;

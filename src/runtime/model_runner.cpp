@@ -103,13 +103,31 @@ model::StepBuffers ModelRunner::views(int64_t T, int64_t R) const {
     const Tensor& t = s.get(name);
     return t.empty() ? Tensor{} : t.rows(0, n);
   };
-  return {rows("ids", T),      rows("x", T),      rows("h", T),       rows("mix", T),
-          rows("qg", T),       rows("k", T),      rows("v", T),       rows("q", T),
-          rows("gate", T),     rows("attn", T),   rows("u", T),       rows("y", T),
-          rows("z", T),        rows("a", T),      rows("b", T),       rows("o", T),
-          rows("mlp_gate", T), rows("mlp_up", T), rows("mlp_act", T), rows("row_ids", R),
-          rows("hr", R),       rows("out", R),    rows("out_shard", R),
-          rows("gathered", shards * R), rows("vocab_order", shards * R)};
+  return {rows("ids", T),
+          rows("x", T),
+          rows("h", T),
+          rows("mix", T),
+          rows("qg", T),
+          rows("k", T),
+          rows("v", T),
+          rows("q", T),
+          rows("gate", T),
+          rows("attn", T),
+          rows("u", T),
+          rows("y", T),
+          rows("z", T),
+          rows("a", T),
+          rows("b", T),
+          rows("o", T),
+          rows("mlp_gate", T),
+          rows("mlp_up", T),
+          rows("mlp_act", T),
+          rows("row_ids", R),
+          rows("hr", R),
+          rows("out", R),
+          rows("out_shard", R),
+          rows("gathered", shards * R),
+          rows("vocab_order", shards * R)};
 }
 
 void ModelRunner::upload_inputs(std::span<const int32_t> ids, int64_t rows,
@@ -119,7 +137,8 @@ void ModelRunner::upload_inputs(std::span<const int32_t> ids, int64_t rows,
   const int rank = model_.parallel().rank(), shards = static_cast<int>(local.vocab_shards);
   be_.upload_i32(dist::local_token_ids(ids, rank, local.vocab_size).data(), v.ids);
   if (rows > 0)
-    be_.upload_i32(dist::vocab_gather_order(rows, shards).data(), v.vocab_order.rows(0, shards * rows));
+    be_.upload_i32(dist::vocab_gather_order(rows, shards).data(),
+                   v.vocab_order.rows(0, shards * rows));
 }
 
 void ModelRunner::copy_state(int32_t src, int32_t dst) {

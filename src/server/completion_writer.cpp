@@ -149,8 +149,8 @@ class ChatWriter final : public CompletionWriter {
   // named tool_choice, as OpenAI's and vLLM's.
   std::string calls_finish_;
   bool streamed_call_ = false;  // a call's first delta has been sent
-  ReasoningParser parser_;  // streamed deltas
-  ToolCallParser tools_;    // streamed deltas
+  ReasoningParser parser_;      // streamed deltas
+  ToolCallParser tools_;        // streamed deltas
 };
 
 class TextWriter final : public CompletionWriter {

@@ -102,7 +102,7 @@ bool ToolCallParser::scan_arguments(bool final) {
     const size_t stop = std::min(fe, ce), p = calls_.find(kParam, pos_);
     const size_t gt = p == npos ? npos : calls_.find('>', p);
     if (p != npos && p < stop && (gt == npos || gt < stop)) {  // a parameter
-      if (gt == npos && !final) return false;  // its name is still coming
+      if (gt == npos && !final) return false;                  // its name is still coming
       if (gt != npos) {
         // A parameter left open ends at the next one, at </function> or at the end.
         const size_t close = calls_.find(kParamEnd, gt);
@@ -112,8 +112,8 @@ bool ToolCallParser::scan_arguments(bool final) {
         std::string key = calls_.substr(p + kParam.size(), gt - p - kParam.size());
         if (std::find(keys_.begin(), keys_.end(), key) == keys_.end()) {
           const json value = typed_value(
-              function_, key, std::string(trim_newlines(std::string_view(calls_).substr(
-                                  gt + 1, end - gt - 1))));
+              function_, key,
+              std::string(trim_newlines(std::string_view(calls_).substr(gt + 1, end - gt - 1))));
           emit("", (keys_.empty() ? "{" : ",") + dump_json(json(key)) + ":" + dump_json(value));
           keys_.push_back(std::move(key));
         }
@@ -125,7 +125,9 @@ bool ToolCallParser::scan_arguments(bool final) {
     }
     emit("", keys_.empty() ? "{}" : "}");  // the call ends
     named_ = in_call_ = false;
-    pos_ = ce != npos ? ce + kCallEnd.size() : fe != npos ? fe + kFunctionEnd.size() : calls_.size();
+    pos_ = ce != npos   ? ce + kCallEnd.size()
+           : fe != npos ? fe + kFunctionEnd.size()
+                        : calls_.size();
     return true;
   }
 }

@@ -64,9 +64,9 @@ ToolChoice parse_tool_choice(const json& b, bool tool_call_parser) {
 void force_tool_call(const ToolChoice& choice, const json& tools, const tokenizer::Tokenizer& tok,
                      bool prompt_opens_think, engine::SamplingParams& p) {
   if (!choice.forces_call()) return;
-  const std::vector<std::string> names =
-      choice.kind == ToolChoiceKind::kNamed ? std::vector<std::string>{choice.name}
-                                            : tool_names(tools);
+  const std::vector<std::string> names = choice.kind == ToolChoiceKind::kNamed
+                                             ? std::vector<std::string>{choice.name}
+                                             : tool_names(tools);
   for (const std::string& name : names)
     p.forced_prefixes.push_back(tok.encode("<tool_call>\n<function=" + name + ">\n"));
   p.constrain_after = prompt_opens_think ? tok.token_to_id("</think>") : -1;

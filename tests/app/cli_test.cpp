@@ -70,9 +70,10 @@ TEST(Cli, LogitsMatchesHfGolden) {
 // TP2 with TPSP on every step (the 100-token prompt divides by 2) and the vocabulary-parallel
 // lm_head: the same logits.
 TEST(Cli, LogitsWithTpspMatchHfGolden) {
-  EXPECT_LE(golden_logits_error("tiny_real", "prompt.4",
-                                " --tensor-parallel-size 2 --enable-tpsp --tpsp-threshold-tokens 0"),
-            1e-4f);
+  EXPECT_LE(
+      golden_logits_error("tiny_real", "prompt.4",
+                          " --tensor-parallel-size 2 --enable-tpsp --tpsp-threshold-tokens 0"),
+      1e-4f);
 }
 
 TEST(Cli, GenerateRunsOnCheckpointAndDummy) {

@@ -39,7 +39,8 @@ TEST(VocabParallel, EachRankHoldsItsZeroPaddedSliceOfTheEmbeddingAndLmHead) {
   int64_t lm_bytes = 0;
   for (int r = 0; r < 4; ++r) {
     const model::ModelWeights w = model::load_weights(ckpt, cfg, be, {}, {4, r});
-    for (const auto& [lp, gp] : {std::pair{&w.embed, &full.embed}, std::pair{&w.lm_head, &full.lm_head}}) {
+    for (const auto& [lp, gp] :
+         {std::pair{&w.embed, &full.embed}, std::pair{&w.lm_head, &full.lm_head}}) {
       const Tensor& local = *lp;
       const Tensor& global = *gp;
       ASSERT_EQ(local.dim(0), rows);
@@ -104,8 +105,8 @@ TEST(VocabParallel, SampledTokensAndLogprobsMatchOneRank) {
   const std::string dir = make_tp4_checkpoint(d).string();
   const auto reqs = sampling_requests();
   std::vector<std::vector<engine::Result>> runs;
-  const std::vector<std::pair<int, bool>> setups = {{1, false}, {2, false}, {4, false},
-                                                    {2, true}, {4, true}};
+  const std::vector<std::pair<int, bool>> setups = {
+      {1, false}, {2, false}, {4, false}, {2, true}, {4, true}};
   for (const auto& [n, tpsp] : setups) {
     // With TPSP forced: every step whose token count n divides (prefills, mixed, decode).
     auto exec = engine::tp_executor(dir, n, -1, 0, {tpsp, 0});

@@ -2,8 +2,8 @@
 // is visible). Inputs are rounded to bf16 first so both backends see the same values; outputs are
 // compared at bf16 resolution.
 #include <cuda_runtime.h>
-#include <stdlib.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
@@ -86,7 +86,8 @@ TEST_F(CudaOps, LinearMulti) {
 TEST_F(CudaOps, EmbeddingGatherSiluMulGatedNorm) {
   const int V = 300, H = 256, T = 9;
   auto table = rnd(V * H, 6);
-  std::vector<int32_t> ids{0, 299, 5, 5, -1, 123, 1, 250, 42};  // -1: a zero row (vocabulary-parallel)
+  std::vector<int32_t> ids{0,   299, 5,   5, -1,
+                           123, 1,   250, 42};  // -1: a zero row (vocabulary-parallel)
   auto dt = dev(table, DType::kBF16, {V, H});
   auto did = gpu_->alloc(DType::kI32, {T});
   gpu_->upload_i32(ids.data(), did.tensor());
@@ -141,13 +142,14 @@ StepBatch long_batch(int ps) {
 // Longer prefills across several 128-query tiles (a partial last one): 600 fresh tokens, and 200
 // continuing 500 cached (not on a tile boundary), with interleaved pages, next to a decode row.
 StepBatch long_prefill_batch(int ps) {
-  return make_batch(ps, {{600, 0, 0, range(0, 38, 2)}, {200, 500, 1, range(1, 44, 2)},
-                         {1, 40, 2, range(90, 3)}});
+  return make_batch(
+      ps, {{600, 0, 0, range(0, 38, 2)}, {200, 500, 1, range(1, 44, 2)}, {1, 40, 2, range(90, 3)}});
 }
 
 class PagedAttention : public CudaOps {
  protected:
-  // Every case below with the prefill kernel that DS_PREFILL_ATTENTION names (attention_prefill.cuh).
+  // Every case below with the prefill kernel that DS_PREFILL_ATTENTION names
+  // (attention_prefill.cuh).
   void run_cases(const char* prefill_kernel);
 };
 

@@ -64,7 +64,9 @@ using Prefixes = std::vector<std::vector<int32_t>>;
 TEST_F(CompletionRequestTest, ToolChoiceRequiredOrNamedNeedsItsTools) {
   EXPECT_EQ(refused("{" + kMsgs + R"(,"tool_choice":"required"})", true), "tool_choice");
   EXPECT_EQ(refused("{" + kMsgs + "," + kTools + R"(,"tool_choice":{"type":"function",
-    "function":{"name":"get_date"}}})", true), "tool_choice");
+    "function":{"name":"get_date"}}})",
+                    true),
+            "tool_choice");
   EXPECT_EQ(refused("{" + kMsgs + "," + kTools + R"(,"tool_choice":{"type":"function"}})", true),
             "tool_choice");
   EXPECT_EQ(refused("{" + kMsgs + "," + kTools + R"(,"tool_choice":"sometimes"})", true),
@@ -98,7 +100,8 @@ TEST_F(CompletionRequestTest, ToolChoiceForcesTheQwenToolCallOpening) {
   EXPECT_EQ(required.generate.params.forced_prefixes,
             (Prefixes{opening("get_weather"), opening("get_time")}));
   EXPECT_EQ(required.generate.params.constrain_after, -1);
-  // A prompt that leaves <think> open (Qwen3.5's template, thinking on): after the model's </think>.
+  // A prompt that leaves <think> open (Qwen3.5's template, thinking on): after the model's
+  // </think>.
   engine::SamplingParams p;
   force_tool_call({ToolChoiceKind::kNamed, "get_time"}, json::parse("[" + kTools.substr(9)), *tok_,
                   true, p);

@@ -1,14 +1,14 @@
 // Causal flash attention of prefill sequences over the paged KV (FA2-style, bf16 mma.sync m16n8k16
-// with f32 accumulation; DS_PREFILL_ATTENTION=fa2 until validated on the H200). Block (query head, sequence, 128-query tile), 8 warps of 16 query rows;
-// the heaviest tiles (latest queries) are launched first. The Q tile stays in shared memory; key /
-// value tiles of 64 rows stream through two shared-memory stages with cp.async, the next tile's
-// copy in flight while the current one computes. Per key tile, in registers: S = Q K^T, the online
-// softmax (exp2, f32), P as bf16 A fragments straight from S's accumulators, O += P V.
-#include "backend/cuda/kernels/attention_prefill.cuh"
-
+// with f32 accumulation; DS_PREFILL_ATTENTION=fa2 until validated on the H200). Block (query head,
+// sequence, 128-query tile), 8 warps of 16 query rows; the heaviest tiles (latest queries) are
+// launched first. The Q tile stays in shared memory; key / value tiles of 64 rows stream through
+// two shared-memory stages with cp.async, the next tile's copy in flight while the current one
+// computes. Per key tile, in registers: S = Q K^T, the online softmax (exp2, f32), P as bf16 A
+// fragments straight from S's accumulators, O += P V.
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/cuda/kernels/attention_prefill.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
 
 namespace deltaserve::cuda {
@@ -36,7 +36,8 @@ __device__ void load_kv(bf16* ks, bf16* vs, const Tile& t, int k0, const BatchMe
   constexpr int kVec = HD / 8, ld = PrefillLayout<HD>::ld;
   for (int e = threadIdx.x; e < kKeys * kVec; e += kThreads) {
     const int r = e / kVec, c = e % kVec, p = min(k0 + r, t.last_key);
-    const size_t row = static_cast<size_t>(t.pages[p / b.page_size]) * b.page_size + p % b.page_size;
+    const size_t row =
+        static_cast<size_t>(t.pages[p / b.page_size]) * b.page_size + p % b.page_size;
     const size_t off = (row * nkv + t.kvh) * HD + c * 8;
     const bool valid = k0 + r <= t.last_key;
     mma::cp_async16(ks + r * ld + c * 8, kc + off, valid);
@@ -179,7 +180,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kVec = HD / 8;
   for (int e = threadIdx.x; e < kRows * kVec; e += kThreads) {
     const int r = e / kVec, c = e % kVec;
-    const bf16* src = q + (static_cast<size_t>(t.begin + t.q0 + min(r, t.rows - 1)) * s.nh + h) * HD;
+    const bf16* src =
+        q + (static_cast<size_t>(t.begin + t.q0 + min(r, t.rows - 1)) * s.nh + h) * HD;
     mma::cp_async16(qs + r * Lay::ld + c * 8, src + c * 8, r < t.rows);
   }
   load_kv<HD>(kv, kv + Lay::kv_elems, t, 0, b, kc, vc, s.nkv);  // Q joins this group

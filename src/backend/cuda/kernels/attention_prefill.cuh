@@ -20,10 +20,10 @@ bool attention_prefill_supported(const AttnShape& s);
 // out rows of every sequence with at least min_len tokens in the step: sigmoid(gate) *
 // softmax(q k^T / sqrt(hd)) v over the keys at positions [0, pos] (its cached pages and this
 // step's). Other sequences' rows are left alone. Never allocates or syncs.
-void launch_attention_prefill(const BatchMeta& b, const __nv_bfloat16* q,
-                              const __nv_bfloat16* gate, const __nv_bfloat16* k_cache,
-                              const __nv_bfloat16* v_cache, const AttnShape& s, int min_len,
-                              __nv_bfloat16* out, cudaStream_t stream);
+void launch_attention_prefill(const BatchMeta& b, const __nv_bfloat16* q, const __nv_bfloat16* gate,
+                              const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
+                              const AttnShape& s, int min_len, __nv_bfloat16* out,
+                              cudaStream_t stream);
 
 // The WMMA kernel alone (attention_prefill_wmma.cu).
 void launch_attention_prefill_wmma(const BatchMeta& b, const __nv_bfloat16* q,

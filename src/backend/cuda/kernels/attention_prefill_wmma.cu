@@ -6,9 +6,10 @@ namespace deltaserve::cuda {
 namespace {
 
 // Tensor-core (WMMA bf16, f32 accumulate) causal flash attention over the paged KV: the first
-// prefill kernel, kept beside attention_prefill.cu's until that one is validated on the H200. Block (64-query tile, sequence, query head), 4 warps of 16 query rows (two blocks per SM);
-// the warp's Q rows and its output accumulators stay in registers, key/value tiles of 64 go
-// through shared memory; S = Q K^T and O += P V on tensor cores, the online softmax in f32.
+// prefill kernel, kept beside attention_prefill.cu's until that one is validated on the H200. Block
+// (64-query tile, sequence, query head), 4 warps of 16 query rows (two blocks per SM); the warp's Q
+// rows and its output accumulators stay in registers, key/value tiles of 64 go through shared
+// memory; S = Q K^T and O += P V on tensor cores, the online softmax in f32.
 constexpr int kTile = 64, kTcWarps = 4;
 
 template <int HD>
