@@ -85,6 +85,18 @@ inline std::vector<StepBatch> scenario(int vocab) {
                   5);
 }
 
+// Steps whose token counts TP2 and TP4 divide: two prefills (48), a mixed step of decode rows,
+// a chunked prefill and a new prefill (36), decode rows only (4).
+inline std::vector<StepBatch> divisible_scenario(int vocab) {
+  return steps_of(vocab,
+                  {
+                      {{0, 40, 0}, {1, 8, 0}},
+                      {{0, 1, 40}, {1, 30, 8}, {2, 5, 0}},
+                      {{0, 1, 41}, {1, 1, 38}, {2, 1, 5}, {3, 1, 0}},
+                  },
+                  9);
+}
+
 // Runs rank(r, group) on N threads of an in-process group; the first exception poisons the group
 // (releasing ranks waiting in a collective) and is rethrown after every thread joined.
 template <class RankFn>

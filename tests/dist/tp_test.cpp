@@ -148,18 +148,6 @@ TEST(TensorParallel, Tp4WithReplicatedKvHeadsEqualsTp1) {
   EXPECT_EQ(b4 * 4, b1);
 }
 
-// Steps whose token counts TP2 and TP4 divide: two prefills (48), a mixed step of decode rows,
-// a chunked prefill and a new prefill (36), decode rows only (4).
-std::vector<StepBatch> divisible_scenario(int vocab) {
-  return steps_of(vocab,
-                  {
-                      {{0, 40, 0}, {1, 8, 0}},
-                      {{0, 1, 40}, {1, 30, 8}, {2, 5, 0}},
-                      {{0, 1, 41}, {1, 1, 38}, {2, 1, 5}, {3, 1, 0}},
-                  },
-                  9);
-}
-
 // TPSP forced on every step (threshold 0) computes what conventional TP does: prefill, mixed and
 // decode steps at TP2 and TP4 (KV heads replicated at TP4), and at a threshold above a step's
 // tokens that step runs the conventional path.

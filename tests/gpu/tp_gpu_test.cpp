@@ -30,7 +30,7 @@ namespace {
 
 using deltaserve::testing::have_gpu;
 
-// All-reduce of device tensors through host memory and the in-process group (several ranks on
+// Collectives of device tensors through host memory and the in-process group (several ranks on
 // one GPU). Only what the model uses.
 class HostStagedComm final : public dist::Communicator {
  public:
@@ -44,8 +44,22 @@ class HostStagedComm final : public dist::Communicator {
     inner_->all_reduce_sum(Tensor(h.data(), DType::kF32, {t.numel()}));
     be_.upload(DType::kF32, h.data(), h.size(), t);
   }
-  void reduce_scatter_sum(const Tensor&, const Tensor&) override { throw Error("not used"); }
-  void all_gather(const Tensor&, const Tensor&) override { throw Error("not used"); }
+  // (The two below: the vocabulary-parallel lm_head and TPSP; in place on the device is fine,
+  // the host copies are separate.)
+  void reduce_scatter_sum(const Tensor& in, const Tensor& out) override {
+    std::vector<float> h(static_cast<size_t>(in.numel())), mine(static_cast<size_t>(out.numel()));
+    be_.download_f32(in, h.data());
+    inner_->reduce_scatter_sum(Tensor(h.data(), DType::kF32, {in.numel()}),
+                               Tensor(mine.data(), DType::kF32, {out.numel()}));
+    be_.upload(DType::kF32, mine.data(), mine.size(), out);
+  }
+  void all_gather(const Tensor& in, const Tensor& out) override {
+    std::vector<float> mine(static_cast<size_t>(in.numel())), h(static_cast<size_t>(out.numel()));
+    be_.download_f32(in, mine.data());
+    inner_->all_gather(Tensor(mine.data(), DType::kF32, {in.numel()}),
+                       Tensor(h.data(), DType::kF32, {out.numel()}));
+    be_.upload(DType::kF32, h.data(), h.size(), out);
+  }
   void broadcast(const Tensor&, int) override { throw Error("not used"); }
   void barrier() override { inner_->barrier(); }
 
@@ -56,7 +70,8 @@ class HostStagedComm final : public dist::Communicator {
 
 // Rank 0's logits of every step, N ranks on GPU 0 (host-staged all-reduce).
 std::vector<std::vector<float>> run_gpu_tp(const std::filesystem::path& dir, int N,
-                                           const std::vector<StepBatch>& steps) {
+                                           const std::vector<StepBatch>& steps,
+                                           dist::TpspConfig tpsp = {}) {
   const model::ModelConfig cfg = model::load_model_config(dir);
   const model::Checkpoint ckpt(dir);
   std::vector<std::vector<float>> out;
@@ -64,7 +79,7 @@ std::vector<std::vector<float>> run_gpu_tp(const std::filesystem::path& dir, int
     backend::CudaBackend be(0);
     HostStagedComm comm(g.communicator(r), be);
     model::Qwen35Model m(cfg, be, model::load_weights(ckpt, cfg, be, {}, {N, r}),
-                         dist::Parallel({N, r}, &comm));
+                         dist::Parallel({N, r}, &comm, tpsp));
     auto runner = testing::make_runner(m, 64, 16, 4);
     for (const StepBatch& b : steps) {
       std::vector<float> l = runner->forward(b);
@@ -147,6 +162,20 @@ TEST_F(TpGpu, RankLocalKernelsAtTp2AndTp4MatchCpu) {
   for (int N : {2, 4})
     expect_like_tp1(deviation(run_gpu_tp(dir, N, steps), ref, cfg.vocab_size), tp1, N,
                     "one GPU, host-staged all-reduce");
+}
+
+// TPSP forced on every step (reduce-scatter / all-gather around the token-sharded residual add +
+// norm, and the vocabulary-parallel lm_head) on one GPU: held to the same bound as conventional TP.
+TEST_F(TpGpu, TpspAtTp2AndTp4MatchesCpu) {
+  testing::TempDir d;
+  const auto dir = make_tp4_checkpoint(d);
+  const model::ModelConfig cfg = model::load_model_config(dir);
+  const auto steps = divisible_scenario(static_cast<int>(cfg.vocab_size));
+  const auto ref = cpu_reference(dir, steps);
+  const Deviation tp1 = deviation(run_gpu_tp(dir, 1, steps), ref, cfg.vocab_size);
+  for (int N : {2, 4})
+    expect_like_tp1(deviation(run_gpu_tp(dir, N, steps, {true, 0}), ref, cfg.vocab_size), tp1, N,
+                    "one GPU, TPSP, host-staged collectives");
 }
 
 // N NCCL ranks on GPUs 0..N-1 over the checkpoint at `dir` (TP 1 too all-reduces through NCCL).
