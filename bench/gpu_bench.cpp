@@ -180,7 +180,9 @@ int run_tp(const std::string& dir, const std::vector<int32_t>& tps,
   const int32_t maxB = *std::max_element(batches.begin(), batches.end());
   const int32_t maxN = prefills.empty() ? 1 : *std::max_element(prefills.begin(), prefills.end());
   const int32_t pps = (ctx + 1 + page - 1) / page, ppp = (maxN + page - 1) / page;
-  const int ar_per_step = 2 * static_cast<int>(gc.num_layers);  // mixer out + MLP down per layer
+  // Mixer out + MLP down per layer, and the vocabulary-parallel embedding's (the lm_head's
+  // all-gather of R x V / N logits is not timed here).
+  const int ar_per_step = 2 * static_cast<int>(gc.num_layers) + 1;
   struct Row {
     int tp;
     std::string what;
