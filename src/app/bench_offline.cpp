@@ -93,7 +93,9 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (cfg.enable_prefix_caching)
     cfg.num_snapshots =
         static_cast<int32_t>(a.get_int("num-snapshots", 4 * cfg.max_num_seqs, 1, 1 << 20));
+  cfg.profile_tpsp = a.has("enable-tpsp") && !a.has("tpsp-threshold-tokens");
   engine::Engine eng(*rt.exec, cfg);
+  if (!eng.tpsp_profile().empty()) std::fprintf(stderr, "%s\n", eng.tpsp_profile().c_str());
 
   std::mt19937 g(static_cast<uint32_t>(a.get_int("seed", 0, 0, 1LL << 32)));
   std::vector<engine::GenerateRequest> reqs;

@@ -236,7 +236,10 @@ int cmd_serve(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "deltaserve: --debug-output-script: every reply is the same %zu tokens\n",
                  ecfg.debug_output_script.size());
   }
+  ecfg.profile_tpsp = tpsp.enabled && !a.has("tpsp-threshold-tokens");
   engine::Engine eng(*rt.exec, ecfg, tok.get());
+  if (!eng.tpsp_profile().empty())
+    std::fprintf(stderr, "deltaserve: %s\n", eng.tpsp_profile().c_str());
   std::fprintf(stderr, "deltaserve: memory plan per rank: %s\n",
                eng.memory_plan().describe().c_str());
   server::OpenAiApi api(acfg, eng, *tok, chat.get());

@@ -1,7 +1,9 @@
 // The TPSP flags of `serve`, `logits` and `bench offline` (dist::TpspConfig):
 //   --enable-tpsp                   sequence parallelism around the row-parallel projections
-//   --tpsp-threshold-tokens N       steps of fewer tokens run conventional TP (default 1024; 0:
-//                                   every step whose token count the degree divides)
+//   --tpsp-threshold-tokens N       steps of fewer tokens run conventional TP (0: every step whose
+//                                   token count the degree divides); without it, serve and bench
+//                                   offline pick it by the startup profile (engine/tpsp_profile.h),
+//                                   logits uses 1024
 #pragma once
 
 #include <set>

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "engine/output_constraint.h"
+#include "engine/tpsp_profile.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -80,6 +81,12 @@ Engine::Engine(std::unique_ptr<LocalExecutor> owned, Executor* exec, EngineConfi
   cfg_.num_snapshots = plan_.num_snapshots;
   cfg_.enable_prefix_caching = cache_.prefix_caching();
   exec_.configure(plan_);
+  if (cfg_.profile_tpsp && exec_.degree() > 1) {  // before graphs capture the path it picks
+    const std::vector<TpspTiming> timings = profile_tpsp(exec_, cfg_.max_num_batched_tokens);
+    const dist::TpspConfig chosen = choose_tpsp(timings);
+    exec_.set_tpsp(chosen);
+    tpsp_profile_ = describe_tpsp_profile(timings, chosen);
+  }
   if (!cfg_.enforce_eager)
     exec_.capture_decode_graphs(decode_graph_sizes(cfg_),
                                 (cfg_.max_model_len + cfg_.page_size - 1) / cfg_.page_size);

@@ -50,6 +50,9 @@ struct EngineConfig {
   // whatever the model samples, then EOS — a deterministic reply for end-to-end tests of output
   // parsing (reasoning, tool calls) that random weights never produce.
   std::vector<int32_t> debug_output_script;
+  // Under TP: pick the TPSP threshold by the startup profile (tpsp_profile.h) before the decode
+  // graphs are captured (serve --enable-tpsp without --tpsp-threshold-tokens).
+  bool profile_tpsp = false;
 };
 
 // The decode-graph batch sizes for a config: 1, 2, 4, 8, then steps of 8 to 64, 16 to 128, 32
@@ -82,6 +85,8 @@ class Engine {
   // and every later submit() throws.
   std::string failure() const;
   const EngineConfig& config() const { return cfg_; }
+  // With profile_tpsp: what the startup profile chose and measured (empty otherwise).
+  const std::string& tpsp_profile() const { return tpsp_profile_; }
   const runtime::MemoryPlan& memory_plan() const { return plan_; }
 
  private:
@@ -125,6 +130,7 @@ class Engine {
   bool stop_ = false;
   std::string failure_;  // guarded by mu_
   std::atomic<uint64_t> next_id_{1};
+  std::string tpsp_profile_;
   std::thread thread_;
 };
 

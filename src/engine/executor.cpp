@@ -158,6 +158,14 @@ void TpExecutor::set_eager(bool eager) {
   run_on_all([&](Worker& w) { w.runner->set_eager(eager); });
 }
 
+void TpExecutor::set_tpsp(const dist::TpspConfig& tpsp) {
+  run_on_all([&](Worker& w) { w.model->set_tpsp(tpsp); });
+}
+
+void TpExecutor::run_padding_step(int32_t tokens) {
+  run_on_all([&](Worker& w) { w.runner->run_padding_step(tokens); });
+}
+
 void TpExecutor::copy_state(int32_t src, int32_t dst) {
   run_on_all([&](Worker& w) { w.runner->copy_state(src, dst); });
 }

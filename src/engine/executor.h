@@ -17,6 +17,7 @@
 #include "backend/backend.h"
 #include "core/step_batch.h"
 #include "dist/communicator.h"
+#include "dist/parallel.h"
 #include "model/qwen35.h"
 #include "runtime/model_runner.h"
 
@@ -50,6 +51,13 @@ class Executor {
   // Free and total device memory: the minimum over ranks; false where the backends have no such
   // limit (CPU).
   virtual bool memory_info(size_t& free_bytes, size_t& total_bytes) = 0;
+  // The tensor-parallel degree.
+  virtual int degree() const { return 1; }
+  // The TPSP settings every rank's model uses from the next step on (a no-op with one rank).
+  virtual void set_tpsp(const dist::TpspConfig& tpsp) { (void)tpsp; }
+  // One eager step of `tokens` padding rows on every rank, returning when all are done (the TPSP
+  // startup profile times it; ModelRunner::run_padding_step).
+  virtual void run_padding_step(int32_t tokens) = 0;
 };
 
 class LocalExecutor final : public Executor {
@@ -80,6 +88,7 @@ class LocalExecutor final : public Executor {
   bool memory_info(size_t& free_bytes, size_t& total_bytes) override {
     return m_.backend().memory_info(free_bytes, total_bytes);
   }
+  void run_padding_step(int32_t tokens) override { runner().run_padding_step(tokens); }
 
  private:
   runtime::ModelRunner& runner() {
@@ -123,6 +132,9 @@ class TpExecutor final : public Executor {
   void copy_state(int32_t src, int32_t dst) override;
   void set_eager(bool eager) override;
   bool memory_info(size_t& free_bytes, size_t& total_bytes) override;
+  int degree() const override { return static_cast<int>(workers_.size()); }
+  void set_tpsp(const dist::TpspConfig& tpsp) override;
+  void run_padding_step(int32_t tokens) override;
 
  private:
   struct Worker {

@@ -191,8 +191,7 @@ void ModelRunner::capture_decode_graphs(std::vector<int32_t> buckets, int32_t ma
                     max_seqs * std::max(max_pages_per_seq, 1));
   for (const int32_t B : buckets) {
     // Capture over padding rows only (the pad slot and page); replays bring their own batch.
-    const StepBatch pad =
-        StepBatchBuilder(plan_.page_size).build().padded(B, plan_.pad_slot(), plan_.pad_page());
+    const StepBatch pad = padding_batch(B);
     be_.stage_batch(pad);
     const std::vector<int32_t> ids(static_cast<size_t>(B), 0);
     const model::StepBuffers v = views(B, B);
@@ -211,6 +210,21 @@ void ModelRunner::capture_decode_graphs(std::vector<int32_t> buckets, int32_t ma
     be_.replay(id);  // warm up
     graphs_.emplace_back(B, id);
   }
+  be_.synchronize();
+}
+
+StepBatch ModelRunner::padding_batch(int32_t B) const {
+  return StepBatchBuilder(plan_.page_size).build().padded(B, plan_.pad_slot(), plan_.pad_page());
+}
+
+void ModelRunner::run_padding_step(int32_t tokens) {
+  DS_CHECK(tokens >= 1 && tokens <= plan_.scratch_tokens, "padding step beyond the plan");
+  ensure_scratch(plan_.scratch_tokens, plan_.scratch_rows);
+  const StepBatch pad = padding_batch(tokens);
+  be_.stage_batch(pad);
+  const model::StepBuffers v = views(tokens, 0);
+  upload_inputs(std::vector<int32_t>(static_cast<size_t>(tokens), 0), 0, v);
+  model_.forward(pad, v, cache_, 0, true);
   be_.synchronize();
 }
 

@@ -41,6 +41,9 @@ class ModelRunner {
   // Captures decode graphs for the batch sizes `buckets` (up to the plan's step buffers) on
   // backends that have graphs, for page tables of up to `max_pages_per_seq` pages.
   void capture_decode_graphs(std::vector<int32_t> buckets, int32_t max_pages_per_seq);
+  // One eager step of `tokens` padding rows through the layers (no logits), waited for: what the
+  // TPSP startup profile times. Needs tokens <= the plan's scratch tokens.
+  void run_padding_step(int32_t tokens);
   // Graph buckets currently usable (empty when none were captured or they were dropped).
   std::vector<int32_t> graph_buckets() const;
   // Turns graph replay off (true) or back on for steps that follow.
@@ -61,6 +64,8 @@ class ModelRunner {
   // The step's token ids (as this rank looks them up) and, vocabulary-parallel, the gather order
   // of `rows` logits rows.
   void upload_inputs(std::span<const int32_t> ids, int64_t rows, const model::StepBuffers& v);
+  // A batch of B padding rows (the pad slot and page).
+  StepBatch padding_batch(int32_t B) const;
   // The GDN states (every layer) of each move's src slot copied to its dst slot, in one operation.
   void move_states(std::span<const backend::SlotMove> moves);
   // Resumes sequences whose state comes from a snapshot: copies it into their slots.
