@@ -47,23 +47,24 @@ class HostStagedComm final : public dist::Communicator {
   // (The two below: the vocabulary-parallel lm_head and TPSP; in place on the device is fine,
   // the host copies are separate.)
   void reduce_scatter_sum(const Tensor& in, const Tensor& out) override {
-    std::vector<float> h(static_cast<size_t>(in.numel())), mine(static_cast<size_t>(out.numel()));
-    be_.download_f32(in, h.data());
-    inner_->reduce_scatter_sum(Tensor(h.data(), DType::kF32, {in.numel()}),
-                               Tensor(mine.data(), DType::kF32, {out.numel()}));
-    be_.upload(DType::kF32, mine.data(), mine.size(), out);
+    staged(in, out, [&](const Tensor& a, const Tensor& b) { inner_->reduce_scatter_sum(a, b); });
   }
   void all_gather(const Tensor& in, const Tensor& out) override {
-    std::vector<float> mine(static_cast<size_t>(in.numel())), h(static_cast<size_t>(out.numel()));
-    be_.download_f32(in, mine.data());
-    inner_->all_gather(Tensor(mine.data(), DType::kF32, {in.numel()}),
-                       Tensor(h.data(), DType::kF32, {out.numel()}));
-    be_.upload(DType::kF32, h.data(), h.size(), out);
+    staged(in, out, [&](const Tensor& a, const Tensor& b) { inner_->all_gather(a, b); });
   }
   void broadcast(const Tensor&, int) override { throw Error("not used"); }
   void barrier() override { inner_->barrier(); }
 
  private:
+  // `op` on host f32 copies of `in` and `out`; `out` uploaded back.
+  template <class Op>
+  void staged(const Tensor& in, const Tensor& out, Op op) {
+    std::vector<float> a(static_cast<size_t>(in.numel())), b(static_cast<size_t>(out.numel()));
+    be_.download_f32(in, a.data());
+    op(Tensor(a.data(), DType::kF32, {in.numel()}), Tensor(b.data(), DType::kF32, {out.numel()}));
+    be_.upload(DType::kF32, b.data(), b.size(), out);
+  }
+
   std::unique_ptr<dist::Communicator> inner_;
   backend::Backend& be_;
 };
