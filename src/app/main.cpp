@@ -32,7 +32,8 @@ commands:
             [--enforce-eager]  (no decode CUDA graphs)
             [--no-enable-prefix-caching] [--mamba-block-size 64]
             [--prefix-cache-snapshot-fraction 0.25]
-            [--enable-tpsp] [--tpsp-threshold-tokens 1024]  (TP: sequence parallelism)
+            [--enable-tpsp] [--tpsp-threshold-tokens N]  (TP: sequence parallelism; without N
+            a startup profile picks it)
   generate  greedy generation from token ids, printing the tokens and tokens/s
             --model DIR (default: the embedded random model)  --ids 1,2,3  --max-tokens N
             --load-format auto|safetensors|dummy  --device cpu  --ignore-eos
