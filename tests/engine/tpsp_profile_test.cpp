@@ -12,7 +12,8 @@ namespace deltaserve::engine {
 namespace {
 
 TEST(TpspProfile, ChoosesTheSmallestSizeFromWhichTpspAlwaysWins) {
-  EXPECT_EQ(choose_tpsp({{256, 1.0, 1.2}, {512, 2.0, 1.9}, {1024, 4.0, 3.5}}).threshold_tokens, 512);
+  EXPECT_EQ(choose_tpsp({{256, 1.0, 1.2}, {512, 2.0, 1.9}, {1024, 4.0, 3.5}}).threshold_tokens,
+            512);
   EXPECT_TRUE(choose_tpsp({{256, 1.0, 1.2}, {512, 2.0, 1.9}}).enabled);
   // A win below a loss does not count: from 2048 only.
   const dist::TpspConfig c = choose_tpsp({{256, 1.0, 0.9}, {1024, 4.0, 4.4}, {2048, 8.0, 7.0}});
