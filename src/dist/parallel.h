@@ -33,7 +33,6 @@ class Parallel {
   Parallel(ParallelConfig cfg, Communicator* comm, TpspConfig tpsp = {})
       : cfg_(cfg), comm_(comm), tpsp_(tpsp) {}
   void set_tpsp(TpspConfig tpsp) { tpsp_ = tpsp; }
-  const TpspConfig& tpsp() const { return tpsp_; }
 
   // Whether a step of T tokens keeps the residual stream token-sharded (TPSP).
   bool token_sharded(int64_t T) const {
@@ -69,9 +68,13 @@ class Parallel {
     if (token_sharded) gather_token_shards(x);
   }
   // The residual stream [T, H] after each rank looked up the ids of its vocabulary slice (zeros
-  // for the rest): the sum over ranks is the whole embedding (all-reduce).
-  void reduce_embedding(const Tensor& x) const {
-    if (comm_) comm_->all_reduce_sum(x);
+  // for the rest): the sum over ranks is the whole embedding (all-reduce; under TPSP only the
+  // rank's token shard of it is needed: reduce-scatter).
+  void reduce_embedding(const Tensor& x, bool token_sharded) const {
+    if (token_sharded)
+      scatter_row_parallel_output(x);
+    else if (comm_ && cfg_.degree > 1)
+      comm_->all_reduce_sum(x);
   }
   // Each rank's logits of its vocabulary slice [R, rows] -> every rank's, [degree * R, rows] in
   // rank order (all-gather; dist/vocab_parallel.h says how they become whole rows).

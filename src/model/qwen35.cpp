@@ -71,7 +71,7 @@ void Qwen35Model::forward(const StepBatch& batch, const StepBuffers& s,
   const auto mine = [&](const Tensor& t) { return sharded ? parallel_.token_shard(t) : t; };
   const Tensor x = mine(s.x), h = mine(s.h), mix = mine(s.mix);
   be_.embedding(s.ids, w_.embed, s.x);
-  parallel_.reduce_embedding(s.x);
+  parallel_.reduce_embedding(s.x, sharded);
   be_.rms_norm(x, w_.layers[0].input_norm, eps, h);
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
     const LayerWeights& l = w_.layers[static_cast<size_t>(i)];

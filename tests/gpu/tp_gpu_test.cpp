@@ -150,33 +150,31 @@ void expect_like_tp1(const Deviation& tpn, const Deviation& tp1, int N, const ch
   EXPECT_GE(tpn.agree, 0.9) << "TP" << N << " " << how;
 }
 
-TEST_F(TpGpu, RankLocalKernelsAtTp2AndTp4MatchCpu) {
+// `steps` of the TP4-shaped checkpoint at TP2 and TP4 on one GPU (host-staged collectives) against
+// the f32 CPU forward, held to GPU TP1's error.
+void expect_one_gpu_tp_like_tp1(std::vector<StepBatch> (*make_steps)(int), dist::TpspConfig tpsp,
+                                const char* how) {
   testing::TempDir d;
   const auto dir = make_tp4_checkpoint(d);
   const model::ModelConfig cfg = model::load_model_config(dir);
-  const auto steps = scenario(static_cast<int>(cfg.vocab_size));
+  const auto steps = make_steps(static_cast<int>(cfg.vocab_size));
   const auto ref = cpu_reference(dir, steps);
   const Deviation tp1 = deviation(run_gpu_tp(dir, 1, steps), ref, cfg.vocab_size);
   std::printf("  GPU TP1 vs CPU f32: max|err| %.4f of max|logit| %.3f, argmax agreement %.4f\n",
               tp1.err, tp1.scale, tp1.agree);
   EXPECT_GE(tp1.agree, 0.9);
   for (int N : {2, 4})
-    expect_like_tp1(deviation(run_gpu_tp(dir, N, steps), ref, cfg.vocab_size), tp1, N,
-                    "one GPU, host-staged all-reduce");
+    expect_like_tp1(deviation(run_gpu_tp(dir, N, steps, tpsp), ref, cfg.vocab_size), tp1, N, how);
+}
+
+TEST_F(TpGpu, RankLocalKernelsAtTp2AndTp4MatchCpu) {
+  expect_one_gpu_tp_like_tp1(scenario, {}, "one GPU, host-staged collectives");
 }
 
 // TPSP forced on every step (reduce-scatter / all-gather around the token-sharded residual add +
 // norm, and the vocabulary-parallel lm_head) on one GPU: held to the same bound as conventional TP.
 TEST_F(TpGpu, TpspAtTp2AndTp4MatchesCpu) {
-  testing::TempDir d;
-  const auto dir = make_tp4_checkpoint(d);
-  const model::ModelConfig cfg = model::load_model_config(dir);
-  const auto steps = divisible_scenario(static_cast<int>(cfg.vocab_size));
-  const auto ref = cpu_reference(dir, steps);
-  const Deviation tp1 = deviation(run_gpu_tp(dir, 1, steps), ref, cfg.vocab_size);
-  for (int N : {2, 4})
-    expect_like_tp1(deviation(run_gpu_tp(dir, N, steps, {true, 0}), ref, cfg.vocab_size), tp1, N,
-                    "one GPU, TPSP, host-staged collectives");
+  expect_one_gpu_tp_like_tp1(divisible_scenario, {true, 0}, "one GPU, TPSP, host-staged");
 }
 
 // N NCCL ranks on GPUs 0..N-1 over the checkpoint at `dir` (TP 1 too all-reduces through NCCL).
