@@ -1,11 +1,9 @@
 // Prefill attention alone at the Qwen3.5-4B full-attention shape (16 query heads, 4 KV heads, head
 // dim 256, pages of 16): ms per layer call (cuda_timing.h) and TFLOP/s of causal attention work
 // (4 * hd * nh * the query-key pairs at or before each query: S = Q K^T and O = P V), for one
-// sequence of 512 / 2k / 8k / 32k tokens, varlen 8 x 1024, and a 2k chunk continuing 6k cached;
-// each prefill kernel (DS_PREFILL_ATTENTION, attention_prefill.cuh) side by side.
+// sequence of 512 / 2k / 8k / 32k tokens, varlen 8 x 1024, and a 2k chunk continuing 6k cached.
 // Usage: attn_bench [--rounds 7] [--calls 10]
 #include <cuda_runtime.h>
-#include <stdlib.h>
 
 #include <cstdio>
 #include <string>
@@ -71,16 +69,13 @@ int main(int argc, char** argv) {
     const int calls = static_cast<int>(a.get_int("calls", 10, 1, 1000));
     ds::backend::CudaBackend be(0);
     std::printf(
-        "| shape | cached | wmma ms per layer | wmma TFLOP/s | fa2 ms per layer | fa2 TFLOP/s |\n"
-        "|---|---|---|---|---|---|\n");
+        "| shape | cached | ms per layer | TFLOP/s |\n"
+        "|---|---|---|---|\n");
     for (const Shape s : {Shape{1, 512, 0}, Shape{1, 2048, 0}, Shape{1, 8192, 0}, Shape{8, 1024, 0},
                           Shape{1, 2048, 6144}, Shape{1, 32768, 0}}) {
       std::printf("| %d x %d | %d ", s.seqs, s.len, s.start);
-      for (const char* kernel : {"wmma", "fa2"}) {
-        setenv("DS_PREFILL_ATTENTION", kernel, 1);
-        const double ms = time_shape(be, s, rounds, calls);
-        std::printf("| %.3f | %.1f ", ms, causal_flops(s) / ms * 1e-9);
-      }
+      const double ms = time_shape(be, s, rounds, calls);
+      std::printf("| %.3f | %.1f ", ms, causal_flops(s) / ms * 1e-9);
       std::printf("|\n");
       std::fflush(stdout);
     }

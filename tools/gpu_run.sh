@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
-# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn attn fla model nccl bench1 prof bench ab hf real serve prefix
+# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench ncu attn fla model nccl bench1 prof bench ab hf real serve prefix
 #        prefixab
 #        benchtp[:MODELS] servetp   (multi-GPU: TP1 vs TP2 vs TP4 on the visible GPUs)
 # Logs go to $OUT (or ./gpu_logs); a summary line is printed as each stage ends.
@@ -90,6 +90,16 @@ for stage in "$@"; do
       note "gdn_chunk rc=$? $(grep -cE '^gdn chunk' "$LOG/gdn_chunk.log") cases $(tail -1 "$LOG/gdn_chunk.log")"
       $BIN/gdn_bench >"$LOG/gdn_bench.md" 2>"$LOG/gdn_bench.err"
       note "gdn_bench rc=$? $(tr '\n' ' ' <"$LOG/gdn_bench.md")" ;;
+    gdntest)  # the chunked delta rule's op test alone (no timing: may share the GPU)
+      $BIN/gdn_chunk_test >"$LOG/gdn_chunk.log" 2>&1
+      note "gdn_chunk rc=$? $(grep -cE '^gdn chunk' "$LOG/gdn_chunk.log") cases $(tail -1 "$LOG/gdn_chunk.log")" ;;
+    gdnbench)  # the chunked delta rule's per-layer bench alone
+      $BIN/gdn_bench >"$LOG/gdn_bench.md" 2>"$LOG/gdn_bench.err"
+      note "gdn_bench rc=$? $(tr '\n' ' ' <"$LOG/gdn_bench.md")" ;;
+    ncu)  # kernel times of one GDN layer call and one attention call at 8k (ncu, clocks untouched)
+      timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum \
+        $BIN/gdn_bench --len 8192 --rounds 1 --calls 2 >"$LOG/ncu_gdn.log" 2>&1
+      note "ncu gdn rc=$? $(grep -E 'kernel|gpu__time_duration' "$LOG/ncu_gdn.log" | tr -s ' ' | tail -8 | tr '\n' ' ')" ;;
     attn)  # prefill attention alone: ms per layer and causal TFLOP/s at the 4B shape
       $BIN/attn_bench >"$LOG/attn_bench.md" 2>"$LOG/attn_bench.err"
       note "attn_bench rc=$? $(tr '\n' ' ' <"$LOG/attn_bench.md")" ;;

@@ -148,14 +148,11 @@ StepBatch long_prefill_batch(int ps) {
 
 class PagedAttention : public CudaOps {
  protected:
-  // Every case below with the prefill kernel that DS_PREFILL_ATTENTION names
-  // (attention_prefill.cuh).
-  void run_cases(const char* prefill_kernel);
+  // Every case below: decode rows (split-KV) and prefill sequences (attention_prefill.cuh).
+  void run_cases();
 };
 
-void PagedAttention::run_cases(const char* prefill_kernel) {
-  setenv("DS_PREFILL_ATTENTION", prefill_kernel, 1);
-  SCOPED_TRACE(prefill_kernel);
+void PagedAttention::run_cases() {
   const int ps = 16;
   // kind 0: mixed short prefill / decode, 1: long-context decode (split-KV), 2: long prefills
   // (the tensor-core kernel for hd 64 / 128 / 256, after cached positions), 3: longer prefills.
@@ -210,12 +207,7 @@ void PagedAttention::run_cases(const char* prefill_kernel) {
   }
 }
 
-TEST_F(PagedAttention, WithTheWmmaPrefillKernel) { run_cases("wmma"); }
-
-TEST_F(PagedAttention, WithTheFa2PrefillKernel) {
-  run_cases("fa2");
-  unsetenv("DS_PREFILL_ATTENTION");
-}
+TEST_F(PagedAttention, DecodeRowsAndPrefillSequences) { run_cases(); }
 
 // A decode-only step (one token per sequence; one of them fresh): the delta rule's dv = 128 path.
 StepBatch decode_batch(int ps) {

@@ -1,13 +1,9 @@
 // Causal flash attention of prefill sequences over the paged KV (FA2-style, bf16 mma.sync m16n8k16
-// with f32 accumulation; DS_PREFILL_ATTENTION=fa2 until validated on the H200). Block (query head,
-// sequence, 128-query tile), 8 warps of 16 query rows; the heaviest tiles (latest queries) are
-// launched first. The Q tile stays in shared memory; key / value tiles of 64 rows stream through
-// two shared-memory stages with cp.async, the next tile's copy in flight while the current one
-// computes. Per key tile, in registers: S = Q K^T, the online softmax (exp2, f32), P as bf16 A
-// fragments straight from S's accumulators, O += P V.
-#include <cstdlib>
-#include <cstring>
-
+// with f32 accumulation). Block (query head, sequence, 128-query tile), 8 warps of 16 query rows;
+// the heaviest tiles (latest queries) are launched first. The Q tile stays in shared memory; key /
+// value tiles of 64 rows stream through two shared-memory stages with cp.async, the next tile's
+// copy in flight while the current one computes. Per key tile, in registers: S = Q K^T, the online
+// softmax (exp2, f32), P as bf16 A fragments straight from S's accumulators, O += P V.
 #include "backend/cuda/kernels/attention_prefill.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
 
@@ -224,11 +220,6 @@ void launch(const BatchMeta& b, const bf16* q, const bf16* gate, const bf16* kc,
 
 }  // namespace
 
-PrefillAttention prefill_attention_kernel() {
-  const char* v = std::getenv("DS_PREFILL_ATTENTION");
-  return v && std::strcmp(v, "fa2") == 0 ? PrefillAttention::kFa2 : PrefillAttention::kWmma;
-}
-
 bool attention_prefill_supported(const AttnShape& s) {
   return s.hd == 64 || s.hd == 128 || s.hd == 256;
 }
@@ -236,10 +227,6 @@ bool attention_prefill_supported(const AttnShape& s) {
 void launch_attention_prefill(const BatchMeta& b, const bf16* q, const bf16* gate,
                               const bf16* k_cache, const bf16* v_cache, const AttnShape& s,
                               int min_len, bf16* out, cudaStream_t stream) {
-  if (prefill_attention_kernel() == PrefillAttention::kWmma) {
-    launch_attention_prefill_wmma(b, q, gate, k_cache, v_cache, s, min_len, out, stream);
-    return;
-  }
   if (s.hd == 64) launch<64>(b, q, gate, k_cache, v_cache, s, min_len, out, stream);
   if (s.hd == 128) launch<128>(b, q, gate, k_cache, v_cache, s, min_len, out, stream);
   if (s.hd == 256) launch<256>(b, q, gate, k_cache, v_cache, s, min_len, out, stream);
