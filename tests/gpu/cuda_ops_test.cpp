@@ -13,27 +13,31 @@
 namespace deltaserve::backend {
 namespace {
 
+// n % 8 == 0 takes the 16-byte vector kernel, other n the scalar one.
 TEST_F(CudaOps, RmsNormAndAddRmsNorm) {
-  const int rows = 37, n = 2560;
-  auto x = rnd(rows * n, 1), r = rnd(rows * n, 2), w = rnd(n, 3, 0.3f);
-  auto dx = dev(x, DType::kBF16, {rows, n}), dr = dev(r, DType::kBF16, {rows, n}),
-       dw = dev(w, DType::kF32, {n});
-  auto dout = gpu_->alloc(DType::kBF16, {rows, n});
-  std::vector<float> ref(x.size());
-  gpu_->rms_norm(dx.tensor(), dw.tensor(), 1e-6f, dout.tensor());
-  cpu_.rms_norm(Tensor(x.data(), DType::kF32, {rows, n}), Tensor(w.data(), DType::kF32, {n}), 1e-6f,
-                Tensor(ref.data(), DType::kF32, {rows, n}));
-  expect_close(host(dout.tensor()), ref, 1e-2f, "rms_norm");
-  // Fused residual add: the residual is rounded to bf16 on the GPU, so compare with that.
-  gpu_->add_rms_norm(dr.tensor(), dx.tensor(), dw.tensor(), 1e-6f, dout.tensor());
-  std::vector<float> res = r;
-  for (size_t i = 0; i < res.size(); ++i) res[i] = bf16_to_f32(f32_to_bf16(res[i] + x[i]));
-  std::vector<float> zero(x.size(), 0.0f);
-  cpu_.add_rms_norm(Tensor(res.data(), DType::kF32, {rows, n}),
-                    Tensor(zero.data(), DType::kF32, {rows, n}), Tensor(w.data(), DType::kF32, {n}),
-                    1e-6f, Tensor(ref.data(), DType::kF32, {rows, n}));
-  expect_close(host(dr.tensor()), res, 0.0f, "residual");
-  expect_close(host(dout.tensor()), ref, 1e-2f, "add_rms_norm");
+  const int rows = 37;
+  for (const int n : {2560, 2555}) {
+    SCOPED_TRACE(n);
+    auto x = rnd(rows * n, 1), r = rnd(rows * n, 2), w = rnd(n, 3, 0.3f);
+    auto dx = dev(x, DType::kBF16, {rows, n}), dr = dev(r, DType::kBF16, {rows, n}),
+         dw = dev(w, DType::kF32, {n});
+    auto dout = gpu_->alloc(DType::kBF16, {rows, n});
+    std::vector<float> ref(x.size());
+    gpu_->rms_norm(dx.tensor(), dw.tensor(), 1e-6f, dout.tensor());
+    cpu_.rms_norm(Tensor(x.data(), DType::kF32, {rows, n}), Tensor(w.data(), DType::kF32, {n}),
+                  1e-6f, Tensor(ref.data(), DType::kF32, {rows, n}));
+    expect_close(host(dout.tensor()), ref, 1e-2f, "rms_norm");
+    // Fused residual add: the residual is rounded to bf16 on the GPU, so compare with that.
+    gpu_->add_rms_norm(dr.tensor(), dx.tensor(), dw.tensor(), 1e-6f, dout.tensor());
+    std::vector<float> res = r;
+    for (size_t i = 0; i < res.size(); ++i) res[i] = bf16_to_f32(f32_to_bf16(res[i] + x[i]));
+    std::vector<float> zero(x.size(), 0.0f);
+    cpu_.add_rms_norm(
+        Tensor(res.data(), DType::kF32, {rows, n}), Tensor(zero.data(), DType::kF32, {rows, n}),
+        Tensor(w.data(), DType::kF32, {n}), 1e-6f, Tensor(ref.data(), DType::kF32, {rows, n}));
+    expect_close(host(dr.tensor()), res, 0.0f, "residual");
+    expect_close(host(dout.tensor()), ref, 1e-2f, "add_rms_norm");
+  }
 }
 
 // T <= 8 with K % 8 == 0 takes the GEMV kernel, the rest cuBLASLt.
@@ -100,26 +104,32 @@ TEST_F(CudaOps, EmbeddingGatherSiluMulGatedNorm) {
   gpu_->gather_rows(dt.tensor(), did.tensor(), de.tensor());
   expect_close(host(de.tensor()), ref, 0.0f, "gather_rows");
 
-  const int n = 5000;
-  auto g = rnd(n, 7, 3.0f), u = rnd(n, 8);
-  auto dg = dev(g, DType::kBF16, {n}), du = dev(u, DType::kBF16, {n});
-  auto dm = gpu_->alloc(DType::kBF16, {n});
-  gpu_->silu_mul(dg.tensor(), du.tensor(), dm.tensor());
-  std::vector<float> sm(n);
-  cpu_.silu_mul(Tensor(g.data(), DType::kF32, {n}), Tensor(u.data(), DType::kF32, {n}),
-                Tensor(sm.data(), DType::kF32, {n}));
-  expect_close(host(dm.tensor()), sm, 1e-2f, "silu_mul");
+  // 5000: vectors of 8 only; 5003: a scalar tail after them.
+  for (const int n : {5000, 5003}) {
+    auto g = rnd(n, 7, 3.0f), u = rnd(n, 8);
+    auto dg = dev(g, DType::kBF16, {n}), du = dev(u, DType::kBF16, {n});
+    auto dm = gpu_->alloc(DType::kBF16, {n});
+    gpu_->silu_mul(dg.tensor(), du.tensor(), dm.tensor());
+    std::vector<float> sm(n);
+    cpu_.silu_mul(Tensor(g.data(), DType::kF32, {n}), Tensor(u.data(), DType::kF32, {n}),
+                  Tensor(sm.data(), DType::kF32, {n}));
+    expect_close(host(dm.tensor()), sm, 1e-2f, "silu_mul");
+  }
 
-  const int rows = 4 * 7, dv = 128;
-  auto o = rnd(static_cast<size_t>(rows) * dv, 9), z = rnd(static_cast<size_t>(rows) * dv, 10),
-       w = rnd(dv, 11);
-  auto dout = dev(o, DType::kBF16, {7, 4, dv}), dz = dev(z, DType::kBF16, {7, 4 * dv}),
-       dw = dev(w, DType::kF32, {dv});
-  gpu_->gated_rms_norm(dout.tensor(), dz.tensor(), dw.tensor(), 1e-6f);
-  cpu_.gated_rms_norm(Tensor(o.data(), DType::kF32, {7, 4, dv}),
-                      Tensor(z.data(), DType::kF32, {7, 4 * dv}),
-                      Tensor(w.data(), DType::kF32, {dv}), 1e-6f);
-  expect_close(host(dout.tensor()), o, 1e-2f, "gated_rms_norm");
+  // dv 64 / 128 / 256: lanes per head row (rows past a block's end), 80: a block per row.
+  for (const int dv : {128, 64, 256, 80}) {
+    SCOPED_TRACE(dv);
+    const int T = 7, nv = 4, rows = T * nv;
+    auto o = rnd(static_cast<size_t>(rows) * dv, 9), z = rnd(static_cast<size_t>(rows) * dv, 10),
+         w = rnd(dv, 11);
+    auto dout = dev(o, DType::kBF16, {T, nv, dv}), dz = dev(z, DType::kBF16, {T, nv * dv}),
+         dw = dev(w, DType::kF32, {dv});
+    gpu_->gated_rms_norm(dout.tensor(), dz.tensor(), dw.tensor(), 1e-6f);
+    cpu_.gated_rms_norm(Tensor(o.data(), DType::kF32, {T, nv, dv}),
+                        Tensor(z.data(), DType::kF32, {T, nv * dv}),
+                        Tensor(w.data(), DType::kF32, {dv}), 1e-6f);
+    expect_close(host(dout.tensor()), o, 1e-2f, "gated_rms_norm");
+  }
 }
 
 // A batch of three sequences (fresh prefill, continued prefill, decode) with scattered pages.
@@ -221,7 +231,8 @@ TEST_F(CudaOps, GdnConvAndDeltaRule) {
        {std::tuple{2, 4, 128, 128, 0}, std::tuple{2, 4, 16, 24, 0}, std::tuple{1, 3, 256, 80, 0},
         std::tuple{16, 32, 128, 128, 0}, std::tuple{16, 32, 128, 128, 1},
         std::tuple{2, 4, 256, 128, 1}, std::tuple{2, 4, 16, 24, 1}, std::tuple{16, 32, 128, 128, 2},
-        std::tuple{2, 4, 16, 24, 2}, std::tuple{1, 2, 128, 80, 2}}) {
+        std::tuple{2, 4, 16, 24, 2}, std::tuple{1, 2, 128, 80, 2},
+        std::tuple{1, 3, 12, 12, 0}}) {  // C = 60: the conv's scalar kernel
     const StepBatch batch = kind == 1   ? decode_batch(16)
                             : kind == 2 ? prefill_batch(16)
                                         : test_batch(16);

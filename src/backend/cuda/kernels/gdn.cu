@@ -5,56 +5,6 @@
 namespace deltaserve::cuda {
 namespace {
 
-// Thread per (token, channel): y[t, c] = silu(sum_i w[c, i] * in(t - (K-1) + i)), where in(j) for
-// j < 0 (before this step) comes from the slot's conv state (zeros for a fresh sequence).
-__global__ void gdn_conv_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ u,
-                                const __nv_bfloat16* __restrict__ w,
-                                const __nv_bfloat16* __restrict__ state, int C, int K,
-                                __nv_bfloat16* __restrict__ y) {
-  const int t = blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  const int seq = b.token_seq[t], begin = b.seq_begin[seq], j = t - begin, km1 = K - 1;
-  const bool fresh = b.seq_start[seq] == 0;
-  const __nv_bfloat16* st = state + (static_cast<size_t>(b.seq_slot[seq]) * C + c) * km1;
-  float acc = 0.0f;
-  for (int i = 0; i < K; ++i) {
-    const int src = j - km1 + i;  // relative to the step's first token of the sequence
-    float x;
-    if (src >= 0)
-      x = __bfloat162float(u[static_cast<size_t>(begin + src) * C + c]);
-    else
-      x = fresh ? 0.0f : __bfloat162float(st[km1 + src]);
-    acc += __bfloat162float(w[static_cast<size_t>(c) * K + i]) * x;
-  }
-  y[static_cast<size_t>(t) * C + c] = __float2bfloat16(silu(acc));
-}
-
-// Thread per (sequence, channel): the new conv state, the last K-1 inputs (after every read of
-// the old one: a separate launch).
-__global__ void gdn_conv_state_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ u,
-                                      __nv_bfloat16* __restrict__ state, int C, int K) {
-  const int seq = blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  const int km1 = K - 1, begin = b.seq_begin[seq], n = b.seq_len[seq];
-  const bool fresh = b.seq_start[seq] == 0;
-  __nv_bfloat16* st = state + (static_cast<size_t>(b.seq_slot[seq]) * C + c) * km1;
-  if (const int at = b.seq_snap_at[seq]; at > 0) {  // the in-step snapshot: inputs before `at`
-    __nv_bfloat16* snap = state + (static_cast<size_t>(b.seq_snap_slot[seq]) * C + c) * km1;
-    for (int i = 0; i < km1; ++i) {
-      const int src = at - km1 + i;
-      snap[i] = src >= 0 ? u[static_cast<size_t>(begin + src) * C + c]
-                         : (fresh ? __float2bfloat16(0.0f) : st[km1 + src]);
-    }
-  }
-  __nv_bfloat16 nw[8];
-  for (int i = 0; i < km1; ++i) {
-    const int src = n - km1 + i;
-    nw[i] = src >= 0 ? u[static_cast<size_t>(begin + src) * C + c]
-                     : (fresh ? __float2bfloat16(0.0f) : st[km1 + src]);
-  }
-  for (int i = 0; i < km1; ++i) st[i] = nw[i];
-}
-
 constexpr int kWarps = 8, kThreads = 32 * kWarps;
 constexpr int kMaxRowsPerWarp = 256 / kWarps;  // dk <= 256
 
@@ -267,16 +217,6 @@ __global__ void __launch_bounds__(kFastThreads)
 }
 
 }  // namespace
-
-void launch_gdn_conv(const BatchMeta& b, const __nv_bfloat16* u, const __nv_bfloat16* w,
-                     __nv_bfloat16* conv_state, int C, int K, __nv_bfloat16* y,
-                     cudaStream_t stream) {
-  if (b.num_seqs == 0) return;
-  gdn_conv_kernel<<<dim3((C + 127) / 128, b.num_tokens), 128, 0, stream>>>(b, u, w, conv_state, C,
-                                                                           K, y);
-  gdn_conv_state_kernel<<<dim3((C + 127) / 128, b.num_seqs), 128, 0, stream>>>(b, u, conv_state, C,
-                                                                               K);
-}
 
 void launch_gated_delta_rule(const BatchMeta& b, const __nv_bfloat16* y, const __nv_bfloat16* a,
                              const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,

@@ -1,3 +1,4 @@
+#include "backend/cuda/kernels/bf16x8.cuh"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/rms_norm.cuh"
 
@@ -5,8 +6,48 @@ namespace deltaserve::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kMaxVecs = 4;  // 16-byte vectors per thread: rows of up to 8192 values
 
-// One block per row. With `add`, residual += x first (rounded to bf16, as the residual stream is).
+// One block per row, n % 8 == 0 and 16-byte aligned rows: each thread keeps its (at most kMaxVecs)
+// vectors of the row in registers between the sum of squares and the scaled write. With `add`,
+// residual += x first (rounded to bf16, as the residual stream is).
+template <bool kAdd>
+__global__ void __launch_bounds__(kThreads)
+    rms_norm_vec_kernel(__nv_bfloat16* __restrict__ residual, const __nv_bfloat16* __restrict__ x,
+                        const float* __restrict__ w, float eps, int n,
+                        __nv_bfloat16* __restrict__ out) {
+  const size_t base = static_cast<size_t>(blockIdx.x) * n;
+  const int vecs = n / 8;
+  F32x8 v[kMaxVecs];
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kMaxVecs; ++j) {
+    const int i = threadIdx.x + j * kThreads;
+    if (i >= vecs) break;
+    v[j] = load_bf16x8(x + base + 8 * i);
+    if (kAdd) {
+      const F32x8 r = load_bf16x8(residual + base + 8 * i);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[j].v[e] = round_bf16(v[j].v[e] + r.v[e]);
+      store_bf16x8(residual + base + 8 * i, v[j]);
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) ss += v[j].v[e] * v[j].v[e];
+  }
+  const float inv = rsqrtf(block_sum<kThreads>(ss) / static_cast<float>(n) + eps);
+#pragma unroll
+  for (int j = 0; j < kMaxVecs; ++j) {
+    const int i = threadIdx.x + j * kThreads;
+    if (i >= vecs) break;
+    const F32x8 wv = load_f32x8(w + 8 * i);
+    F32x8 y;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) y.v[e] = v[j].v[e] * inv * (1.0f + wv.v[e]);
+    store_bf16x8(out + base + 8 * i, y);
+  }
+}
+
+// Any n and alignment: one block per row, one value per thread at a time.
 template <bool kAdd>
 __global__ void rms_norm_kernel(__nv_bfloat16* __restrict__ residual,
                                 const __nv_bfloat16* __restrict__ x, const float* __restrict__ w,
@@ -30,18 +71,28 @@ __global__ void rms_norm_kernel(__nv_bfloat16* __restrict__ residual,
     out[row * n + i] = __float2bfloat16(__bfloat162float(src[i]) * inv * (1.0f + w[i]));
 }
 
+template <bool kAdd>
+void launch(__nv_bfloat16* residual, const __nv_bfloat16* x, const float* w, float eps, int rows,
+            int n, __nv_bfloat16* out, cudaStream_t stream) {
+  if (rows == 0) return;
+  const bool vec =
+      n % 8 == 0 && n <= 8 * kThreads * kMaxVecs && aligned16(x, w, out, kAdd ? residual : x);
+  if (vec)
+    rms_norm_vec_kernel<kAdd><<<rows, kThreads, 0, stream>>>(residual, x, w, eps, n, out);
+  else
+    rms_norm_kernel<kAdd><<<rows, kThreads, 0, stream>>>(residual, x, w, eps, n, out);
+}
+
 }  // namespace
 
 void launch_rms_norm_bf16(const __nv_bfloat16* x, const float* w, float eps, int rows, int n,
                           __nv_bfloat16* out, cudaStream_t stream) {
-  if (rows == 0) return;
-  rms_norm_kernel<false><<<rows, kThreads, 0, stream>>>(nullptr, x, w, eps, n, out);
+  launch<false>(nullptr, x, w, eps, rows, n, out, stream);
 }
 
 void launch_add_rms_norm_bf16(__nv_bfloat16* residual, const __nv_bfloat16* x, const float* w,
                               float eps, int rows, int n, __nv_bfloat16* out, cudaStream_t stream) {
-  if (rows == 0) return;
-  rms_norm_kernel<true><<<rows, kThreads, 0, stream>>>(residual, x, w, eps, n, out);
+  launch<true>(residual, x, w, eps, rows, n, out, stream);
 }
 
 }  // namespace deltaserve::cuda
