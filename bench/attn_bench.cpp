@@ -2,7 +2,7 @@
 // dim 256, pages of 16): ms per layer call (cuda_timing.h) and TFLOP/s of causal attention work
 // (4 * hd * nh * the query-key pairs at or before each query: S = Q K^T and O = P V), for one
 // sequence of 512 / 2k / 8k / 32k tokens, varlen 8 x 1024, and a 2k chunk continuing 6k cached.
-// Usage: attn_bench [--rounds 7] [--calls 10]
+// Usage: attn_bench [--rounds 7] [--calls 10] [--seqs N --len L (that shape only, fresh)]
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -64,10 +64,18 @@ double time_shape(ds::backend::CudaBackend& be, const Shape& sh, int rounds, int
 int main(int argc, char** argv) {
   try {
     std::vector<std::string> args(argv + 1, argv + argc);
-    ds::app::Args a(args, "attn_bench", {"rounds", "calls"}, {});
+    ds::app::Args a(args, "attn_bench", {"rounds", "calls", "seqs", "len"}, {});
     const int rounds = static_cast<int>(a.get_int("rounds", 7, 1, 1000));
     const int calls = static_cast<int>(a.get_int("calls", 10, 1, 1000));
     ds::backend::CudaBackend be(0);
+    if (a.has("len")) {  // one shape (e.g. under a profiler)
+      const Shape s{static_cast<int>(a.get_int("seqs", 1, 1, 1024)),
+                    static_cast<int>(a.get_int("len", 8192, 1, 1 << 20)), 0};
+      const double ms = time_shape(be, s, rounds, calls);
+      std::printf("%d x %d: %.3f ms per layer, %.1f TFLOP/s\n", s.seqs, s.len, ms,
+                  causal_flops(s) / ms * 1e-9);
+      return 0;
+    }
     std::printf(
         "| shape | cached | ms per layer | TFLOP/s |\n"
         "|---|---|---|---|\n");

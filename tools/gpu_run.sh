@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
-# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench ncu attn fla model nccl bench1 prof bench ab hf real serve prefix
+# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench ncu ncufull attn fla model nccl bench1 prof bench ab hf real serve prefix
 #        prefixab
 #        benchtp[:MODELS] servetp   (multi-GPU: TP1 vs TP2 vs TP4 on the visible GPUs)
 # Logs go to $OUT (or ./gpu_logs); a summary line is printed as each stage ends.
@@ -100,11 +100,19 @@ for stage in "$@"; do
       timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum \
         $BIN/gdn_bench --len 8192 --rounds 1 --calls 2 >"$LOG/ncu_gdn.log" 2>&1
       note "ncu gdn rc=$? $(grep -E 'kernel|gpu__time_duration' "$LOG/ncu_gdn.log" | tr -s ' ' | tail -8 | tr '\n' ' ')" ;;
+    ncufull)  # ncu's full sections for the GDN prep / scan and the prefill attention kernels at 8k
+      timeout 200 ncu --clock-control none --set full -k regex:'prep_kernel|scan_kernel' -c 2 \
+        $BIN/gdn_bench --len 8192 --rounds 1 --calls 1 >"$LOG/ncu_gdn_full.log" 2>&1
+      note "ncu gdn full rc=$?"
+      timeout 200 ncu --clock-control none --set full -k regex:attn_prefill -c 1 \
+        $BIN/attn_bench --len 8192 --rounds 1 --calls 1 >"$LOG/ncu_attn_full.log" 2>&1
+      note "ncu attn full rc=$?" ;;
     attn)  # prefill attention alone: ms per layer and causal TFLOP/s at the 4B shape
       $BIN/attn_bench >"$LOG/attn_bench.md" 2>"$LOG/attn_bench.err"
       note "attn_bench rc=$? $(tr '\n' ' ' <"$LOG/attn_bench.md")" ;;
     fla)  # the peer: flash-linear-attention's chunk kernel at the same shapes (.peers carried)
-      timeout 420 python3 .peers/fla_bench.py --sections env,a --budget-s 400 \
+      timeout $((${FLA_BUDGET_S:-400} + 20)) python3 .peers/fla_bench.py --sections ${FLA_SECTIONS:-env,a} \
+        --budget-s ${FLA_BUDGET_S:-400} \
         --out "$LOG/fla_bench.jsonl" >"$LOG/fla_bench.log" 2>&1
       note "fla rc=$? $(grep -iE 'ms_graph|chunk' "$LOG/fla_bench.log" | tail -8 | tr '\n' ' ')" ;;
     model)

@@ -1,5 +1,6 @@
 // The chunked (chunk 64) gated delta rule of prefill steps: gdn_chunk_prep.cu prepares every chunk
-// in parallel (the WY form), gdn_chunk_scan.cu walks each sequence's chunks in order.
+// in parallel (the WY form), gdn_chunk_scan.cu walks each sequence's chunks in order (the state,
+// and the output of its last chunk), gdn_chunk_out.cu forms the other chunks' outputs in parallel.
 #include "backend/cuda/kernels/gdn_chunk.cuh"
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "backend/gdn_workspace.h"
@@ -17,10 +18,11 @@ void launch_gdn_chunked(const BatchMeta& b, const __nv_bfloat16* y, const __nv_b
   const gdn_chunk::Workspace w(ws, b.num_tokens, s);
   gdn_chunk::launch_prep(b, y, a, bgate, A_log, dt_bias, s, w, stream);
   gdn_chunk::launch_scan(b, w, state, s, out, stream);
+  gdn_chunk::launch_out(b, w, s, out, stream);
 }
 
 size_t gdn_chunk_workspace_floats(int num_tokens, const GdnShape& s) {
-  constexpr size_t kRegions = 6, kAlign = 16;  // Workspace's regions, each 16-byte aligned
+  constexpr size_t kRegions = 7, kAlign = 16;  // Workspace's regions, each 16-byte aligned
   const size_t bytes =
       static_cast<size_t>(num_tokens) * s.nv * backend::gdn_chunk_bytes_per_token(s.dk, s.dv) +
       kRegions * kAlign;

@@ -23,8 +23,12 @@ constexpr int kLdC = kChunk + 8;  // shared rows of 64 bf16, padded
 //   q  [T][nk][dk]  q / |q| / sqrt(dk)
 //   p  [T][nv][64]  P_ij = (q_i . k_j) e^(gam_i - gam_j), j <= i, within the chunk
 //   gam [nv][T] f32 the cumulative log decay within the chunk
+//   h  [T / 64][nv][dk][dv]  the state before each full chunk that is not its sequence's last
+//                            (the chunk starting at token row r at r / 64 of the rows: full
+//                            chunks never overlap), written by the state pass
+// The state pass writes V' = U - W S over u.
 struct Workspace {
-  __nv_bfloat16 *w, *u, *kd, *q, *p;
+  __nv_bfloat16 *w, *u, *kd, *q, *p, *h;
   float* gam;
 
   __host__ __device__ static size_t align16(size_t bytes) { return (bytes + 15) / 16 * 16; }
@@ -42,6 +46,7 @@ struct Workspace {
     q = reinterpret_cast<__nv_bfloat16*>(take(tk * s.dk, 2));
     p = reinterpret_cast<__nv_bfloat16*>(take(tv * kChunk, 2));
     gam = reinterpret_cast<float*>(take(tv, 4));
+    h = reinterpret_cast<__nv_bfloat16*>(take(tv * s.dk * s.dv / kChunk, 2));
   }
 };
 
@@ -50,5 +55,7 @@ void launch_prep(const BatchMeta& b, const __nv_bfloat16* y, const __nv_bfloat16
                  const GdnShape& s, const Workspace& ws, cudaStream_t stream);
 void launch_scan(const BatchMeta& b, const Workspace& ws, float* state, const GdnShape& s,
                  __nv_bfloat16* out, cudaStream_t stream);
+void launch_out(const BatchMeta& b, const Workspace& ws, const GdnShape& s, __nv_bfloat16* out,
+                cudaStream_t stream);
 
 }  // namespace deltaserve::cuda::gdn_chunk

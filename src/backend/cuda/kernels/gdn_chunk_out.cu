@@ -1,0 +1,107 @@
+// Kernel 3 of the chunked delta rule: the outputs of every chunk but each sequence's last, all in
+// parallel (block: sequence, chunk, value head), from what the state pass (gdn_chunk_scan.cu) left
+// in the workspace — the chunk-start state S (bf16) and V' (over U):
+//   O = e^gam (q S) + P V'
+// on bf16 mma.sync with f32 accumulation; warp (row tile m, column half) owns 16 x 64 of O.
+#include "backend/cuda/kernels/gdn_chunk_layout.cuh"
+#include "backend/cuda/kernels/mma_bf16.cuh"
+
+namespace deltaserve::cuda::gdn_chunk {
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kThreads = 256;
+
+struct OutSmem {
+  bf16 q[kChunk][kLd], s[kDim][kLd], v[kChunk][kLd];
+  bf16 p[kChunk][kLdC];
+  float gam[kChunk];
+};
+
+// The chunk at token rows [r0, r0 + 64) of value head h into shared memory, as one cp.async group.
+__device__ void stage(OutSmem& sm, int r0, int h, int kh, const Workspace& ws, const GdnShape& s,
+                      int T) {
+  const size_t head = static_cast<size_t>(kDim) * kDim;
+  const bf16* H = ws.h + static_cast<size_t>(r0) * s.nv * head / kChunk + h * head;
+  for (int e = threadIdx.x; e < (2 * kChunk + kDim) * 16; e += kThreads) {
+    const int r = e / 16, c16 = e % 16;
+    if (r < kChunk)
+      mma::cp_async16(sm.q[r] + 8 * c16,
+                      ws.q + (static_cast<size_t>(r0 + r) * s.nk + kh) * kDim + 8 * c16, true);
+    else if (r < 2 * kChunk)
+      mma::cp_async16(sm.v[r - kChunk] + 8 * c16,
+                      ws.u + (static_cast<size_t>(r0 + r - kChunk) * s.nv + h) * kDim + 8 * c16,
+                      true);
+    else
+      mma::cp_async16(sm.s[r - 2 * kChunk] + 8 * c16, H + (r - 2 * kChunk) * kDim + 8 * c16, true);
+  }
+  for (int e = threadIdx.x; e < kChunk * 8; e += kThreads) {
+    const int r = e / 8, c8 = e % 8;
+    mma::cp_async16(sm.p[r] + 8 * c8,
+                    ws.p + (static_cast<size_t>(r0 + r) * s.nv + h) * kChunk + 8 * c8, true);
+  }
+  if (threadIdx.x < kChunk)
+    mma::cp_async4(&sm.gam[threadIdx.x], ws.gam + static_cast<size_t>(h) * T + r0 + threadIdx.x,
+                   true);
+  mma::cp_async_commit();
+}
+
+// acc += A[16m.., 0..K) . B[0..K, 64 half.. + 64) (eight 16 x 8 tiles).
+template <int K, int kLdA>
+__device__ void product(const bf16 (*A)[kLdA], const bf16 (*B)[kLd], float (&acc)[8][4]) {
+  const int warp = threadIdx.x / 32, m = warp % 4, half = warp / 4;
+  for (int ks = 0; ks < K / 16; ++ks) {
+    uint32_t a[4];
+    mma::load_a(a, A[16 * m] + 16 * ks, kLdA);
+    for (int np = 0; np < 4; ++np) {
+      uint32_t b[4];
+      mma::load_b(b, B[16 * ks] + 64 * half + 16 * np, kLd);
+      mma::mma(acc[2 * np], a, b[0], b[1]);
+      mma::mma(acc[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 2)
+    out_kernel(BatchMeta b, Workspace ws, GdnShape s, bf16* __restrict__ out) {
+  extern __shared__ __align__(128) unsigned char out_raw[];
+  OutSmem& sm = *reinterpret_cast<OutSmem*>(out_raw);
+  const int seq = blockIdx.x, c = blockIdx.y, h = blockIdx.z, len = b.seq_len[seq];
+  if ((c + 1) * kChunk >= len) return;  // the last chunk: the state pass writes its output
+  const int r0 = b.seq_begin[seq] + c * kChunk;
+  stage(sm, r0, h, h / (s.nv / s.nk), ws, s, b.num_tokens);
+  mma::cp_async_wait<0>();
+  __syncthreads();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, cl = lane % 4;
+  const int m = warp % 4, half = warp / 4;
+  float o[8][4] = {};
+  product<kDim, kLd>(sm.q, sm.s, o);
+  for (int hf = 0; hf < 2; ++hf) {
+    const float eg = __expf(sm.gam[16 * m + g + 8 * hf]);
+    for (int nt = 0; nt < 8; ++nt) {
+      o[nt][2 * hf] *= eg;
+      o[nt][2 * hf + 1] *= eg;
+    }
+  }
+  product<kChunk, kLdC>(sm.p, sm.v, o);
+  for (int hf = 0; hf < 2; ++hf) {
+    const int i = 16 * m + g + 8 * hf;
+    bf16* row = out + (static_cast<size_t>(r0 + i) * s.nv + h) * kDim + 64 * half;
+    for (int nt = 0; nt < 8; ++nt)
+      *reinterpret_cast<__nv_bfloat162*>(row + 8 * nt + 2 * cl) =
+          __floats2bfloat162_rn(o[nt][2 * hf], o[nt][2 * hf + 1]);
+  }
+}
+
+}  // namespace
+
+void launch_out(const BatchMeta& b, const Workspace& ws, const GdnShape& s, bf16* out,
+                cudaStream_t stream) {
+  const int chunks = (b.max_seq_len + kChunk - 1) / kChunk;
+  if (chunks < 2) return;  // every sequence's output came from the state pass
+  constexpr int smem = sizeof(OutSmem);
+  cudaFuncSetAttribute(out_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  out_kernel<<<dim3(b.num_seqs, chunks - 1, s.nv), kThreads, smem, stream>>>(b, ws, s, out);
+}
+
+}  // namespace deltaserve::cuda::gdn_chunk
