@@ -21,6 +21,6 @@ stages() {
   env "${envs[@]}" OUT="$G/$sub" tools/gpu_run.sh "$@"
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$G/gpu.txt"
-git rev-parse --short HEAD 2>/dev/null | tee -a "$G/gpu.txt"
+cat .device_out/COMMIT 2>/dev/null | tee -a "$G/gpu.txt"  # written by tools/stage_device.sh
 eval "$1"
 pack

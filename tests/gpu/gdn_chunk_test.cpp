@@ -1,11 +1,13 @@
 // The chunked delta rule of the CUDA backend (bf16 tensor-core operands, f32 accumulation and f32
 // state) against the CPU backend's chunked form (f32 throughout), at the real head shape (dk = dv =
 // 128, two value heads per key head): single sequences of T in {1, 63, 64, 65, 1000, 8192}, fresh
-// and continuing from a state; varlen mixes; an in-step snapshot. Bounds are those of bf16
+// and continuing from a state; varlen mixes (40 sequences: the state pass's many-sequence form);
+// in-step snapshots. Bounds are those of bf16
 // operands: |error| <= 2^-6 of the largest reference magnitude (at least 1) for the bf16 output and
 // 2^-7 for the f32 state (4 and 2 bf16 ulps at that magnitude).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 
@@ -96,6 +98,13 @@ TEST_F(GdnChunk, VarlenMixes) {
   check(
       Case{"mixed lengths and starts", {{1000, 0}, {65, 300}, {1, 40}, {64, 0}, {130, 5}, {1, 0}}});
   check(Case{"decode rows beside a prefill", {{1, 10}, {1, 20}, {200, 0}, {1, 30}}});
+  // Enough sequences (x value heads) to fill an H200's 132 SMs: the state pass forms every output
+  // itself (64-column slices), the in-step snapshot included.
+  std::vector<Seq> many;
+  for (int i = 0; i < 40; ++i)
+    many.push_back(
+        Seq{std::array{70, 1, 130, 64, 200}[static_cast<size_t>(i % 5)], i % 3 == 0 ? 0 : 17 * i});
+  check(Case{"40 sequences, snapshot at 64", many, 64});
 }
 
 TEST_F(GdnChunk, InStepSnapshot) {

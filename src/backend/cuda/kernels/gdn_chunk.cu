@@ -1,6 +1,7 @@
 // The chunked (chunk 64) gated delta rule of prefill steps: gdn_chunk_prep.cu prepares every chunk
 // in parallel (the WY form), gdn_chunk_scan.cu walks each sequence's chunks in order (the state,
-// and the output of its last chunk), gdn_chunk_out.cu forms the other chunks' outputs in parallel.
+// and the outputs of its last chunk, or of all its chunks when the step has many sequences),
+// gdn_chunk_out.cu forms the other chunks' outputs in parallel.
 #include "backend/cuda/kernels/gdn_chunk.cuh"
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "backend/gdn_workspace.h"
@@ -17,8 +18,12 @@ void launch_gdn_chunked(const BatchMeta& b, const __nv_bfloat16* y, const __nv_b
                         cudaStream_t stream) {
   const gdn_chunk::Workspace w(ws, b.num_tokens, s);
   gdn_chunk::launch_prep(b, y, a, bgate, A_log, dt_bias, s, w, stream);
-  gdn_chunk::launch_scan(b, w, state, s, out, stream);
-  gdn_chunk::launch_out(b, w, s, out, stream);
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const bool every_output = gdn_chunk::scan_forms_every_output(b.num_seqs, s, sms);
+  gdn_chunk::launch_scan(b, w, state, s, every_output, out, stream);
+  if (!every_output) gdn_chunk::launch_out(b, w, s, out, stream);
 }
 
 size_t gdn_chunk_workspace_floats(int num_tokens, const GdnShape& s) {

@@ -53,8 +53,12 @@ struct Workspace {
 void launch_prep(const BatchMeta& b, const __nv_bfloat16* y, const __nv_bfloat16* a,
                  const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
                  const GdnShape& s, const Workspace& ws, cudaStream_t stream);
+// Whether the state pass forms every chunk's output itself (a step of enough sequences to fill
+// sm_count SMs with 64-column slices) rather than leaving all but each sequence's last chunk to
+// launch_out.
+bool scan_forms_every_output(int num_seqs, const GdnShape& s, int sm_count);
 void launch_scan(const BatchMeta& b, const Workspace& ws, float* state, const GdnShape& s,
-                 __nv_bfloat16* out, cudaStream_t stream);
+                 bool every_output, __nv_bfloat16* out, cudaStream_t stream);
 void launch_out(const BatchMeta& b, const Workspace& ws, const GdnShape& s, __nv_bfloat16* out,
                 cudaStream_t stream);
 
