@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
-# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench ncu ncufull ncusrc attn fla model nccl bench1 prof bench ab hf real serve prefix
+# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench ncu ncufull attn fla model nccl bench1 prof bench ab hf real serve prefix
 #        prefixab
 #        benchtp[:MODELS] servetp   (multi-GPU: TP1 vs TP2 vs TP4 on the visible GPUs)
 # Logs go to $OUT (or ./gpu_logs); a summary line is printed as each stage ends.
@@ -107,13 +107,6 @@ for stage in "$@"; do
       timeout 200 ncu --clock-control none --set full -k regex:attn_prefill -c 1 \
         $BIN/attn_bench --len 8192 --rounds 1 --calls 1 >"$LOG/ncu_attn_full.log" 2>&1
       note "ncu attn full rc=$?" ;;
-    ncusrc)  # per-source-line ncu samples of the GDN prep / scan / out kernels at 8k (CSV)
-      for k in prep_kernel scan_kernel out_kernel; do
-        timeout 120 ncu --clock-control none --set full --import-source yes -k regex:$k -c 1 \
-          -o /tmp/ncu_$k -f $BIN/gdn_bench --len 8192 --rounds 1 --calls 1 >"$LOG/ncu_$k.log" 2>&1
-        ncu -i /tmp/ncu_$k.ncu-rep --page source --csv --print-source cuda >"$LOG/src_$k.csv" 2>&1
-        note "ncu source $k rc=$? $(wc -l <"$LOG/src_$k.csv") lines"
-      done ;;
     attn)  # prefill attention alone: ms per layer and causal TFLOP/s at the 4B shape
       $BIN/attn_bench >"$LOG/attn_bench.md" 2>"$LOG/attn_bench.err"
       note "attn_bench rc=$? $(tr '\n' ' ' <"$LOG/attn_bench.md")" ;;
