@@ -2,7 +2,7 @@
 """Writes bench/results/h200.json from gpu_bench markdown output of one H200 run.
 
 usage: tools/h200_json.py --commit SHA --date YYYY-MM-DD [--base-commit SHA --base FILE...]
-                          [--fla fla_bench.jsonl] [--gdn NAME=MS ...]
+                          [--fla fla_bench.jsonl] [--gdn NAME=MS ...] [--attn attn_bench.md]
                           FILE...    (gpu_bench outputs of the same commit; medians across them)
        tools/h200_json.py --commit SHA --date YYYY-MM-DD --prefix prefix_bench.jsonl
                           (only the prefix_cache key: gpu_run.sh's prefix stage, cache on vs off)
@@ -10,7 +10,9 @@ usage: tools/h200_json.py --commit SHA --date YYYY-MM-DD [--base-commit SHA --ba
 Keys (snake case, units in the names): commit, date, gpu, decode_ms (graphed, per batch size, at
 the context the bench used), decode_eager_ms, prefill_ms (per length), runs, base_* for an A/B
 against another commit, and gdn_chunk_ms_per_layer: ours (--gdn 1x8192=4.45) beside fla's
-CUDA-graph medians from ../shared/peers/fla_bench.py's JSON lines (--fla) of the same run;
+CUDA-graph medians from ../shared/peers/fla_bench.py's JSON lines (--fla) of the same session,
+and gdn_decode_us_per_layer: fla's fused recurrent kernel per batch size; attention_prefill_tflops
+(per shape) and attention_prefill_tflops_8k from attn_bench's table (--attn);
 prefix_cache: per setting (on / off) the multi-turn run (hit rate, TTFT, tok/s) and the median
 tok/s, TTFT and TPOT of the never-hitting runs. Other keys already in the file are kept.
 """
@@ -41,6 +43,17 @@ def medians(files):
         keys = runs[0][k].keys()
         out.append({key: round(statistics.median(r[k][key] for r in runs), 3) for key in keys})
     return out, runs[0][3]
+
+
+def attention(path):
+    """attn_bench's rows as {"1x8192": TFLOP/s, "1x2048+6144": ...}."""
+    out = {}
+    for line in Path(path).read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and re.fullmatch(r"\d+ x \d+", cells[0]):
+            shape = cells[0].replace(" ", "") + (f"+{cells[1]}" if cells[1] != "0" else "")
+            out[shape] = float(cells[3])
+    return out
 
 
 def prefix_cache(path, commit, date):
@@ -74,6 +87,7 @@ def main():
     ap.add_argument("--fla")
     ap.add_argument("--gdn", nargs="*", default=[])
     ap.add_argument("--prefix")
+    ap.add_argument("--attn", help="attn_bench's table (ms per layer, TFLOP/s per shape)")
     ap.add_argument("files", nargs="*")
     a = ap.parse_args()
     path = Path(a.out)
@@ -92,12 +106,22 @@ def main():
                     "base_prefill_ms": bp})
     if a.fla or a.gdn:
         gdn = {"ours": {k: float(v) for k, v in (x.split("=") for x in a.gdn)}, "fla": {}}
+        decode = {}
         for line in Path(a.fla).read_text().splitlines() if a.fla else []:
             d = json.loads(line)
-            if d.get("section") == "a" and d.get("ms_graph") is not None:
+            # The 4B shape (16 q/k heads, 32 v heads) fresh: variants gva16 and gva16_varlen8x1024.
+            if d.get("section") == "a" and d.get("ms_graph") is not None and \
+                    d.get("variant") in ("gva16", "gva16_varlen8x1024"):
                 shape = ("8x1024" if d.get("varlen") else f"1x{d['tokens']}")
                 gdn["fla"][shape] = d["ms_graph"]
+            if d.get("section") == "b" and d.get("variant") == "gva16" and d.get("us_graph"):
+                decode[str(d["B"])] = d["us_graph"]
         doc["gdn_chunk_ms_per_layer"] = gdn
+        if decode:
+            doc["gdn_decode_us_per_layer"] = {"fla": decode}
+    if a.attn:
+        doc["attention_prefill_tflops"] = attention(a.attn)
+        doc["attention_prefill_tflops_8k"] = doc["attention_prefill_tflops"].get("1x8192")
     path.write_text(json.dumps(doc, indent=2) + "\n")
 
 
