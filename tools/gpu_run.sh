@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
 # Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench ncu ncufull attn fla model nccl bench1 prof bench ab hf real serve prefix
-#        prefixab
+#        prefixab serve8k
 #        benchtp[:MODELS] servetp   (multi-GPU: TP1 vs TP2 vs TP4 on the visible GPUs)
 # Logs go to $OUT (or ./gpu_logs); a summary line is printed as each stage ends.
 set -uo pipefail
@@ -163,6 +163,21 @@ for stage in "$@"; do
     serve)  # end to end: serve --device cuda (4B shape, dummy) + bench serve 1k in / 256 out
       serve_bench 1 1 16 64
       note "serve $(wc -l <"$LOG/bench_serve.jsonl") bench lines" ;;
+    serve8k)  # SGLang's benchmark workload (8,192 in / 1,024 out) at concurrency $CONCURRENCY
+              # (default 1 and 64): serve (4B shape, dummy) + bench serve, a JSON line each
+      serve_start serve8k --max-num-seqs ${MAX_SEQS:-64} --max-model-len 9300 \
+        --max-num-batched-tokens 8192
+      grep -E "memory plan|ready" "$LOG/serve8k.log" | head -3
+      for c in ${CONCURRENCY:-1 64}; do
+        n=$((c < 4 ? 4 : 2 * c))
+        echo -n "{\"concurrency\": $c, \"run\": " >>"$LOG/serve8k.jsonl"
+        timeout ${SERVE_TIMEOUT:-240} $BIN/deltaserve bench serve --port 8011 --num-prompts $n \
+          --input-len 8192 --output-len 1024 --max-concurrency $c --vocab 150000 \
+          >>"$LOG/serve8k.jsonl" 2>>"$LOG/serve8k.err" || echo "null" >>"$LOG/serve8k.jsonl"
+        echo "}" >>"$LOG/serve8k.jsonl"
+        note "serve8k c=$c $(tail -2 "$LOG/serve8k.jsonl" | tr -d '\n' | cut -c1-400)"
+      done
+      serve_stop serve8k ;;
     prefixab)  # the cost of prefix caching when nothing hits, without HTTP: bench offline 1k in /
                # 256 out, 256 requests at concurrency 64, on / off interleaved three times
       for i in 1 2 3; do

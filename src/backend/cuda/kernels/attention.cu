@@ -7,64 +7,6 @@
 namespace deltaserve::cuda {
 namespace {
 
-constexpr int kPrepThreads = 128;
-
-// Block (t, head): heads [0, nh) are query heads, [nh, nh + nkv) key/value heads.
-__global__ void attn_prep_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ qg,
-                                 __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
-                                 const float* __restrict__ q_norm, const float* __restrict__ k_norm,
-                                 AttnShape s, __nv_bfloat16* __restrict__ q,
-                                 __nv_bfloat16* __restrict__ gate,
-                                 __nv_bfloat16* __restrict__ k_cache,
-                                 __nv_bfloat16* __restrict__ v_cache) {
-  __shared__ float x[512];
-  const int t = blockIdx.x, head = blockIdx.y, hd = s.hd;
-  const bool is_q = head < s.nh;
-  const int h = is_q ? head : head - s.nh;
-  const __nv_bfloat16* src = is_q ? qg + (static_cast<size_t>(t) * s.nh + h) * 2 * hd
-                                  : k + (static_cast<size_t>(t) * s.nkv + h) * hd;
-  float ss = 0.0f;
-  for (int i = threadIdx.x; i < hd; i += kPrepThreads) {
-    x[i] = __bfloat162float(src[i]);
-    ss += x[i] * x[i];
-  }
-  const float inv = rsqrtf(block_sum<kPrepThreads>(ss) / static_cast<float>(hd) + s.eps);
-  const float* w = is_q ? q_norm : k_norm;
-  for (int i = threadIdx.x; i < hd; i += kPrepThreads) x[i] = x[i] * inv * (1.0f + w[i]);
-  __syncthreads();
-  const int pos = b.token_pos[t], half = s.rotary_dim / 2;
-  __nv_bfloat16* dst;
-  if (is_q) {
-    dst = q + (static_cast<size_t>(t) * s.nh + h) * hd;
-    for (int i = threadIdx.x; i < hd; i += kPrepThreads)
-      gate[(static_cast<size_t>(t) * s.nh + h) * hd + i] = src[hd + i];
-  } else {
-    const int seq = b.token_seq[t];
-    const int page = b.pages[b.seq_page_off[seq] + pos / b.page_size];
-    const size_t row = static_cast<size_t>(page) * b.page_size + pos % b.page_size;
-    dst = k_cache + (row * s.nkv + h) * hd;
-    const __nv_bfloat16* vs = v + (static_cast<size_t>(t) * s.nkv + h) * hd;
-    for (int i = threadIdx.x; i < hd; i += kPrepThreads)
-      v_cache[(row * s.nkv + h) * hd + i] = vs[i];
-  }
-  for (int i = threadIdx.x; i < hd; i += kPrepThreads) {
-    float y = x[i];
-    if (i < s.rotary_dim) {
-      const int f =
-          i % half;  // NeoX rotate-half: pairs (f, f + half), f32 angles as HF computes them
-      const float inv_freq =
-          1.0f / powf(s.rope_theta, static_cast<float>(2 * f) / static_cast<float>(s.rotary_dim));
-      const float ang = static_cast<float>(pos) * inv_freq;
-      const float c = cosf(ang), sn = sinf(ang);
-      y = i < half ? x[i] * c - x[i + half] * sn : x[i] * c + x[i - half] * sn;
-    }
-    dst[i] = __float2bfloat16(y);
-  }
-  if (!is_q)  // the k input gets the normed, roped values too (as the CPU backend's)
-    for (int i = threadIdx.x; i < hd; i += kPrepThreads)
-      k[(static_cast<size_t>(t) * s.nkv + h) * hd + i] = dst[i];
-}
-
 constexpr int kWarps = 4;
 constexpr int kTcMinLen = 16;  // sequences with this many step tokens: the tensor-core kernel
 constexpr int kMaxPer = 8;     // hd <= 256: up to 8 contiguous elements per lane
@@ -221,15 +163,6 @@ void launch_split(const BatchMeta& b, const __nv_bfloat16* q, const __nv_bfloat1
 }
 
 }  // namespace
-
-void launch_attn_prep(const BatchMeta& b, const __nv_bfloat16* qg, __nv_bfloat16* k,
-                      const __nv_bfloat16* v, const float* q_norm, const float* k_norm,
-                      const AttnShape& s, __nv_bfloat16* q, __nv_bfloat16* gate,
-                      __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, cudaStream_t stream) {
-  if (b.num_tokens == 0) return;
-  attn_prep_kernel<<<dim3(b.num_tokens, s.nh + s.nkv), kPrepThreads, 0, stream>>>(
-      b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache);
-}
 
 int attention_splits(int num_tokens, const AttnShape& s, int num_sms, size_t ws_bytes) {
   if (num_tokens > 256) return 1;  // prefill: enough blocks without splitting

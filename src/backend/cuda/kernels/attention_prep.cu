@@ -1,0 +1,195 @@
+// Attention's input preparation for a step: the q / k RMSNorms, NeoX RoPE, the split of q from
+// its output gate and the write of k / v into the paged cache (attention.cuh).
+#include <type_traits>
+
+#include "backend/cuda/kernels/attention.cuh"
+#include "backend/cuda/kernels/bf16x8.cuh"
+#include "backend/cuda/kernels/common.cuh"
+
+namespace deltaserve::cuda {
+namespace {
+
+constexpr int kPrepThreads = 128;
+
+// Any head size (hd <= 512): block (t, head), heads [0, nh) query heads, [nh, nh + nkv) key/value
+// heads; a value per thread at a time, through shared memory.
+__global__ void attn_prep_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ qg,
+                                 __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
+                                 const float* __restrict__ q_norm, const float* __restrict__ k_norm,
+                                 AttnShape s, __nv_bfloat16* __restrict__ q,
+                                 __nv_bfloat16* __restrict__ gate,
+                                 __nv_bfloat16* __restrict__ k_cache,
+                                 __nv_bfloat16* __restrict__ v_cache) {
+  __shared__ float x[512];
+  const int t = blockIdx.x, head = blockIdx.y, hd = s.hd;
+  const bool is_q = head < s.nh;
+  const int h = is_q ? head : head - s.nh;
+  const __nv_bfloat16* src = is_q ? qg + (static_cast<size_t>(t) * s.nh + h) * 2 * hd
+                                  : k + (static_cast<size_t>(t) * s.nkv + h) * hd;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < hd; i += kPrepThreads) {
+    x[i] = __bfloat162float(src[i]);
+    ss += x[i] * x[i];
+  }
+  const float inv = rsqrtf(block_sum<kPrepThreads>(ss) / static_cast<float>(hd) + s.eps);
+  const float* w = is_q ? q_norm : k_norm;
+  for (int i = threadIdx.x; i < hd; i += kPrepThreads) x[i] = x[i] * inv * (1.0f + w[i]);
+  __syncthreads();
+  const int pos = b.token_pos[t], half = s.rotary_dim / 2;
+  __nv_bfloat16* dst;
+  if (is_q) {
+    dst = q + (static_cast<size_t>(t) * s.nh + h) * hd;
+    for (int i = threadIdx.x; i < hd; i += kPrepThreads)
+      gate[(static_cast<size_t>(t) * s.nh + h) * hd + i] = src[hd + i];
+  } else {
+    const int seq = b.token_seq[t];
+    const int page = b.pages[b.seq_page_off[seq] + pos / b.page_size];
+    const size_t row = static_cast<size_t>(page) * b.page_size + pos % b.page_size;
+    dst = k_cache + (row * s.nkv + h) * hd;
+    const __nv_bfloat16* vs = v + (static_cast<size_t>(t) * s.nkv + h) * hd;
+    for (int i = threadIdx.x; i < hd; i += kPrepThreads)
+      v_cache[(row * s.nkv + h) * hd + i] = vs[i];
+  }
+  for (int i = threadIdx.x; i < hd; i += kPrepThreads) {
+    float y = x[i];
+    if (i < s.rotary_dim) {
+      const int f =
+          i % half;  // NeoX rotate-half: pairs (f, f + half), f32 angles as HF computes them
+      const float inv_freq =
+          1.0f / powf(s.rope_theta, static_cast<float>(2 * f) / static_cast<float>(s.rotary_dim));
+      const float ang = static_cast<float>(pos) * inv_freq;
+      const float c = cosf(ang), sn = sinf(ang);
+      y = i < half ? x[i] * c - x[i + half] * sn : x[i] * c + x[i - half] * sn;
+    }
+    dst[i] = __float2bfloat16(y);
+  }
+  if (!is_q)  // the k input gets the normed, roped values too (as the CPU backend's)
+    for (int i = threadIdx.x; i < hd; i += kPrepThreads)
+      k[(static_cast<size_t>(t) * s.nkv + h) * hd + i] = dst[i];
+}
+
+// Vector path, hd = 32 kPer (kPer 2, 4 or 8) and (rotary_dim / 2) % kPer == 0: a warp per (token,
+// head), lane l holding elements [kPer l, kPer l + kPer) in registers; the norm's sum by shuffles,
+// each rotary pair's partner fetched from the lane half a rotary span away. Same arithmetic as
+// attn_prep_kernel.
+constexpr int kPrepWarps = 4;
+
+template <int kPer>
+struct Vec {  // kPer bf16 as one 4-, 8- or 16-byte access
+  using Raw = std::conditional_t<kPer == 8, uint4, std::conditional_t<kPer == 4, uint2, uint32_t>>;
+  __device__ static void load(const __nv_bfloat16* p, float (&x)[kPer]) {
+    const Raw raw = *reinterpret_cast<const Raw*>(p);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int i = 0; i < kPer / 2; ++i) {
+      const float2 f = __bfloat1622float2(h[i]);
+      x[2 * i] = f.x;
+      x[2 * i + 1] = f.y;
+    }
+  }
+  __device__ static void store(__nv_bfloat16* p, const float (&x)[kPer]) {
+    Raw raw;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int i = 0; i < kPer / 2; ++i) h[i] = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
+    *reinterpret_cast<Raw*>(p) = raw;
+  }
+  __device__ static void copy(__nv_bfloat16* dst, const __nv_bfloat16* src) {
+    *reinterpret_cast<Raw*>(dst) = *reinterpret_cast<const Raw*>(src);
+  }
+};
+
+template <int kPer>
+__global__ void __launch_bounds__(32 * kPrepWarps)
+    attn_prep_vec_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ qg,
+                         __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
+                         const float* __restrict__ q_norm, const float* __restrict__ k_norm,
+                         AttnShape s, __nv_bfloat16* __restrict__ q,
+                         __nv_bfloat16* __restrict__ gate, __nv_bfloat16* __restrict__ k_cache,
+                         __nv_bfloat16* __restrict__ v_cache) {
+  using V = Vec<kPer>;
+  const int t = blockIdx.x, head = blockIdx.y * kPrepWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32, hd = 32 * kPer, e0 = kPer * lane;
+  if (head >= s.nh + s.nkv) return;  // whole warps
+  const bool is_q = head < s.nh;
+  const int h = is_q ? head : head - s.nh;
+  const __nv_bfloat16* src = is_q ? qg + (static_cast<size_t>(t) * s.nh + h) * 2 * hd
+                                  : k + (static_cast<size_t>(t) * s.nkv + h) * hd;
+  float x[kPer];
+  V::load(src + e0, x);
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) ss += x[i] * x[i];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  const float inv = rsqrtf(ss / static_cast<float>(hd) + s.eps);
+  const float* w = (is_q ? q_norm : k_norm) + e0;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) x[i] = x[i] * inv * (1.0f + w[i]);
+  // NeoX rotate-half over [0, rotary_dim): element i pairs with i +- half, kept by the lane
+  // half / kPer away.
+  const int pos = b.token_pos[t], half = s.rotary_dim / 2, span = half / kPer;
+  const bool rotary = e0 < s.rotary_dim, first = e0 < half;
+  const int partner = rotary ? (first ? lane + span : lane - span) : lane;
+  float y[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const float other = __shfl_sync(0xffffffffu, x[i], partner);
+    y[i] = x[i];
+    if (rotary) {
+      const int f = (e0 + i) % half;
+      const float inv_freq =
+          1.0f / powf(s.rope_theta, static_cast<float>(2 * f) / static_cast<float>(s.rotary_dim));
+      const float ang = static_cast<float>(pos) * inv_freq;
+      const float c = cosf(ang), sn = sinf(ang);
+      y[i] = first ? x[i] * c - other * sn : x[i] * c + other * sn;
+    }
+  }
+  if (is_q) {
+    const size_t row = (static_cast<size_t>(t) * s.nh + h) * hd;
+    V::store(q + row + e0, y);
+    V::copy(gate + row + e0, src + hd + e0);
+  } else {
+    const int seq = b.token_seq[t];
+    const int page = b.pages[b.seq_page_off[seq] + pos / b.page_size];
+    const size_t row =
+        ((static_cast<size_t>(page) * b.page_size + pos % b.page_size) * s.nkv + h) * hd;
+    const size_t in = (static_cast<size_t>(t) * s.nkv + h) * hd;
+    V::store(k_cache + row + e0, y);
+    V::copy(v_cache + row + e0, v + in + e0);
+    V::store(k + in + e0, y);  // the k input gets the normed, roped values too (as the CPU's)
+  }
+}
+
+template <int kPer>
+void launch_vec(const BatchMeta& b, const __nv_bfloat16* qg, __nv_bfloat16* k,
+                const __nv_bfloat16* v, const float* q_norm, const float* k_norm,
+                const AttnShape& s, __nv_bfloat16* q, __nv_bfloat16* gate, __nv_bfloat16* k_cache,
+                __nv_bfloat16* v_cache, cudaStream_t stream) {
+  const dim3 grid(b.num_tokens, (s.nh + s.nkv + kPrepWarps - 1) / kPrepWarps);
+  attn_prep_vec_kernel<kPer><<<grid, 32 * kPrepWarps, 0, stream>>>(b, qg, k, v, q_norm, k_norm, s,
+                                                                   q, gate, k_cache, v_cache);
+}
+
+}  // namespace
+
+void launch_attn_prep(const BatchMeta& b, const __nv_bfloat16* qg, __nv_bfloat16* k,
+                      const __nv_bfloat16* v, const float* q_norm, const float* k_norm,
+                      const AttnShape& s, __nv_bfloat16* q, __nv_bfloat16* gate,
+                      __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, cudaStream_t stream) {
+  if (b.num_tokens == 0) return;
+  const int per = s.hd / 32, half = s.rotary_dim / 2;
+  const bool vec = s.hd % 32 == 0 && (per == 2 || per == 4 || per == 8) && half % per == 0 &&
+                   s.rotary_dim <= s.hd && aligned16(qg, k, v, q, gate, k_cache) &&
+                   aligned16(v_cache, q_norm, k_norm);
+  if (vec && per == 8)
+    return launch_vec<8>(b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache, stream);
+  if (vec && per == 4)
+    return launch_vec<4>(b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache, stream);
+  if (vec && per == 2)
+    return launch_vec<2>(b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache, stream);
+  attn_prep_kernel<<<dim3(b.num_tokens, s.nh + s.nkv), kPrepThreads, 0, stream>>>(
+      b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache);
+}
+
+}  // namespace deltaserve::cuda
