@@ -70,8 +70,8 @@ __global__ void attn_prep_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ 
 
 // Vector path, hd = 32 kPer (kPer 2, 4 or 8) and (rotary_dim / 2) % kPer == 0: a warp per (token,
 // head), lane l holding elements [kPer l, kPer l + kPer) in registers; the norm's sum by shuffles,
-// each rotary pair's partner fetched from the lane half a rotary span away. Same arithmetic as
-// attn_prep_kernel.
+// each rotary pair's partner fetched from the lane half a rotary span away; the token's cos / sin
+// per frequency computed once per block into shared memory. Same arithmetic as attn_prep_kernel.
 constexpr int kPrepWarps = 4;
 
 template <int kPer>
@@ -108,8 +108,16 @@ __global__ void __launch_bounds__(32 * kPrepWarps)
                          __nv_bfloat16* __restrict__ gate, __nv_bfloat16* __restrict__ k_cache,
                          __nv_bfloat16* __restrict__ v_cache) {
   using V = Vec<kPer>;
+  __shared__ float cos_f[16 * kPer], sin_f[16 * kPer];  // f in [0, rotary_dim / 2 <= hd / 2)
   const int t = blockIdx.x, head = blockIdx.y * kPrepWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32, hd = 32 * kPer, e0 = kPer * lane;
+  const int pos = b.token_pos[t], half = s.rotary_dim / 2, span = half / kPer;
+  for (int f = threadIdx.x; f < half; f += 32 * kPrepWarps) {
+    const float inv_freq =
+        1.0f / powf(s.rope_theta, static_cast<float>(2 * f) / static_cast<float>(s.rotary_dim));
+    sincosf(static_cast<float>(pos) * inv_freq, &sin_f[f], &cos_f[f]);
+  }
+  __syncthreads();
   if (head >= s.nh + s.nkv) return;  // whole warps
   const bool is_q = head < s.nh;
   const int h = is_q ? head : head - s.nh;
@@ -128,7 +136,6 @@ __global__ void __launch_bounds__(32 * kPrepWarps)
   for (int i = 0; i < kPer; ++i) x[i] = x[i] * inv * (1.0f + w[i]);
   // NeoX rotate-half over [0, rotary_dim): element i pairs with i +- half, kept by the lane
   // half / kPer away.
-  const int pos = b.token_pos[t], half = s.rotary_dim / 2, span = half / kPer;
   const bool rotary = e0 < s.rotary_dim, first = e0 < half;
   const int partner = rotary ? (first ? lane + span : lane - span) : lane;
   float y[kPer];
@@ -138,11 +145,7 @@ __global__ void __launch_bounds__(32 * kPrepWarps)
     y[i] = x[i];
     if (rotary) {
       const int f = (e0 + i) % half;
-      const float inv_freq =
-          1.0f / powf(s.rope_theta, static_cast<float>(2 * f) / static_cast<float>(s.rotary_dim));
-      const float ang = static_cast<float>(pos) * inv_freq;
-      const float c = cosf(ang), sn = sinf(ang);
-      y[i] = first ? x[i] * c - other * sn : x[i] * c + other * sn;
+      y[i] = first ? x[i] * cos_f[f] - other * sin_f[f] : x[i] * cos_f[f] + other * sin_f[f];
     }
   }
   if (is_q) {

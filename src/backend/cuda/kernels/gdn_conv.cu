@@ -57,20 +57,21 @@ __global__ void gdn_conv_state_kernel(BatchMeta b, const __nv_bfloat16* __restri
   for (int i = 0; i < km1; ++i) st[i] = nw[i];
 }
 
-// Thread per (8 channels, up to kConvTokens consecutive tokens), K = 4, C % 8 == 0, 16-byte aligned
-// rows: the window of the K - 1 previous inputs stays in registers while the thread walks its
-// tokens (refilled where a new sequence begins), so each input is read once; loads and stores are
-// 16-byte vectors. Same sums, in the same order, as gdn_conv_kernel.
-constexpr int kConvK = 4, kConvTokens = 8, kConvThreads = 128;
+// Thread per (8 channels, up to `per_thread` consecutive tokens), K = 4, C % 8 == 0, 16-byte
+// aligned rows: the window of the K - 1 previous inputs stays in registers while the thread walks
+// its tokens (refilled where a new sequence begins), so each input is read once; loads and stores
+// are 16-byte vectors. Same sums, in the same order, as gdn_conv_kernel. Prefill-heavy steps walk 8
+// tokens a thread; decode-like ones (a token or a few per sequence) 1, for parallelism.
+constexpr int kConvK = 4, kConvThreads = 128;
 __global__ void __launch_bounds__(kConvThreads)
     gdn_conv_vec_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ u,
                         const __nv_bfloat16* __restrict__ w,
-                        const __nv_bfloat16* __restrict__ state, int C,
+                        const __nv_bfloat16* __restrict__ state, int C, int per_thread,
                         __nv_bfloat16* __restrict__ y) {
   constexpr int km1 = kConvK - 1;
   const int c = 8 * (blockIdx.x * kConvThreads + threadIdx.x);
   if (c >= C) return;
-  const int t0 = blockIdx.y * kConvTokens, t1 = min(t0 + kConvTokens, b.num_tokens);
+  const int t0 = blockIdx.y * per_thread, t1 = min(t0 + per_thread, b.num_tokens);
   float wt[kConvK][8];  // w[c + e, i] as wt[i][e]
 #pragma unroll
   for (int m = 0; m < kConvK; ++m) {  // [8 channels][K taps] = K vectors of 8
@@ -123,9 +124,10 @@ void launch_gdn_conv(const BatchMeta& b, const __nv_bfloat16* u, const __nv_bflo
                      cudaStream_t stream) {
   if (b.num_seqs == 0) return;
   if (K == kConvK && C % 8 == 0 && aligned16(u, w, conv_state, y)) {
+    const int per_thread = b.num_tokens >= 8 * b.num_seqs ? 8 : 1;
     const dim3 grid((C / 8 + kConvThreads - 1) / kConvThreads,
-                    (b.num_tokens + kConvTokens - 1) / kConvTokens);
-    gdn_conv_vec_kernel<<<grid, kConvThreads, 0, stream>>>(b, u, w, conv_state, C, y);
+                    (b.num_tokens + per_thread - 1) / per_thread);
+    gdn_conv_vec_kernel<<<grid, kConvThreads, 0, stream>>>(b, u, w, conv_state, C, per_thread, y);
   } else {
     gdn_conv_kernel<<<dim3((C + 127) / 128, b.num_tokens), 128, 0, stream>>>(b, u, w, conv_state, C,
                                                                              K, y);
