@@ -150,14 +150,25 @@ void expect_like_tp1(const Deviation& tpn, const Deviation& tp1, int N, const ch
   EXPECT_GE(tpn.agree, 0.9) << "TP" << N << " " << how;
 }
 
+// The TP4-shaped checkpoint, `make_steps`' steps for its vocabulary and their f32 CPU logits.
+struct Tp4Case {
+  explicit Tp4Case(std::vector<StepBatch> (*make_steps)(int))
+      : dir(make_tp4_checkpoint(tmp)),
+        cfg(model::load_model_config(dir)),
+        steps(make_steps(static_cast<int>(cfg.vocab_size))),
+        ref(cpu_reference(dir, steps)) {}
+  testing::TempDir tmp;
+  std::filesystem::path dir;
+  model::ModelConfig cfg;
+  std::vector<StepBatch> steps;
+  std::vector<std::vector<float>> ref;
+};
+
 // The TP4-shaped checkpoint at TP2 and TP4 on one GPU (host-staged collectives) against the f32
 // CPU forward, held to GPU TP1's error.
 TEST_F(TpGpu, RankLocalKernelsAtTp2AndTp4MatchCpu) {
-  testing::TempDir d;
-  const auto dir = make_tp4_checkpoint(d);
-  const model::ModelConfig cfg = model::load_model_config(dir);
-  const auto steps = scenario(static_cast<int>(cfg.vocab_size));
-  const auto ref = cpu_reference(dir, steps);
+  const Tp4Case c(scenario);
+  const auto& [tmp, dir, cfg, steps, ref] = c;
   const Deviation tp1 = deviation(run_gpu_tp(dir, 1, steps), ref, cfg.vocab_size);
   std::printf("  GPU TP1 vs CPU f32: max|err| %.4f of max|logit| %.3f, argmax agreement %.4f\n",
               tp1.err, tp1.scale, tp1.agree);
@@ -173,11 +184,8 @@ TEST_F(TpGpu, RankLocalKernelsAtTp2AndTp4MatchCpu) {
 // row by row, and every kernel after a gather sees the same rows — so the logits are equal bit for
 // bit (measured so on the H200; conventional TP's own error on these steps is printed beside it).
 TEST_F(TpGpu, TpspAtTp2AndTp4MatchesConventionalTp) {
-  testing::TempDir d;
-  const auto dir = make_tp4_checkpoint(d);
-  const model::ModelConfig cfg = model::load_model_config(dir);
-  const auto steps = divisible_scenario(static_cast<int>(cfg.vocab_size));
-  const auto ref = cpu_reference(dir, steps);
+  const Tp4Case c(divisible_scenario);
+  const auto& [tmp, dir, cfg, steps, ref] = c;
   for (int N : {2, 4}) {
     const auto conventional = run_gpu_tp(dir, N, steps);
     const auto tpsp = run_gpu_tp(dir, N, steps, {true, 0});

@@ -46,22 +46,6 @@ __device__ void stage(OutSmem& sm, int r0, int h, int kh, const Workspace& ws, c
   mma::cp_async_commit();
 }
 
-// acc += A[16m.., 0..K) . B[0..K, 64 half.. + 64) (eight 16 x 8 tiles).
-template <int K, int kLdA>
-__device__ void product(const bf16 (*A)[kLdA], const bf16 (*B)[kLd], float (&acc)[8][4]) {
-  const int warp = threadIdx.x / 32, m = warp % 4, half = warp / 4;
-  for (int ks = 0; ks < K / 16; ++ks) {
-    uint32_t a[4];
-    mma::load_a(a, A[16 * m] + 16 * ks, kLdA);
-    for (int np = 0; np < 4; ++np) {
-      uint32_t b[4];
-      mma::load_b(b, B[16 * ks] + 64 * half + 16 * np, kLd);
-      mma::mma(acc[2 * np], a, b[0], b[1]);
-      mma::mma(acc[2 * np + 1], a, b[2], b[3]);
-    }
-  }
-}
-
 __global__ void __launch_bounds__(kThreads, 2)
     out_kernel(BatchMeta b, Workspace ws, GdnShape s, bf16* __restrict__ out) {
   extern __shared__ __align__(128) unsigned char out_raw[];
@@ -75,7 +59,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, cl = lane % 4;
   const int m = warp % 4, half = warp / 4;
   float o[8][4] = {};
-  product<kDim, kLd>(sm.q, sm.s, o);
+  mma::tile_16x64<kDim>(o, sm.q[16 * m], kLd, sm.s[0] + 64 * half, kLd);
   for (int hf = 0; hf < 2; ++hf) {
     const float eg = __expf(sm.gam[16 * m + g + 8 * hf]);
     for (int nt = 0; nt < 8; ++nt) {
@@ -83,7 +67,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       o[nt][2 * hf + 1] *= eg;
     }
   }
-  product<kChunk, kLdC>(sm.p, sm.v, o);
+  mma::tile_16x64<kChunk>(o, sm.p[16 * m], kLdC, sm.v[0] + 64 * half, kLd);
   for (int hf = 0; hf < 2; ++hf) {
     const int i = 16 * m + g + 8 * hf;
     bf16* row = out + (static_cast<size_t>(r0 + i) * s.nv + h) * kDim + 64 * half;

@@ -209,16 +209,7 @@ __device__ void solve(PrepSmem& sm, const Chunk& ch, const GdnShape& s, const Wo
   bf16* dst = is_u ? ws.u : ws.w;
   for (int half = 0; half < 2; ++half) {
     float acc[8][4] = {};
-    for (int ks = 0; ks < kChunk / 16; ++ks) {
-      uint32_t af[4];
-      mma::load_a(af, A[16 * m] + 16 * ks, kLdC);
-      for (int np = 0; np < 4; ++np) {
-        uint32_t bf[4];
-        mma::load_b(bf, X[16 * ks] + 64 * half + 16 * np, kLd);
-        mma::mma(acc[2 * np], af, bf[0], bf[1]);
-        mma::mma(acc[2 * np + 1], af, bf[2], bf[3]);
-      }
-    }
+    mma::tile_16x64<kChunk>(acc, A[16 * m], kLdC, X[0] + 64 * half, kLd);
     for (int hf = 0; hf < 2; ++hf) {
       const int i = 16 * m + g + 8 * hf;
       if (i >= ch.n) continue;

@@ -63,6 +63,23 @@ __device__ inline void load_b_trans(uint32_t (&b)[4], const __nv_bfloat16* x, in
   ldsm_x4(b, x + (lane % 8 + (lane / 16) * 8) * ld + ((lane / 8) % 2) * 8);
 }
 
+// acc (eight 16 x 8 tiles) += A . B for a 16 x K tile of A at `a` (row-major, lda) and a K x 64
+// tile of B at `b` (k-major, ldb).
+template <int K>
+__device__ inline void tile_16x64(float (&acc)[8][4], const __nv_bfloat16* a, int lda,
+                                  const __nv_bfloat16* b, int ldb) {
+  for (int ks = 0; ks < K / 16; ++ks) {
+    uint32_t af[4];
+    load_a(af, a + 16 * ks, lda);
+    for (int np = 0; np < 4; ++np) {
+      uint32_t bf[4];
+      load_b(bf, b + 16 * ks * ldb + 16 * np, ldb);
+      mma(acc[2 * np], af, bf[0], bf[1]);
+      mma(acc[2 * np + 1], af, bf[2], bf[3]);
+    }
+  }
+}
+
 __device__ inline uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
