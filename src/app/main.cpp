@@ -25,7 +25,7 @@ constexpr const char* kUsage = R"(usage: deltaserve <command> [flags]
 commands:
   serve     the OpenAI-compatible HTTP server (without --model: the embedded random model)
             [--model DIR] [--tokenizer DIR] [--host 127.0.0.1] [--port 8000]
-            [--served-model-name NAME] [--max-num-seqs 64] [--max-model-len L]
+            [--served-model-name NAME] [--max-num-seqs N] [--max-model-len L]
             [--max-num-batched-tokens 2048] [--api-key KEY] [--load-format auto|safetensors|dummy]
             [--device cpu] [--tensor-parallel-size 1] [--gpu-memory-utilization 0.9]
             [--kv-cache-gib 2] [--max-pending 512] [--max-body-bytes N] [--http-threads 2]
@@ -34,6 +34,8 @@ commands:
             [--prefix-cache-snapshot-fraction 0.25]
             [--enable-tpsp] [--tpsp-threshold-tokens N]  (TP: sequence parallelism; without N
             a startup profile picks it)
+            (without --max-num-seqs: on a GPU 1024, 512, 256 or 128 — the most whose GDN state
+            slots take at most a quarter of the cache memory —, on the CPU 64)
   generate  greedy generation from token ids, printing the tokens and tokens/s
             --model DIR (default: the embedded random model)  --ids 1,2,3  --max-tokens N
             --load-format auto|safetensors|dummy  --device cpu  --ignore-eos

@@ -170,7 +170,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
                      : ""));
 
   engine::EngineConfig ecfg;
-  ecfg.max_num_seqs = static_cast<int32_t>(a.get_int("max-num-seqs", 64, 1, 65536));
+  // Without the flag: sized from the memory plan on a GPU, 64 on the CPU (EngineConfig).
+  ecfg.max_num_seqs = static_cast<int32_t>(a.get_int("max-num-seqs", 0, 1, 65536));
   ecfg.enforce_eager = a.has("enforce-eager");
   const double snapshot_fraction = apply_cache_flags(a, ecfg);
   ecfg.max_num_batched_tokens =

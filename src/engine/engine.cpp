@@ -19,15 +19,28 @@ double seconds(clock::time_point a, clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-EngineConfig resolve(EngineConfig c, const model::ModelConfig& mc,
-                     const tokenizer::Tokenizer* tok) {
+runtime::PlanLimits plan_limits(const EngineConfig& c);
+
+// max_num_seqs 0: from the memory plan when the budget is a device share, else the fallback.
+int32_t default_max_num_seqs(Executor& exec, const EngineConfig& c) {
+  if (!c.budget || c.budget->kind != runtime::MemoryBudget::Kind::kDeviceShare)
+    return runtime::kFallbackMaxNumSeqs;
+  return runtime::auto_max_num_seqs([&](int32_t n) {
+    EngineConfig with = c;
+    with.max_num_seqs = n;
+    return exec.plan_memory(plan_limits(with), *c.budget);
+  });
+}
+
+EngineConfig resolve(EngineConfig c, Executor& exec, const tokenizer::Tokenizer* tok) {
+  const model::ModelConfig& mc = exec.config();
   if (c.max_model_len <= 0) c.max_model_len = static_cast<int32_t>(mc.max_position_embeddings);
   if (c.max_model_len > mc.max_position_embeddings)
     throw Error("max_model_len " + std::to_string(c.max_model_len) +
                 " exceeds the model's max_position_embeddings " +
                 std::to_string(mc.max_position_embeddings));
-  if (c.page_size <= 0 || c.max_num_seqs <= 0 || c.max_num_batched_tokens <= 0)
-    throw Error("page_size, max_num_seqs and max_num_batched_tokens must be positive");
+  if (c.page_size <= 0 || c.max_num_seqs < 0 || c.max_num_batched_tokens <= 0)
+    throw Error("page_size and max_num_batched_tokens must be positive, max_num_seqs not negative");
   if (c.mamba_block_size <= 0 || c.mamba_block_size % c.page_size != 0)
     throw Error("mamba_block_size " + std::to_string(c.mamba_block_size) +
                 " must be a positive multiple of the page size " + std::to_string(c.page_size));
@@ -36,6 +49,7 @@ EngineConfig resolve(EngineConfig c, const model::ModelConfig& mc,
     c.sample_vocab = tok ? std::min(tok->vocab_size(), model_vocab) : model_vocab;
   c.sample_vocab = std::min(c.sample_vocab, model_vocab);
   if (c.eos_token_ids.empty()) c.eos_token_ids = mc.eos_token_ids;
+  if (c.max_num_seqs == 0) c.max_num_seqs = default_max_num_seqs(exec, c);
   return c;
 }
 
@@ -70,7 +84,7 @@ Engine::Engine(std::unique_ptr<LocalExecutor> owned, Executor* exec, EngineConfi
                const tokenizer::Tokenizer* tok)
     : owned_exec_(std::move(owned)),
       exec_(exec ? *exec : *owned_exec_),
-      cfg_(resolve(cfg, exec_.config(), tok)),
+      cfg_(resolve(cfg, exec_, tok)),
       tok_(tok),
       plan_(plan_of(exec_, cfg_)),
       cache_({plan_.num_pages, plan_.page_size, plan_.num_slots, plan_.num_snapshots,

@@ -28,6 +28,8 @@ class Tokenizer;
 namespace deltaserve::engine {
 
 struct EngineConfig {
+  // 0: sized from the memory plan with a device budget (runtime::auto_max_num_seqs), else
+  // runtime::kFallbackMaxNumSeqs.
   int32_t max_num_seqs = 16;
   int32_t max_num_batched_tokens = 1024;
   int32_t page_size = 16;

@@ -120,11 +120,19 @@ runtime::MemoryPlan TpExecutor::plan_memory(const runtime::PlanLimits& limits,
                                             const runtime::MemoryBudget& budget) {
   std::mutex mu;
   std::optional<runtime::MemoryPlan> fewest;
+  std::optional<std::string> no_fit;  // a plan that does not fit is the caller's error, not a
+                                      // rank failure (the group stays usable)
   run_on_all([&](Worker& w) {
-    const runtime::MemoryPlan p = runtime::plan_for(*w.model, limits, budget);
-    std::lock_guard<std::mutex> lock(mu);
-    if (!fewest || p.num_pages < fewest->num_pages) fewest = p;
+    try {
+      const runtime::MemoryPlan p = runtime::plan_for(*w.model, limits, budget);
+      std::lock_guard<std::mutex> lock(mu);
+      if (!fewest || p.num_pages < fewest->num_pages) fewest = p;
+    } catch (const Error& e) {  // (a DeviceError is no Error: a rank failure stays one)
+      std::lock_guard<std::mutex> lock(mu);
+      no_fit = e.what();
+    }
   });
+  if (no_fit) throw Error(*no_fit);
   return *fewest;
 }
 

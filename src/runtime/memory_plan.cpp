@@ -142,6 +142,18 @@ MemoryPlan plan_memory(const ModelConfig& local, DType act, const PlanLimits& l,
   return p;
 }
 
+int32_t auto_max_num_seqs(const std::function<MemoryPlan(int32_t)>& plan_for) {
+  for (const int32_t n : {1024, 512, 256, 128}) {
+    try {
+      const MemoryPlan p = plan_for(n);
+      if (4 * int64_t{p.num_slots} * p.slot_bytes <= p.kv_bytes() + p.state_bytes()) return n;
+    } catch (const Error&) {
+      // No room for one request beside n slots: fewer.
+    }
+  }
+  return kFallbackMaxNumSeqs;
+}
+
 std::string MemoryPlan::describe() const {
   const double gib = 1 << 30;
   char buf[512];

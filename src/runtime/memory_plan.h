@@ -75,6 +75,14 @@ int64_t scratch_bytes(const model::ModelConfig& local, DType act, int64_t tokens
 int64_t page_bytes(const model::ModelConfig& local, DType act, int32_t page_size);
 int64_t slot_bytes(const model::ModelConfig& local, DType act);
 
+// max_num_seqs when the user gives none, on a device: the most requests of 1024, 512, 256 and 128
+// whose state slots take at most a quarter of the cache memory of the plan made for that many (KV
+// pages, slots, snapshots) — a GDN state slot is large (48 MiB for the 4B shape), so slots are
+// traded against KV room —, else kFallbackMaxNumSeqs. `plan_for(n)` makes the plan with n request
+// slots (it may throw when one request cannot fit; that n is passed over).
+constexpr int32_t kFallbackMaxNumSeqs = 64;
+int32_t auto_max_num_seqs(const std::function<MemoryPlan(int32_t)>& plan_for);
+
 // Throws deltaserve::Error when one request of max_model_len cannot fit.
 MemoryPlan plan_memory(const model::ModelConfig& local, DType act, const PlanLimits& limits,
                        const MemoryBudget& budget, int64_t workspace_bytes);

@@ -326,6 +326,28 @@ void expect_fail_stop(Engine& e, const std::string& fault) {
   EXPECT_THROW(e.submit({{1, 2, 3}, p}), EngineFailedError);
 }
 
+// max_num_seqs 0 (serve without --max-num-seqs) with a budget that is no device share: the
+// fallback, 64. And a plan that cannot fit is the caller's error, not a rank failure: the TP group
+// serves afterwards.
+TEST(EngineTp, DefaultMaxNumSeqsAndAPlanThatDoesNotFitLeaveTheGroupUsable) {
+  const std::string dir = (deltaserve::testing::test_data() / "tiny_real").string();
+  auto exec = tp_executor(dir, 2);
+  runtime::PlanLimits too_long;
+  too_long.max_model_len = 4096;
+  runtime::MemoryBudget one_page;
+  one_page.pages = 1;
+  EXPECT_THROW(exec->plan_memory(too_long, one_page), Error);
+  EngineConfig cfg;
+  cfg.max_num_seqs = 0;
+  cfg.max_model_len = 512;
+  Engine e(*exec, cfg);
+  EXPECT_EQ(e.config().max_num_seqs, runtime::kFallbackMaxNumSeqs);
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = 4;
+  EXPECT_EQ(collect(*e.submit({random_prompt(20, 9, 384), p})).tokens.size(), 4u);
+}
+
 TEST(EngineTp, RankFaultFailsEveryRequestOnceAndRefusesNewWork) {
   const std::string dir = (deltaserve::testing::test_data() / "tiny_real").string();
   auto exec = tp_executor(dir, 2, /*faulty_rank=*/1, /*fail_at=*/40);  // a few steps in

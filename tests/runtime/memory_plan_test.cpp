@@ -1,8 +1,11 @@
 // The memory plan: its numbers equal what the runner and the backend actually allocate, each
-// budget kind sizes the KV pages as documented, and a plan that cannot hold one request fails.
+// budget kind sizes the KV pages as documented, a plan that cannot hold one request fails, and
+// the default max_num_seqs on a device trades state slots for KV room.
 #include "runtime/memory_plan.h"
 
 #include <gtest/gtest.h>
+
+#include <set>
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
@@ -92,6 +95,46 @@ TEST(MemoryPlan, FailsClosedWhenOneRequestCannotFit) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("needs 7"), std::string::npos) << e.what();
   }
+}
+
+// Without --max-num-seqs on a device: the most of 1024 / 512 / 256 / 128 requests whose state
+// slots take at most a quarter of the plan's cache memory (KV + slots + snapshots), else 64. Over a
+// range of device sizes: each answer obeys that rule, twice the answer does not, more memory never
+// gives fewer, and the range reaches both the fallback and the top.
+TEST(MemoryPlan, AutoMaxNumSeqsTradesStateSlotsForKvRoom) {
+  const model::ModelConfig c = model::load_config("");
+  const int64_t slot = slot_bytes(c, DType::kBF16);
+  PlanLimits l = limits();
+  MemoryBudget b;
+  b.kind = MemoryBudget::Kind::kDeviceShare;
+  b.utilization = 0.9;
+  b.snapshot_fraction = 0.25;
+  auto plan_with = [&](int32_t n) {
+    l.max_num_seqs = n;
+    return plan_memory(c, DType::kBF16, l, b, 0);
+  };
+  auto obeys = [&](int32_t n) {
+    try {
+      const MemoryPlan p = plan_with(n);
+      return 4 * int64_t{n} * slot <= p.kv_bytes() + p.state_bytes();
+    } catch (const Error&) {
+      return false;
+    }
+  };
+  int32_t previous = 0;
+  std::set<int32_t> seen;
+  for (int64_t mib = 512; mib <= (int64_t{1} << 20); mib *= 2) {
+    b.device_total = b.device_free = mib << 20;
+    const int32_t n = auto_max_num_seqs(plan_with);
+    seen.insert(n);
+    SCOPED_TRACE(std::to_string(mib) + " MiB: " + std::to_string(n));
+    EXPECT_TRUE(n == kFallbackMaxNumSeqs || obeys(n));
+    if (n < 1024) EXPECT_FALSE(obeys(n == kFallbackMaxNumSeqs ? 128 : 2 * n));
+    EXPECT_GE(n, previous);
+    previous = n;
+  }
+  EXPECT_TRUE(seen.count(kFallbackMaxNumSeqs) && seen.count(1024)) << "sizes: " << seen.size();
+  EXPECT_GE(seen.size(), 4u) << "the answer grows with the memory";
 }
 
 }  // namespace
