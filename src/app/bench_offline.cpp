@@ -9,6 +9,7 @@
 
 #include "app/args.h"
 #include "app/bench_stats.h"
+#include "app/cache_flags.h"
 #include "app/commands.h"
 #include "app/runtime.h"
 #include "app/tpsp_flags.h"
@@ -61,9 +62,11 @@ int cmd_bench(const std::vector<std::string>& argv) {
   Args a(rest, "bench offline",
          {"model", "load-format", "device", "num-prompts", "input-len", "output-len",
           "max-concurrency", "max-num-seqs", "max-num-batched-tokens", "max-model-len", "num-pages",
-          "seed", "tensor-parallel-size", "num-snapshots", "tpsp-threshold-tokens"},
+          "seed", "tensor-parallel-size", "num-snapshots", "tpsp-threshold-tokens",
+          "mamba-ssm-cache-dtype"},
          {"enforce-eager", "enable-prefix-caching", "enable-tpsp"});
   check_device(a);
+  const DType ssm_state = ssm_state_dtype_flag(a);
   const int n = static_cast<int>(a.get_int("num-prompts", 32, 1, 100000));
   const int in_len = static_cast<int>(a.get_int("input-len", 128, 1, 1 << 20));
   const int out_len = static_cast<int>(a.get_int("output-len", 32, 1, 1 << 20));
@@ -89,6 +92,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   cfg.budget = budget;
   const int concurrency = static_cast<int>(a.get_int("max-concurrency", n, 1, 100000));
   cfg.enforce_eager = a.has("enforce-eager");
+  cfg.ssm_state_dtype = ssm_state;
   cfg.enable_prefix_caching = a.has("enable-prefix-caching");
   if (cfg.enable_prefix_caching)
     cfg.num_snapshots =

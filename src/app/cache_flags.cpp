@@ -5,8 +5,8 @@
 namespace deltaserve::app {
 
 const std::set<std::string>& cache_value_flags() {
-  static const std::set<std::string> kFlags = {"mamba-block-size",
-                                               "prefix-cache-snapshot-fraction"};
+  static const std::set<std::string> kFlags = {"mamba-block-size", "prefix-cache-snapshot-fraction",
+                                               "mamba-ssm-cache-dtype"};
   return kFlags;
 }
 
@@ -14,6 +14,13 @@ const std::set<std::string>& cache_switches() {
   static const std::set<std::string> kSwitches = {"enable-prefix-caching",
                                                   "no-enable-prefix-caching"};
   return kSwitches;
+}
+
+DType ssm_state_dtype_flag(const Args& a) {
+  const std::string state = a.get("mamba-ssm-cache-dtype", "auto");
+  if (state == "auto" || state == "float32") return DType::kF32;
+  if (state == "bfloat16") return DType::kBF16;
+  throw Error("--mamba-ssm-cache-dtype must be auto, float32 or bfloat16, got '" + state + "'");
 }
 
 double apply_cache_flags(const Args& a, engine::EngineConfig& cfg) {
@@ -24,6 +31,7 @@ double apply_cache_flags(const Args& a, engine::EngineConfig& cfg) {
   if (cfg.mamba_block_size % 64 != 0)
     throw Error("--mamba-block-size must be a multiple of 64 (the delta rule's chunk), got " +
                 std::to_string(cfg.mamba_block_size));
+  cfg.ssm_state_dtype = ssm_state_dtype_flag(a);
   const double share = a.get_double("prefix-cache-snapshot-fraction", 0.25, 0, 0.9);
   return cfg.enable_prefix_caching ? share : 0.0;
 }

@@ -2,6 +2,8 @@
 //   --enable-prefix-caching / --no-enable-prefix-caching   on by default
 //   --mamba-block-size N            the GDN snapshot grid in tokens (default 64; a multiple of 64)
 //   --prefix-cache-snapshot-fraction F   share of the cache memory given to snapshots (0.25)
+//   --mamba-ssm-cache-dtype auto|float32|bfloat16   the GDN recurrent state between steps (auto:
+//                                   float32, the Qwen3.5 checkpoints' mamba_ssm_dtype)
 #pragma once
 
 #include <set>
@@ -14,9 +16,11 @@ namespace deltaserve::app {
 
 const std::set<std::string>& cache_value_flags();
 const std::set<std::string>& cache_switches();
-// Sets the engine's prefix-cache fields and returns the share of the cache memory for snapshots
-// (MemoryBudget::snapshot_fraction; 0 when caching is off); throws deltaserve::Error for
-// contradictory or out-of-range values (before anything loads).
+// --mamba-ssm-cache-dtype's dtype; throws deltaserve::Error for other values.
+DType ssm_state_dtype_flag(const Args& a);
+// Sets the engine's prefix-cache and state-dtype fields and returns the share of the cache memory
+// for snapshots (MemoryBudget::snapshot_fraction; 0 when caching is off); throws deltaserve::Error
+// for contradictory or out-of-range values (before anything loads).
 double apply_cache_flags(const Args& a, engine::EngineConfig& cfg);
 
 }  // namespace deltaserve::app

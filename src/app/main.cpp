@@ -31,7 +31,7 @@ commands:
             [--kv-cache-gib 2] [--max-pending 512] [--max-body-bytes N] [--http-threads 2]
             [--enforce-eager]  (no decode CUDA graphs)
             [--no-enable-prefix-caching] [--mamba-block-size 64]
-            [--prefix-cache-snapshot-fraction 0.25]
+            [--prefix-cache-snapshot-fraction 0.25] [--mamba-ssm-cache-dtype auto|float32|bfloat16]
             [--enable-tpsp] [--tpsp-threshold-tokens N]  (TP: sequence parallelism; without N
             a startup profile picks it)
             (without --max-num-seqs: on a GPU 1024, 512, 256 or 128 — the most whose GDN state
@@ -52,6 +52,7 @@ commands:
             [--max-num-seqs S] [--max-num-batched-tokens B] [--max-model-len L] [--num-pages P]
             [--seed X] [--device cpu|cuda] [--enforce-eager]
             [--enable-prefix-caching [--num-snapshots N]]  (random prompts: nothing ever hits)
+            [--mamba-ssm-cache-dtype auto|float32|bfloat16]
   bench serve  a streaming load client against a running server (like `vllm bench serve`)
             [--host 127.0.0.1] [--port 8000] [--model NAME] [--api-key KEY] --num-prompts N
             --input-len I --output-len O [--max-concurrency C | --request-rate R] [--vocab V]

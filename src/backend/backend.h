@@ -38,7 +38,7 @@ class Backend {
 
   virtual Device device() const = 0;
   // The dtype of activations, KV cache and conv state here (CPU: F32; CUDA: BF16). The GDN
-  // recurrent state is always F32.
+  // recurrent state is F32 or BF16 (--mamba-ssm-cache-dtype) on either.
   virtual DType act_dtype() const = 0;
   // The dtype a weight of `ndims` dims is kept in (CUDA: BF16 matrices, F32 vectors).
   virtual DType weight_dtype(int ndims) const = 0;
@@ -136,8 +136,8 @@ class Backend {
   virtual void gdn_conv(const StepBatch& batch, const Tensor& u, const Tensor& w,
                         const Tensor& conv_state, int32_t K, const Tensor& y) = 0;
   // Gated delta rule over y [T, conv_dim] = [q | k | v] (head-major), with a, b [T, nv] raw gate
-  // projections, A_log, dt_bias [nv]; state [slots, nv, dk, dv] f32 (read unless the sequence is
-  // fresh, then updated). Applies L2 norms (q scaled by dk^-1/2), beta = sigmoid(b),
+  // projections, A_log, dt_bias [nv]; state [slots, nv, dk, dv] f32 or bf16 (read unless the
+  // sequence is fresh, then updated; a step computes in f32 and rounds the bf16 state it leaves). Applies L2 norms (q scaled by dk^-1/2), beta = sigmoid(b),
   // g = -exp(A_log) * softplus(a + dt_bias). Chunkwise (64) for prefill, recurrent for one token.
   // out [T, nv, dv].
   virtual void gated_delta_rule(const StepBatch& batch, const Tensor& y, const Tensor& a,

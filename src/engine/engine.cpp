@@ -49,6 +49,8 @@ EngineConfig resolve(EngineConfig c, Executor& exec, const tokenizer::Tokenizer*
     c.sample_vocab = tok ? std::min(tok->vocab_size(), model_vocab) : model_vocab;
   c.sample_vocab = std::min(c.sample_vocab, model_vocab);
   if (c.eos_token_ids.empty()) c.eos_token_ids = mc.eos_token_ids;
+  if (c.ssm_state_dtype != DType::kF32 && c.ssm_state_dtype != DType::kBF16)
+    throw Error("the GDN state dtype must be float32 or bfloat16");
   if (c.max_num_seqs == 0) c.max_num_seqs = default_max_num_seqs(exec, c);
   return c;
 }
@@ -60,6 +62,7 @@ runtime::PlanLimits plan_limits(const EngineConfig& c) {
   l.max_model_len = c.max_model_len;
   l.page_size = c.page_size;
   l.num_snapshots = c.num_snapshots;
+  l.state_dtype = c.ssm_state_dtype;
   const std::vector<int32_t> buckets = decode_graph_sizes(c);
   l.max_graph_batch = c.enforce_eager || buckets.empty() ? 0 : buckets.back();
   return l;

@@ -41,6 +41,9 @@ struct EngineConfig {
   // multiple of page_size). Needs snapshot slots; off when the plan has none.
   bool enable_prefix_caching = false;
   int32_t mamba_block_size = 64;
+  // The GDN recurrent state between steps (--mamba-ssm-cache-dtype): f32 or bf16 (half the slot
+  // memory; each step computes in f32 from it and rounds its result).
+  DType ssm_state_dtype = DType::kF32;
   int32_t max_model_len = 0;  // 0: the model's max_position_embeddings
   // Ids >= sample_vocab are never sampled; 0: the tokenizer's (else the model's) vocabulary.
   int32_t sample_vocab = 0;

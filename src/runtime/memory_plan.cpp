@@ -60,10 +60,10 @@ int64_t page_bytes(const ModelConfig& c, DType act, int32_t page_size) {
          static_cast<int64_t>(dtype_size(act));
 }
 
-int64_t slot_bytes(const ModelConfig& c, DType act) {
+int64_t slot_bytes(const ModelConfig& c, DType act, DType state) {
   return c.num_layers_of(LayerType::kLinearAttention) *
          (c.conv_dim() * (c.conv_kernel - 1) * static_cast<int64_t>(dtype_size(act)) +
-          c.lin_num_v_heads * c.lin_k_dim * c.lin_v_dim * 4);
+          c.lin_num_v_heads * c.lin_k_dim * c.lin_v_dim * static_cast<int64_t>(dtype_size(state)));
 }
 
 namespace {
@@ -110,7 +110,8 @@ MemoryPlan plan_memory(const ModelConfig& local, DType act, const PlanLimits& l,
   p.scratch_tokens = std::max(l.max_num_batched_tokens, l.max_graph_batch);
   p.scratch_rows = std::max(l.max_num_seqs, l.max_graph_batch);
   p.page_bytes = page_bytes(local, act, l.page_size);
-  p.slot_bytes = slot_bytes(local, act);
+  p.state_dtype = l.state_dtype;
+  p.slot_bytes = slot_bytes(local, act, l.state_dtype);
   p.scratch_bytes = scratch_bytes(local, act, p.scratch_tokens, p.scratch_rows);
   p.workspace_bytes = workspace_bytes;
   if (budget.kind == MemoryBudget::Kind::kDeviceShare) {

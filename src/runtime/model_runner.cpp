@@ -57,7 +57,8 @@ ModelRunner::ModelRunner(model::Qwen35Model& model, const MemoryPlan& plan)
       lc.v = keep(be_.alloc(act, {pages, plan.page_size, c.num_kv_heads, c.head_dim}));
     } else {
       lc.conv = keep(be_.alloc(act, {slots, c.conv_dim(), c.conv_kernel - 1}));
-      lc.state = keep(be_.alloc(DType::kF32, {slots, c.lin_num_v_heads, c.lin_k_dim, c.lin_v_dim}));
+      lc.state =
+          keep(be_.alloc(plan.state_dtype, {slots, c.lin_num_v_heads, c.lin_k_dim, c.lin_v_dim}));
     }
   }
   ensure_scratch(plan.scratch_tokens, plan.scratch_rows);

@@ -194,6 +194,9 @@ TEST(Cli, MalformedNumbersAndAbsurdConfigsExitWithAMessage) {
        "contradict each other"},
       {"serve " + tok + " --mamba-block-size 100", "--mamba-block-size must be a multiple of 64"},
       {"serve " + tok + " --prefix-cache-snapshot-fraction 2", "--prefix-cache-snapshot-fraction"},
+      {"serve " + tok + " --mamba-ssm-cache-dtype float16",
+       "--mamba-ssm-cache-dtype must be auto, float32 or bfloat16, got 'float16'"},
+      {"bench offline --mamba-ssm-cache-dtype fp8", "--mamba-ssm-cache-dtype must be auto"},
   };
   for (const Case& c : cases) {
     const Result r = run(c.args);

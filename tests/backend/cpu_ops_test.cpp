@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "backend/cpu/cpu_backend.h"
 #include "test_util.h"
@@ -90,6 +91,53 @@ TEST(GdnConv, SplitWithStateEqualsWholeAndMatchesFormula) {
       EXPECT_EQ(state[(0 * C + c) * (K - 1) + i], u[(T - K + 1 + i) * C + c]);
       EXPECT_EQ(state[(1 * C + c) * (K - 1) + i], u[(T - K + 1 + i) * C + c]);
     }
+}
+
+// A bf16 recurrent state (--mamba-ssm-cache-dtype bfloat16) computes each step in f32 from the
+// stored values and rounds what it stores: from the same (bf16-exact) state, the outputs equal the
+// f32 state's exactly and the state left is the f32 result rounded to bf16 — for a decode row, a
+// chunked prefill continuing a state, and one with an in-step snapshot (into slot 3).
+TEST(GdnState, Bf16StateIsTheF32StepRounded) {
+  CpuBackend be;
+  const GdnDims d{2, 4, 16, 24, 4};
+  const int64_t C = 2 * d.nk * d.dk + d.nv * d.dv, slots = 4, n = slots * d.nv * d.dk * d.dv;
+  for (const auto& [T, start, snap_at] :
+       {std::tuple{1, 9, 0}, std::tuple{150, 20, 0}, std::tuple{130, 0, 64}}) {
+    SCOPED_TRACE(T);
+    StepBatchBuilder builder(4);
+    std::vector<int32_t> pages;
+    for (int32_t p = 0; p * 4 < start + T; ++p) pages.push_back(p);
+    builder.add(0, std::vector<int32_t>(static_cast<size_t>(T), 0), start, 1, pages);
+    if (snap_at > 0) builder.save_snapshot_at(snap_at, 3);
+    const StepBatch batch = builder.build();
+    std::vector<float> y = random_vec(T * C, 60), a = random_vec(T * d.nv, 61),
+                       b = random_vec(T * d.nv, 62), alog = random_vec(d.nv, 63, 0.5f),
+                       dtb = random_vec(d.nv, 64, 0.5f), s32 = random_vec(n, 65, 0.3f);
+    std::vector<uint16_t> s16(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      s16[static_cast<size_t>(i)] = f32_to_bf16(s32[static_cast<size_t>(i)]);
+      s32[static_cast<size_t>(i)] = bf16_to_f32(s16[static_cast<size_t>(i)]);
+    }
+    std::vector<float> o32(static_cast<size_t>(T * d.nv * d.dv)), o16(o32.size());
+    auto run = [&](const Tensor& state, std::vector<float>& o) {
+      be.gated_delta_rule(
+          batch, Tensor(y.data(), DType::kF32, {T, C}), Tensor(a.data(), DType::kF32, {T, d.nv}),
+          Tensor(b.data(), DType::kF32, {T, d.nv}), Tensor(alog.data(), DType::kF32, {d.nv}),
+          Tensor(dtb.data(), DType::kF32, {d.nv}), state, d,
+          Tensor(o.data(), DType::kF32, {T, d.nv, d.dv}));
+    };
+    const std::vector<float> before = s32;
+    run(Tensor(s32.data(), DType::kF32, {slots, d.nv, d.dk, d.dv}), o32);
+    run(Tensor(s16.data(), DType::kBF16, {slots, d.nv, d.dk, d.dv}), o16);
+    EXPECT_EQ(o16, o32);
+    int changed = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t u = static_cast<size_t>(i);
+      ASSERT_EQ(s16[u], f32_to_bf16(s32[u])) << i;
+      changed += s32[u] != before[u];
+    }
+    EXPECT_GT(changed, n / 8) << "the step wrote the state";
+  }
 }
 
 TEST(CopyState, CopiesOneSlotOfConvAndRecurrentState) {

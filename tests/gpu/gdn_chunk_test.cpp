@@ -2,7 +2,7 @@
 // state) against the CPU backend's chunked form (f32 throughout), at the real head shape (dk = dv =
 // 128, two value heads per key head): single sequences of T in {1, 63, 64, 65, 1000, 8192}, fresh
 // and continuing from a state; varlen mixes (40 sequences: the state pass's many-sequence form);
-// in-step snapshots. Bounds are those of bf16
+// in-step snapshots; a bf16 state. Bounds are those of bf16
 // operands: |error| <= 2^-6 of the largest reference magnitude (at least 1) for the bf16 output and
 // 2^-7 for the f32 state (4 and 2 bf16 ulps at that magnitude).
 #include <gtest/gtest.h>
@@ -18,6 +18,8 @@ namespace {
 
 constexpr int kNk = 2, kNv = 4, kD = 128, kPage = 64;
 constexpr float kOutBound = 1.0f / 64, kStateBound = 1.0f / 128;
+// A bf16 state (--mamba-ssm-cache-dtype bfloat16) is rounded on both sides: one bf16 ulp more.
+constexpr float kBf16StateBound = kStateBound + 1.0f / 256;
 
 struct Seq {
   int32_t n, start;
@@ -45,8 +47,9 @@ StepBatch case_batch(const Case& c) {
 
 class GdnChunk : public CudaOps {
  protected:
-  // Runs one case on both backends; returns {output error, state error} relative to the scale.
-  std::pair<float, float> run(const Case& c) {
+  // Runs one case on both backends with the state in `state_dtype` (f32 or bf16 on both); returns
+  // {output error, state error} relative to the scale.
+  std::pair<float, float> run(const Case& c, DType state_dtype = DType::kF32) {
     const StepBatch batch = case_batch(c);
     const int T = batch.num_tokens(), C = 2 * kNk * kD + kNv * kD;
     const int slots = static_cast<int>(c.seqs.size()) + 1;
@@ -57,9 +60,15 @@ class GdnChunk : public CudaOps {
     std::vector<float> alog = deltaserve::testing::random_vec(kNv, 43, 1.5f);
     for (float& x : alog) x -= 2.5f;
     auto st = deltaserve::testing::random_vec(static_cast<size_t>(slots) * kNv * kD * kD, 45, 0.1f);
+    const bool bf16_state = state_dtype == DType::kBF16;
+    std::vector<uint16_t> st16(bf16_state ? st.size() : 0);
+    for (size_t i = 0; i < st16.size(); ++i) {
+      st16[i] = f32_to_bf16(st[i]);
+      st[i] = bf16_to_f32(st16[i]);
+    }
     auto dy = dev(y, DType::kBF16, {T, C}), da = dev(a, DType::kBF16, {T, kNv}),
          db = dev(bb, DType::kBF16, {T, kNv}), dal = dev(alog, DType::kF32, {kNv}),
-         ddt = dev(dtb, DType::kF32, {kNv}), dst = dev(st, DType::kF32, {slots, kNv, kD, kD});
+         ddt = dev(dtb, DType::kF32, {kNv}), dst = dev(st, state_dtype, {slots, kNv, kD, kD});
     auto dout = gpu_->alloc(DType::kBF16, {T, kNv, kD});
     gpu_->gated_delta_rule(batch, dy.tensor(), da.tensor(), db.tensor(), dal.tensor(), ddt.tensor(),
                            dst.tensor(), d, dout.tensor());
@@ -68,20 +77,25 @@ class GdnChunk : public CudaOps {
         batch, Tensor(y.data(), DType::kF32, {T, C}), Tensor(a.data(), DType::kF32, {T, kNv}),
         Tensor(bb.data(), DType::kF32, {T, kNv}), Tensor(alog.data(), DType::kF32, {kNv}),
         Tensor(dtb.data(), DType::kF32, {kNv}),
-        Tensor(st.data(), DType::kF32, {slots, kNv, kD, kD}), d,
-        Tensor(out.data(), DType::kF32, {T, kNv, kD}));
+        bf16_state ? Tensor(st16.data(), DType::kBF16, {slots, kNv, kD, kD})
+                   : Tensor(st.data(), DType::kF32, {slots, kNv, kD, kD}),
+        d, Tensor(out.data(), DType::kF32, {T, kNv, kD}));
     const std::vector<float> got_out = host(dout.tensor()), got_st = host(dst.tensor());
+    for (size_t i = 0; i < st16.size(); ++i) st[i] = bf16_to_f32(st16[i]);
     auto rel = [](const std::vector<float>& g, const std::vector<float>& r) {
       const float scale = std::max(1.0f, deltaserve::testing::max_abs(r));
       return deltaserve::testing::max_abs_diff(g.data(), r.data(), g.size()) / scale;
     };
     return {rel(got_out, out), rel(got_st, st)};
   }
-  void check(const Case& c) {
-    const auto [eo, es] = run(c);
-    std::printf("gdn chunk %-28s output %.3e state %.3e\n", c.name, eo, es);
+  void check(const Case& c, DType state_dtype = DType::kF32) {
+    const auto [eo, es] = run(c, state_dtype);
+    const bool bf16_state = state_dtype == DType::kBF16;
+    std::printf("gdn chunk %-28s %s state: output %.3e state %.3e\n", c.name,
+                bf16_state ? "bf16" : "f32", eo, es);
     EXPECT_LE(eo, kOutBound) << c.name << ": output";
-    EXPECT_LE(es, kStateBound) << c.name << ": state (every slot, the snapshot's included)";
+    EXPECT_LE(es, bf16_state ? kBf16StateBound : kStateBound)
+        << c.name << ": state (every slot, the snapshot's included)";
   }
 };
 
@@ -105,6 +119,20 @@ TEST_F(GdnChunk, VarlenMixes) {
     many.push_back(
         Seq{std::array{70, 1, 130, 64, 200}[static_cast<size_t>(i % 5)], i % 3 == 0 ? 0 : 17 * i});
   check(Case{"40 sequences, snapshot at 64", many, 64});
+}
+
+// --mamba-ssm-cache-dtype bfloat16: the decode kernel (T = 1), the chunked pass in both forms and
+// the in-step snapshot, reading and writing a bf16 state, against the CPU's bf16 state.
+TEST_F(GdnChunk, Bf16State) {
+  for (int32_t T : {1, 65, 1000})
+    for (int32_t start : {0, 77}) {
+      const std::string name = "T=" + std::to_string(T) + (start ? " from a state" : " fresh");
+      check(Case{name.c_str(), {{T, start}}}, DType::kBF16);
+    }
+  std::vector<Seq> many;
+  for (int i = 0; i < 40; ++i) many.push_back(Seq{i % 2 == 0 ? 70 : 1, i % 3 == 0 ? 0 : 17 * i});
+  check(Case{"40 sequences, snapshot at 64", many, 64}, DType::kBF16);
+  check(Case{"snapshot at 128 of 300", {{300, 64}, {70, 0}}, 128}, DType::kBF16);
 }
 
 TEST_F(GdnChunk, InStepSnapshot) {

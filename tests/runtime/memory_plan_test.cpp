@@ -54,6 +54,29 @@ TEST(MemoryPlan, RunnerAllocatesExactlyThePlan) {
           (c.conv_dim() * (c.conv_kernel - 1) + c.lin_num_v_heads * c.lin_k_dim * c.lin_v_dim) * 4);
 }
 
+// --mamba-ssm-cache-dtype bfloat16: the recurrent part of a state slot halves, and the runner
+// allocates the state in that dtype, exactly the plan.
+TEST(MemoryPlan, Bf16GdnStateHalvesTheRecurrentSlot) {
+  backend::CpuBackend be;
+  auto m = model::load_model((testing::test_data() / "tiny_real").string(),
+                             model::LoadFormat::kAuto, be, false);
+  const model::ModelConfig& c = m->rank_config();
+  const int64_t gdn = c.num_layers_of(model::LayerType::kLinearAttention);
+  const int64_t recurrent = gdn * c.lin_num_v_heads * c.lin_k_dim * c.lin_v_dim;
+  EXPECT_EQ(slot_bytes(c, DType::kF32, DType::kF32) - slot_bytes(c, DType::kF32, DType::kBF16),
+            2 * recurrent);
+  PlanLimits l = limits();
+  l.state_dtype = DType::kBF16;
+  MemoryBudget budget;
+  budget.pages = 20;
+  const MemoryPlan plan = plan_for(*m, l, budget);
+  EXPECT_EQ(plan.state_dtype, DType::kBF16);
+  EXPECT_EQ(plan.slot_bytes, slot_bytes(c, DType::kF32, DType::kBF16));
+  const int64_t before = be.allocated_bytes();
+  ModelRunner runner(*m, plan);
+  EXPECT_EQ(be.allocated_bytes() - before, plan.runner_bytes());
+}
+
 TEST(MemoryPlan, BudgetsSizeTheKvPages) {
   const model::ModelConfig c = model::load_config("");
   const PlanLimits l = limits();  // 7 pages per request of 100 tokens

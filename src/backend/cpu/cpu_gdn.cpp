@@ -1,5 +1,6 @@
 // CPU Gated DeltaNet: causal depthwise conv with conv state, and the gated delta rule
-// (chunkwise WY form for prefill, token recurrence for decode) with slot-indexed f32 state.
+// (chunkwise WY form for prefill, token recurrence for decode) with slot-indexed state, f32 or
+// bf16 between steps (each step computes in f32).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -161,6 +162,29 @@ void l2norm(float* x, int n, float scale) {
 
 float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
+// The recurrent state [dk, dv] of (slot, head h) as f32 for a step's math: a pointer into `state`
+// when it is f32, else `work` converted from its bf16 values (store_state rounds them back).
+float* load_state(const Tensor& state, int64_t slot, int h, const GdnDims& d,
+                  std::vector<float>& work) {
+  const int64_t n = int64_t{d.dk} * d.dv, at = (slot * d.nv + h) * n;
+  if (state.dtype == DType::kF32) return state.f32() + at;
+  const uint16_t* src = static_cast<const uint16_t*>(state.data) + at;
+  work.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) work[static_cast<size_t>(i)] = bf16_to_f32(src[i]);
+  return work.data();
+}
+
+// S [dk, dv] into (slot, head h) of `state` (rounded to bf16 when the state is bf16).
+void store_state(const Tensor& state, int64_t slot, int h, const GdnDims& d, const float* S) {
+  const int64_t n = int64_t{d.dk} * d.dv, at = (slot * d.nv + h) * n;
+  if (state.dtype == DType::kF32) {
+    if (state.f32() + at != S) std::copy(S, S + n, state.f32() + at);
+    return;
+  }
+  uint16_t* dst = static_cast<uint16_t*>(state.data) + at;
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(S[i]);
+}
+
 }  // namespace
 
 void CpuBackend::gated_delta_rule(const StepBatch& batch, const Tensor& y, const Tensor& a,
@@ -189,7 +213,8 @@ void CpuBackend::gated_delta_rule(const StepBatch& batch, const Tensor& y, const
         beta[t] = 1.0f / (1.0f + std::exp(-b.f32()[gi]));
         g[t] = -std::exp(A_log.f32()[h]) * softplus(a.f32()[gi] + dt_bias.f32()[h]);
       }
-      float* S = state.f32() + (static_cast<int64_t>(seq.slot) * d.nv + h) * d.dk * d.dv;
+      std::vector<float> work;
+      float* S = load_state(state, seq.slot, h, d, work);
       if (seq.fresh()) std::fill(S, S + d.dk * d.dv, 0.0f);
       std::vector<float> o(static_cast<size_t>(T * d.dv));
       if (T == 1) {
@@ -202,14 +227,13 @@ void CpuBackend::gated_delta_rule(const StepBatch& batch, const Tensor& y, const
         if (at > 0) {
           cpu::delta_rule_chunked(at, d.dk, d.dv, q.data(), k.data(), v.data(), g.data(),
                                   beta.data(), S, o.data());
-          float* snap =
-              state.f32() + (static_cast<int64_t>(seq.mid_snapshot) * d.nv + h) * d.dk * d.dv;
-          std::copy(S, S + d.dk * d.dv, snap);
+          store_state(state, seq.mid_snapshot, h, d, S);
         }
         cpu::delta_rule_chunked(T - at, d.dk, d.dv, q.data() + at * d.dk, k.data() + at * d.dk,
                                 v.data() + at * d.dv, g.data() + at, beta.data() + at, S,
                                 o.data() + at * d.dv);
       }
+      store_state(state, seq.slot, h, d, S);
       for (int t = 0; t < T; ++t)
         std::memcpy(out.f32() + ((seq.token_begin + t) * d.nv + h) * d.dv, &o[t * d.dv],
                     sizeof(float) * d.dv);

@@ -463,8 +463,10 @@ void CudaBackend::gated_delta_rule(const StepBatch& batch, const Tensor& y, cons
     }
     ws = gdn_ws_;
   }
-  cuda::launch_gated_delta_rule(m, bf(y), bf(a), bf(b), f32(A_log), f32(dt_bias), f32(state), shape,
-                                ws, bf(out), stream_);
+  DS_CHECK(state.dtype == DType::kF32 || state.dtype == DType::kBF16, "GDN state f32 or bf16");
+  const cuda::GdnState st{state.data, state.dtype == DType::kBF16};
+  cuda::launch_gated_delta_rule(m, bf(y), bf(a), bf(b), f32(A_log), f32(dt_bias), st, shape, ws,
+                                bf(out), stream_);
 }
 
 std::vector<Sampled> CudaBackend::sample(const Tensor& logits, int32_t vocab,

@@ -1,6 +1,7 @@
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gdn.cuh"
 #include "backend/cuda/kernels/gdn_chunk.cuh"
+#include "backend/cuda/kernels/gdn_state.cuh"
 
 namespace deltaserve::cuda {
 namespace {
@@ -12,34 +13,37 @@ constexpr int kMaxRowsPerWarp = 256 / kWarps;  // dk <= 256
 // col0 + l; warp w owns rows w, w + kWarps, ... of it, held in registers across the sequence's
 // tokens. Per token: S = alpha * S; m = S^T k; S += k (beta (v - m))^T; o = S^T q, the two column
 // sums reduced across warps through shared memory.
+template <class StateT>
 __global__ void __launch_bounds__(kThreads)
     delta_rule_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ y,
                       const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ bg,
                       const float* __restrict__ A_log, const float* __restrict__ dt_bias,
-                      float* __restrict__ state, GdnShape s, __nv_bfloat16* __restrict__ out) {
+                      StateT* __restrict__ state, GdnShape s, __nv_bfloat16* __restrict__ out) {
+  using Io = StateIo<StateT>;
   __shared__ float qs[256], ks[256], red[kWarps][32];
   const int seq = blockIdx.x, h = blockIdx.y, kh = h / (s.nv / s.nk);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int col = blockIdx.z * 32 + lane;
   const bool has_col = col < s.dv;
   const int key_dim = s.nk * s.dk, C = 2 * key_dim + s.nv * s.dv;
-  float* S = state + (static_cast<size_t>(b.seq_slot[seq]) * s.nv + h) * s.dk * s.dv;
+  StateT* S = state + (static_cast<size_t>(b.seq_slot[seq]) * s.nv + h) * s.dk * s.dv;
   const bool fresh = b.seq_start[seq] == 0;
   float st[kMaxRowsPerWarp];
 #pragma unroll
   for (int r = 0; r < kMaxRowsPerWarp; ++r) {
     const int i = warp + kWarps * r;
-    st[r] = (!fresh && has_col && i < s.dk) ? S[static_cast<size_t>(i) * s.dv + col] : 0.0f;
+    st[r] =
+        (!fresh && has_col && i < s.dk) ? Io::load(S + static_cast<size_t>(i) * s.dv + col) : 0.0f;
   }
   const float qscale = rsqrtf(static_cast<float>(s.dk));
   const float neg_A = -__expf(A_log[h]), bias = dt_bias[h];
   const int begin = b.seq_begin[seq], n = b.seq_len[seq], snap_at = b.seq_snap_at[seq];
-  auto store = [&](float* dst) {
+  auto store = [&](StateT* dst) {
     if (!has_col) return;
 #pragma unroll
     for (int r = 0; r < kMaxRowsPerWarp; ++r) {
       const int i = warp + kWarps * r;
-      if (i < s.dk) dst[static_cast<size_t>(i) * s.dv + col] = st[r];
+      if (i < s.dk) Io::store(dst + static_cast<size_t>(i) * s.dv + col, st[r]);
     }
   };
   for (int t = 0; t < n; ++t) {
@@ -104,25 +108,26 @@ __global__ void __launch_bounds__(kThreads)
 // w + 16, ...; q / k norms are computed once per head.
 constexpr int kFastWarps = 16, kFastThreads = 32 * kFastWarps, kFastRows = 256 / kFastWarps;
 
+template <class StateT>
 __global__ void __launch_bounds__(kFastThreads)
     delta_rule_dv128_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ y,
                             const __nv_bfloat16* __restrict__ a,
                             const __nv_bfloat16* __restrict__ bg, const float* __restrict__ A_log,
-                            const float* __restrict__ dt_bias, float* __restrict__ state,
+                            const float* __restrict__ dt_bias, StateT* __restrict__ state,
                             GdnShape s, __nv_bfloat16* __restrict__ out) {
+  using Io = StateIo<StateT>;
   __shared__ float qs[256], ks[256];
   __shared__ float4 red[kFastWarps][32];
   const int seq = blockIdx.x, h = blockIdx.y, kh = h / (s.nv / s.nk);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, tid = threadIdx.x;
   const int key_dim = s.nk * s.dk, C = 2 * key_dim + s.nv * 128;
-  float4* S = reinterpret_cast<float4*>(state + (static_cast<size_t>(b.seq_slot[seq]) * s.nv + h) *
-                                                    s.dk * 128);
+  StateT* S = state + (static_cast<size_t>(b.seq_slot[seq]) * s.nv + h) * s.dk * 128;
   const bool fresh = b.seq_start[seq] == 0;
   const int rows = s.dk / kFastWarps;
   float4 st[kFastRows];
 #pragma unroll
   for (int r = 0; r < kFastRows; ++r)
-    st[r] = (!fresh && r < rows) ? S[(warp + kFastWarps * r) * 32 + lane]
+    st[r] = (!fresh && r < rows) ? Io::load4(S + ((warp + kFastWarps * r) * 32 + lane) * 4)
                                  : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   const float qscale = rsqrtf(static_cast<float>(s.dk));
   const float neg_A = -__expf(A_log[h]), bias = dt_bias[h];
@@ -213,27 +218,38 @@ __global__ void __launch_bounds__(kFastThreads)
   }
 #pragma unroll
   for (int r = 0; r < kFastRows; ++r)
-    if (r < rows) S[(warp + kFastWarps * r) * 32 + lane] = st[r];
+    if (r < rows) Io::store4(S + ((warp + kFastWarps * r) * 32 + lane) * 4, st[r]);
+}
+
+template <class StateT>
+void launch_recurrent(const BatchMeta& b, const __nv_bfloat16* y, const __nv_bfloat16* a,
+                      const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
+                      StateT* state, const GdnShape& s, __nv_bfloat16* out, cudaStream_t stream) {
+  if (s.dv == 128 && s.dk % kFastWarps == 0 && s.dk <= 256 && b.num_tokens == b.num_seqs)
+    delta_rule_dv128_kernel<StateT><<<dim3(b.num_seqs, s.nv), kFastThreads, 0, stream>>>(
+        b, y, a, bgate, A_log, dt_bias, state, s, out);
+  else
+    delta_rule_kernel<StateT><<<dim3(b.num_seqs, s.nv, (s.dv + 31) / 32), kThreads, 0, stream>>>(
+        b, y, a, bgate, A_log, dt_bias, state, s, out);
 }
 
 }  // namespace
 
 void launch_gated_delta_rule(const BatchMeta& b, const __nv_bfloat16* y, const __nv_bfloat16* a,
                              const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
-                             float* state, const GdnShape& s, float* ws, __nv_bfloat16* out,
+                             GdnState state, const GdnShape& s, float* ws, __nv_bfloat16* out,
                              cudaStream_t stream) {
   if (b.num_seqs == 0) return;
-  if (s.dv == 128 && s.dk % kFastWarps == 0 && s.dk <= 256 && b.num_tokens == b.num_seqs) {
-    delta_rule_dv128_kernel<<<dim3(b.num_seqs, s.nv), kFastThreads, 0, stream>>>(
-        b, y, a, bgate, A_log, dt_bias, state, s, out);
-    return;
-  }
   if (ws != nullptr && b.num_tokens > b.num_seqs && gdn_chunked_supported(s)) {
     launch_gdn_chunked(b, y, a, bgate, A_log, dt_bias, state, s, ws, out, stream);
     return;
   }
-  delta_rule_kernel<<<dim3(b.num_seqs, s.nv, (s.dv + 31) / 32), kThreads, 0, stream>>>(
-      b, y, a, bgate, A_log, dt_bias, state, s, out);
+  if (state.bf16)
+    launch_recurrent(b, y, a, bgate, A_log, dt_bias, static_cast<__nv_bfloat16*>(state.data), s,
+                     out, stream);
+  else
+    launch_recurrent(b, y, a, bgate, A_log, dt_bias, static_cast<float*>(state.data), s, out,
+                     stream);
 }
 
 }  // namespace deltaserve::cuda

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/kernels/batch_meta.cuh"
+#include "backend/cuda/kernels/gdn_state.cuh"
 
 namespace deltaserve::cuda {
 
@@ -21,7 +22,8 @@ void launch_gdn_conv(const BatchMeta& b, const __nv_bfloat16* u, const __nv_bflo
                      cudaStream_t stream);
 
 // y [T, 2*nk*dk + nv*dv] bf16 (q | k | v); a, b [T, nv] bf16; A_log, dt_bias [nv] f32; state
-// [slots, nv, dk, dv] f32 (zeroed when a sequence starts at 0); out [T, nv, dv] bf16.
+// [slots, nv, dk, dv] f32 or bf16 (zeroed when a sequence starts at 0; f32 math, a bf16 state
+// rounded when stored); out [T, nv, dv] bf16.
 // Decode-only steps run the recurrence token by token (a head per block for dv = 128, else
 // 32-column slices); steps with a prefill and dk = dv = 128 run the chunked form on bf16 tensor
 // cores with f32 accumulation and f32 state (chunks of 64 in parallel, then the chunk-to-chunk
@@ -29,7 +31,7 @@ void launch_gdn_conv(const BatchMeta& b, const __nv_bfloat16* u, const __nv_bflo
 // Other head shapes run the recurrence. Precondition: dk <= 256, dv <= 256.
 void launch_gated_delta_rule(const BatchMeta& b, const __nv_bfloat16* y, const __nv_bfloat16* a,
                              const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
-                             float* state, const GdnShape& s, float* ws, __nv_bfloat16* out,
+                             GdnState state, const GdnShape& s, float* ws, __nv_bfloat16* out,
                              cudaStream_t stream);
 size_t gdn_chunk_workspace_floats(int num_tokens, const GdnShape& s);
 

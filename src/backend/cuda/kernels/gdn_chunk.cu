@@ -14,7 +14,7 @@ bool gdn_chunked_supported(const GdnShape& s) {
 
 void launch_gdn_chunked(const BatchMeta& b, const __nv_bfloat16* y, const __nv_bfloat16* a,
                         const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
-                        float* state, const GdnShape& s, float* ws, __nv_bfloat16* out,
+                        GdnState state, const GdnShape& s, float* ws, __nv_bfloat16* out,
                         cudaStream_t stream) {
   const gdn_chunk::Workspace w(ws, b.num_tokens, s);
   gdn_chunk::launch_prep(b, y, a, bgate, A_log, dt_bias, s, w, stream);

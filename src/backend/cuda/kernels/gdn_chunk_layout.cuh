@@ -57,7 +57,7 @@ void launch_prep(const BatchMeta& b, const __nv_bfloat16* y, const __nv_bfloat16
 // sm_count SMs with 64-column slices) rather than leaving all but each sequence's last chunk to
 // launch_out.
 bool scan_forms_every_output(int num_seqs, const GdnShape& s, int sm_count);
-void launch_scan(const BatchMeta& b, const Workspace& ws, float* state, const GdnShape& s,
+void launch_scan(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
                  bool every_output, __nv_bfloat16* out, cudaStream_t stream);
 void launch_out(const BatchMeta& b, const Workspace& ws, const GdnShape& s, __nv_bfloat16* out,
                 cudaStream_t stream);

@@ -118,18 +118,17 @@ struct Scan {
     });
   }
 
-  // The f32 state slice to / from a slot's [dk][dv] state.
-  template <bool kStore>
-  __device__ static void state_io(float* S, const Seq& q, State& hs) {
+  // The f32 state slice to / from a slot's [dk][dv] state (f32 or bf16 in memory).
+  template <bool kStore, class StateT>
+  __device__ static void state_io(StateT* S, const Seq& q, State& hs) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
     for (int nt = 0; nt < kTiles; ++nt)
       for (int hf = 0; hf < 2; ++hf) {
-        float2* p = reinterpret_cast<float2*>(S + (16 * warp + g + 8 * hf) * kDim + q.col0 +
-                                              8 * nt + 2 * c);
+        StateT* p = S + (16 * warp + g + 8 * hf) * kDim + q.col0 + 8 * nt + 2 * c;
         if constexpr (kStore) {
-          *p = make_float2(hs[nt][2 * hf], hs[nt][2 * hf + 1]);
+          StateIo<StateT>::store2(p, make_float2(hs[nt][2 * hf], hs[nt][2 * hf + 1]));
         } else {
-          const float2 v = *p;
+          const float2 v = StateIo<StateT>::load2(p);
           hs[nt][2 * hf] = v.x;
           hs[nt][2 * hf + 1] = v.y;
         }
@@ -223,7 +222,8 @@ struct Scan {
     }
   }
 
-  __device__ static void run(Smem& sm, const BatchMeta& b, const Workspace& ws, float* state,
+  template <class StateT>
+  __device__ static void run(Smem& sm, const BatchMeta& b, const Workspace& ws, StateT* state,
                              const GdnShape& s, bf16* out) {
     const int seq = blockIdx.x, h = blockIdx.y;
     const Seq q{b.seq_begin[seq],
@@ -233,7 +233,7 @@ struct Scan {
                 static_cast<int>(blockIdx.z) * kSlice,
                 b.num_tokens};
     const size_t head = static_cast<size_t>(kDim) * kDim;
-    float* S = state + (static_cast<size_t>(b.seq_slot[seq]) * s.nv + h) * head;
+    StateT* S = state + (static_cast<size_t>(b.seq_slot[seq]) * s.nv + h) * head;
     State hs = {};
     if (b.seq_start[seq] != 0) state_io<false>(S, q, hs);
     publish_state(sm, hs);
@@ -289,26 +289,37 @@ struct Scan {
 using Few = Scan<32, false>;  // few sequences: two blocks per SM (<= 128 registers)
 using Many = Scan<64, true>;  // many: one block per SM
 
+template <class StateT>
 __global__ void __launch_bounds__(kThreads, 2)
-    scan_few_kernel(BatchMeta b, Workspace ws, float* __restrict__ state, GdnShape s,
+    scan_few_kernel(BatchMeta b, Workspace ws, StateT* __restrict__ state, GdnShape s,
                     bf16* __restrict__ out) {
   extern __shared__ __align__(128) unsigned char scan_few_raw[];
   Few::run(*reinterpret_cast<Few::Smem*>(scan_few_raw), b, ws, state, s, out);
 }
 
+template <class StateT>
 __global__ void __launch_bounds__(kThreads, 1)
-    scan_many_kernel(BatchMeta b, Workspace ws, float* __restrict__ state, GdnShape s,
+    scan_many_kernel(BatchMeta b, Workspace ws, StateT* __restrict__ state, GdnShape s,
                      bf16* __restrict__ out) {
   extern __shared__ __align__(128) unsigned char scan_many_raw[];
   Many::run(*reinterpret_cast<Many::Smem*>(scan_many_raw), b, ws, state, s, out);
 }
 
-template <class S>
-void launch(void (*kernel)(BatchMeta, Workspace, float*, GdnShape, bf16*), const BatchMeta& b,
-            const Workspace& ws, float* state, const GdnShape& s, bf16* out, cudaStream_t stream) {
+template <class S, class StateT>
+void launch(void (*kernel)(BatchMeta, Workspace, StateT*, GdnShape, bf16*), const BatchMeta& b,
+            const Workspace& ws, StateT* state, const GdnShape& s, bf16* out, cudaStream_t stream) {
   constexpr int smem = sizeof(typename S::Smem), kSlice = S::kSlice;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   kernel<<<dim3(b.num_seqs, s.nv, kDim / kSlice), kThreads, smem, stream>>>(b, ws, state, s, out);
+}
+
+template <class StateT>
+void launch_typed(const BatchMeta& b, const Workspace& ws, StateT* state, const GdnShape& s,
+                  bool every_output, bf16* out, cudaStream_t stream) {
+  if (every_output)
+    launch<Many>(scan_many_kernel<StateT>, b, ws, state, s, out, stream);
+  else
+    launch<Few>(scan_few_kernel<StateT>, b, ws, state, s, out, stream);
 }
 
 }  // namespace
@@ -317,12 +328,12 @@ bool scan_forms_every_output(int num_seqs, const GdnShape& s, int sm_count) {
   return num_seqs * s.nv * (kDim / Many::kSlice) >= 2 * sm_count;
 }
 
-void launch_scan(const BatchMeta& b, const Workspace& ws, float* state, const GdnShape& s,
+void launch_scan(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
                  bool every_output, bf16* out, cudaStream_t stream) {
-  if (every_output)
-    launch<Many>(scan_many_kernel, b, ws, state, s, out, stream);
+  if (state.bf16)
+    launch_typed(b, ws, static_cast<bf16*>(state.data), s, every_output, out, stream);
   else
-    launch<Few>(scan_few_kernel, b, ws, state, s, out, stream);
+    launch_typed(b, ws, static_cast<float*>(state.data), s, every_output, out, stream);
 }
 
 }  // namespace deltaserve::cuda::gdn_chunk
