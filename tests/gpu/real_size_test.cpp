@@ -64,7 +64,7 @@ struct Case {
 // Every case of the file comment through `m`; `label` prefixes the printed rows.
 // `m`: one GPU (a LocalExecutor) or N NCCL ranks (TpExecutor).
 void check_against_hf(const std::string& dir, const std::string& label, engine::Executor& m,
-                      int64_t V) {
+                      int64_t V, DType state_dtype = DType::kF32) {
   SafetensorsFile ref(std::filesystem::path(dir) / "ref.safetensors");
   const auto& t = ref.tensors();
   std::vector<Case> cases(2);
@@ -77,7 +77,7 @@ void check_against_hf(const std::string& dir, const std::string& label, engine::
   const int32_t page = 16, D = 32;
   const int32_t pps = static_cast<int32_t>(cases[1].ids.size()) / page + 2;
   deltaserve::testing::configure_executor(m, 3 * pps, page, 4,
-                                          static_cast<int32_t>(cases[1].ids.size()));
+                                          static_cast<int32_t>(cases[1].ids.size()), state_dtype);
   auto pages = [&](int slot) {
     std::vector<int32_t> p;
     for (int32_t q = 0; q < pps; ++q) p.push_back(slot * pps + q);
@@ -184,6 +184,16 @@ TEST_F(RealSize, Qwen35_4bShapeMatchesHf) {
   auto m = load_model(dir_ + "/ckpt", LoadFormat::kSafetensors, be, true);
   engine::LocalExecutor ex(*m);
   check_against_hf(dir_, "TP1", ex, m->config().vocab_size);
+}
+
+// --mamba-ssm-cache-dtype bfloat16: the same cases and bounds with the GDN state kept in bf16
+// between steps (the decode rows carry it across 32 steps; its drift from the f32 state shows
+// beside the TP1 rows above).
+TEST_F(RealSize, Qwen35_4bShapeWithBf16StateMatchesHf) {
+  backend::CudaBackend be(0);
+  auto m = load_model(dir_ + "/ckpt", LoadFormat::kSafetensors, be, true);
+  engine::LocalExecutor ex(*m);
+  check_against_hf(dir_, "TP1 bf16 state", ex, m->config().vocab_size, DType::kBF16);
 }
 
 // The same cases on NCCL ranks over GPUs 0..N-1 (N = 2, and 4 with 4 GPUs): the multi-GPU issue's
