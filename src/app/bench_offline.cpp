@@ -63,7 +63,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
          {"model", "load-format", "device", "num-prompts", "input-len", "output-len",
           "max-concurrency", "max-num-seqs", "max-num-batched-tokens", "max-model-len", "num-pages",
           "seed", "tensor-parallel-size", "num-snapshots", "tpsp-threshold-tokens",
-          "mamba-ssm-cache-dtype"},
+          "mamba-ssm-cache-dtype", "long-prefill-token-threshold"},
          {"enforce-eager", "enable-prefix-caching", "enable-tpsp"});
   check_device(a);
   const DType ssm_state = ssm_state_dtype_flag(a);
@@ -79,6 +79,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
   cfg.max_num_seqs = static_cast<int32_t>(a.get_int("max-num-seqs", 16, 1, 4096));
   cfg.max_num_batched_tokens =
       static_cast<int32_t>(a.get_int("max-num-batched-tokens", 1024, 1, 1 << 20));
+  cfg.long_prefill_token_threshold =
+      static_cast<int32_t>(a.get_int("long-prefill-token-threshold", 0, 0, 1 << 20));
   cfg.max_model_len =
       static_cast<int32_t>(a.get_int("max-model-len", in_len + out_len, 1, 1 << 24));
   // Default: KV room for max_num_seqs requests of max_model_len (no preemption needed).

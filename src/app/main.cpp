@@ -26,7 +26,8 @@ commands:
   serve     the OpenAI-compatible HTTP server (without --model: the embedded random model)
             [--model DIR] [--tokenizer DIR] [--host 127.0.0.1] [--port 8000]
             [--served-model-name NAME] [--max-num-seqs N] [--max-model-len L]
-            [--max-num-batched-tokens 2048] [--api-key KEY] [--load-format auto|safetensors|dummy]
+            [--max-num-batched-tokens 2048] [--long-prefill-token-threshold 0]
+            [--api-key KEY] [--load-format auto|safetensors|dummy]
             [--device cpu] [--tensor-parallel-size 1] [--gpu-memory-utilization 0.9]
             [--kv-cache-gib 2] [--max-pending 512] [--max-body-bytes N] [--http-threads 2]
             [--enforce-eager]  (no decode CUDA graphs)

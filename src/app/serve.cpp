@@ -134,6 +134,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
                                  "max-num-seqs",
                                  "max-model-len",
                                  "max-num-batched-tokens",
+                                 "long-prefill-token-threshold",
                                  "gpu-memory-utilization",
                                  "load-format",
                                  "api-key",
@@ -176,6 +177,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
   const double snapshot_fraction = apply_cache_flags(a, ecfg);
   ecfg.max_num_batched_tokens =
       static_cast<int32_t>(a.get_int("max-num-batched-tokens", 2048, 1, 1 << 24));
+  ecfg.long_prefill_token_threshold =
+      static_cast<int32_t>(a.get_int("long-prefill-token-threshold", 0, 0, 1 << 24));
   const server::HttpServerConfig hcfg = http_config(a);
   const double shutdown_s = a.get_double("shutdown-timeout", 60, 0, 86400);
   server::ApiConfig acfg;

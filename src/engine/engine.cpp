@@ -92,7 +92,9 @@ Engine::Engine(std::unique_ptr<LocalExecutor> owned, Executor* exec, EngineConfi
       plan_(plan_of(exec_, cfg_)),
       cache_({plan_.num_pages, plan_.page_size, plan_.num_slots, plan_.num_snapshots,
               cfg_.enable_prefix_caching && plan_.num_snapshots > 0}),
-      scheduler_({cfg_.max_num_seqs, cfg_.max_num_batched_tokens, cfg_.mamba_block_size}, cache_),
+      scheduler_({cfg_.max_num_seqs, cfg_.max_num_batched_tokens, cfg_.mamba_block_size,
+                  cfg_.long_prefill_token_threshold},
+                 cache_),
       output_(cfg_.eos_token_ids, cfg_.max_model_len) {
   cfg_.num_pages = plan_.num_pages;
   cfg_.num_snapshots = plan_.num_snapshots;

@@ -32,6 +32,7 @@ struct EngineConfig {
   // runtime::kFallbackMaxNumSeqs.
   int32_t max_num_seqs = 16;
   int32_t max_num_batched_tokens = 1024;
+  int32_t long_prefill_token_threshold = 0;  // > 0: a request's prefill chunk at most this
   int32_t page_size = 16;
   int32_t num_pages = 0;  // 0: room for min(max_num_seqs, 4) requests of max_model_len
   // How the memory plan sizes the KV pages; unset: `num_pages` pages.

@@ -112,7 +112,7 @@ ScheduledStep Scheduler::schedule() {
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Request* r = running_[i];
     if (remaining(r) <= 1) continue;
-    int32_t n = std::min(remaining(r), budget);
+    int32_t n = prefill_chunk(r, budget);
     if (!reserve(r, r->num_computed + n, true, plan)) {
       // Take what the free pages allow (possibly nothing this step).
       const int64_t coverable =
@@ -141,7 +141,7 @@ ScheduledStep Scheduler::schedule() {
     if (r->num_computed == 0) resume_from_cache(r);
     const int64_t coverable =
         static_cast<int64_t>(cache_.num_available_pages()) * cache_.page_size();
-    const int32_t n = static_cast<int32_t>(std::min<int64_t>({remaining(r), budget, coverable}));
+    const int32_t n = static_cast<int32_t>(std::min<int64_t>(prefill_chunk(r, budget), coverable));
     if (n <= 0) {
       forget_resume(r);
       break;
@@ -163,6 +163,12 @@ ScheduledStep Scheduler::schedule() {
   }
   plan.batch = builder.build();
   return plan;
+}
+
+int32_t Scheduler::prefill_chunk(const Request* r, int32_t budget) const {
+  const int32_t n = std::min(remaining(r), budget);
+  const int32_t cap = cfg_.long_prefill_token_threshold;
+  return cap > 0 ? std::min(n, cap) : n;
 }
 
 bool Scheduler::awaits_leader(const Request* r) const {

@@ -1,7 +1,7 @@
 // Scheduler: decides each step's work. Running decode rows first (oldest first), then prefill
 // chunks of running requests, then new requests (FCFS; an n > 1 sibling waits for its leader's
 // prefill and resumes from the cache it leaves), within max_num_batched_tokens tokens and
-// max_num_seqs sequences; pages and slots are taken here and never overcommitted. When a running
+// max_num_seqs sequences, each prefill chunk at most long_prefill_token_threshold tokens when set; pages and slots are taken here and never overcommitted. When a running
 // request needs a page and none is free, the youngest unscheduled running request younger than it
 // is preempted (freed, recomputed later). The result is the step's immutable StepBatch, built
 // here once, with the requests it serves in sequence order.
@@ -29,6 +29,9 @@ struct SchedulerConfig {
   int32_t max_num_seqs = 64;
   int32_t max_num_batched_tokens = 2048;
   int32_t snapshot_every = 64;  // snapshot grid (tokens; a multiple of the page size)
+  // vLLM's long_prefill_token_threshold: > 0 caps each request's prefill chunk of a step at this
+  // many tokens, so a long prompt shares the step budget with the prompts behind it.
+  int32_t long_prefill_token_threshold = 0;
 };
 
 // One step: decode rows first, then prefill chunks. A chunk that reaches the end of its
@@ -67,6 +70,8 @@ class Scheduler {
   // Grows r's page table to `tokens` positions, preempting younger unscheduled running requests
   // when needed (and allowed). False when the pages cannot be had.
   bool reserve(Request* r, int64_t tokens, bool may_preempt, ScheduledStep& step);
+  // r's prefill chunk this step: its remaining tokens within `budget` and the long-prefill cap.
+  int32_t prefill_chunk(const Request* r, int32_t budget) const;
   // Adds up to `n` of r's tokens from num_computed to the step being built (fewer when a snapshot
   // point must end the chunk); returns how many.
   int32_t add_seq(Request* r, int32_t n, StepBatchBuilder& b, ScheduledStep& step);

@@ -197,6 +197,8 @@ TEST(Cli, MalformedNumbersAndAbsurdConfigsExitWithAMessage) {
       {"serve " + tok + " --mamba-ssm-cache-dtype float16",
        "--mamba-ssm-cache-dtype must be auto, float32 or bfloat16, got 'float16'"},
       {"bench offline --mamba-ssm-cache-dtype fp8", "--mamba-ssm-cache-dtype must be auto"},
+      {"serve " + tok + " --long-prefill-token-threshold -1",
+       "--long-prefill-token-threshold must be an integer in [0, "},
   };
   for (const Case& c : cases) {
     const Result r = run(c.args);

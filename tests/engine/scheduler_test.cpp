@@ -85,6 +85,23 @@ TEST(Scheduler, ChunkedPrefillThenDecodeRowsFirst) {
                }));
 }
 
+// --long-prefill-token-threshold 4: each prefill chunk is at most 4 tokens, so the short prompt
+// behind a long one is admitted in the first step instead of waiting for the budget to free up.
+TEST(Scheduler, LongPrefillThresholdSharesTheBudget) {
+  SchedulerConfig cfg{4, 8};
+  cfg.long_prefill_token_threshold = 4;
+  const auto t = trace(cfg, 32, 4, {{1, 'A', 10, 2}, {1, 'B', 3, 2}});
+  EXPECT_EQ(t, (std::vector<std::string>{
+                   "A:p4@0 B:p3@0",  // A capped at 4; B's whole prompt fits beside it
+                   "B:d1@3 A:p4@4",  // B's decode row first
+                   "A:p2@8",         // A's prompt ends (samples); B done
+                   "A:d1@10",
+               }));
+  // Without the cap A takes the budget and B waits a step (ChunkedPrefillThenDecodeRowsFirst).
+  const auto uncapped = trace({4, 8}, 32, 4, {{1, 'A', 10, 2}, {1, 'B', 3, 2}});
+  EXPECT_EQ(uncapped.front(), "A:p8@0");
+}
+
 TEST(Scheduler, DecodeRowsBeforePrefillAndSeqLimit) {
   // max_num_seqs 2: C waits for a slot until A finishes.
   const auto t = trace({2, 6}, 64, 4, {{1, 'A', 2, 2}, {1, 'B', 9, 1}, {2, 'C', 4, 1}});
