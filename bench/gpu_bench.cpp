@@ -5,6 +5,8 @@
 // per-op breakdown (CUDA events) of one eager decode step per B and of each prefill follows.
 // Usage: gpu_bench --model DIR [--batches 1,16,64,256] [--context 1024]
 //                  [--prefill 512,2048,8192] [--iters 30] [--profile] [--gemv]
+//                  [--mamba-ssm-cache-dtype auto|float32|bfloat16]  (the GDN state: bf16 halves
+//                  its bytes in the decode floor too)
 // --gemv adds a table of the 4B shapes' decode projections (T = 1): our GEMV vs cuBLASLt, each over
 // weight copies larger than L2, in us per call and GB/s.
 // With --tp 1,2[,4] it prints the tensor-parallel tables instead, every degree in one run (TP N on
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "app/args.h"
+#include "app/cache_flags.h"
 #include "app/gpu_ranks.h"
 #include "backend/cuda/cublaslt_linear.h"
 #include "backend/cuda/cuda_backend.h"
@@ -74,8 +77,9 @@ Bytes rank_bytes(const ds::model::Qwen35Model& m) {
 // The plan of the bench runs: maxB decode sequences of pps pages and one prefill of ppp pages on
 // slot maxB; steps of up to `tokens` tokens; graphs up to maxB.
 ds::runtime::PlanLimits bench_limits(int32_t page, int32_t maxB, int32_t tokens, int32_t pps,
-                                     int32_t ppp) {
+                                     int32_t ppp, ds::DType state = ds::DType::kF32) {
   ds::runtime::PlanLimits l;
+  l.state_dtype = state;
   l.max_num_seqs = maxB + 1;
   l.max_num_batched_tokens = tokens;
   l.max_model_len = page * std::max(pps, ppp);
@@ -294,7 +298,8 @@ int run_tp(const std::string& dir, const std::vector<int32_t>& tps,
 class SingleGpuBench {
  public:
   SingleGpuBench(const std::string& model, const std::vector<int32_t>& batches,
-                 const std::vector<int32_t>& prefills, int32_t ctx, int iters, bool profile)
+                 const std::vector<int32_t>& prefills, int32_t ctx, int iters, bool profile,
+                 ds::DType state)
       : be_(0),
         m_(ds::model::load_model(model, ds::model::LoadFormat::kDummy, be_, true)),
         c_(m_->config()),
@@ -307,8 +312,9 @@ class SingleGpuBench {
         maxN_(prefills.empty() ? 1 : *std::max_element(prefills.begin(), prefills.end())),
         pps_((ctx + 1 + kPage - 1) / kPage),
         ppp_((maxN_ + kPage - 1) / kPage),
+        state_(state),
         runner_(*m_, ds::runtime::plan_for(
-                         *m_, bench_limits(kPage, maxB_, std::max(maxN_, maxB_), pps_, ppp_),
+                         *m_, bench_limits(kPage, maxB_, std::max(maxN_, maxB_), pps_, ppp_, state),
                          bench_budget(maxB_ * pps_ + ppp_))) {
     runner_.capture_decode_graphs(batches, std::max(pps_, ppp_));
   }
@@ -333,6 +339,7 @@ class SingleGpuBench {
   int iters_;
   bool profile_;
   int32_t maxB_, maxN_, pps_, ppp_;
+  ds::DType state_;  // the GDN recurrent state's dtype (--mamba-ssm-cache-dtype)
   ds::runtime::ModelRunner runner_;
   std::vector<std::string> reports_;
 };
@@ -359,7 +366,8 @@ void SingleGpuBench::decode_table() {
       static_cast<double>(m_->weights().total_bytes - (c.tie_word_embeddings ? 0 : embed_bytes));
   const double state_bytes =
       static_cast<double>(c.num_layers_of(ds::model::LayerType::kLinearAttention) *
-                          (c.lin_num_v_heads * c.lin_k_dim * c.lin_v_dim * 4 * 2 +
+                          (c.lin_num_v_heads * c.lin_k_dim * c.lin_v_dim *
+                               static_cast<int64_t>(ds::dtype_size(state_)) * 2 +
                            c.conv_dim() * (c.conv_kernel - 1) * 2 * 2));
   const double kv_bytes_per_token = static_cast<double>(
       c.num_layers_of(ds::model::LayerType::kFullAttention) * 2 * c.num_kv_heads * c.head_dim * 2);
@@ -491,8 +499,10 @@ void SingleGpuBench::gemv_table() {
 int main(int argc, char** argv) {
   try {
     std::vector<std::string> args(argv + 1, argv + argc);
-    ds::app::Args a(args, "gpu_bench", {"model", "batches", "context", "prefill", "iters", "tp"},
-                    {"profile", "gemv"});
+    ds::app::Args a(
+        args, "gpu_bench",
+        {"model", "batches", "context", "prefill", "iters", "tp", "mamba-ssm-cache-dtype"},
+        {"profile", "gemv"});
     const std::vector<int32_t> batches = parse_list(a.get("batches", "1,16,64,256"));
     const std::vector<int32_t> prefills = parse_list(a.get("prefill", "512,2048,8192"));
     const int32_t ctx = static_cast<int32_t>(a.get_int("context", 1024, 1, 1 << 20));
@@ -500,7 +510,8 @@ int main(int argc, char** argv) {
     if (a.has("tp"))
       return run_tp(a.get("model", ""), parse_list(a.get("tp", "1")), batches, prefills, ctx,
                     iters);
-    SingleGpuBench bench(a.get("model", ""), batches, prefills, ctx, iters, a.has("profile"));
+    SingleGpuBench bench(a.get("model", ""), batches, prefills, ctx, iters, a.has("profile"),
+                         ds::app::ssm_state_dtype_flag(a));
     bench.decode_table();
     bench.prefill_table();
     bench.print_reports();

@@ -138,7 +138,8 @@ for stage in "$@"; do
         >"$LOG/prof.log" 2>&1
       note "prof rc=$?" ;;
     bench)  # the model-level table: decode B=1/16/64/256 at ctx 1k, prefill $PREFILLS, per-op
-      $BIN/gpu_bench --model $M --profile --gemv --prefill ${PREFILLS:-512,2048,8192} \
+            # ($BENCH_FLAGS e.g. --mamba-ssm-cache-dtype bfloat16)
+      $BIN/gpu_bench --model $M --profile --gemv --prefill ${PREFILLS:-512,2048,8192} ${BENCH_FLAGS:-} \
         >"$LOG/gpu_bench.md" 2>"$LOG/gpu_bench.err"
       note "bench rc=$?" ;;
     ab)  # A/B of the model-level bench against a base build's (.device_out/bin/gpu_bench_base,
