@@ -137,9 +137,9 @@ class Backend {
                         const Tensor& conv_state, int32_t K, const Tensor& y) = 0;
   // Gated delta rule over y [T, conv_dim] = [q | k | v] (head-major), with a, b [T, nv] raw gate
   // projections, A_log, dt_bias [nv]; state [slots, nv, dk, dv] f32 or bf16 (read unless the
-  // sequence is fresh, then updated; a step computes in f32 and rounds the bf16 state it leaves). Applies L2 norms (q scaled by dk^-1/2), beta = sigmoid(b),
-  // g = -exp(A_log) * softplus(a + dt_bias). Chunkwise (64) for prefill, recurrent for one token.
-  // out [T, nv, dv].
+  // sequence is fresh, then updated; a step computes in f32 and rounds the bf16 state it leaves).
+  // Applies L2 norms (q scaled by dk^-1/2), beta = sigmoid(b), g = -exp(A_log) * softplus(a +
+  // dt_bias). Chunkwise (64) for prefill, recurrent for one token. out [T, nv, dv].
   virtual void gated_delta_rule(const StepBatch& batch, const Tensor& y, const Tensor& a,
                                 const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
                                 const Tensor& state, const GdnDims& d, const Tensor& out) = 0;

@@ -1,10 +1,11 @@
 // Scheduler: decides each step's work. Running decode rows first (oldest first), then prefill
 // chunks of running requests, then new requests (FCFS; an n > 1 sibling waits for its leader's
 // prefill and resumes from the cache it leaves), within max_num_batched_tokens tokens and
-// max_num_seqs sequences, each prefill chunk at most long_prefill_token_threshold tokens when set; pages and slots are taken here and never overcommitted. When a running
-// request needs a page and none is free, the youngest unscheduled running request younger than it
-// is preempted (freed, recomputed later). The result is the step's immutable StepBatch, built
-// here once, with the requests it serves in sequence order.
+// max_num_seqs sequences, each prefill chunk at most long_prefill_token_threshold tokens when set;
+// pages and slots are taken here and never overcommitted. When a running request needs a page and
+// none is free, the youngest unscheduled running request younger than it is preempted (freed,
+// recomputed later). The result is the step's immutable StepBatch, built here once, with the
+// requests it serves in sequence order.
 //
 // With prefix caching (scheduler_prefix.cpp), a request admitted with nothing computed resumes from
 // the longest cached prefix that has a GDN snapshot (its KV pages shared, the snapshot restored in
