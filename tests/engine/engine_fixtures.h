@@ -43,6 +43,15 @@ inline Result collect(RequestStream& s) {
   }
 }
 
+// Greedy decoding of exactly max_tokens tokens (EOS ignored).
+inline SamplingParams greedy(int32_t max_tokens) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.ignore_eos = true;
+  p.max_tokens = max_tokens;
+  return p;
+}
+
 inline std::vector<int32_t> random_prompt(int n, uint32_t seed, int vocab) {
   std::mt19937 g(seed);
   std::vector<int32_t> v(static_cast<size_t>(n));

@@ -193,10 +193,7 @@ TEST_F(EngineTest, RejectsBadRequestsUpFront) {
 
 TEST_F(EngineTest, MaxTokensEosAndMetrics) {
   Engine e(*model_, {});
-  SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = 5;
-  p.ignore_eos = true;
+  SamplingParams p = greedy(5);
   const auto prompt = random_prompt(12, 9, 384);
   const Result r = collect(*e.submit({prompt, p}));
   ASSERT_EQ(r.tokens.size(), 5u);
@@ -229,10 +226,7 @@ TEST(EngineText, StopStringsAndStreamingTextWithRealTokenizer) {
   EngineConfig cfg;
   cfg.max_model_len = 512;
   Engine e(*m, cfg, tok.get());
-  SamplingParams p;
-  p.temperature = 0;
-  p.ignore_eos = true;
-  p.max_tokens = 24;
+  SamplingParams p = greedy(24);
   const std::vector<int32_t> prompt = tok->encode("Hello there, how are you today?");
   const Result full = collect(*e.submit({prompt, p}));
   ASSERT_EQ(full.tokens.size(), 24u);
@@ -264,10 +258,7 @@ namespace {
 // solo run.
 TEST(EngineTp, MixedLifecycleOnTwoRanksMatchesSoloRuns) {
   const std::string dir = (deltaserve::testing::test_data() / "tiny_real").string();
-  SamplingParams p;
-  p.temperature = 0;
-  p.ignore_eos = true;
-  p.max_tokens = 10;
+  SamplingParams p = greedy(10);
   const GenerateRequest longreq{random_prompt(300, 1, 384), p}, a{random_prompt(9, 2, 384), p},
       b{random_prompt(17, 3, 384), p}, late{random_prompt(33, 4, 384), p};
   GenerateRequest doomed{random_prompt(12, 5, 384), p};
@@ -342,10 +333,7 @@ TEST(EngineTp, DefaultMaxNumSeqsAndAPlanThatDoesNotFitLeaveTheGroupUsable) {
   cfg.max_model_len = 512;
   Engine e(*exec, cfg);
   EXPECT_EQ(e.config().max_num_seqs, runtime::kFallbackMaxNumSeqs);
-  SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = 4;
-  EXPECT_EQ(collect(*e.submit({random_prompt(20, 9, 384), p})).tokens.size(), 4u);
+  EXPECT_EQ(collect(*e.submit({random_prompt(20, 9, 384), greedy(4)})).tokens.size(), 4u);
 }
 
 TEST(EngineTp, RankFaultFailsEveryRequestOnceAndRefusesNewWork) {

@@ -22,12 +22,9 @@ std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& 
 }
 
 GenerateRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens = 8) {
-  GenerateRequest r{std::move(prompt), {}};
-  r.params.temperature = 0;
-  r.params.ignore_eos = true;
+  GenerateRequest r{std::move(prompt), engine::greedy(max_tokens)};
   r.params.logprobs = true;
   r.params.top_logprobs = 5;
-  r.params.max_tokens = max_tokens;
   return r;
 }
 

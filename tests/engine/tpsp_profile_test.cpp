@@ -24,10 +24,7 @@ TEST(TpspProfile, ChoosesTheSmallestSizeFromWhichTpspAlwaysWins) {
 
 TEST(TpspProfile, RunsOnTheRanksAndServingStillMatchesOneRank) {
   const std::string dir = (deltaserve::testing::test_data() / "tiny_real").string();
-  SamplingParams p;
-  p.temperature = 0;
-  p.ignore_eos = true;
-  p.max_tokens = 6;
+  SamplingParams p = greedy(6);
   p.logprobs = true;
   p.top_logprobs = 2;
   const GenerateRequest req{random_prompt(300, 9, 384), p};

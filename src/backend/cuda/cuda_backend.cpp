@@ -466,7 +466,7 @@ void CudaBackend::gated_delta_rule(const StepBatch& batch, const Tensor& y, cons
   DS_CHECK(state.dtype == DType::kF32 || state.dtype == DType::kBF16, "GDN state f32 or bf16");
   const cuda::GdnState st{state.data, state.dtype == DType::kBF16};
   cuda::launch_gated_delta_rule(m, bf(y), bf(a), bf(b), f32(A_log), f32(dt_bias), st, shape, ws,
-                                bf(out), stream_);
+                                num_sms_, bf(out), stream_);
 }
 
 std::vector<Sampled> CudaBackend::sample(const Tensor& logits, int32_t vocab,

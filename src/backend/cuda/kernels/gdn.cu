@@ -237,11 +237,11 @@ void launch_recurrent(const BatchMeta& b, const __nv_bfloat16* y, const __nv_bfl
 
 void launch_gated_delta_rule(const BatchMeta& b, const __nv_bfloat16* y, const __nv_bfloat16* a,
                              const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
-                             GdnState state, const GdnShape& s, float* ws, __nv_bfloat16* out,
-                             cudaStream_t stream) {
+                             GdnState state, const GdnShape& s, float* ws, int num_sms,
+                             __nv_bfloat16* out, cudaStream_t stream) {
   if (b.num_seqs == 0) return;
   if (ws != nullptr && b.num_tokens > b.num_seqs && gdn_chunked_supported(s)) {
-    launch_gdn_chunked(b, y, a, bgate, A_log, dt_bias, state, s, ws, out, stream);
+    launch_gdn_chunked(b, y, a, bgate, A_log, dt_bias, state, s, ws, num_sms, out, stream);
     return;
   }
   if (state.bf16)

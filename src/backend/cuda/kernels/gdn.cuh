@@ -27,12 +27,13 @@ void launch_gdn_conv(const BatchMeta& b, const __nv_bfloat16* u, const __nv_bflo
 // Decode-only steps run the recurrence token by token (a head per block for dv = 128, else
 // 32-column slices); steps with a prefill and dk = dv = 128 run the chunked form on bf16 tensor
 // cores with f32 accumulation and f32 state (chunks of 64 in parallel, then the chunk-to-chunk
-// pass) with `ws` (gdn_chunk_workspace_floats(T, s) floats; null: the recurrence for every step).
+// pass) with `ws` (gdn_chunk_workspace_floats(T, s) floats; null: the recurrence for every step);
+// `num_sms`, the device's SM count, picks the state pass's form (gdn_chunk_layout.cuh).
 // Other head shapes run the recurrence. Precondition: dk <= 256, dv <= 256.
 void launch_gated_delta_rule(const BatchMeta& b, const __nv_bfloat16* y, const __nv_bfloat16* a,
                              const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
-                             GdnState state, const GdnShape& s, float* ws, __nv_bfloat16* out,
-                             cudaStream_t stream);
+                             GdnState state, const GdnShape& s, float* ws, int num_sms,
+                             __nv_bfloat16* out, cudaStream_t stream);
 size_t gdn_chunk_workspace_floats(int num_tokens, const GdnShape& s);
 
 }  // namespace deltaserve::cuda

@@ -14,14 +14,11 @@ bool gdn_chunked_supported(const GdnShape& s) {
 
 void launch_gdn_chunked(const BatchMeta& b, const __nv_bfloat16* y, const __nv_bfloat16* a,
                         const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
-                        GdnState state, const GdnShape& s, float* ws, __nv_bfloat16* out,
-                        cudaStream_t stream) {
+                        GdnState state, const GdnShape& s, float* ws, int num_sms,
+                        __nv_bfloat16* out, cudaStream_t stream) {
   const gdn_chunk::Workspace w(ws, b.num_tokens, s);
   gdn_chunk::launch_prep(b, y, a, bgate, A_log, dt_bias, s, w, stream);
-  int device = 0, sms = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  const bool every_output = gdn_chunk::scan_forms_every_output(b.num_seqs, s, sms);
+  const bool every_output = gdn_chunk::scan_forms_every_output(b.num_seqs, s, num_sms);
   gdn_chunk::launch_scan(b, w, state, s, every_output, out, stream);
   if (!every_output) gdn_chunk::launch_out(b, w, s, out, stream);
 }

@@ -12,7 +12,7 @@ bool gdn_chunked_supported(const GdnShape& s);
 // gdn_chunk_workspace_floats(b.num_tokens, s) floats.
 void launch_gdn_chunked(const BatchMeta& b, const __nv_bfloat16* y, const __nv_bfloat16* a,
                         const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
-                        GdnState state, const GdnShape& s, float* ws, __nv_bfloat16* out,
-                        cudaStream_t stream);
+                        GdnState state, const GdnShape& s, float* ws, int num_sms,
+                        __nv_bfloat16* out, cudaStream_t stream);
 
 }  // namespace deltaserve::cuda

@@ -289,37 +289,34 @@ struct Scan {
 using Few = Scan<32, false>;  // few sequences: two blocks per SM (<= 128 registers)
 using Many = Scan<64, true>;  // many: one block per SM
 
-template <class StateT>
-__global__ void __launch_bounds__(kThreads, 2)
-    scan_few_kernel(BatchMeta b, Workspace ws, StateT* __restrict__ state, GdnShape s,
-                    bf16* __restrict__ out) {
-  extern __shared__ __align__(128) unsigned char scan_few_raw[];
-  Few::run(*reinterpret_cast<Few::Smem*>(scan_few_raw), b, ws, state, s, out);
-}
+// Blocks per SM the form is built for (its register cap: Few <= 128 per thread).
+template <class S>
+constexpr int kMinBlocks = S::kSlice == 32 ? 2 : 1;
 
-template <class StateT>
-__global__ void __launch_bounds__(kThreads, 1)
-    scan_many_kernel(BatchMeta b, Workspace ws, StateT* __restrict__ state, GdnShape s,
-                     bf16* __restrict__ out) {
-  extern __shared__ __align__(128) unsigned char scan_many_raw[];
-  Many::run(*reinterpret_cast<Many::Smem*>(scan_many_raw), b, ws, state, s, out);
+template <class S, class StateT>
+__global__ void __launch_bounds__(kThreads, kMinBlocks<S>)
+    scan_kernel(BatchMeta b, Workspace ws, StateT* __restrict__ state, GdnShape s,
+                bf16* __restrict__ out) {
+  extern __shared__ __align__(128) unsigned char scan_raw[];
+  S::run(*reinterpret_cast<typename S::Smem*>(scan_raw), b, ws, state, s, out);
 }
 
 template <class S, class StateT>
-void launch(void (*kernel)(BatchMeta, Workspace, StateT*, GdnShape, bf16*), const BatchMeta& b,
-            const Workspace& ws, StateT* state, const GdnShape& s, bf16* out, cudaStream_t stream) {
-  constexpr int smem = sizeof(typename S::Smem), kSlice = S::kSlice;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  kernel<<<dim3(b.num_seqs, s.nv, kDim / kSlice), kThreads, smem, stream>>>(b, ws, state, s, out);
+void launch(const BatchMeta& b, const Workspace& ws, StateT* state, const GdnShape& s, bf16* out,
+            cudaStream_t stream) {
+  constexpr int smem = sizeof(typename S::Smem);
+  cudaFuncSetAttribute(scan_kernel<S, StateT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  scan_kernel<S, StateT>
+      <<<dim3(b.num_seqs, s.nv, kDim / S::kSlice), kThreads, smem, stream>>>(b, ws, state, s, out);
 }
 
 template <class StateT>
 void launch_typed(const BatchMeta& b, const Workspace& ws, StateT* state, const GdnShape& s,
                   bool every_output, bf16* out, cudaStream_t stream) {
   if (every_output)
-    launch<Many>(scan_many_kernel<StateT>, b, ws, state, s, out, stream);
+    launch<Many>(b, ws, state, s, out, stream);
   else
-    launch<Few>(scan_few_kernel<StateT>, b, ws, state, s, out, stream);
+    launch<Few>(b, ws, state, s, out, stream);
 }
 
 }  // namespace
