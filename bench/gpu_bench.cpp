@@ -128,7 +128,7 @@ std::vector<double> allreduce_ms(int N, const std::vector<int64_t>& elems, int c
     ts.emplace_back([&, r] {
       try {
         ds::backend::CudaBackend be(r);
-        ds::dist::NcclCommunicator comm(id, N, r, r, be.stream());
+        ds::dist::NcclCommunicator comm(id, N, r, r, [&be] { return be.stream(); });
         ds::Buffer buf = be.alloc(ds::DType::kBF16, {most});
         DS_CHECK(cudaMemsetAsync(buf.tensor().data, 0, static_cast<size_t>(most) * 2,
                                  be.stream()) == cudaSuccess,

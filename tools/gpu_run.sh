@@ -166,7 +166,10 @@ for stage in "$@"; do
       note "serve $(wc -l <"$LOG/bench_serve.jsonl") bench lines" ;;
     serve8k)  # SGLang's benchmark workload (8,192 in / 1,024 out) at concurrency $CONCURRENCY
               # (default 1 and 64): serve (4B shape, dummy) + bench serve, a JSON line each
-      serve_start serve8k --max-num-seqs ${MAX_SEQS:-64} --max-model-len 9300 \
+      # MAX_SEQS=auto leaves --max-num-seqs to the memory plan's default
+      seqs_flag="--max-num-seqs ${MAX_SEQS:-64}"
+      [[ ${MAX_SEQS:-} == auto ]] && seqs_flag=""
+      serve_start serve8k $seqs_flag --max-model-len 9300 \
         --max-num-batched-tokens 8192
       grep -E "memory plan|ready" "$LOG/serve8k.log" | head -3
       for c in ${CONCURRENCY:-1 64}; do

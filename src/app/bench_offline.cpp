@@ -63,7 +63,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
          {"model", "load-format", "device", "num-prompts", "input-len", "output-len",
           "max-concurrency", "max-num-seqs", "max-num-batched-tokens", "max-model-len", "num-pages",
           "seed", "tensor-parallel-size", "num-snapshots", "tpsp-threshold-tokens",
-          "mamba-ssm-cache-dtype", "long-prefill-token-threshold"},
+          "tpsp-microchunk-tokens", "mamba-ssm-cache-dtype", "long-prefill-token-threshold"},
          {"enforce-eager", "enable-prefix-caching", "enable-tpsp"});
   check_device(a);
   const DType ssm_state = ssm_state_dtype_flag(a);
@@ -99,7 +99,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (cfg.enable_prefix_caching)
     cfg.num_snapshots =
         static_cast<int32_t>(a.get_int("num-snapshots", 4 * cfg.max_num_seqs, 1, 1 << 20));
-  cfg.profile_tpsp = a.has("enable-tpsp") && !a.has("tpsp-threshold-tokens");
+  cfg.profile_tpsp = tpsp_profile_request(a);
   engine::Engine eng(*rt.exec, cfg);
   if (!eng.tpsp_profile().empty()) std::fprintf(stderr, "%s\n", eng.tpsp_profile().c_str());
 

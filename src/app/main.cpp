@@ -33,8 +33,9 @@ commands:
             [--enforce-eager]  (no decode CUDA graphs)
             [--no-enable-prefix-caching] [--mamba-block-size 64]
             [--prefix-cache-snapshot-fraction 0.25] [--mamba-ssm-cache-dtype auto|float32|bfloat16]
-            [--enable-tpsp] [--tpsp-threshold-tokens N]  (TP: sequence parallelism; without N
-            a startup profile picks it)
+            [--enable-tpsp] [--tpsp-threshold-tokens N] [--tpsp-microchunk-tokens M]  (TP:
+            sequence parallelism from N tokens a step, in microchunks of M tokens whose GEMMs
+            overlap the collectives; without N a startup profile picks N, and M unless given)
             (without --max-num-seqs: on a GPU 1024, 512, 256 or 128 — the most whose GDN state
             slots take at most a quarter of the cache memory —, on the CPU 64)
   generate  greedy generation from token ids, printing the tokens and tokens/s
@@ -42,7 +43,8 @@ commands:
             --load-format auto|safetensors|dummy  --device cpu  --ignore-eos
   logits    write the f32 logits of a full prefill (tensor "logits", [tokens, vocab])
             --model DIR --ids 1,2,3 --out FILE.safetensors  [--load-format ...] [--device cpu]
-            [--tensor-parallel-size N]  (N CPU ranks)  [--enable-tpsp [--tpsp-threshold-tokens 1024]]
+            [--tensor-parallel-size N]  (N CPU ranks)  [--enable-tpsp [--tpsp-threshold-tokens 1024]
+            [--tpsp-microchunk-tokens 0]]
   tokenize  print the token ids of a text as one JSON array
             --tokenizer DIR (holding tokenizer.json) --text STR  [--no-special]
   detokenize  print the text of token ids
@@ -145,7 +147,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
 int cmd_logits(const std::vector<std::string>& argv) {
   Args a(argv, "logits",
          {"model", "ids", "out", "load-format", "device", "tensor-parallel-size",
-          "tpsp-threshold-tokens"},
+          "tpsp-threshold-tokens", "tpsp-microchunk-tokens"},
          tpsp_switches());
   check_device(a);
   if (!a.has("model") || !a.has("ids") || !a.has("out"))

@@ -4,18 +4,23 @@
 //                                   token count the degree divides); without it, serve and bench
 //                                   offline pick it by the startup profile (engine/tpsp_profile.h),
 //                                   logits uses 1024
+//   --tpsp-microchunk-tokens N      the microchunk pipeline's chunk size (a multiple of the
+//                                   tensor-parallel size; 0: no pipeline); without it, the startup
+//                                   profile picks it when it picks the threshold, else 0
 #pragma once
 
+#include <optional>
 #include <set>
 #include <string>
 
 #include "app/args.h"
 #include "dist/parallel.h"
+#include "engine/tpsp_profile.h"
 
 namespace deltaserve::app {
 
 inline const std::set<std::string>& tpsp_value_flags() {
-  static const std::set<std::string> kFlags = {"tpsp-threshold-tokens"};
+  static const std::set<std::string> kFlags = {"tpsp-threshold-tokens", "tpsp-microchunk-tokens"};
   return kFlags;
 }
 
@@ -24,7 +29,12 @@ inline const std::set<std::string>& tpsp_switches() {
   return kSwitches;
 }
 
-// Throws deltaserve::Error for an out-of-range threshold, or one given without --enable-tpsp.
+// Throws deltaserve::Error for an out-of-range size, a microchunk size that is not a multiple of
+// --tensor-parallel-size, or either given without --enable-tpsp.
 dist::TpspConfig parse_tpsp_flags(const Args& a);
+
+// What the startup profile picks: with --enable-tpsp and without --tpsp-threshold-tokens, the
+// threshold and (unless --tpsp-microchunk-tokens is given) the microchunk size.
+std::optional<engine::TpspProfileRequest> tpsp_profile_request(const Args& a);
 
 }  // namespace deltaserve::app

@@ -96,6 +96,16 @@ class Backend {
   }
   virtual void drop_graphs() {}
 
+  // Two streams (TPSP's microchunk pipeline, model/microchunk_pipeline.h): ops and the collectives
+  // of the rank's communicator run on the current stream — the main one, or the side one between
+  // use_side_stream(true) and use_side_stream(false). record_event(e) marks the current stream's
+  // position in event e (numbered from 0, made on first use); wait_event(e) holds the current
+  // stream's later work until the last mark of e is reached. synchronize() waits for both
+  // streams. No-ops on backends whose ops run in order on the calling thread (the CPU).
+  virtual void use_side_stream(bool side) { (void)side; }
+  virtual void record_event(int e) { (void)e; }
+  virtual void wait_event(int e) { (void)e; }
+
   // out[t] = table[ids[t]], or zeros where ids[t] = -1 (an id of another rank's vocabulary slice).
   // ids [T] i32, table [V, H], out [T, H].
   virtual void embedding(const Tensor& ids, const Tensor& table, const Tensor& out) = 0;

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <utility>
 
 #include "core/error.h"
 
@@ -46,8 +47,8 @@ ncclUniqueId nccl_unique_id() {
 }
 
 NcclCommunicator::NcclCommunicator(const ncclUniqueId& id, int size, int rank, int device,
-                                   cudaStream_t stream)
-    : stream_(stream), rank_(rank), size_(size), device_(device) {
+                                   std::function<cudaStream_t()> stream)
+    : stream_(std::move(stream)), rank_(rank), size_(size), device_(device) {
   // NCCL_NVLS_ENABLE=0 was set by nccl_unique_id() on the calling thread before the workers
   // started (setenv here would race with other ranks' NCCL reading the environment).
   int count = 0;
@@ -88,7 +89,7 @@ void NcclCommunicator::all_reduce_sum(const Tensor& t) {
   const std::lock_guard<std::mutex> lock(mu_);
   live();
   check(ncclAllReduce(t.data, t.data, static_cast<size_t>(t.numel()), nccl_type(t.dtype), ncclSum,
-                      comm_, stream_),
+                      comm_, stream_()),
         "all_reduce");
 }
 
@@ -97,7 +98,7 @@ void NcclCommunicator::reduce_scatter_sum(const Tensor& in, const Tensor& out) {
   live();
   DS_CHECK(in.numel() == out.numel() * size_, "reduce_scatter: out must be 1/size of in");
   check(ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()), nccl_type(in.dtype),
-                          ncclSum, comm_, stream_),
+                          ncclSum, comm_, stream_()),
         "reduce_scatter");
 }
 
@@ -106,7 +107,7 @@ void NcclCommunicator::all_gather(const Tensor& in, const Tensor& out) {
   live();
   DS_CHECK(out.numel() == in.numel() * size_, "all_gather: out must be size x in");
   check(ncclAllGather(in.data, out.data, static_cast<size_t>(in.numel()), nccl_type(in.dtype),
-                      comm_, stream_),
+                      comm_, stream_()),
         "all_gather");
 }
 
@@ -114,16 +115,16 @@ void NcclCommunicator::broadcast(const Tensor& t, int root) {
   const std::lock_guard<std::mutex> lock(mu_);
   live();
   check(ncclBroadcast(t.data, t.data, static_cast<size_t>(t.numel()), nccl_type(t.dtype), root,
-                      comm_, stream_),
+                      comm_, stream_()),
         "broadcast");
 }
 
 void NcclCommunicator::barrier() {
   std::unique_lock<std::mutex> lock(mu_);
   live();
-  check(ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_), "barrier");
+  check(ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_()), "barrier");
   lock.unlock();  // abort() from another thread releases a wait on a failed peer
-  check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  check(cudaStreamSynchronize(stream_()), "cudaStreamSynchronize");
 }
 
 }  // namespace deltaserve::dist

@@ -1,11 +1,13 @@
 // NcclCommunicator: the Communicator of GPU ranks, over NCCL. Created inside the worker thread
-// that owns the device; every collective is enqueued on that worker's stream (never synchronised
-// here, except barrier()). NVLink multicast stays off (NCCL_NVLS_ENABLE=0), as on our machines.
+// that owns the device; every collective is enqueued on that worker's backend's current stream
+// (the main one, or the side one of TPSP's microchunk pipeline), never synchronised here except
+// by barrier(). NVLink multicast stays off (NCCL_NVLS_ENABLE=0), as on our machines.
 #pragma once
 
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -19,10 +21,12 @@ ncclUniqueId nccl_unique_id();
 
 class NcclCommunicator final : public Communicator {
  public:
-  // Rank `rank` of `size` on CUDA device `device`, collectives on `stream`. Throws
+  // Rank `rank` of `size` on CUDA device `device`, each collective on the stream `stream()` returns
+  // when it is enqueued. Throws
   // deltaserve::Error (naming the NCCL or CUDA error) when the device does not exist or NCCL cannot
   // initialise.
-  NcclCommunicator(const ncclUniqueId& id, int size, int rank, int device, cudaStream_t stream);
+  NcclCommunicator(const ncclUniqueId& id, int size, int rank, int device,
+                   std::function<cudaStream_t()> stream);
   ~NcclCommunicator() override;
 
   int rank() const override { return rank_; }
@@ -44,7 +48,7 @@ class NcclCommunicator final : public Communicator {
   void live() const;  // throws once aborted; call with mu_ held
   std::mutex mu_;     // a collective's enqueue vs abort() from another thread
   ncclComm_t comm_ = nullptr;
-  cudaStream_t stream_;
+  std::function<cudaStream_t()> stream_;
   int rank_, size_, device_;
   float* scratch_ = nullptr;  // [1] for barrier()
   std::thread abort_thread_;  // runs ncclCommAbort (see abort())

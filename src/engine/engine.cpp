@@ -101,10 +101,8 @@ Engine::Engine(std::unique_ptr<LocalExecutor> owned, Executor* exec, EngineConfi
   cfg_.enable_prefix_caching = cache_.prefix_caching();
   exec_.configure(plan_);
   if (cfg_.profile_tpsp && exec_.degree() > 1) {  // before graphs capture the path it picks
-    const std::vector<TpspTiming> timings = profile_tpsp(exec_, cfg_.max_num_batched_tokens);
-    const dist::TpspConfig chosen = choose_tpsp(timings);
-    exec_.set_tpsp(chosen);
-    tpsp_profile_ = describe_tpsp_profile(timings, chosen);
+    tpsp_profile_ =
+        describe_tpsp_profile(profile_tpsp(exec_, cfg_.max_num_batched_tokens, *cfg_.profile_tpsp));
   }
   if (!cfg_.enforce_eager)
     exec_.capture_decode_graphs(decode_graph_sizes(cfg_),

@@ -19,6 +19,7 @@
 #include "engine/output_processor.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "engine/tpsp_profile.h"
 #include "model/qwen35.h"
 
 namespace deltaserve::tokenizer {
@@ -56,9 +57,9 @@ struct EngineConfig {
   // whatever the model samples, then EOS — a deterministic reply for end-to-end tests of output
   // parsing (reasoning, tool calls) that random weights never produce.
   std::vector<int32_t> debug_output_script;
-  // Under TP: pick the TPSP threshold by the startup profile (tpsp_profile.h) before the decode
-  // graphs are captured (serve --enable-tpsp without --tpsp-threshold-tokens).
-  bool profile_tpsp = false;
+  // Under TP: what the TPSP startup profile (tpsp_profile.h) picks before the decode graphs are
+  // captured (serve --enable-tpsp without --tpsp-threshold-tokens or --tpsp-microchunk-tokens).
+  std::optional<TpspProfileRequest> profile_tpsp;
 };
 
 // The decode-graph batch sizes for a config: 1, 2, 4, 8, then steps of 8 to 64, 16 to 128, 32

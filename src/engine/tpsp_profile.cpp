@@ -16,6 +16,20 @@ dist::TpspConfig choose_tpsp(const std::vector<TpspTiming>& timings) {
   return c;
 }
 
+int64_t choose_microchunk(const std::vector<MicrochunkTiming>& timings) {
+  const auto best = std::min_element(timings.begin(), timings.end(),
+                                     [](const auto& a, const auto& b) { return a.ms < b.ms; });
+  return best == timings.end() ? 0 : best->microchunk_tokens;
+}
+
+std::vector<int64_t> microchunk_candidates(int32_t tokens, int degree) {
+  std::vector<int64_t> sizes{0};
+  for (int64_t div : {2, 4, 8})
+    if (const int64_t m = tokens / div; tokens % div == 0 && m >= 64 && m % degree == 0)
+      sizes.push_back(m);
+  return sizes;
+}
+
 namespace {
 
 double median_step_ms(Executor& exec, int32_t tokens, int reps) {
@@ -31,33 +45,65 @@ double median_step_ms(Executor& exec, int32_t tokens, int reps) {
   return ms[ms.size() / 2];
 }
 
-}  // namespace
-
-std::vector<TpspTiming> profile_tpsp(Executor& exec, int32_t max_tokens, int reps) {
-  std::vector<TpspTiming> out;
-  for (int32_t t = 256; t <= max_tokens; t *= 2) {
-    if (t % exec.degree() != 0) continue;
-    TpspTiming timing{t, 0, 0};
-    exec.set_tpsp({false, 0});
-    timing.conventional_ms = median_step_ms(exec, t, reps);
-    exec.set_tpsp({true, 0});
-    timing.tpsp_ms = median_step_ms(exec, t, reps);
-    out.push_back(timing);
-  }
-  exec.set_tpsp({false, 0});
-  return out;
+// TPSP on every step of `tokens` with microchunks of `microchunk` tokens.
+double tpsp_ms(Executor& exec, int32_t tokens, int64_t microchunk, int reps) {
+  exec.set_tpsp({true, 0, microchunk});
+  return median_step_ms(exec, tokens, reps);
 }
 
-std::string describe_tpsp_profile(const std::vector<TpspTiming>& timings,
-                                  const dist::TpspConfig& chosen) {
-  std::string s = chosen.enabled
-                      ? "TPSP from " + std::to_string(chosen.threshold_tokens) + " tokens a step"
-                      : "TPSP off (never faster)";
-  s += " — profiled ms conventional / TPSP:";
+}  // namespace
+
+TpspProfile profile_tpsp(Executor& exec, int32_t max_tokens, const TpspProfileRequest& request,
+                         int reps) {
+  TpspProfile p;
+  std::vector<int32_t> sizes;
+  for (int32_t t = 256; t <= max_tokens; t *= 2)
+    if (t % exec.degree() == 0) sizes.push_back(t);
+  int64_t microchunk = request.given.microchunk_tokens;
+  if (request.microchunk && !sizes.empty()) {
+    p.microchunk_step_tokens = sizes.back();
+    for (const int64_t m : microchunk_candidates(sizes.back(), exec.degree()))
+      p.microchunks.push_back({m, tpsp_ms(exec, sizes.back(), m, reps)});
+    microchunk = choose_microchunk(p.microchunks);
+  }
+  p.chosen = request.given;
+  if (request.threshold) {
+    for (const int32_t t : sizes) {
+      TpspTiming timing{t, 0, 0};
+      exec.set_tpsp({false, 0, 0});
+      timing.conventional_ms = median_step_ms(exec, t, reps);
+      timing.tpsp_ms = tpsp_ms(exec, t, microchunk, reps);
+      p.timings.push_back(timing);
+    }
+    p.chosen = choose_tpsp(p.timings);
+  }
+  p.chosen.microchunk_tokens = microchunk;
+  exec.set_tpsp(p.chosen);
+  return p;
+}
+
+std::string describe_tpsp_profile(const TpspProfile& p) {
+  const dist::TpspConfig& c = p.chosen;
+  std::string s = c.enabled ? "TPSP from " + std::to_string(c.threshold_tokens) + " tokens a step"
+                            : "TPSP off (never faster)";
+  s += c.microchunk_tokens > 0
+           ? ", microchunks of " + std::to_string(c.microchunk_tokens) + " tokens"
+           : ", no microchunk pipeline";
   char buf[96];
-  for (const TpspTiming& t : timings) {
-    std::snprintf(buf, sizeof buf, " %d: %.2f / %.2f;", t.tokens, t.conventional_ms, t.tpsp_ms);
-    s += buf;
+  if (!p.microchunks.empty()) {
+    s += " — profiled ms at " + std::to_string(p.microchunk_step_tokens) + " tokens by microchunk:";
+    for (const MicrochunkTiming& m : p.microchunks) {
+      std::snprintf(buf, sizeof buf, " %lld: %.2f;", static_cast<long long>(m.microchunk_tokens),
+                    m.ms);
+      s += buf;
+    }
+  }
+  if (!p.timings.empty()) {
+    s += " — profiled ms conventional / TPSP:";
+    for (const TpspTiming& t : p.timings) {
+      std::snprintf(buf, sizeof buf, " %d: %.2f / %.2f;", t.tokens, t.conventional_ms, t.tpsp_ms);
+      s += buf;
+    }
   }
   return s;
 }

@@ -1,6 +1,7 @@
 #include "model/qwen35.h"
 
 #include "core/error.h"
+#include "model/microchunk_pipeline.h"
 #include "model/tp_shard.h"
 
 namespace deltaserve::model {
@@ -25,76 +26,109 @@ Qwen35Model::Qwen35Model(const ModelConfig& cfg, Backend& be, ModelWeights weigh
                static_cast<int32_t>(local_.lin_v_dim), static_cast<int32_t>(local_.conv_kernel)};
 }
 
-void Qwen35Model::row_parallel(const Tensor& in, const Tensor& w, const Tensor& out,
-                               bool sharded) const {
-  be_.linear(in, w, out);
-  if (sharded)
-    parallel_.scatter_row_parallel_output(out);
-  else
-    parallel_.reduce_row_parallel_output(out);
+void Qwen35Model::project_in(int64_t i, const StepBuffers& s, dist::RowRange c) const {
+  const auto rows = [c](const Tensor& t) { return t.rows(c.begin, c.end); };
+  const LayerWeights& l = w_.layers[static_cast<size_t>(i)];
+  const Tensor h = rows(s.h);
+  if (l.type == LayerType::kFullAttention) {
+    const Tensor* ws[] = {&l.attn.q_proj, &l.attn.k_proj, &l.attn.v_proj};
+    const Tensor qg = rows(s.qg), k = rows(s.k), v = rows(s.v);
+    const Tensor* ys[] = {&qg, &k, &v};
+    return be_.linear_multi(h, ws, ys);
+  }
+  const Tensor* ws[] = {&l.gdn.in_proj_qkv, &l.gdn.in_proj_z, &l.gdn.in_proj_b, &l.gdn.in_proj_a};
+  const Tensor u = rows(s.u), z = rows(s.z), b = rows(s.b), a = rows(s.a);
+  const Tensor* ys[] = {&u, &z, &b, &a};
+  be_.linear_multi(h, ws, ys);
 }
 
-void Qwen35Model::full_attention(const StepBatch& batch, int64_t i, const StepBuffers& s,
-                                 const LayerCache& c, bool sharded) const {
-  const FullAttnWeights& w = w_.layers[static_cast<size_t>(i)].attn;
-  parallel_.column_parallel_input(s.h, sharded);
-  const Tensor* ws[] = {&w.q_proj, &w.k_proj, &w.v_proj};
-  const Tensor* ys[] = {&s.qg, &s.k, &s.v};
-  be_.linear_multi(s.h, ws, ys);
-  be_.attn_prep_and_cache(batch, s.qg, s.k, s.v, w.q_norm, w.k_norm, attn_dims_, s.q, s.gate, c.k,
-                          c.v);
-  be_.paged_attention(batch, s.q, s.gate, c.k, c.v, attn_dims_, s.attn);
-  row_parallel(s.attn, w.o_proj, s.mix, sharded);
-}
-
-void Qwen35Model::gated_deltanet(const StepBatch& batch, int64_t i, const StepBuffers& s,
-                                 const LayerCache& c, bool sharded) const {
-  const GdnWeights& w = w_.layers[static_cast<size_t>(i)].gdn;
-  parallel_.column_parallel_input(s.h, sharded);
-  const Tensor* ws[] = {&w.in_proj_qkv, &w.in_proj_z, &w.in_proj_b, &w.in_proj_a};
-  const Tensor* ys[] = {&s.u, &s.z, &s.b, &s.a};
-  be_.linear_multi(s.h, ws, ys);
+void Qwen35Model::mixer(const StepBatch& batch, int64_t i, const StepBuffers& s,
+                        const LayerCache& c) const {
+  const LayerWeights& l = w_.layers[static_cast<size_t>(i)];
+  if (l.type == LayerType::kFullAttention) {
+    const FullAttnWeights& w = l.attn;
+    be_.attn_prep_and_cache(batch, s.qg, s.k, s.v, w.q_norm, w.k_norm, attn_dims_, s.q, s.gate, c.k,
+                            c.v);
+    return be_.paged_attention(batch, s.q, s.gate, c.k, c.v, attn_dims_, s.attn);
+  }
+  const GdnWeights& w = l.gdn;
   be_.gdn_conv(batch, s.u, w.conv1d, c.conv, gdn_dims_.conv_kernel, s.y);
   be_.gated_delta_rule(batch, s.y, s.a, s.b, w.A_log, w.dt_bias, c.state, gdn_dims_, s.o);
   be_.gated_rms_norm(s.o, s.z, w.norm, static_cast<float>(cfg_.rms_norm_eps));
+}
+
+void Qwen35Model::project_out(int64_t i, const StepBuffers& s, dist::RowRange c) const {
+  const LayerWeights& l = w_.layers[static_cast<size_t>(i)];
   const int64_t T = s.h.dim(0);
-  row_parallel(s.o.view({T, local_.value_dim()}), w.out_proj, s.mix, sharded);
+  const bool attn = l.type == LayerType::kFullAttention;
+  const Tensor in = attn ? s.attn : s.o.view({T, local_.value_dim()});
+  be_.linear(in.rows(c.begin, c.end), attn ? l.attn.o_proj : l.gdn.out_proj,
+             s.mix.rows(c.begin, c.end));
+}
+
+void Qwen35Model::mlp(int64_t i, const StepBuffers& s, dist::RowRange c) const {
+  const auto rows = [c](const Tensor& t) { return t.rows(c.begin, c.end); };
+  const LayerWeights& l = w_.layers[static_cast<size_t>(i)];
+  const Tensor gate = rows(s.mlp_gate), up = rows(s.mlp_up), act = rows(s.mlp_act);
+  const Tensor* ws[] = {&l.gate_proj, &l.up_proj};
+  const Tensor* ys[] = {&gate, &up};
+  be_.linear_multi(rows(s.h), ws, ys);
+  be_.silu_mul(gate, up, act);
+  be_.linear(act, l.down_proj, rows(s.mix));
 }
 
 void Qwen35Model::forward(const StepBatch& batch, const StepBuffers& s,
                           std::span<const LayerCache> cache, int64_t R, bool identity_rows) const {
   DS_CHECK(static_cast<int64_t>(cache.size()) == cfg_.num_layers, "one cache per layer");
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  const int64_t T = s.x.dim(0), L = cfg_.num_layers;
   // x: residual stream; h: the normalised input of the next block (the final norm after the last).
-  // Under TPSP (`sharded`) each rank adds and normalises only its token shard of them.
-  const bool sharded = parallel_.token_sharded(s.x.dim(0));
-  const auto mine = [&](const Tensor& t) { return sharded ? parallel_.token_shard(t) : t; };
-  const Tensor x = mine(s.x), h = mine(s.h), mix = mine(s.mix);
+  // Under TPSP (`sharded`) each rank adds and normalises only its token shard of every microchunk.
+  const bool sharded = parallel_.token_sharded(T);
+  const std::vector<dist::RowRange> chunks = parallel_.microchunks(T, sharded);
+  const bool overlap = parallel_.tpsp().overlap_streams;
+  const auto own = [&](const Tensor& t, dist::RowRange c) {
+    return parallel_.own_rows(t, c, sharded);
+  };
+  // Sum the row-parallel partials in s.mix, add them to the residual and normalise by `norm`,
+  // then (with `gather`) give every rank all the normalised rows (TPSP: reduce-scatter, add + norm
+  // of the shard, all-gather; else all-reduce, add + norm of every row).
+  const auto reduce_add_norm = [&](MicrochunkPipeline& p, const Tensor& norm, bool gather) {
+    p.communicate(
+        [&](dist::RowRange c) { parallel_.reduce_row_parallel_output(s.mix, c, sharded); });
+    p.compute([&](dist::RowRange c) {
+      be_.add_rms_norm(own(s.x, c), own(s.mix, c), norm, eps, own(s.h, c));
+    });
+    if (gather)
+      p.communicate([&](dist::RowRange c) { parallel_.column_parallel_input(s.h, c, sharded); });
+  };
   be_.embedding(s.ids, w_.embed, s.x);
-  parallel_.reduce_embedding(s.x, sharded);
-  be_.rms_norm(x, w_.layers[0].input_norm, eps, h);
-  for (int64_t i = 0; i < cfg_.num_layers; ++i) {
-    const LayerWeights& l = w_.layers[static_cast<size_t>(i)];
-    if (l.type == LayerType::kFullAttention)
-      full_attention(batch, i, s, cache[static_cast<size_t>(i)], sharded);
-    else
-      gated_deltanet(batch, i, s, cache[static_cast<size_t>(i)], sharded);
-    be_.add_rms_norm(x, mix, l.post_norm, eps, h);
-    parallel_.column_parallel_input(s.h, sharded);
-    const Tensor* ws[] = {&l.gate_proj, &l.up_proj};
-    const Tensor* ys[] = {&s.mlp_gate, &s.mlp_up};
-    be_.linear_multi(s.h, ws, ys);
-    be_.silu_mul(s.mlp_gate, s.mlp_up, s.mlp_act);
-    row_parallel(s.mlp_act, l.down_proj, s.mix, sharded);
-    const Tensor& next_norm =
-        i + 1 < cfg_.num_layers ? w_.layers[static_cast<size_t>(i + 1)].input_norm : w_.final_norm;
-    be_.add_rms_norm(x, mix, next_norm, eps, h);
+  {
+    MicrochunkPipeline p(be_, chunks, overlap);
+    p.communicate([&](dist::RowRange c) { parallel_.reduce_embedding(s.x, c, sharded); });
+    p.compute([&](dist::RowRange c) {
+      be_.rms_norm(own(s.x, c), w_.layers[0].input_norm, eps, own(s.h, c));
+    });
+    p.communicate([&](dist::RowRange c) { parallel_.column_parallel_input(s.h, c, sharded); });
+    p.compute([&](dist::RowRange c) { project_in(0, s, c); });
   }
-  const Tensor& h_all = s.h;
+  for (int64_t i = 0; i < L; ++i) {
+    const LayerWeights& l = w_.layers[static_cast<size_t>(i)];
+    mixer(batch, i, s, cache[static_cast<size_t>(i)]);
+    MicrochunkPipeline p(be_, chunks, overlap);
+    p.compute([&](dist::RowRange c) { project_out(i, s, c); });
+    reduce_add_norm(p, l.post_norm, true);
+    p.compute([&](dist::RowRange c) { mlp(i, s, c); });
+    const bool last = i + 1 == L;
+    // After the last layer: the final norm, gathered when there are logits (the lm_head's rows
+    // may be any rank's).
+    reduce_add_norm(p, last ? w_.final_norm : w_.layers[static_cast<size_t>(i + 1)].input_norm,
+                    !last || R > 0);
+    if (!last) p.compute([&](dist::RowRange c) { project_in(i + 1, s, c); });
+  }
   if (R == 0) return;
-  parallel_.column_parallel_input(h_all, sharded);  // the lm_head's rows may be any rank's
-  const Tensor hr = identity_rows ? h_all.rows(0, R) : s.hr.rows(0, R);
-  if (!identity_rows) be_.gather_rows(h_all, s.row_ids.rows(0, R), hr);
+  const Tensor hr = identity_rows ? s.h.rows(0, R) : s.hr.rows(0, R);
+  if (!identity_rows) be_.gather_rows(s.h, s.row_ids.rows(0, R), hr);
   lm_head(hr, s);
 }
 

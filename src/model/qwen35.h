@@ -59,17 +59,19 @@ class Qwen35Model {
   void set_tpsp(dist::TpspConfig tpsp) { parallel_.set_tpsp(tpsp); }
 
  private:
-  // The mixers read the whole normalised input s.h and leave their row-parallel output in
-  // s.mix (summed: all of it; under TPSP, `sharded`: this rank's token shard).
-  void full_attention(const StepBatch& batch, int64_t i, const StepBuffers& s, const LayerCache& c,
-                      bool sharded) const;
+  // The steps of a layer, each on the rows c of the step (a TPSP microchunk, or all of them)
+  // where it works row by row:
+  // layer i's input projections of s.h (attention q/k/v -> s.qg, s.k, s.v; GDN -> s.u, s.z, s.b,
+  // s.a);
+  void project_in(int64_t i, const StepBuffers& s, dist::RowRange c) const;
+  // its mixer on the whole step (attention -> s.attn; conv, delta rule, gated norm -> s.o);
+  void mixer(const StepBatch& batch, int64_t i, const StepBuffers& s, const LayerCache& c) const;
+  // its row-parallel output projection into s.mix (this rank's partial sums under TP);
+  void project_out(int64_t i, const StepBuffers& s, dist::RowRange c) const;
+  // its MLP of s.h into s.mix (partial sums under TP).
+  void mlp(int64_t i, const StepBuffers& s, dist::RowRange c) const;
   // Logits of the rows `hr` into s.out (vocabulary-parallel under TP).
   void lm_head(const Tensor& hr, const StepBuffers& s) const;
-  void gated_deltanet(const StepBatch& batch, int64_t i, const StepBuffers& s, const LayerCache& c,
-                      bool sharded) const;
-  // out <- the row-parallel projection of `in` by w, summed over ranks (all of it, or under TPSP
-  // this rank's token shard of it).
-  void row_parallel(const Tensor& in, const Tensor& w, const Tensor& out, bool sharded) const;
 
   ModelConfig cfg_, local_;
   backend::Backend& be_;

@@ -74,6 +74,11 @@ TEST(Cli, LogitsWithTpspMatchHfGolden) {
       golden_logits_error("tiny_real", "prompt.4",
                           " --tensor-parallel-size 2 --enable-tpsp --tpsp-threshold-tokens 0"),
       1e-4f);
+  // ... and in microchunks of 32 tokens (three of 32 and one of 4).
+  EXPECT_LE(golden_logits_error("tiny_real", "prompt.4",
+                                " --tensor-parallel-size 2 --enable-tpsp --tpsp-threshold-tokens 0"
+                                " --tpsp-microchunk-tokens 32"),
+            1e-4f);
 }
 
 TEST(Cli, GenerateRunsOnCheckpointAndDummy) {
@@ -139,6 +144,11 @@ TEST(Cli, BadInputFailsClearly) {
       {"bench offline --num-prompts 0", "--num-prompts must be an integer"},
       {"logits " + m + " --ids 1 --out /tmp/x.safetensors --tpsp-threshold-tokens 8",
        "--tpsp-threshold-tokens needs --enable-tpsp"},
+      {"logits " + m + " --ids 1 --out /tmp/x.safetensors --tpsp-microchunk-tokens 8",
+       "--tpsp-microchunk-tokens needs --enable-tpsp"},
+      {"logits " + m + " --ids 1 --out /tmp/x.safetensors --tensor-parallel-size 2 --enable-tpsp"
+       " --tpsp-microchunk-tokens 33",
+       "--tpsp-microchunk-tokens must be a multiple of --tensor-parallel-size (2)"},
   };
   for (const Case& c : cases) {
     const Result r = run(c.args);

@@ -149,8 +149,8 @@ TEST(TensorParallel, Tp4WithReplicatedKvHeadsEqualsTp1) {
 }
 
 // TPSP forced on every step (threshold 0) computes what conventional TP does: prefill, mixed and
-// decode steps at TP2 and TP4 (KV heads replicated at TP4), and at a threshold above a step's
-// tokens that step runs the conventional path.
+// decode steps at TP2 and TP4 (KV heads replicated at TP4), also in microchunks, and at a
+// threshold above a step's tokens that step runs the conventional path.
 TEST(TensorParallel, TpspEqualsConventionalTp) {
   TempDir d;
   const auto dir = make_tp4_checkpoint(d);
@@ -167,6 +167,9 @@ TEST(TensorParallel, TpspEqualsConventionalTp) {
     expect_same_logits(tpsp, conventional, "TPSP TP" + std::to_string(n));
     expect_same_logits(tpsp, tp1, "TPSP TP" + std::to_string(n) + " vs TP1");
     expect_same_logits(run_tp(dir, n, steps, nullptr, {true, 40}), conventional, "threshold 40");
+    // The microchunk pipeline: 48 tokens in 6 chunks of 8, 36 in 4 + a last one of 4, 4 in one.
+    expect_same_logits(run_tp(dir, n, steps, nullptr, {true, 0, 8}), conventional,
+                       "TPSP microchunks of 8, TP" + std::to_string(n));
   }
 }
 

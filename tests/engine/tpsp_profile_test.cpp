@@ -22,6 +22,18 @@ TEST(TpspProfile, ChoosesTheSmallestSizeFromWhichTpspAlwaysWins) {
   EXPECT_FALSE(choose_tpsp({}).enabled);
 }
 
+TEST(TpspProfile, ChoosesTheFastestMicrochunkAmongItsCandidates) {
+  EXPECT_EQ(choose_microchunk({{0, 8.0}, {4096, 7.5}, {2048, 7.1}, {1024, 7.3}}), 2048);
+  EXPECT_EQ(choose_microchunk({{0, 7.0}, {4096, 7.5}}), 0) << "no pipeline when it never helps";
+  EXPECT_EQ(choose_microchunk({{0, 7.0}, {512, 7.0}}), 0) << "the first of equals";
+  EXPECT_EQ(choose_microchunk({}), 0);
+  EXPECT_EQ(microchunk_candidates(8192, 2), (std::vector<int64_t>{0, 4096, 2048, 1024}));
+  EXPECT_EQ(microchunk_candidates(256, 4), (std::vector<int64_t>{0, 128, 64}));
+  // Multiples of the degree only, and at least 64 tokens.
+  EXPECT_EQ(microchunk_candidates(384, 3), (std::vector<int64_t>{0, 192, 96}));
+  EXPECT_EQ(microchunk_candidates(320, 4), (std::vector<int64_t>{0, 160, 80}));
+}
+
 TEST(TpspProfile, RunsOnTheRanksAndServingStillMatchesOneRank) {
   const std::string dir = (deltaserve::testing::test_data() / "tiny_real").string();
   SamplingParams p = greedy(6);
@@ -37,16 +49,30 @@ TEST(TpspProfile, RunsOnTheRanksAndServingStillMatchesOneRank) {
   auto two = tp_executor(dir, 2);
   EngineConfig cfg;
   cfg.max_num_batched_tokens = 600;
-  cfg.profile_tpsp = true;
+  cfg.profile_tpsp = TpspProfileRequest{};
   Engine e(*two, cfg);
-  EXPECT_NE(e.tpsp_profile().find("256:"), std::string::npos) << e.tpsp_profile();
-  EXPECT_NE(e.tpsp_profile().find("512:"), std::string::npos) << e.tpsp_profile();
-  EXPECT_EQ(e.tpsp_profile().find("1024:"), std::string::npos) << "beyond the step budget";
+  const std::string& d = e.tpsp_profile();
+  EXPECT_NE(d.find("at 512 tokens by microchunk: 0: "), std::string::npos) << d;
+  EXPECT_NE(d.find(" 256: "), std::string::npos) << d;
+  EXPECT_NE(d.find(" 64: "), std::string::npos) << d;
+  EXPECT_NE(d.find("conventional / TPSP: 256: "), std::string::npos) << d;
+  EXPECT_NE(d.find(" 512: "), std::string::npos) << d;
+  EXPECT_EQ(d.find("1024:"), std::string::npos) << "beyond the step budget: " << d;
   EXPECT_EQ(collect(*e.submit(req)).tokens, want.tokens);
-  const std::vector<TpspTiming> t = profile_tpsp(*two, 300);
-  ASSERT_EQ(t.size(), 1u);
-  EXPECT_GT(t[0].conventional_ms, 0);
-  EXPECT_GT(t[0].tpsp_ms, 0);
+  // Only the microchunk size left open: the threshold stays the given one.
+  const TpspProfile mc = profile_tpsp(*two, 300, {{true, 96, 0}, false, true});
+  EXPECT_TRUE(mc.timings.empty());
+  ASSERT_EQ(mc.microchunks.size(), 3u);  // 0, 128, 64 at 256 tokens
+  for (const MicrochunkTiming& m : mc.microchunks) EXPECT_GT(m.ms, 0);
+  EXPECT_EQ(mc.chosen.threshold_tokens, 96);
+  EXPECT_EQ(mc.chosen.microchunk_tokens, choose_microchunk(mc.microchunks));
+  // Only the threshold: timed with the given microchunk size.
+  const TpspProfile q = profile_tpsp(*two, 300, {{true, 0, 64}, true, false});
+  ASSERT_EQ(q.timings.size(), 1u);
+  EXPECT_GT(q.timings[0].conventional_ms, 0);
+  EXPECT_GT(q.timings[0].tpsp_ms, 0);
+  EXPECT_TRUE(q.microchunks.empty());
+  EXPECT_EQ(q.chosen.microchunk_tokens, 64);
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ void run(int size) {
       cudaSetDevice(r);
       cudaStream_t s;
       cudaStreamCreate(&s);
-      NcclCommunicator c(id, size, r, r, s);
+      NcclCommunicator c(id, size, r, r, [s] { return s; });
       const int n = 1024;
       float *x, *g, *sc;
       cudaMalloc(&x, n * sizeof(float));

@@ -22,6 +22,7 @@
 #include "engine/executor.h"
 #include "gpu_test_util.h"
 #include "model/loader.h"
+#include "model/microchunk_pipeline.h"
 #include "model/tp_shard.h"
 #include "runner_fixture.h"
 
@@ -198,6 +199,88 @@ TEST_F(TpGpu, TpspAtTp2AndTp4MatchesConventionalTp) {
     EXPECT_EQ(both.err, 0.0) << "TP" << N;
     EXPECT_EQ(both.agree, 1.0) << "TP" << N;
   }
+}
+
+// The microchunk pipeline (chunks of 8 tokens: 48 -> 6, 36 -> 4 + 4, 4 -> 1) with the collectives
+// on the side stream: equal bit for bit to the same chunks run in order on one stream (a missing
+// wait between the streams reads rows before they are reduced or gathered — host-staged
+// collectives block the side stream for milliseconds while the main one runs later chunks'
+// GEMMs), and held to conventional TP's error against the CPU (the chunks' smaller GEMMs may
+// round differently).
+TEST_F(TpGpu, TpspMicrochunkPipelineMatchesInOrderChunksAndConventionalTp) {
+  const Tp4Case c(divisible_scenario);
+  const auto& [tmp, dir, cfg, steps, ref] = c;
+  for (int N : {2, 4}) {
+    const auto conventional = run_gpu_tp(dir, N, steps);
+    const auto piped = run_gpu_tp(dir, N, steps, {true, 0, 8, true});
+    const auto in_order = run_gpu_tp(dir, N, steps, {true, 0, 8, false});
+    const Deviation both = deviation(piped, in_order, cfg.vocab_size);
+    std::printf("  GPU TP%d microchunks, two streams vs one: max|diff| %.3g, argmax %.4f\n", N,
+                both.err, both.agree);
+    EXPECT_EQ(both.err, 0.0) << "TP" << N;
+    const Deviation tp = deviation(conventional, ref, cfg.vocab_size);
+    const Deviation mc = deviation(piped, ref, cfg.vocab_size);
+    std::printf(
+        "  GPU TP%d vs CPU f32: conventional max|err| %.4f argmax %.4f; microchunked %.4f, "
+        "%.4f\n",
+        N, tp.err, tp.agree, mc.err, mc.agree);
+    EXPECT_LE(mc.err, 1.25 * tp.err + 0.01 * mc.scale) << "TP" << N;
+  }
+}
+
+// The pipeline's fork and join of the side stream inside a CUDA graph (decode graphs capture TPSP
+// steps): norm per chunk (main), a copy standing in for a collective (side), SiLU-mul (main);
+// captured and replayed it gives what it gives eager, and what the chunks give in order.
+TEST_F(TpGpu, MicrochunkPipelineCapturesIntoAGraph) {
+  backend::CudaBackend be(0);
+  const int64_t T = 64, H = 256;
+  std::vector<float> host(static_cast<size_t>(T * H));
+  std::mt19937 gen(3);
+  std::normal_distribution<float> nd;
+  for (float& v : host) v = nd(gen);
+  const Buffer x = be.alloc(DType::kBF16, {T, H}), w = be.alloc(DType::kF32, {H}),
+               a = be.alloc(DType::kBF16, {T, H}), b = be.alloc(DType::kBF16, {T, H}),
+               out = be.alloc(DType::kBF16, {T, H});
+  be.upload(DType::kF32, host.data(), host.size(), x.tensor());
+  std::vector<float> ones(static_cast<size_t>(H), 1.0f);
+  be.upload(DType::kF32, ones.data(), ones.size(), w.tensor());
+  const auto run = [&](bool overlap) {
+    model::MicrochunkPipeline p(be, {{0, 16}, {16, 32}, {32, 48}, {48, 64}}, overlap);
+    const auto rows = [](const Buffer& t, dist::RowRange c) {
+      return t.tensor().rows(c.begin, c.end);
+    };
+    p.compute([&](dist::RowRange c) { be.rms_norm(rows(x, c), w.tensor(), 1e-6f, rows(a, c)); });
+    p.communicate([&](dist::RowRange c) {
+      const Tensor from = rows(a, c), to = rows(b, c);
+      ASSERT_EQ(
+          cudaMemcpyAsync(to.data, from.data, from.nbytes(), cudaMemcpyDeviceToDevice, be.stream()),
+          cudaSuccess);
+    });
+    p.compute([&](dist::RowRange c) { be.silu_mul(rows(b, c), rows(b, c), rows(out, c)); });
+  };
+  const auto result = [&] {
+    std::vector<float> r(static_cast<size_t>(T * H));
+    be.download_f32(out.tensor(), r.data());
+    return r;
+  };
+  const std::vector<float> zeros(static_cast<size_t>(T * H), 0.0f);
+  const auto clear = [&] {
+    for (const Buffer* t : {&a, &b, &out})
+      be.upload(DType::kF32, zeros.data(), zeros.size(), t->tensor());
+  };
+  run(false);
+  const std::vector<float> in_order = result();
+  ASSERT_NE(in_order, zeros);
+  clear();
+  run(true);
+  EXPECT_EQ(result(), in_order) << "eager, two streams";
+  clear();
+  be.begin_capture();
+  run(true);
+  const int graph = be.end_capture();  // throws if the side stream did not join
+  be.replay(graph);
+  be.synchronize();
+  EXPECT_EQ(result(), in_order) << "graph replay";
 }
 
 // N NCCL ranks on GPUs 0..N-1 over the checkpoint at `dir` (TP 1 too all-reduces through NCCL).

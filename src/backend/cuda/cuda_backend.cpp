@@ -91,7 +91,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     throw Error("CUDA device " + std::to_string(device) + " does not exist (" +
                 std::to_string(count) + " visible)");
   check(cudaSetDevice(device), "cudaSetDevice");
-  check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  check(cudaStreamCreateWithFlags(&main_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  check(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  stream_ = main_stream_;
   gemm_ = std::make_unique<cuda::CublasLtLinear>();
   check(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device), "SM count");
   check(cudaMalloc(&attn_ws_, kAttnWorkspaceBytes), "cudaMalloc (attention workspace)");
@@ -128,11 +130,32 @@ CudaBackend::~CudaBackend() {
   if (gdn_ws_) cudaFree(gdn_ws_);
   if (sample_in_) cudaFree(sample_in_);
   if (sample_out_) cudaFree(sample_out_);
-  if (stream_) cudaStreamDestroy(stream_);
+  for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  if (side_stream_) cudaStreamDestroy(side_stream_);
+  if (main_stream_) cudaStreamDestroy(main_stream_);
+}
+
+void CudaBackend::use_side_stream(bool side) { stream_ = side ? side_stream_ : main_stream_; }
+
+cudaEvent_t CudaBackend::event(int e) {
+  DS_CHECK(e >= 0, "event numbers start at 0");
+  while (static_cast<int>(events_.size()) <= e) {
+    cudaEvent_t ev = nullptr;
+    check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+    events_.push_back(ev);
+  }
+  return events_[static_cast<size_t>(e)];
+}
+
+void CudaBackend::record_event(int e) { check(cudaEventRecord(event(e), stream_), "event record"); }
+
+void CudaBackend::wait_event(int e) {
+  check(cudaStreamWaitEvent(stream_, event(e), 0), "stream wait event");
 }
 
 void CudaBackend::begin_capture() {
   DS_CHECK(!capturing_, "already capturing");
+  DS_CHECK(stream_ == main_stream_, "capture starts on the main stream");
   if (profile_) account();
   check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin capture");
   capturing_ = true;
@@ -255,7 +278,10 @@ bool CudaBackend::memory_info(size_t& free_bytes, size_t& total_bytes) const {
   return true;
 }
 
-void CudaBackend::synchronize() { check(cudaStreamSynchronize(stream_), "synchronize"); }
+void CudaBackend::synchronize() {
+  check(cudaStreamSynchronize(side_stream_), "synchronize");
+  check(cudaStreamSynchronize(main_stream_), "synchronize");
+}
 
 void CudaBackend::embedding(const Tensor& ids, const Tensor& table, const Tensor& out) {
   OpTimer timer(*this, "embedding");

@@ -48,7 +48,13 @@ class CudaBackend final : public Backend {
   // device already.
   void stage_batch(const StepBatch& batch) override;
   void reserve_batch(int64_t tokens, int64_t seqs, int64_t page_entries) override;
+  // The current stream (the main one, or the side one after use_side_stream(true)).
   cudaStream_t stream() const { return stream_; }
+  // Collectives and copies may run on the side stream; kernels that use the backend's
+  // workspaces (GEMMs, attention, the delta rule) stay on the main one.
+  void use_side_stream(bool side) override;
+  void record_event(int e) override;
+  void wait_event(int e) override;
 
   bool graphs_supported() const override { return true; }
   void begin_capture() override;
@@ -93,7 +99,10 @@ class CudaBackend final : public Backend {
 
  private:
   int device_;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t main_stream_ = nullptr, side_stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;  // the current one of the two
+  std::vector<cudaEvent_t> events_;
+  cudaEvent_t event(int e);  // made on first use
   std::unique_ptr<cuda::CublasLtLinear> gemm_;
   // Per-op timing (DS_CUDA_PROFILE=1): events of ops not yet accounted, and totals by op.
   struct Timed {
