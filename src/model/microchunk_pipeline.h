@@ -25,7 +25,15 @@ class MicrochunkPipeline {
   // the main stream.
   MicrochunkPipeline(backend::Backend& be, std::vector<dist::RowRange> chunks, bool overlap = true)
       : be_(be), chunks_(std::move(chunks)), overlap_(overlap && chunks_.size() > 1) {}
-  ~MicrochunkPipeline() { join(); }
+  // Joins if the stages did not (an op threw): back on the main stream, errors swallowed (the
+  // step fails with the op's error).
+  ~MicrochunkPipeline() {
+    try {
+      be_.use_side_stream(false);
+      join();
+    } catch (...) {
+    }
+  }
   MicrochunkPipeline(const MicrochunkPipeline&) = delete;
   MicrochunkPipeline& operator=(const MicrochunkPipeline&) = delete;
 

@@ -111,6 +111,7 @@ void Qwen35Model::forward(const StepBatch& batch, const StepBuffers& s,
     });
     p.communicate([&](dist::RowRange c) { parallel_.column_parallel_input(s.h, c, sharded); });
     p.compute([&](dist::RowRange c) { project_in(0, s, c); });
+    p.join();
   }
   for (int64_t i = 0; i < L; ++i) {
     const LayerWeights& l = w_.layers[static_cast<size_t>(i)];
@@ -125,6 +126,7 @@ void Qwen35Model::forward(const StepBatch& batch, const StepBuffers& s,
     reduce_add_norm(p, last ? w_.final_norm : w_.layers[static_cast<size_t>(i + 1)].input_norm,
                     !last || R > 0);
     if (!last) p.compute([&](dist::RowRange c) { project_in(i + 1, s, c); });
+    p.join();
   }
   if (R == 0) return;
   const Tensor hr = identity_rows ? s.h.rows(0, R) : s.hr.rows(0, R);

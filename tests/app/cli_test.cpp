@@ -146,8 +146,9 @@ TEST(Cli, BadInputFailsClearly) {
        "--tpsp-threshold-tokens needs --enable-tpsp"},
       {"logits " + m + " --ids 1 --out /tmp/x.safetensors --tpsp-microchunk-tokens 8",
        "--tpsp-microchunk-tokens needs --enable-tpsp"},
-      {"logits " + m + " --ids 1 --out /tmp/x.safetensors --tensor-parallel-size 2 --enable-tpsp"
-       " --tpsp-microchunk-tokens 33",
+      {"logits " + m +
+           " --ids 1 --out /tmp/x.safetensors --tensor-parallel-size 2 --enable-tpsp"
+           " --tpsp-microchunk-tokens 33",
        "--tpsp-microchunk-tokens must be a multiple of --tensor-parallel-size (2)"},
   };
   for (const Case& c : cases) {
