@@ -7,8 +7,8 @@
 //                  [--prefill 512,2048,8192] [--iters 30] [--profile] [--gemv]
 //                  [--mamba-ssm-cache-dtype auto|float32|bfloat16]  (the GDN state: bf16 halves
 //                  its bytes in the decode floor too)
-// --gemv adds a table of the 4B shapes' decode projections (T = 1): our GEMV vs cuBLASLt, each over
-// weight copies larger than L2, in us per call and GB/s.
+// --gemv adds a table of the 4B shapes' decode projections (T = 1, 16, 64): ours (GEMV, skinny
+// GEMM) vs cuBLASLt, each over weight copies larger than L2, in us per call and GB/s.
 // With --tp 1,2[,4] it prints the tensor-parallel tables instead, every degree in one run (TP N on
 // NCCL ranks over GPUs 0..N-1 through the server's TpExecutor; TP 1 without collectives): per-rank
 // memory, decode step time (graphed) at each B and prefill throughput, and for N > 1 the time of
@@ -440,7 +440,8 @@ void SingleGpuBench::prefill_table() {
 void SingleGpuBench::gemv_table() {
   const ds::model::ModelConfig& c = c_;
   ds::backend::CudaBackend& be = be_;
-  // Decode projections of one token: ours (GEMV) and cuBLASLt on the same weights.
+  // Decode projections of 1, 16 and 64 tokens: ours (GEMV / skinny GEMM) and cuBLASLt on the same
+  // weights (the weights' bytes per microsecond: each is read once).
   const int64_t H = c.hidden_size, I = c.intermediate_size;
   const std::vector<std::pair<int64_t, int64_t>> shapes{{2 * c.num_heads * c.head_dim, H},
                                                         {c.num_kv_heads * c.head_dim, H},
@@ -457,39 +458,40 @@ void SingleGpuBench::gemv_table() {
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
   std::printf(
-      "\n| N x K (T=1) | MB | GEMV us | GEMV GB/s | cuBLASLt us | cuBLASLt GB/s |\n"
-      "|---|---|---|---|---|---|\n");
-  for (const auto& [N, K] : shapes) {
-    const double bytes = static_cast<double>(N * K * 2);
-    const int copies = static_cast<int>(std::max(1.0, std::ceil(256e6 / bytes)));
-    std::vector<ds::Buffer> w;
-    for (int i = 0; i < copies; ++i) w.push_back(be.alloc(ds::DType::kBF16, {N, K}));
-    ds::Buffer x = be.alloc(ds::DType::kBF16, {1, K}), y = be.alloc(ds::DType::kBF16, {1, N});
-    auto time = [&](bool ours) {
-      const int n = std::max(copies * 4, 40);
-      for (int rep = 0; rep < 2; ++rep) {  // the first pass warms up
-        cudaEventRecord(e0, be.stream());
-        for (int i = 0; i < n; ++i) {
-          const ds::Tensor& wt = w[static_cast<size_t>(i % copies)].tensor();
-          if (ours)
-            be.linear(x.tensor(), wt, y.tensor());
-          else
-            lt.run(static_cast<const __nv_bfloat16*>(x.tensor().data),
-                   static_cast<const __nv_bfloat16*>(wt.data),
-                   static_cast<__nv_bfloat16*>(y.tensor().data), 1, K, N, be.stream());
+      "\n| N x K | T | MB | ours us | ours GB/s | cuBLASLt us | cuBLASLt GB/s |\n"
+      "|---|---|---|---|---|---|---|\n");
+  for (const int64_t T : {1, 16, 64})
+    for (const auto& [N, K] : shapes) {
+      const double bytes = static_cast<double>(N * K * 2);
+      const int copies = static_cast<int>(std::max(1.0, std::ceil(256e6 / bytes)));
+      std::vector<ds::Buffer> w;
+      for (int i = 0; i < copies; ++i) w.push_back(be.alloc(ds::DType::kBF16, {N, K}));
+      ds::Buffer x = be.alloc(ds::DType::kBF16, {T, K}), y = be.alloc(ds::DType::kBF16, {T, N});
+      auto time = [&](bool ours) {
+        const int n = std::max(copies * 4, 40);
+        for (int rep = 0; rep < 2; ++rep) {  // the first pass warms up
+          cudaEventRecord(e0, be.stream());
+          for (int i = 0; i < n; ++i) {
+            const ds::Tensor& wt = w[static_cast<size_t>(i % copies)].tensor();
+            if (ours)
+              be.linear(x.tensor(), wt, y.tensor());
+            else
+              lt.run(static_cast<const __nv_bfloat16*>(x.tensor().data),
+                     static_cast<const __nv_bfloat16*>(wt.data),
+                     static_cast<__nv_bfloat16*>(y.tensor().data), T, K, N, be.stream());
+          }
+          cudaEventRecord(e1, be.stream());
+          cudaEventSynchronize(e1);
         }
-        cudaEventRecord(e1, be.stream());
-        cudaEventSynchronize(e1);
-      }
-      float ms = 0;
-      cudaEventElapsedTime(&ms, e0, e1);
-      return ms * 1e3 / n;
-    };
-    const double us = time(true), lus = time(false);
-    std::printf("| %lld x %lld | %.1f | %.1f | %.0f | %.1f | %.0f |\n", static_cast<long long>(N),
-                static_cast<long long>(K), bytes / 1e6, us, bytes / us / 1e3, lus,
-                bytes / lus / 1e3);
-  }
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        return ms * 1e3 / n;
+      };
+      const double us = time(true), lus = time(false);
+      std::printf("| %lld x %lld | %lld | %.1f | %.1f | %.0f | %.1f | %.0f |\n",
+                  static_cast<long long>(N), static_cast<long long>(K), static_cast<long long>(T),
+                  bytes / 1e6, us, bytes / us / 1e3, lus, bytes / lus / 1e3);
+    }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
 }

@@ -25,6 +25,16 @@ struct GdnDims {
   int32_t nk, nv, dk, dv, conv_kernel;
 };
 
+// The tensors of one GDN layer's mixer step (Backend::gdn_mixer): the step's u [T, C] (conv
+// inputs), y [T, C] (scratch: the conv's outputs), a, b [T, nv], z [T, nv * dv] and o [T, nv, dv]
+// (the output); the weights conv_w [C, K], A_log, dt_bias [nv], norm_w [dv]; the layer's caches
+// conv_state [slots, C, K - 1] and state [slots, nv, dk, dv].
+struct GdnMixerTensors {
+  Tensor u, y, a, b, z, o;
+  Tensor conv_w, A_log, dt_bias, norm_w;
+  Tensor conv_state, state;
+};
+
 // Shapes and RoPE parameters of full attention.
 struct AttnDims {
   int32_t nh, nkv, hd, rotary_dim;
@@ -166,6 +176,16 @@ class Backend {
   // In place on o [T, nv, dv]: o = o * rsqrt(mean(o^2) + eps) * w * silu(z); z [T, nv*dv], w [dv]
   // (plain weight, no +1).
   virtual void gated_rms_norm(const Tensor& o, const Tensor& z, const Tensor& w, float eps) = 0;
+
+  // A GDN layer between its input projections and out_proj: gdn_conv (u -> y), gated_delta_rule
+  // (y -> o) and gated_rms_norm (o by z), as those three ops do; a backend may fuse them (the CUDA
+  // one does for steps of one token per sequence, without writing y).
+  virtual void gdn_mixer(const StepBatch& batch, const GdnMixerTensors& t, const GdnDims& d,
+                         float eps) {
+    gdn_conv(batch, t.u, t.conv_w, t.conv_state, d.conv_kernel, t.y);
+    gated_delta_rule(batch, t.y, t.a, t.b, t.A_log, t.dt_bias, t.state, d, t.o);
+    gated_rms_norm(t.o, t.z, t.norm_w, eps);
+  }
 };
 
 }  // namespace deltaserve::backend

@@ -52,9 +52,9 @@ void Qwen35Model::mixer(const StepBatch& batch, int64_t i, const StepBuffers& s,
     return be_.paged_attention(batch, s.q, s.gate, c.k, c.v, attn_dims_, s.attn);
   }
   const GdnWeights& w = l.gdn;
-  be_.gdn_conv(batch, s.u, w.conv1d, c.conv, gdn_dims_.conv_kernel, s.y);
-  be_.gated_delta_rule(batch, s.y, s.a, s.b, w.A_log, w.dt_bias, c.state, gdn_dims_, s.o);
-  be_.gated_rms_norm(s.o, s.z, w.norm, static_cast<float>(cfg_.rms_norm_eps));
+  be_.gdn_mixer(
+      batch, {s.u, s.y, s.a, s.b, s.z, s.o, w.conv1d, w.A_log, w.dt_bias, w.norm, c.conv, c.state},
+      gdn_dims_, static_cast<float>(cfg_.rms_norm_eps));
 }
 
 void Qwen35Model::project_out(int64_t i, const StepBuffers& s, dist::RowRange c) const {

@@ -40,20 +40,31 @@ TEST_F(CudaOps, RmsNormAndAddRmsNorm) {
   }
 }
 
-// T <= 8 with K % 8 == 0 takes the GEMV kernel, the rest cuBLASLt.
-TEST_F(CudaOps, LinearGemvAndCublasLt) {
+// T <= 8 with K % 8 == 0 takes the GEMV kernel, 8 < T <= 64 with K % 64 == 0 the skinny
+// tensor-core kernel (split over K where the 128-row tiles alone do not fill the GPU: 2560 outputs
+// of K 9216 or 4096 in 13 splits, 1000 of K 2560 in 10; one split for K 256 or 40000 outputs,
+// lm_head-like), the rest cuBLASLt.
+// Each case runs twice: the split-K counters must be left ready for the next launch.
+TEST_F(CudaOps, LinearGemvSkinnyAndCublasLt) {
   for (auto [T, in, out] :
        {std::tuple{1, 2560, 9216}, std::tuple{3, 9216, 2560}, std::tuple{8, 2560, 32},
         std::tuple{5, 264, 77}, std::tuple{2, 100, 50}, std::tuple{9, 2560, 1000},
-        std::tuple{17, 256, 384}, std::tuple{130, 1024, 2560}}) {
+        std::tuple{17, 256, 384}, std::tuple{64, 9216, 2560}, std::tuple{16, 4096, 2560},
+        std::tuple{33, 2560, 8192}, std::tuple{40, 2560, 32}, std::tuple{64, 2560, 40000},
+        std::tuple{12, 2560, 1000}, std::tuple{20, 100, 50}, std::tuple{130, 1024, 2560}}) {
     auto x = rnd(static_cast<size_t>(T) * in, 4), w = rnd(static_cast<size_t>(out) * in, 5, 0.05f);
     auto dx = dev(x, DType::kBF16, {T, in}), dw = dev(w, DType::kBF16, {out, in});
     auto dy = gpu_->alloc(DType::kBF16, {T, out});
-    gpu_->linear(dx.tensor(), dw.tensor(), dy.tensor());
     std::vector<float> ref(static_cast<size_t>(T) * out);
     cpu_.linear(Tensor(x.data(), DType::kF32, {T, in}), Tensor(w.data(), DType::kF32, {out, in}),
                 Tensor(ref.data(), DType::kF32, {T, out}));
-    expect_close(host(dy.tensor()), ref, 1e-2f, "linear");
+    SCOPED_TRACE("T " + std::to_string(T) + " in " + std::to_string(in) + " out " +
+                 std::to_string(out));
+    for (int run = 0; run < 2; ++run) {
+      cudaMemset(dy.tensor().data, 0xff, dy.tensor().nbytes());
+      gpu_->linear(dx.tensor(), dw.tensor(), dy.tensor());
+      expect_close(host(dy.tensor()), ref, 1e-2f, "linear");
+    }
   }
 }
 
@@ -275,6 +286,61 @@ TEST_F(CudaOps, GdnConvAndDeltaRule) {
     expect_close(host(dst.tensor()), st, bf16_operands ? 1.0f / 128 : 1e-4f,
                  "delta rule state (f32)");
   }
+}
+
+// The fused decode kernel (gdn_mixer on a step of one token per sequence, one of them fresh)
+// against the three unfused GPU ops on copies of the same inputs and caches, for 1 to 4 value heads
+// per key head and both state dtypes: the output within bf16 rounding, the conv state exactly, the
+// recurrent state within f32 rounding (one bf16 ulp for a bf16 state).
+TEST_F(CudaOps, GdnMixerFusedDecodeMatchesUnfusedOps) {
+  const int K = 4, dk = 128, dv = 128, slots = 5;
+  const StepBatch batch = decode_batch(16);
+  const int T = batch.num_tokens();
+  for (auto [nk, nv] : {std::pair{16, 32}, std::pair{2, 6}, std::pair{4, 4}, std::pair{1, 4}})
+    for (DType sdt : {DType::kF32, DType::kBF16}) {
+      const int C = 2 * nk * dk + nv * dv;
+      const GdnDims d{nk, nv, dk, dv, K};
+      const auto u = rnd(static_cast<size_t>(T) * C, 40), w = rnd(static_cast<size_t>(C) * K, 41),
+                 cs = rnd(static_cast<size_t>(slots) * C * (K - 1), 42),
+                 a = rnd(static_cast<size_t>(T) * nv, 43),
+                 bb = rnd(static_cast<size_t>(T) * nv, 44), alog = rnd(nv, 45, 0.5f),
+                 dtb = rnd(nv, 46, 0.5f), z = rnd(static_cast<size_t>(T) * nv * dv, 47),
+                 nw = rnd(dv, 48), st = rnd(static_cast<size_t>(slots) * nv * dk * dv, 49, 0.1f);
+      struct Run {
+        Buffer u, w, cs, a, b, alog, dtb, z, nw, st, y, o;
+      };
+      const auto make = [&] {
+        return Run{dev(u, DType::kBF16, {T, C}),
+                   dev(w, DType::kBF16, {C, K}),
+                   dev(cs, DType::kBF16, {slots, C, K - 1}),
+                   dev(a, DType::kBF16, {T, nv}),
+                   dev(bb, DType::kBF16, {T, nv}),
+                   dev(alog, DType::kF32, {nv}),
+                   dev(dtb, DType::kF32, {nv}),
+                   dev(z, DType::kBF16, {T, nv * dv}),
+                   dev(nw, DType::kF32, {dv}),
+                   dev(st, sdt, {slots, nv, dk, dv}),
+                   gpu_->alloc(DType::kBF16, {T, C}),
+                   gpu_->alloc(DType::kBF16, {T, nv, dv})};
+      };
+      Run fused = make(), ops = make();
+      const auto tensors = [](const Run& r) {
+        return GdnMixerTensors{r.u.tensor(),   r.y.tensor(),  r.a.tensor(),  r.b.tensor(),
+                               r.z.tensor(),   r.o.tensor(),  r.w.tensor(),  r.alog.tensor(),
+                               r.dtb.tensor(), r.nw.tensor(), r.cs.tensor(), r.st.tensor()};
+      };
+      gpu_->gdn_mixer(batch, tensors(fused), d, 1e-6f);
+      gpu_->Backend::gdn_mixer(batch, tensors(ops), d, 1e-6f);  // the three unfused ops
+      const std::string what = "nk " + std::to_string(nk) + " nv " + std::to_string(nv) +
+                               (sdt == DType::kBF16 ? " bf16 state" : " f32 state");
+      SCOPED_TRACE(what);
+      const std::vector<float> want = host(ops.o.tensor());
+      ASSERT_GT(deltaserve::testing::max_abs(want), 0.1f);
+      expect_close(host(fused.o.tensor()), want, 2e-2f, "output");
+      expect_close(host(fused.cs.tensor()), host(ops.cs.tensor()), 0.0f, "conv state");
+      expect_close(host(fused.st.tensor()), host(ops.st.tensor()),
+                   sdt == DType::kBF16 ? 1.0f / 128 : 1e-5f, "recurrent state");
+    }
 }
 
 // The sampling kernel against the host reference on the same (bf16) logits, at the real vocabulary

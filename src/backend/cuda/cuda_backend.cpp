@@ -14,6 +14,8 @@
 #include "backend/cuda/kernels/gated_rms_norm.cuh"
 #include "backend/cuda/kernels/gather_rows.cuh"
 #include "backend/cuda/kernels/gdn.cuh"
+#include "backend/cuda/kernels/gdn_decode.cuh"
+#include "backend/cuda/kernels/gemm_skinny.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/rms_norm.cuh"
 #include "backend/cuda/kernels/sampling.cuh"
@@ -97,6 +99,12 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   gemm_ = std::make_unique<cuda::CublasLtLinear>();
   check(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device), "SM count");
   check(cudaMalloc(&attn_ws_, kAttnWorkspaceBytes), "cudaMalloc (attention workspace)");
+  check(cuda::skinny_gemm_init(), "skinny GEMM set-up");
+  skinny_bytes_ = cuda::skinny_partial_bytes(num_sms_);
+  check(cudaMalloc(&skinny_partial_, skinny_bytes_), "cudaMalloc (skinny GEMM partials)");
+  const size_t counters = sizeof(int) * cuda::skinny_counters(kSkinnyMaxN);
+  check(cudaMalloc(&skinny_counters_, counters), "cudaMalloc (skinny GEMM counters)");
+  check(cudaMemset(skinny_counters_, 0, counters), "cudaMemset");
 }
 
 std::string CudaBackend::profile_report(bool reset) {
@@ -127,6 +135,8 @@ CudaBackend::~CudaBackend() {
   gemm_.reset();
   if (meta_buf_) cudaFree(meta_buf_);
   if (attn_ws_) cudaFree(attn_ws_);
+  if (skinny_partial_) cudaFree(skinny_partial_);
+  if (skinny_counters_) cudaFree(skinny_counters_);
   if (gdn_ws_) cudaFree(gdn_ws_);
   if (sample_in_) cudaFree(sample_in_);
   if (sample_out_) cudaFree(sample_out_);
@@ -318,6 +328,11 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& y) {
       cuda::gemv_supported(x.data, w.data, static_cast<int>(T), static_cast<int>(K)))
     cuda::launch_gemv_bf16(bf(x), bf(w), bf(y), static_cast<int>(T), static_cast<int>(K),
                            static_cast<int>(N), stream_);
+  else if (N <= kSkinnyMaxN &&
+           cuda::skinny_gemm_supported(x.data, w.data, static_cast<int>(T), static_cast<int>(K)))
+    cuda::launch_skinny_gemm(bf(x), bf(w), bf(y), static_cast<int>(T), static_cast<int>(K),
+                             static_cast<int>(N), num_sms_, skinny_partial_, skinny_counters_,
+                             stream_);
   else
     gemm_->run(bf(x), bf(w), bf(y), T, K, N, stream_);
 }
@@ -406,7 +421,7 @@ void CudaBackend::stage_batch(const StepBatch& batch) {
 int64_t CudaBackend::workspace_bytes(int64_t max_tokens, const GdnDims& d) const {
   const cuda::GdnShape shape{d.nk, d.nv, d.dk, d.dv};
   return static_cast<int64_t>(
-      kAttnWorkspaceBytes + gemm_->workspace_bytes() +
+      kAttnWorkspaceBytes + gemm_->workspace_bytes() + cuda::skinny_partial_bytes(num_sms_) +
       cuda::gdn_chunk_workspace_floats(static_cast<int>(max_tokens), shape) * sizeof(float));
 }
 
@@ -493,6 +508,21 @@ void CudaBackend::gated_delta_rule(const StepBatch& batch, const Tensor& y, cons
   const cuda::GdnState st{state.data, state.dtype == DType::kBF16};
   cuda::launch_gated_delta_rule(m, bf(y), bf(a), bf(b), f32(A_log), f32(dt_bias), st, shape, ws,
                                 num_sms_, bf(out), stream_);
+}
+
+void CudaBackend::gdn_mixer(const StepBatch& batch, const GdnMixerTensors& t, const GdnDims& d,
+                            float eps) {
+  if (batch.num_tokens() != batch.num_seqs() ||
+      !cuda::gdn_decode_supported(d.nk, d.nv, d.dk, d.dv, d.conv_kernel))
+    return Backend::gdn_mixer(batch, t, d, eps);
+  OpTimer timer(*this, "gdn_decode_fused");
+  DS_CHECK(t.state.dtype == DType::kF32 || t.state.dtype == DType::kBF16, "GDN state f32 or bf16");
+  const cuda::GdnDecodeArgs args{
+      bf(t.u),      bf(t.conv_w),   bf(t.conv_state), bf(t.a),       bf(t.b),
+      f32(t.A_log), f32(t.dt_bias), bf(t.z),          f32(t.norm_w), eps,
+      d.nk,         d.nv,           bf(t.o)};
+  cuda::launch_gdn_decode(meta(batch), args, {t.state.data, t.state.dtype == DType::kBF16},
+                          stream_);
 }
 
 std::vector<Sampled> CudaBackend::sample(const Tensor& logits, int32_t vocab,

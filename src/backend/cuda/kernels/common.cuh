@@ -6,19 +6,24 @@
 
 namespace deltaserve::cuda {
 
+// Sum over a warp; every lane gets the total.
+__device__ inline float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
 // Sum over a block of kThreads threads; every thread gets the total. Uses 33 floats of shared
 // memory.
 template <int kThreads>
 __device__ inline float block_sum(float v) {
   __shared__ float partial[kThreads / 32];
   __shared__ float total;
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  v = warp_sum(v);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   if (lane == 0) partial[warp] = v;
   __syncthreads();
   if (warp == 0) {
-    v = lane < kThreads / 32 ? partial[lane] : 0.0f;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    v = warp_sum(lane < kThreads / 32 ? partial[lane] : 0.0f);
     if (lane == 0) total = v;
   }
   __syncthreads();

@@ -1,0 +1,172 @@
+// The fused GDN decode layer (gdn_decode.cuh): conv + SiLU with the conv-state update, q / k L2
+// norms, the gates, the delta rule and the gated RMSNorm for one token per sequence, one kernel.
+#include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/gdn_decode.cuh"
+#include "backend/cuda/kernels/gdn_state.cuh"
+
+namespace deltaserve::cuda {
+namespace {
+
+constexpr int kWarps = 16, kThreads = 32 * kWarps;
+constexpr int kDk = 128, kDv = 128, kK = 4;  // the shape this kernel is written for
+constexpr int kRows = kDk / kWarps;          // state rows per thread (per value head)
+constexpr int kMaxHeadsPerKey = 4;
+
+__device__ inline float round_bf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
+__device__ inline float4 fma4(float4 a, float s, float4 c) {
+  return make_float4(fmaf(a.x, s, c.x), fmaf(a.y, s, c.y), fmaf(a.z, s, c.z), fmaf(a.w, s, c.w));
+}
+__device__ inline float4 add4(float4 a, float4 b) {
+  return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+
+// Thread (warp w, lane l) holds rows w, w + 16, ... of a value head's state, columns 4l .. 4l + 3.
+template <class StateT>
+__device__ inline void load_state(const StateT* S, bool fresh, int warp, int lane,
+                                  float4 (&st)[kRows]) {
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+    st[r] = fresh ? make_float4(0.0f, 0.0f, 0.0f, 0.0f)
+                  : StateIo<StateT>::load4(S + ((warp + kWarps * r) * 32 + lane) * 4);
+}
+
+// Block (sequence, key head): the conv of the key head's q and k channels and of the v channels
+// of its value heads (each channel, and so its conv state, belongs to one block), then the delta
+// rule of each of those value heads in turn, its state in registers (the next head's loads issued
+// before the current head's math), then the gated RMSNorm of its output row.
+template <class StateT>
+__global__ void __launch_bounds__(kThreads, 1)
+    gdn_decode_kernel(BatchMeta b, GdnDecodeArgs p, StateT* __restrict__ state) {
+  __shared__ float ys[2 * kDk + kMaxHeadsPerKey * kDv];  // conv outputs: q | k | v per head
+  __shared__ float4 red_m[kWarps][32], red_o[kWarps][32];
+  __shared__ float norms[3];  // |q|^-1 dk^-1/2, |k|^-1, q . k (normalised)
+  const int seq = blockIdx.x, kh = blockIdx.y, g = p.nv / p.nk;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int key_dim = p.nk * kDk, C = 2 * key_dim + p.nv * kDv;
+  const int t = b.seq_begin[seq];
+  const bool fresh = b.seq_start[seq] == 0;
+  const size_t slot = static_cast<size_t>(b.seq_slot[seq]);
+  const auto head_state = [&](int j) {
+    return state + (slot * p.nv + kh * g + j) * static_cast<size_t>(kDk * kDv);
+  };
+  float4 st[kRows];
+  load_state(head_state(0), fresh, warp, lane, st);
+
+  // Conv + SiLU of the block's channels; the conv state becomes the last K - 1 inputs.
+  const int n_ch = 2 * kDk + g * kDv;
+  for (int i = tid; i < n_ch; i += kThreads) {
+    const int c = i < kDk       ? kh * kDk + i
+                  : i < 2 * kDk ? key_dim + kh * kDk + (i - kDk)
+                                : 2 * key_dim + kh * g * kDv + (i - 2 * kDk);
+    __nv_bfloat16* cs = p.conv_state + (slot * C + c) * (kK - 1);
+    const __nv_bfloat16 u = p.u[static_cast<size_t>(t) * C + c];
+    float x[kK];
+#pragma unroll
+    for (int k = 0; k < kK - 1; ++k) x[k] = fresh ? 0.0f : __bfloat162float(cs[k]);
+    x[kK - 1] = __bfloat162float(u);
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kK; ++k) acc += __bfloat162float(p.conv_w[c * kK + k]) * x[k];
+    ys[i] = round_bf16(silu(acc));  // what the unfused conv stores
+#pragma unroll
+    for (int k = 0; k < kK - 2; ++k) cs[k] = fresh ? __float2bfloat16(0.0f) : cs[k + 1];
+    cs[kK - 2] = u;
+  }
+  __syncthreads();
+  if (warp < 2) {  // warp 0: |q|^2, warp 1: |k|^2
+    float ss = 0.0f;
+    for (int i = lane; i < kDk; i += 32) ss += ys[warp * kDk + i] * ys[warp * kDk + i];
+    ss = warp_sum(ss);
+    if (lane == 0)
+      norms[warp] =
+          warp == 0 ? rsqrtf(ss + 1e-6f) * rsqrtf(static_cast<float>(kDk)) : rsqrtf(ss + 1e-6f);
+  }
+  __syncthreads();
+  if (tid < 2 * kDk) ys[tid] *= norms[tid / kDk];
+  __syncthreads();
+  if (warp == 0) {
+    float qk = 0.0f;
+    for (int i = lane; i < kDk; i += 32) qk += ys[i] * ys[kDk + i];
+    qk = warp_sum(qk);
+    if (lane == 0) norms[2] = qk;
+  }
+  __syncthreads();
+  const float qk = norms[2];
+
+  for (int j = 0; j < g; ++j) {
+    const int h = kh * g + j;
+    float4 next[kRows];
+    if (j + 1 < g) load_state(head_state(j + 1), fresh, warp, lane, next);
+    const size_t gi = static_cast<size_t>(t) * p.nv + h;
+    const float beta = 1.0f / (1.0f + __expf(-__bfloat162float(p.bgate[gi])));
+    const float xa = __bfloat162float(p.a[gi]) + p.dt_bias[h];
+    const float alpha = __expf(-__expf(p.A_log[h]) * (xa > 20.0f ? xa : log1pf(__expf(xa))));
+    // One pass over the state: m = S^T k and S^T q; with S' = alpha S + k delta^T,
+    // delta = beta (v - alpha S^T k) and o = S'^T q = alpha S^T q + delta (k . q).
+    float4 m = make_float4(0.0f, 0.0f, 0.0f, 0.0f), o = m;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int i = warp + kWarps * r;
+      m = fma4(st[r], ys[kDk + i], m);
+      o = fma4(st[r], ys[i], o);
+    }
+    red_m[warp][lane] = m;
+    red_o[warp][lane] = o;
+    __syncthreads();
+    m = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    o = m;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      m = add4(m, red_m[w][lane]);
+      if (warp == 0) o = add4(o, red_o[w][lane]);
+    }
+    const float* v = ys + 2 * kDk + j * kDv + 4 * lane;
+    const float4 delta = make_float4(beta * (v[0] - alpha * m.x), beta * (v[1] - alpha * m.y),
+                                     beta * (v[2] - alpha * m.z), beta * (v[3] - alpha * m.w));
+    StateT* S = head_state(j);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int i = warp + kWarps * r;
+      const float kv = ys[kDk + i];
+      const float4 s = st[r];
+      StateIo<StateT>::store4(
+          S + (i * 32 + lane) * 4,
+          make_float4(fmaf(kv, delta.x, alpha * s.x), fmaf(kv, delta.y, alpha * s.y),
+                      fmaf(kv, delta.z, alpha * s.z), fmaf(kv, delta.w, alpha * s.w)));
+    }
+    if (warp == 0) {  // o rounded as the unfused rule stores it, then the gated RMSNorm
+      const float ov[4] = {
+          round_bf16(fmaf(alpha, o.x, delta.x * qk)), round_bf16(fmaf(alpha, o.y, delta.y * qk)),
+          round_bf16(fmaf(alpha, o.z, delta.z * qk)), round_bf16(fmaf(alpha, o.w, delta.w * qk))};
+      const float ss = warp_sum(ov[0] * ov[0] + ov[1] * ov[1] + ov[2] * ov[2] + ov[3] * ov[3]);
+      const float inv = rsqrtf(ss / static_cast<float>(kDv) + p.eps);
+      const size_t at = gi * kDv + 4 * lane;
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        p.out[at + e] = __float2bfloat16(ov[e] * inv * p.norm_w[4 * lane + e] *
+                                         silu(__bfloat162float(p.z[at + e])));
+    }
+    __syncthreads();  // red_m / red_o are rewritten by the next head
+    if (j + 1 < g)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) st[r] = next[r];
+  }
+}
+
+}  // namespace
+
+bool gdn_decode_supported(int nk, int nv, int dk, int dv, int K) {
+  return dk == kDk && dv == kDv && K == kK && nk > 0 && nv % nk == 0 && nv / nk <= kMaxHeadsPerKey;
+}
+
+void launch_gdn_decode(const BatchMeta& b, const GdnDecodeArgs& p, GdnState state,
+                       cudaStream_t stream) {
+  if (b.num_seqs == 0) return;
+  const dim3 grid(b.num_seqs, p.nk);
+  if (state.bf16)
+    gdn_decode_kernel<<<grid, kThreads, 0, stream>>>(b, p, static_cast<__nv_bfloat16*>(state.data));
+  else
+    gdn_decode_kernel<<<grid, kThreads, 0, stream>>>(b, p, static_cast<float*>(state.data));
+}
+
+}  // namespace deltaserve::cuda

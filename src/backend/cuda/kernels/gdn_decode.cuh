@@ -1,0 +1,38 @@
+// The fused GDN decode layer: for steps of one token per sequence, everything between the GDN
+// input projections and out_proj in one kernel — the causal conv + SiLU with its conv-state update,
+// the q / k L2 norms, beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias), the delta rule with
+// the recurrent state read and written once, and the gated RMSNorm. Same results as gdn_conv +
+// the recurrent delta rule + gated_rms_norm up to f32 rounding order (the intermediate y and o
+// are rounded to bf16 where the unfused ops store them).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "backend/cuda/kernels/batch_meta.cuh"
+#include "backend/cuda/kernels/gdn_state.cuh"
+
+namespace deltaserve::cuda {
+
+struct GdnDecodeArgs {
+  const __nv_bfloat16* u;  // [T, C] the conv's inputs (q | k | v channels), C = 2 nk dk + nv dv
+  const __nv_bfloat16* conv_w;     // [C, K]
+  __nv_bfloat16* conv_state;       // [slots, C, K - 1], oldest first
+  const __nv_bfloat16 *a, *bgate;  // [T, nv] raw gate projections
+  const float *A_log, *dt_bias;    // [nv]
+  const __nv_bfloat16* z;          // [T, nv * dv] the output gate
+  const float* norm_w;             // [dv]
+  float eps;
+  int nk, nv;
+  __nv_bfloat16* out;  // [T, nv, dv]
+};
+
+// The shapes the kernel supports: dk = dv = 128, K = 4, up to 4 value heads per key head.
+bool gdn_decode_supported(int nk, int nv, int dk, int dv, int K);
+
+// Precondition: one token per sequence (num_tokens == num_seqs), gdn_decode_supported; a
+// sequence starting at 0 starts from zero states. No in-step snapshots (one token per sequence).
+void launch_gdn_decode(const BatchMeta& b, const GdnDecodeArgs& p, GdnState state,
+                       cudaStream_t stream);
+
+}  // namespace deltaserve::cuda
