@@ -100,11 +100,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   check(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device), "SM count");
   check(cudaMalloc(&attn_ws_, kAttnWorkspaceBytes), "cudaMalloc (attention workspace)");
   check(cuda::skinny_gemm_init(), "skinny GEMM set-up");
-  skinny_bytes_ = cuda::skinny_partial_bytes(num_sms_);
-  check(cudaMalloc(&skinny_partial_, skinny_bytes_), "cudaMalloc (skinny GEMM partials)");
-  const size_t counters = sizeof(int) * cuda::skinny_counters(kSkinnyMaxN);
-  check(cudaMalloc(&skinny_counters_, counters), "cudaMalloc (skinny GEMM counters)");
-  check(cudaMemset(skinny_counters_, 0, counters), "cudaMemset");
 }
 
 std::string CudaBackend::profile_report(bool reset) {
@@ -135,8 +130,6 @@ CudaBackend::~CudaBackend() {
   gemm_.reset();
   if (meta_buf_) cudaFree(meta_buf_);
   if (attn_ws_) cudaFree(attn_ws_);
-  if (skinny_partial_) cudaFree(skinny_partial_);
-  if (skinny_counters_) cudaFree(skinny_counters_);
   if (gdn_ws_) cudaFree(gdn_ws_);
   if (sample_in_) cudaFree(sample_in_);
   if (sample_out_) cudaFree(sample_out_);
@@ -328,11 +321,9 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& y) {
       cuda::gemv_supported(x.data, w.data, static_cast<int>(T), static_cast<int>(K)))
     cuda::launch_gemv_bf16(bf(x), bf(w), bf(y), static_cast<int>(T), static_cast<int>(K),
                            static_cast<int>(N), stream_);
-  else if (N <= kSkinnyMaxN &&
-           cuda::skinny_gemm_supported(x.data, w.data, static_cast<int>(T), static_cast<int>(K)))
+  else if (cuda::skinny_gemm_supported(x.data, w.data, static_cast<int>(T), static_cast<int>(K)))
     cuda::launch_skinny_gemm(bf(x), bf(w), bf(y), static_cast<int>(T), static_cast<int>(K),
-                             static_cast<int>(N), num_sms_, skinny_partial_, skinny_counters_,
-                             stream_);
+                             static_cast<int>(N), num_sms_, stream_);
   else
     gemm_->run(bf(x), bf(w), bf(y), T, K, N, stream_);
 }
@@ -421,7 +412,7 @@ void CudaBackend::stage_batch(const StepBatch& batch) {
 int64_t CudaBackend::workspace_bytes(int64_t max_tokens, const GdnDims& d) const {
   const cuda::GdnShape shape{d.nk, d.nv, d.dk, d.dv};
   return static_cast<int64_t>(
-      kAttnWorkspaceBytes + gemm_->workspace_bytes() + cuda::skinny_partial_bytes(num_sms_) +
+      kAttnWorkspaceBytes + gemm_->workspace_bytes() +
       cuda::gdn_chunk_workspace_floats(static_cast<int>(max_tokens), shape) * sizeof(float));
 }
 

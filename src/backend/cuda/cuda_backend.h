@@ -42,8 +42,7 @@ class CudaBackend final : public Backend {
   int64_t workspace_bytes(int64_t max_tokens, const GdnDims& gdn) const override;
   // What the backend holds of its own workspace now (the plan's workspace is its ceiling).
   int64_t workspace_allocated() const {
-    return static_cast<int64_t>(kAttnWorkspaceBytes + gemm_->workspace_bytes() + gdn_ws_bytes_ +
-                                skinny_bytes_);
+    return static_cast<int64_t>(kAttnWorkspaceBytes + gemm_->workspace_bytes() + gdn_ws_bytes_);
   }
   // Uploads the batch description (positions, sequences, page tables) unless it is the one on the
   // device already.
@@ -124,12 +123,6 @@ class CudaBackend final : public Backend {
   int num_sms_ = 0;
   // Split-KV attention partials: fixed size, so captured graphs keep their address.
   static constexpr size_t kAttnWorkspaceBytes = size_t{64} << 20;
-  // The skinny GEMM (8 < T <= 64 rows): its split-K partials and per-tile counters, for outputs
-  // of up to kSkinnyMaxN columns (wider ones run cuBLASLt).
-  static constexpr int kSkinnyMaxN = 1 << 20;
-  float* skinny_partial_ = nullptr;
-  int* skinny_counters_ = nullptr;
-  size_t skinny_bytes_ = 0;
   float* attn_ws_ = nullptr;
   // Chunked delta-rule workspace for prefill steps (grow-only; never used by decode graphs).
   float* gdn_ws_ = nullptr;

@@ -1,3 +1,5 @@
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <cstdint>
 
@@ -7,16 +9,16 @@
 namespace deltaserve::cuda {
 namespace {
 
+namespace cg = cooperative_groups;
+
 constexpr int kTileRows = 128, kChunk = 64, kLd = kChunk + 8, kStages = 4;
 constexpr int kWarps = kTileRows / 16, kThreads = 32 * kWarps;
-constexpr int kMinChunksPerSplit = 4, kBlocksPerSm = 2;
+constexpr int kMinChunksPerSplit = 4, kBlocksPerSm = 2, kMaxSplits = 8;  // a portable cluster
 
 struct SkinnyArgs {
   const __nv_bfloat16* x;
   const __nv_bfloat16* w;
   __nv_bfloat16* y;
-  float* partial;  // [splits, T, N]
-  int* counters;   // [tiles]
   int T, K, N, splits;
 };
 
@@ -82,45 +84,51 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(SkinnyArgs a) {
     }
   }
   // acc[j]: rows n0 + 16 warp + lane / 4 (+ 8), tokens 8 j + 2 (lane % 4) (+ 1).
-  const int nr = n0 + 16 * warp + lane / 4, tc = 2 * (lane % 4);
-  const auto each = [&](auto&& f) {
+  const int nl = 16 * warp + lane / 4, tc = 2 * (lane % 4);
+  if (a.splits == 1) {
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int n = nr + 8 * (e / 2), t = 8 * j + tc + e % 2;
-        if (n < a.N && t < a.T) f(t, n, acc[j][e]);
+        const int n = n0 + nl + 8 * (e / 2), t = 8 * j + tc + e % 2;
+        if (n < a.N && t < a.T) a.y[static_cast<size_t>(t) * a.N + n] = __float2bfloat16(acc[j][e]);
       }
-  };
-  if (a.splits == 1) {
-    each([&](int t, int n, float v) {
-      a.y[static_cast<size_t>(t) * a.N + n] = __float2bfloat16(v);
-    });
     return;
   }
-  float* mine = a.partial + static_cast<size_t>(split) * a.T * a.N;
-  each([&](int t, int n, float v) { mine[static_cast<size_t>(t) * a.N + n] = v; });
-  __threadfence();
-  __syncthreads();
-  __shared__ bool last;
-  if (threadIdx.x == 0) last = atomicAdd(a.counters + tile, 1) == a.splits - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();  // the other splits' partials are visible
-  const int rows = min(kTileRows, a.N - n0);
-  for (int i = threadIdx.x; i < a.T * rows; i += kThreads) {
-    const int t = i / rows, n = n0 + i % rows;
+  // Split K: the cluster's blocks (one per split) leave their f32 partial tiles [8 NT][128] in
+  // shared memory; block r then adds every block's partials, in split order, for its 1/splits of
+  // the tile's elements, over distributed shared memory.
+  mma::cp_async_wait<0>();
+  __syncthreads();  // the pipeline's buffers are free
+  float* part = reinterpret_cast<float*>(smem);
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      part[(8 * j + tc + e % 2) * kTileRows + nl + 8 * (e / 2)] = acc[j][e];
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  const int elems = a.T * kTileRows, per_rank = (elems + a.splits - 1) / a.splits;
+  const int rank = static_cast<int>(cluster.block_rank());
+  for (int i = rank * per_rank + threadIdx.x; i < min(elems, (rank + 1) * per_rank);
+       i += kThreads) {
+    const int t = i / kTileRows, n = n0 + i % kTileRows;
+    float ps[kMaxSplits];  // every load in flight at once, then the sum in split order
+#pragma unroll
+    for (int s = 0; s < kMaxSplits; ++s)
+      ps[s] = s < a.splits ? cluster.map_shared_rank(part, s)[i] : 0.0f;
     float v = 0.0f;
-    for (int s = 0; s < a.splits; ++s)
-      v += __ldcg(a.partial + (static_cast<size_t>(s) * a.T + t) * a.N + n);
-    a.y[static_cast<size_t>(t) * a.N + n] = __float2bfloat16(v);
+#pragma unroll
+    for (int s = 0; s < kMaxSplits; ++s) v += ps[s];
+    if (n < a.N) a.y[static_cast<size_t>(t) * a.N + n] = __float2bfloat16(v);
   }
-  if (threadIdx.x == 0) a.counters[tile] = 0;  // ready for the next launch
+  cluster.sync();  // no block leaves while another still reads its partials
 }
 
 int splits_for(int N, int K, int num_sms) {
   const int tiles = (N + kTileRows - 1) / kTileRows, chunks = K / kChunk;
-  return std::max(1, std::min(chunks / kMinChunksPerSplit, kBlocksPerSm * num_sms / tiles));
+  return std::max(
+      1, std::min({kMaxSplits, chunks / kMinChunksPerSplit, kBlocksPerSm * num_sms / tiles}));
 }
 
 template <int NT>
@@ -131,8 +139,19 @@ cudaError_t allow_smem() {
 
 template <int NT>
 void launch(const SkinnyArgs& a, cudaStream_t stream) {
-  const dim3 grid((a.N + kTileRows - 1) / kTileRows, a.splits);
-  skinny_gemm_kernel<NT><<<grid, kThreads, smem_bytes(NT), stream>>>(a);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3((a.N + kTileRows - 1) / kTileRows, a.splits);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem_bytes(NT);
+  cfg.stream = stream;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = 1;
+  cluster.val.clusterDim.y = static_cast<unsigned>(a.splits);
+  cluster.val.clusterDim.z = 1;
+  cfg.attrs = &cluster;
+  cfg.numAttrs = a.splits > 1 ? 1 : 0;
+  cudaLaunchKernelEx(&cfg, skinny_gemm_kernel<NT>, a);
 }
 
 }  // namespace
@@ -148,18 +167,9 @@ bool skinny_gemm_supported(const void* x, const void* w, int T, int K) {
   return T >= 1 && T <= kSkinnyMaxRows && K % kChunk == 0 && K > 0 && aligned(x) && aligned(w);
 }
 
-size_t skinny_partial_bytes(int num_sms) {
-  // splits x tiles <= kBlocksPerSm x SMs (or one split), each tile kTileRows x T partials.
-  const size_t blocks = static_cast<size_t>(kBlocksPerSm) * num_sms;
-  return blocks * kTileRows * kSkinnyMaxRows * sizeof(float);
-}
-
-int skinny_counters(int max_n) { return (max_n + kTileRows - 1) / kTileRows; }
-
 void launch_skinny_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int T,
-                        int K, int N, int num_sms, float* partial, int* counters,
-                        cudaStream_t stream) {
-  const SkinnyArgs a{x, w, y, partial, counters, T, K, N, splits_for(N, K, num_sms)};
+                        int K, int N, int num_sms, cudaStream_t stream) {
+  const SkinnyArgs a{x, w, y, T, K, N, splits_for(N, K, num_sms)};
   if (T <= 16)
     launch<2>(a, stream);
   else if (T <= 32)

@@ -3,9 +3,10 @@
 // operand and are streamed once: a block owns 128 weight rows (a 16-row mma.sync tile per warp)
 // and a slice of K, the x rows ride along as the narrow operand, 64-column chunks of both move
 // through a 4-stage cp.async pipeline. Where 128-row tiles alone cannot fill the GPU, K is split
-// across blocks: each writes f32 partial sums to a workspace and the last block of a tile to
-// finish (a per-tile counter, reset by that block) adds them in split order and writes y. The
-// split depends on (N, K) and the SM count only, so a row's result never depends on T.
+// across the blocks of a thread-block cluster (up to 8): each leaves its f32 partial tile in
+// shared memory and each adds, in split order, 1/splits of the tile's elements over distributed
+// shared memory. The split depends on (N, K) and the SM count only, so a row's result never
+// depends on T.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -25,15 +26,9 @@ cudaError_t skinny_gemm_init();
 // 16-byte aligned.
 bool skinny_gemm_supported(const void* x, const void* w, int T, int K);
 
-// The workspace the kernel needs on a device of `num_sms` SMs: f32 partials (bytes) and per-tile
-// counters (ints, zero before the first launch and left zero by every launch).
-size_t skinny_partial_bytes(int num_sms);
-int skinny_counters(int max_n);
-
-// Precondition: skinny_gemm_supported(x, w, T, K); N <= the `max_n` the counters were sized for.
-// Never allocates or syncs.
+// Precondition: skinny_gemm_supported(x, w, T, K); skinny_gemm_init() ran on this device.
+// `num_sms`: the device's SM count (picks the split). Never allocates or syncs.
 void launch_skinny_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int T,
-                        int K, int N, int num_sms, float* partial, int* counters,
-                        cudaStream_t stream);
+                        int K, int N, int num_sms, cudaStream_t stream);
 
 }  // namespace deltaserve::cuda
