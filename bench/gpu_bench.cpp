@@ -7,8 +7,9 @@
 //                  [--prefill 512,2048,8192] [--iters 30] [--profile] [--gemv]
 //                  [--mamba-ssm-cache-dtype auto|float32|bfloat16]  (the GDN state: bf16 halves
 //                  its bytes in the decode floor too)
-// --gemv adds a table of the 4B shapes' decode projections (T = 1, 16, 64): ours (GEMV, skinny
-// GEMM) vs cuBLASLt, each over weight copies larger than L2, in us per call and GB/s.
+// --gemv adds a table of the 4B shapes' decode projections (T = 1, 16, 64): ours (GEMV at T = 1,
+// cuBLASLt above) vs cuBLASLt alone, each over weight copies larger than L2, in us per call and
+// GB/s.
 // With --tp 1,2[,4] it prints the tensor-parallel tables instead, every degree in one run (TP N on
 // NCCL ranks over GPUs 0..N-1 through the server's TpExecutor; TP 1 without collectives): per-rank
 // memory, decode step time (graphed) at each B and prefill throughput, and for N > 1 the time of
@@ -440,7 +441,7 @@ void SingleGpuBench::prefill_table() {
 void SingleGpuBench::gemv_table() {
   const ds::model::ModelConfig& c = c_;
   ds::backend::CudaBackend& be = be_;
-  // Decode projections of 1, 16 and 64 tokens: ours (GEMV / skinny GEMM) and cuBLASLt on the same
+  // Decode projections of 1, 16 and 64 tokens: ours (CudaBackend::linear) and cuBLASLt on the same
   // weights (the weights' bytes per microsecond: each is read once).
   const int64_t H = c.hidden_size, I = c.intermediate_size;
   const std::vector<std::pair<int64_t, int64_t>> shapes{{2 * c.num_heads * c.head_dim, H},

@@ -15,7 +15,6 @@
 #include "backend/cuda/kernels/gather_rows.cuh"
 #include "backend/cuda/kernels/gdn.cuh"
 #include "backend/cuda/kernels/gdn_decode.cuh"
-#include "backend/cuda/kernels/gemm_skinny.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/rms_norm.cuh"
 #include "backend/cuda/kernels/sampling.cuh"
@@ -99,7 +98,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   gemm_ = std::make_unique<cuda::CublasLtLinear>();
   check(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device), "SM count");
   check(cudaMalloc(&attn_ws_, kAttnWorkspaceBytes), "cudaMalloc (attention workspace)");
-  check(cuda::skinny_gemm_init(), "skinny GEMM set-up");
 }
 
 std::string CudaBackend::profile_report(bool reset) {
@@ -321,9 +319,6 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& y) {
       cuda::gemv_supported(x.data, w.data, static_cast<int>(T), static_cast<int>(K)))
     cuda::launch_gemv_bf16(bf(x), bf(w), bf(y), static_cast<int>(T), static_cast<int>(K),
                            static_cast<int>(N), stream_);
-  else if (cuda::skinny_gemm_supported(x.data, w.data, static_cast<int>(T), static_cast<int>(K)))
-    cuda::launch_skinny_gemm(bf(x), bf(w), bf(y), static_cast<int>(T), static_cast<int>(K),
-                             static_cast<int>(N), num_sms_, stream_);
   else
     gemm_->run(bf(x), bf(w), bf(y), T, K, N, stream_);
 }
