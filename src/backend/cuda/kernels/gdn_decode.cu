@@ -7,7 +7,9 @@
 namespace deltaserve::cuda {
 namespace {
 
-constexpr int kWarps = 16, kThreads = 32 * kWarps;
+// 8 warps and 80-odd registers a thread: two blocks an SM, so one block's conv and norms overlap
+// the other's state traffic.
+constexpr int kWarps = 8, kThreads = 32 * kWarps;
 constexpr int kDk = 128, kDv = 128, kK = 4;  // the shape this kernel is written for
 constexpr int kRows = kDk / kWarps;          // state rows per thread (per value head)
 constexpr int kMaxHeadsPerKey = 4;
@@ -32,10 +34,10 @@ __device__ inline void load_state(const StateT* S, bool fresh, int warp, int lan
 
 // Block (sequence, key head): the conv of the key head's q and k channels and of the v channels
 // of its value heads (each channel, and so its conv state, belongs to one block), then the delta
-// rule of each of those value heads in turn, its state in registers (the next head's loads issued
-// before the current head's math), then the gated RMSNorm of its output row.
+// rule of each of those value heads in turn, its state in registers (the first head's loads issued
+// before the conv), then the gated RMSNorm of its output row.
 template <class StateT>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, 2)
     gdn_decode_kernel(BatchMeta b, GdnDecodeArgs p, StateT* __restrict__ state) {
   __shared__ float ys[2 * kDk + kMaxHeadsPerKey * kDv];  // conv outputs: q | k | v per head
   __shared__ float4 red_m[kWarps][32], red_o[kWarps][32];
@@ -95,8 +97,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   for (int j = 0; j < g; ++j) {
     const int h = kh * g + j;
-    float4 next[kRows];
-    if (j + 1 < g) load_state(head_state(j + 1), fresh, warp, lane, next);
+    if (j > 0) load_state(head_state(j), fresh, warp, lane, st);
     const size_t gi = static_cast<size_t>(t) * p.nv + h;
     const float beta = 1.0f / (1.0f + __expf(-__bfloat162float(p.bgate[gi])));
     const float xa = __bfloat162float(p.a[gi]) + p.dt_bias[h];
@@ -147,9 +148,6 @@ __global__ void __launch_bounds__(kThreads, 1)
                                          silu(__bfloat162float(p.z[at + e])));
     }
     __syncthreads();  // red_m / red_o are rewritten by the next head
-    if (j + 1 < g)
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) st[r] = next[r];
   }
 }
 
