@@ -3,6 +3,8 @@
 
 usage: tools/h200_json.py --commit SHA --date YYYY-MM-DD [--base-commit SHA --base FILE...]
                           [--fla fla_bench.jsonl] [--gdn NAME=MS ...] [--attn attn_bench.md]
+                          [--gdn-decode NAME=gpu_bench.md ...] [--serve serve8k.jsonl
+                          --serve-flags STR]
                           FILE...    (gpu_bench outputs of the same commit; medians across them)
        tools/h200_json.py --commit SHA --date YYYY-MM-DD --prefix prefix_bench.jsonl
                           (only the prefix_cache key: gpu_run.sh's prefix stage, cache on vs off)
@@ -11,7 +13,9 @@ Keys (snake case, units in the names): commit, date, gpu, decode_ms (graphed, pe
 the context the bench used), decode_eager_ms, prefill_ms (per length), runs, base_* for an A/B
 against another commit, and gdn_chunk_ms_per_layer: ours (--gdn 1x8192=4.45) beside fla's
 CUDA-graph medians from ../shared/peers/fla_bench.py's JSON lines (--fla) of the same session,
-and gdn_decode_us_per_layer: fla's fused recurrent kernel per batch size; attention_prefill_tflops
+and gdn_decode_us_per_layer: fla's fused recurrent kernel per batch size (--fla) beside our fused
+decode layer's (--gdn-decode, from gpu_bench's per-op tables); serve_8k_1k from gpu_run.sh
+serve8k's JSON lines (--serve); attention_prefill_tflops
 (per shape) and attention_prefill_tflops_8k from attn_bench's table (--attn);
 prefix_cache: per setting (on / off) the multi-turn run (hit rate, TTFT, tok/s) and the median
 tok/s, TTFT and TPOT of the never-hitting runs. Other keys already in the file are kept.
@@ -56,6 +60,39 @@ def attention(path):
     return out
 
 
+def gdn_decode_ours(path):
+    """The fused GDN decode kernel's microseconds per layer call, per batch size, from gpu_bench's
+    per-op tables ("eager decode step, B=N" blocks, op gdn_decode_fused)."""
+    out, batch = {}, None
+    for line in Path(path).read_text().splitlines():
+        m = re.match(r"eager decode step, B=(\d+)", line)
+        if m:
+            batch = m.group(1)
+        elif not line.strip() or not line.startswith("  "):
+            batch = None
+        elif batch and line.split()[0] == "gdn_decode_fused":
+            total_ms, calls = float(line.split()[1]), int(line.split()[2])
+            out[batch] = round(total_ms / calls * 1e3, 2)
+    return out
+
+
+def serve(path, commit, date, flags, old):
+    """gpu_run.sh serve8k's JSON lines as serve_8k_1k (SGLang's published cells kept)."""
+    lines = [l for l in Path(path).read_text().splitlines() if l.strip()]
+    runs = [json.loads(lines[i] + lines[i + 1]) for i in range(0, len(lines), 2)]
+    by_c = {}
+    for r in runs:
+        if r["run"]:
+            by_c[str(r["concurrency"])] = {
+                "total_tok_s": r["run"]["total_tok_per_s"], "ttft_ms": r["run"]["ttft_ms"],
+                "tpot_ms": r["run"]["tpot_ms"], "itl_ms": r["run"].get("itl_ms"),
+                "num_prompts": r["run"]["num_prompts"]}
+    out = {"commit": commit, "date": date, "flags": flags, "by_concurrency": by_c}
+    if old and "sglang_published" in old:
+        out["sglang_published"] = old["sglang_published"]
+    return out
+
+
 def prefix_cache(path, commit, date):
     lines = [l for l in Path(path).read_text().splitlines() if l.strip()]
     runs = [json.loads(lines[i] + lines[i + 1]) for i in range(0, len(lines), 2)]
@@ -88,6 +125,11 @@ def main():
     ap.add_argument("--gdn", nargs="*", default=[])
     ap.add_argument("--prefix")
     ap.add_argument("--attn", help="attn_bench's table (ms per layer, TFLOP/s per shape)")
+    ap.add_argument("--gdn-decode", nargs="*", default=[],
+                    help="NAME=gpu_bench.md: our fused GDN decode us per layer (e.g. ours=f32.md "
+                         "ours_bf16_state=bf16.md)")
+    ap.add_argument("--serve", help="gpu_run.sh serve8k's serve8k.jsonl")
+    ap.add_argument("--serve-flags", default="")
     ap.add_argument("files", nargs="*")
     a = ap.parse_args()
     path = Path(a.out)
@@ -116,9 +158,17 @@ def main():
                 gdn["fla"][shape] = d["ms_graph"]
             if d.get("section") == "b" and d.get("variant") == "gva16" and d.get("us_graph"):
                 decode[str(d["B"])] = d["us_graph"]
-        doc["gdn_chunk_ms_per_layer"] = gdn
+        if gdn["ours"]:  # fla's alone go beside the ours they were measured with
+            doc["gdn_chunk_ms_per_layer"] = gdn
+        elif gdn["fla"]:
+            doc.setdefault("gdn_chunk_ms_per_layer", {})[f"fla_at_{a.commit}"] = gdn["fla"]
         if decode:
-            doc["gdn_decode_us_per_layer"] = {"fla": decode}
+            doc["gdn_decode_us_per_layer"] = {"fla": decode, "commit": a.commit}
+    for spec in a.gdn_decode:
+        name, md = spec.split("=", 1)
+        doc.setdefault("gdn_decode_us_per_layer", {"commit": a.commit})[name] = gdn_decode_ours(md)
+    if a.serve:
+        doc["serve_8k_1k"] = serve(a.serve, a.commit, a.date, a.serve_flags, doc.get("serve_8k_1k"))
     if a.attn:
         doc["attention_prefill_tflops"] = attention(a.attn)
         doc["attention_prefill_tflops_8k"] = doc["attention_prefill_tflops"].get("1x8192")

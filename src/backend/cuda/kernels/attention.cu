@@ -10,12 +10,13 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kTcMinLen = 16;  // sequences with this many step tokens: the tensor-core kernel
 constexpr int kMaxPer = 8;     // hd <= 256: up to 8 contiguous elements per lane
+constexpr int kKeys = 4;       // keys a warp loads at once
 
 // Block (token t, KV head, split): the G = nh / nkv query heads sharing the KV head walk the keys
 // [p0, p1) of the token's causal range [0, pos] together (each key and value row is read once for
-// all G heads); warps take every kWarps-th key with an online softmax per head and merge at the
-// end. With one split the block writes sigmoid(gate) * softmax(.) v; else the unnormalised partial
-// (m, l, acc[hd]) goes to ws [T, nh, splits, hd + 2] for attn_combine_kernel.
+// all G heads); warps take every kWarps-th run of kKeys keys with an online softmax per head and
+// merge at the end. With one split the block writes sigmoid(gate) * softmax(.) v; else the
+// unnormalised partial (m, l, acc[hd]) goes to ws [T, nh, splits, hd + 2] for attn_combine_kernel.
 template <int kG>
 __global__ void __launch_bounds__(32 * kWarps)
     attn_split_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ q,
@@ -47,50 +48,65 @@ __global__ void __launch_bounds__(32 * kWarps)
                      : 0.0f;
     }
   }
-  for (int p = p0 + warp; p < p1; p += kWarps) {
-    const size_t row = static_cast<size_t>(pages[p / b.page_size]) * b.page_size + p % b.page_size;
-    const __nv_bfloat16* kr = kc + (row * s.nkv + kvh) * hd + lane * per;
-    const __nv_bfloat16* vr = vc + (row * s.nkv + kvh) * hd + lane * per;
-    float kf[kMaxPer], vf[kMaxPer];
-    if (per == 8) {
-      const uint4 kw = *reinterpret_cast<const uint4*>(kr),
-                  vw = *reinterpret_cast<const uint4*>(vr);
-      const __nv_bfloat162* k2 = reinterpret_cast<const __nv_bfloat162*>(&kw);
-      const __nv_bfloat162* v2 = reinterpret_cast<const __nv_bfloat162*>(&vw);
+  // Each warp takes kKeys consecutive keys at a time, their K and V rows loaded before any is
+  // used (kKeys x 1 KB in flight a warp at hd = 256), then folds them in one by one.
+  for (int p = p0 + warp * kKeys; p < p1; p += kWarps * kKeys) {
+    uint4 kw[kKeys], vw[kKeys];
+    size_t at[kKeys];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float2 a = __bfloat1622float2(k2[j]), c = __bfloat1622float2(v2[j]);
-        kf[2 * j] = a.x;
-        kf[2 * j + 1] = a.y;
-        vf[2 * j] = c.x;
-        vf[2 * j + 1] = c.y;
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < kMaxPer; ++j) {
-        kf[j] = j < per ? __bfloat162float(kr[j]) : 0.0f;
-        vf[j] = j < per ? __bfloat162float(vr[j]) : 0.0f;
+    for (int u = 0; u < kKeys; ++u) {
+      const int pu = min(p + u, p1 - 1);
+      const size_t row =
+          static_cast<size_t>(pages[pu / b.page_size]) * b.page_size + pu % b.page_size;
+      at[u] = (row * s.nkv + kvh) * hd + lane * per;
+      if (per == 8) {
+        kw[u] = *reinterpret_cast<const uint4*>(kc + at[u]);
+        vw[u] = *reinterpret_cast<const uint4*>(vc + at[u]);
       }
     }
-    float dot[kG];
 #pragma unroll
-    for (int g = 0; g < kG; ++g) {
-      dot[g] = 0.0f;
+    for (int u = 0; u < kKeys; ++u) {
+      if (p + u >= p1) break;
+      float kf[kMaxPer], vf[kMaxPer];
+      if (per == 8) {
+        const __nv_bfloat162* k2 = reinterpret_cast<const __nv_bfloat162*>(&kw[u]);
+        const __nv_bfloat162* v2 = reinterpret_cast<const __nv_bfloat162*>(&vw[u]);
 #pragma unroll
-      for (int j = 0; j < kMaxPer; ++j) dot[g] = fmaf(qv[g][j], kf[j], dot[g]);
-    }
+        for (int j = 0; j < 4; ++j) {
+          const float2 a = __bfloat1622float2(k2[j]), c = __bfloat1622float2(v2[j]);
+          kf[2 * j] = a.x;
+          kf[2 * j + 1] = a.y;
+          vf[2 * j] = c.x;
+          vf[2 * j + 1] = c.y;
+        }
+      } else {
+        const __nv_bfloat16 *kr = kc + at[u], *vr = vc + at[u];
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
+        for (int j = 0; j < kMaxPer; ++j) {
+          kf[j] = j < per ? __bfloat162float(kr[j]) : 0.0f;
+          vf[j] = j < per ? __bfloat162float(vr[j]) : 0.0f;
+        }
+      }
+      float dot[kG];
 #pragma unroll
-      for (int g = 0; g < kG; ++g) dot[g] += __shfl_xor_sync(0xffffffffu, dot[g], o);
+      for (int g = 0; g < kG; ++g) {
+        dot[g] = 0.0f;
 #pragma unroll
-    for (int g = 0; g < kG; ++g) {
-      const float m_new = fmaxf(m[g], dot[g]), corr = __expf(m[g] - m_new),
-                  e = __expf(dot[g] - m_new);
+        for (int j = 0; j < kMaxPer; ++j) dot[g] = fmaf(qv[g][j], kf[j], dot[g]);
+      }
 #pragma unroll
-      for (int j = 0; j < kMaxPer; ++j) acc[g][j] = fmaf(acc[g][j], corr, e * vf[j]);
-      l[g] = l[g] * corr + e;
-      m[g] = m_new;
+      for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+        for (int g = 0; g < kG; ++g) dot[g] += __shfl_xor_sync(0xffffffffu, dot[g], o);
+#pragma unroll
+      for (int g = 0; g < kG; ++g) {
+        const float m_new = fmaxf(m[g], dot[g]), corr = __expf(m[g] - m_new),
+                    e = __expf(dot[g] - m_new);
+#pragma unroll
+        for (int j = 0; j < kMaxPer; ++j) acc[g][j] = fmaf(acc[g][j], corr, e * vf[j]);
+        l[g] = l[g] * corr + e;
+        m[g] = m_new;
+      }
     }
   }
 #pragma unroll
