@@ -65,13 +65,11 @@ TEST_F(CudaOps, LinearGemvAndCublasLt) {
   }
 }
 
-// Projections of one input in one launch (the grouped GEMV for T <= 8; above, the narrow outputs
-// — 32 and 48 here, like the GDN gates — grouped in one launch up to 256 rows, the rest separate
-// GEMMs).
+// Projections of one input in one launch (the grouped GEMV for T <= 8; separate GEMMs above).
 TEST_F(CudaOps, LinearMulti) {
-  for (int T : {1, 5, 12, 64, 300}) {
+  for (int T : {1, 5, 12}) {
     const int in = 2560;
-    const std::vector<int> outs{8192, 32, 1024, 48, 2600};
+    const std::vector<int> outs{8192, 1024, 32, 2600};
     auto x = rnd(static_cast<size_t>(T) * in, 60);
     auto dx = dev(x, DType::kBF16, {T, in});
     std::vector<Buffer> dw, dy;

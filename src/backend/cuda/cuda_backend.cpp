@@ -337,33 +337,13 @@ void CudaBackend::linear_multi(const Tensor& x, std::span<const Tensor* const> w
     g.y[i] = bf(y);
     g.n[i] = static_cast<int>(w.dim(0));
   }
-  if (!grouped) return linear_multi_wide(x, ws, ys);
+  if (!grouped) {
+    for (size_t i = 0; i < ws.size(); ++i) linear(x, *ws[i], *ys[i]);
+    return;
+  }
   OpTimer timer(*this, "linear");
   g.count = static_cast<int>(ws.size());
   cuda::launch_gemv_multi_bf16(bf(x), g, static_cast<int>(T), static_cast<int>(K), stream_);
-}
-
-void CudaBackend::linear_multi_wide(const Tensor& x, std::span<const Tensor* const> ws,
-                                    std::span<const Tensor* const> ys) {
-  // Narrow outputs (the GDN gates: 32 columns) in one launch of a block per row while rows are few
-  // (cuBLASLt takes ~8 us for each); the rest one GEMM each.
-  const int64_t T = x.dim(0), K = x.dim(1);
-  cuda::GemvGroups narrow{};
-  for (size_t i = 0; i < ws.size(); ++i) {
-    const Tensor &w = *ws[i], &y = *ys[i];
-    if (T <= kNarrowMaxRows && w.dim(0) <= cuda::kNarrowMaxN &&
-        narrow.count < cuda::kGemvMaxGroups &&
-        cuda::gemv_supported(x.data, w.data, 1, static_cast<int>(K))) {
-      narrow.w[narrow.count] = bf(w);
-      narrow.y[narrow.count] = bf(y);
-      narrow.n[narrow.count++] = static_cast<int>(w.dim(0));
-    } else {
-      linear(x, w, y);
-    }
-  }
-  if (narrow.count == 0) return;
-  OpTimer timer(*this, "linear");
-  cuda::launch_narrow_multi_bf16(bf(x), narrow, static_cast<int>(T), static_cast<int>(K), stream_);
 }
 
 void CudaBackend::silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) {

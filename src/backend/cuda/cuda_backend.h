@@ -102,11 +102,6 @@ class CudaBackend final : public Backend {
                  float eps) override;
 
  private:
-  // linear_multi past the GEMV's row count: narrow outputs grouped, the rest one GEMM each; rows
-  // up to kNarrowMaxRows take the narrow kernel.
-  void linear_multi_wide(const Tensor& x, std::span<const Tensor* const> ws,
-                         std::span<const Tensor* const> ys);
-  static constexpr int64_t kNarrowMaxRows = 256;
   int device_;
   cudaStream_t main_stream_ = nullptr, side_stream_ = nullptr;
   cudaStream_t stream_ = nullptr;  // the current one of the two

@@ -187,29 +187,7 @@ void with_rows(int T, F&& f) {
   }
 }
 
-// Narrow outputs at any row count: block per (row t); warp w computes outputs w, w + 8, ... of
-// every group as one dot product of 16-byte vectors (the weights stay in L2 across rows). Per
-// output the same sum order for every T.
-__global__ void __launch_bounds__(32 * kWarpsPerBlock)
-    narrow_multi_kernel(const __nv_bfloat16* __restrict__ x, GemvGroups g, int K) {
-  const int t = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32, kv = K / 8;
-  const uint4* xr = reinterpret_cast<const uint4*>(x + static_cast<size_t>(t) * K);
-  for (int i = 0; i < g.count; ++i)
-    for (int n = warp; n < g.n[i]; n += kWarpsPerBlock) {
-      const uint4* wr = reinterpret_cast<const uint4*>(g.w[i] + static_cast<size_t>(n) * K);
-      float acc = 0.0f;
-      for (int k = lane; k < kv; k += 32) acc += dot8(__ldg(wr + k), __ldg(xr + k));
-      for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-      if (lane == 0) g.y[i][static_cast<size_t>(t) * g.n[i] + n] = __float2bfloat16(acc);
-    }
-}
-
 }  // namespace
-
-void launch_narrow_multi_bf16(const __nv_bfloat16* x, const GemvGroups& g, int T, int K,
-                              cudaStream_t stream) {
-  narrow_multi_kernel<<<T, 32 * kWarpsPerBlock, 0, stream>>>(x, g, K);
-}
 
 bool gemv_supported(const void* x, const void* w, int T, int K) {
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };

@@ -27,13 +27,6 @@ struct GemvGroups {
 void launch_gemv_multi_bf16(const __nv_bfloat16* x, const GemvGroups& g, int T, int K,
                             cudaStream_t stream);
 
-// Narrow projections (up to kNarrowMaxN outputs each, e.g. the GDN gates' 32) of any number of
-// rows in one launch, for row counts past the GEMV's: a block per row. Precondition:
-// gemv_supported(x, w[i], 1, K) for every group, n[i] <= kNarrowMaxN.
-constexpr int kNarrowMaxN = 64;
-void launch_narrow_multi_bf16(const __nv_bfloat16* x, const GemvGroups& g, int T, int K,
-                              cudaStream_t stream);
-
 // Precondition: gemv_supported(x, w, T, K). Never allocates or syncs.
 void launch_gemv_bf16(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int T,
                       int K, int N, cudaStream_t stream);
