@@ -1,8 +1,9 @@
 // CudaBackend: the Backend on one NVIDIA GPU (sm_90a). bf16 weights (f32 vectors: norms, A_log,
 // dt_bias) and activations with f32 accumulation; every op is a stream-ordered launch.
 // Decode-size projections run the GEMV kernel, larger ones cuBLASLt; decode rows take split-KV
-// attention and the recurrent delta rule, prefill sequences tensor-core attention and the chunked
-// delta rule; sampling runs on the GPU; decode steps can be captured as CUDA graphs.
+// attention and, in decode-only steps, the fused GDN decode layer (gdn_mixer), prefill sequences
+// tensor-core attention and the chunked delta rule; sampling runs on the GPU; decode steps can be
+// captured as CUDA graphs.
 #pragma once
 
 #include <cuda_runtime.h>

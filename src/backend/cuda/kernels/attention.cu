@@ -10,9 +10,9 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kTcMinLen = 16;  // sequences with this many step tokens: the tensor-core kernel
 constexpr int kMaxPer = 8;     // hd <= 256: up to 8 contiguous elements per lane
-// Keys a warp loads at once. On the H200 (4B decode steps at context 1k, same run): 2 beat 1 at
-// B = 16 / 64 / 256 (attention 0.455 / 1.047 / 3.77 ms a step vs 0.508 / 1.176 / 4.29) and 4
-// (more registers, fewer blocks an SM: 1.297 ms at B = 64).
+// Keys a warp loads at once. On the H200 (4B decode steps at context 1k, one run): 2 beats 1 at
+// every B (attention 0.455 / 1.047 / 3.77 ms a step at B = 16 / 64 / 256 vs 0.508 / 1.176 / 4.29)
+// and 4 at B = 64 / 256 (4: 152 registers, fewer blocks an SM, 1.297 ms at 64; better at B <= 16).
 constexpr int kKeys = 2;
 
 // Block (token t, KV head, split): the G = nh / nkv query heads sharing the KV head walk the keys
