@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/cuda/cuda_backend_detail.h"
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/copy_rows.cuh"
 #include "backend/cuda/kernels/gated_rms_norm.cuh"
@@ -23,48 +24,9 @@
 
 namespace deltaserve::backend {
 
-namespace {
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw DeviceError(std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
-}
-
-__nv_bfloat16* bf(const Tensor& t) {
-  DS_CHECK(t.dtype == DType::kBF16 && t.device == Device::kCuda,
-           "expected a bf16 CUDA tensor " + t.shape_str());
-  return static_cast<__nv_bfloat16*>(t.data);
-}
-
-float* f32(const Tensor& t) {
-  DS_CHECK(t.dtype == DType::kF32 && t.device == Device::kCuda,
-           "expected an f32 CUDA tensor " + t.shape_str());
-  return static_cast<float*>(t.data);
-}
-
-}  // namespace
-
-// Records CUDA events around one op when profiling is on.
-class CudaBackend::OpTimer {
- public:
-  OpTimer(CudaBackend& be, const char* op) : be_(be), on_(be.profile_ && !be.capturing_) {
-    if (!on_) return;
-    t_.op = op;
-    cudaEventCreate(&t_.start);
-    cudaEventCreate(&t_.stop);
-    cudaEventRecord(t_.start, be_.stream_);
-  }
-  ~OpTimer() {
-    if (!on_) return;
-    cudaEventRecord(t_.stop, be_.stream_);
-    be_.pending_.push_back(t_);
-  }
-
- private:
-  CudaBackend& be_;
-  bool on_;
-  Timed t_{};
-};
+using cuda_detail::bf;
+using cuda_detail::check;
+using cuda_detail::f32;
 
 void CudaBackend::account() {
   for (const Timed& t : pending_) {
@@ -134,63 +96,6 @@ CudaBackend::~CudaBackend() {
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
   if (side_stream_) cudaStreamDestroy(side_stream_);
   if (main_stream_) cudaStreamDestroy(main_stream_);
-}
-
-void CudaBackend::use_side_stream(bool side) { stream_ = side ? side_stream_ : main_stream_; }
-
-cudaEvent_t CudaBackend::event(int e) {
-  DS_CHECK(e >= 0, "event numbers start at 0");
-  while (static_cast<int>(events_.size()) <= e) {
-    cudaEvent_t ev = nullptr;
-    check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
-    events_.push_back(ev);
-  }
-  return events_[static_cast<size_t>(e)];
-}
-
-void CudaBackend::record_event(int e) { check(cudaEventRecord(event(e), stream_), "event record"); }
-
-void CudaBackend::wait_event(int e) {
-  check(cudaStreamWaitEvent(stream_, event(e), 0), "stream wait event");
-}
-
-void CudaBackend::begin_capture() {
-  DS_CHECK(!capturing_, "already capturing");
-  DS_CHECK(stream_ == main_stream_, "capture starts on the main stream");
-  if (profile_) account();
-  check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin capture");
-  capturing_ = true;
-}
-
-int CudaBackend::end_capture() {
-  DS_CHECK(capturing_, "not capturing");
-  capturing_ = false;
-  cudaGraph_t g = nullptr;
-  check(cudaStreamEndCapture(stream_, &g), "end capture");
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
-  cudaGraphDestroy(g);
-  check(e, "graph instantiate");
-  graphs_.push_back(exec);
-  return static_cast<int>(graphs_.size()) - 1;
-}
-
-void CudaBackend::replay(int id) {
-  DS_CHECK(graph_valid(id), "replay of an invalid graph");
-  OpTimer timer(*this, "graph_replay");
-  check(cudaGraphLaunch(graphs_[static_cast<size_t>(id)], stream_), "graph launch");
-}
-
-bool CudaBackend::graph_valid(int id) const {
-  return id >= 0 && id < static_cast<int>(graphs_.size()) && graphs_[static_cast<size_t>(id)];
-}
-
-void CudaBackend::drop_graphs() {
-  for (cudaGraphExec_t& g : graphs_)
-    if (g) {
-      cudaGraphExecDestroy(g);
-      g = nullptr;
-    }
 }
 
 namespace {
