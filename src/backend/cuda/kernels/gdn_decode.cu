@@ -13,6 +13,7 @@ constexpr int kWarps = 8, kThreads = 32 * kWarps;
 constexpr int kDk = 128, kDv = 128, kK = 4;  // the shape this kernel is written for
 constexpr int kRows = kDk / kWarps;          // state rows per thread (per value head)
 constexpr int kMaxHeadsPerKey = 4;
+static_assert(kThreads >= 2 * kDk, "a thread per q / k channel scales them by their norms");
 
 __device__ inline float round_bf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
 __device__ inline float4 fma4(float4 a, float s, float4 c) {
