@@ -1,4 +1,5 @@
-// The TPSP startup profile (serve --enable-tpsp without --tpsp-threshold-tokens), on every rank in lock step so that the slowest rank decides:
+// The TPSP startup profile (serve --enable-tpsp without --tpsp-threshold-tokens), on every rank in
+// lock step so that the slowest rank decides:
 // - the microchunk size: padding steps of the largest size profiled timed under TPSP without the
 //   pipeline and with microchunks of 1/2, 1/4 and 1/8 of it (multiples of the degree, >= 64
 //   tokens); the fastest wins;
