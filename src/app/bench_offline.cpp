@@ -67,13 +67,14 @@ int cmd_bench(const std::vector<std::string>& argv) {
          {"enforce-eager", "enable-prefix-caching", "enable-tpsp"});
   check_device(a);
   const DType ssm_state = ssm_state_dtype_flag(a);
+  const dist::TpspConfig tpsp = parse_tpsp_flags(a);
   const int n = static_cast<int>(a.get_int("num-prompts", 32, 1, 100000));
   const int in_len = static_cast<int>(a.get_int("input-len", 128, 1, 1 << 20));
   const int out_len = static_cast<int>(a.get_int("output-len", 32, 1, 1 << 20));
   ModelRuntime rt =
       make_runtime(a.get("model", ""), model::parse_load_format(a.get("load-format", "auto")),
                    static_cast<int>(a.get_int("tensor-parallel-size", 1, 1, 1024)), true,
-                   a.get("device", "cpu"), parse_tpsp_flags(a));
+                   a.get("device", "cpu"), tpsp);
   const model::ModelConfig& mc = rt.exec->config();
   engine::EngineConfig cfg;
   cfg.max_num_seqs = static_cast<int32_t>(a.get_int("max-num-seqs", 16, 1, 4096));
@@ -99,7 +100,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (cfg.enable_prefix_caching)
     cfg.num_snapshots =
         static_cast<int32_t>(a.get_int("num-snapshots", 4 * cfg.max_num_seqs, 1, 1 << 20));
-  cfg.profile_tpsp = tpsp_profile_request(a);
+  cfg.profile_tpsp = tpsp_profile_request(a, tpsp);
   engine::Engine eng(*rt.exec, cfg);
   if (!eng.tpsp_profile().empty()) std::fprintf(stderr, "%s\n", eng.tpsp_profile().c_str());
 

@@ -240,7 +240,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "deltaserve: --debug-output-script: every reply is the same %zu tokens\n",
                  ecfg.debug_output_script.size());
   }
-  ecfg.profile_tpsp = tpsp_profile_request(a);
+  ecfg.profile_tpsp = tpsp_profile_request(a, tpsp);
   engine::Engine eng(*rt.exec, ecfg, tok.get());
   if (!eng.tpsp_profile().empty())
     std::fprintf(stderr, "deltaserve: %s\n", eng.tpsp_profile().c_str());

@@ -18,9 +18,12 @@ dist::TpspConfig parse_tpsp_flags(const Args& a) {
   return c;
 }
 
-std::optional<engine::TpspProfileRequest> tpsp_profile_request(const Args& a) {
-  if (!a.has("enable-tpsp") || a.has("tpsp-threshold-tokens")) return std::nullopt;
-  return engine::TpspProfileRequest{parse_tpsp_flags(a), true, !a.has("tpsp-microchunk-tokens")};
+std::optional<engine::TpspProfileRequest> tpsp_profile_request(const Args& a,
+                                                               const dist::TpspConfig& flags) {
+  if (!flags.enabled || a.has("tpsp-threshold-tokens")) return std::nullopt;
+  engine::TpspProfileRequest r;
+  if (a.has("tpsp-microchunk-tokens")) r.microchunk_tokens = flags.microchunk_tokens;
+  return r;
 }
 
 }  // namespace deltaserve::app

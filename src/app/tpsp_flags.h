@@ -34,7 +34,9 @@ inline const std::set<std::string>& tpsp_switches() {
 dist::TpspConfig parse_tpsp_flags(const Args& a);
 
 // What the startup profile picks: with --enable-tpsp and without --tpsp-threshold-tokens, the
-// threshold and (unless --tpsp-microchunk-tokens is given) the microchunk size.
-std::optional<engine::TpspProfileRequest> tpsp_profile_request(const Args& a);
+// threshold and (unless --tpsp-microchunk-tokens is given) the microchunk size. `flags`:
+// parse_tpsp_flags(a).
+std::optional<engine::TpspProfileRequest> tpsp_profile_request(const Args& a,
+                                                               const dist::TpspConfig& flags);
 
 }  // namespace deltaserve::app

@@ -58,7 +58,7 @@ struct EngineConfig {
   // parsing (reasoning, tool calls) that random weights never produce.
   std::vector<int32_t> debug_output_script;
   // Under TP: what the TPSP startup profile (tpsp_profile.h) picks before the decode graphs are
-  // captured (serve --enable-tpsp without --tpsp-threshold-tokens or --tpsp-microchunk-tokens).
+  // captured (serve --enable-tpsp without --tpsp-threshold-tokens).
   std::optional<TpspProfileRequest> profile_tpsp;
 };
 

@@ -59,24 +59,21 @@ TpspProfile profile_tpsp(Executor& exec, int32_t max_tokens, const TpspProfileRe
   std::vector<int32_t> sizes;
   for (int32_t t = 256; t <= max_tokens; t *= 2)
     if (t % exec.degree() == 0) sizes.push_back(t);
-  int64_t microchunk = request.given.microchunk_tokens;
-  if (request.microchunk && !sizes.empty()) {
+  int64_t microchunk = request.microchunk_tokens.value_or(0);
+  if (!request.microchunk_tokens && !sizes.empty()) {
     p.microchunk_step_tokens = sizes.back();
     for (const int64_t m : microchunk_candidates(sizes.back(), exec.degree()))
       p.microchunks.push_back({m, tpsp_ms(exec, sizes.back(), m, reps)});
     microchunk = choose_microchunk(p.microchunks);
   }
-  p.chosen = request.given;
-  if (request.threshold) {
-    for (const int32_t t : sizes) {
-      TpspTiming timing{t, 0, 0};
-      exec.set_tpsp({false, 0, 0});
-      timing.conventional_ms = median_step_ms(exec, t, reps);
-      timing.tpsp_ms = tpsp_ms(exec, t, microchunk, reps);
-      p.timings.push_back(timing);
-    }
-    p.chosen = choose_tpsp(p.timings);
+  for (const int32_t t : sizes) {
+    TpspTiming timing{t, 0, 0};
+    exec.set_tpsp({false, 0, 0});
+    timing.conventional_ms = median_step_ms(exec, t, reps);
+    timing.tpsp_ms = tpsp_ms(exec, t, microchunk, reps);
+    p.timings.push_back(timing);
   }
+  p.chosen = choose_tpsp(p.timings);
   p.chosen.microchunk_tokens = microchunk;
   exec.set_tpsp(p.chosen);
   return p;

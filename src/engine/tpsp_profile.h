@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,16 +30,15 @@ struct MicrochunkTiming {
   double ms = 0;
 };
 
-// What the profile picks; the rest stays as `given` (the flags) sets it.
+// The profile always picks the threshold, and the microchunk size unless it is given.
 struct TpspProfileRequest {
-  dist::TpspConfig given;
-  bool threshold = true, microchunk = true;
+  std::optional<int64_t> microchunk_tokens;  // --tpsp-microchunk-tokens
 };
 
 struct TpspProfile {
   int32_t microchunk_step_tokens = 0;         // the step size the microchunk sizes were timed at
   std::vector<MicrochunkTiming> microchunks;  // empty when the flag set it
-  std::vector<TpspTiming> timings;            // empty when the flag set the threshold
+  std::vector<TpspTiming> timings;
   dist::TpspConfig chosen;
 };
 
