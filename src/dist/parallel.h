@@ -66,12 +66,12 @@ class Parallel {
     return tpsp_.enabled && comm_ && cfg_.degree > 1 && T >= tpsp_.threshold_tokens &&
            T % cfg_.degree == 0;
   }
-  // The microchunks of a step of T tokens: with `sharded` and a microchunk size below T, chunks of
-  // that many rows (the last may be shorter; each a multiple of the degree since T and the size
-  // are); otherwise the whole step.
-  std::vector<RowRange> microchunks(int64_t T, bool sharded) const {
+  // The microchunks of a step of T tokens: when it is token-sharded and the microchunk size is
+  // below T, chunks of that many rows (the last may be shorter; each a multiple of the degree
+  // since T and the size are); otherwise the whole step.
+  std::vector<RowRange> microchunks(int64_t T) const {
     const int64_t m = tpsp_.microchunk_tokens;
-    if (!sharded || m <= 0 || m >= T) return {{0, T}};
+    if (!token_sharded(T) || m <= 0 || m >= T) return {{0, T}};
     std::vector<RowRange> chunks;
     for (int64_t b = 0; b < T; b += m) chunks.push_back({b, std::min(b + m, T)});
     return chunks;

@@ -85,7 +85,7 @@ void Qwen35Model::forward(const StepBatch& batch, const StepBuffers& s,
   // x: residual stream; h: the normalised input of the next block (the final norm after the last).
   // Under TPSP (`sharded`) each rank adds and normalises only its token shard of every microchunk.
   const bool sharded = parallel_.token_sharded(T);
-  const std::vector<dist::RowRange> chunks = parallel_.microchunks(T, sharded);
+  const std::vector<dist::RowRange> chunks = parallel_.microchunks(T);
   const bool overlap = parallel_.tpsp().overlap_streams;
   const auto own = [&](const Tensor& t, dist::RowRange c) {
     return parallel_.own_rows(t, c, sharded);

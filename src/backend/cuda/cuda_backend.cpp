@@ -28,6 +28,16 @@ using cuda_detail::bf;
 using cuda_detail::check;
 using cuda_detail::f32;
 
+namespace {
+
+// The GDN recurrent state tensor as the kernels take it (f32 or bf16).
+cuda::GdnState gdn_state(const Tensor& state) {
+  DS_CHECK(state.dtype == DType::kF32 || state.dtype == DType::kBF16, "GDN state f32 or bf16");
+  return {state.data, state.dtype == DType::kBF16};
+}
+
+}  // namespace
+
 void CudaBackend::account() {
   for (const Timed& t : pending_) {
     cudaEventSynchronize(t.stop);
@@ -395,10 +405,8 @@ void CudaBackend::gated_delta_rule(const StepBatch& batch, const Tensor& y, cons
     }
     ws = gdn_ws_;
   }
-  DS_CHECK(state.dtype == DType::kF32 || state.dtype == DType::kBF16, "GDN state f32 or bf16");
-  const cuda::GdnState st{state.data, state.dtype == DType::kBF16};
-  cuda::launch_gated_delta_rule(m, bf(y), bf(a), bf(b), f32(A_log), f32(dt_bias), st, shape, ws,
-                                num_sms_, bf(out), stream_);
+  cuda::launch_gated_delta_rule(m, bf(y), bf(a), bf(b), f32(A_log), f32(dt_bias), gdn_state(state),
+                                shape, ws, num_sms_, bf(out), stream_);
 }
 
 void CudaBackend::gdn_mixer(const StepBatch& batch, const GdnMixerTensors& t, const GdnDims& d,
@@ -407,13 +415,11 @@ void CudaBackend::gdn_mixer(const StepBatch& batch, const GdnMixerTensors& t, co
       !cuda::gdn_decode_supported(d.nk, d.nv, d.dk, d.dv, d.conv_kernel))
     return Backend::gdn_mixer(batch, t, d, eps);
   OpTimer timer(*this, "gdn_decode_fused");
-  DS_CHECK(t.state.dtype == DType::kF32 || t.state.dtype == DType::kBF16, "GDN state f32 or bf16");
   const cuda::GdnDecodeArgs args{
       bf(t.u),      bf(t.conv_w),   bf(t.conv_state), bf(t.a),       bf(t.b),
       f32(t.A_log), f32(t.dt_bias), bf(t.z),          f32(t.norm_w), eps,
       d.nk,         d.nv,           bf(t.o)};
-  cuda::launch_gdn_decode(meta(batch), args, {t.state.data, t.state.dtype == DType::kBF16},
-                          stream_);
+  cuda::launch_gdn_decode(meta(batch), args, gdn_state(t.state), stream_);
 }
 
 std::vector<Sampled> CudaBackend::sample(const Tensor& logits, int32_t vocab,
