@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
-# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench ncu ncufull attn fla model nccl bench1 prof bench ab hf real serve prefix
+# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench ncu ncusrc ncufull attn fla model nccl bench1 prof bench ab hf real serve prefix
 #        prefixab serve8k
 #        benchtp[:MODELS] servetp   (multi-GPU: TP1 vs TP2 vs TP4 on the visible GPUs)
 # Logs go to $OUT (or ./gpu_logs); a summary line is printed as each stage ends.
@@ -84,7 +84,8 @@ prefix_bench() {
 for stage in "$@"; do
   case $stage in
     ops)
-      $BIN/cuda_ops_test >"$LOG/ops.log" 2>&1; note "ops rc=$? $(tail -1 "$LOG/ops.log")" ;;
+      $BIN/cuda_ops_test >"$LOG/ops.log" 2>&1; note "ops rc=$? $(tail -1 "$LOG/ops.log")"
+      $BIN/gdn_mixer_test >"$LOG/gdn_mixer.log" 2>&1; note "gdn_mixer rc=$? $(tail -1 "$LOG/gdn_mixer.log")" ;;
     gdn)  # the chunked delta rule: its op test against the CPU chunked form, then its per-layer bench
       $BIN/gdn_chunk_test >"$LOG/gdn_chunk.log" 2>&1
       note "gdn_chunk rc=$? $(grep -cE '^gdn chunk' "$LOG/gdn_chunk.log") cases $(tail -1 "$LOG/gdn_chunk.log")"
@@ -100,6 +101,11 @@ for stage in "$@"; do
       timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum \
         $BIN/gdn_bench --len 8192 --rounds 1 --calls 2 >"$LOG/ncu_gdn.log" 2>&1
       note "ncu gdn rc=$? $(grep -E 'kernel|gpu__time_duration' "$LOG/ncu_gdn.log" | tr -s ' ' | tail -8 | tr '\n' ' ')" ;;
+    ncusrc)  # ncu's source-level counters of the GDN prep kernel at 8k (SASS with stall samples)
+      timeout 250 ncu --clock-control none --set full --import-source yes -k regex:prep_kernel -c 1 \
+        -o "$LOG/prep" $BIN/gdn_bench --len 8192 --rounds 1 --calls 1 >"$LOG/ncu_src.log" 2>&1
+      ncu -i "$LOG/prep.ncu-rep" --page source --csv --print-source sass >"$LOG/prep_sass.csv" 2>&1
+      note "ncu src rc=$? $(wc -l <"$LOG/prep_sass.csv") lines" ;;
     ncufull)  # ncu's full sections for the GDN prep / scan and the prefill attention kernels at 8k
       timeout 200 ncu --clock-control none --set full -k regex:'prep_kernel|scan_kernel' -c 2 \
         $BIN/gdn_bench --len 8192 --rounds 1 --calls 1 >"$LOG/ncu_gdn_full.log" 2>&1

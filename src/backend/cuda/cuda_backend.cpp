@@ -15,6 +15,7 @@
 #include "backend/cuda/kernels/gated_rms_norm.cuh"
 #include "backend/cuda/kernels/gather_rows.cuh"
 #include "backend/cuda/kernels/gdn.cuh"
+#include "backend/cuda/kernels/gdn_chunk.cuh"
 #include "backend/cuda/kernels/gdn_decode.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/rms_norm.cuh"
@@ -386,6 +387,18 @@ void CudaBackend::gdn_conv(const StepBatch& batch, const Tensor& u, const Tensor
                         bf(y), stream_);
 }
 
+float* CudaBackend::gdn_chunk_workspace(const cuda::BatchMeta& m, const cuda::GdnShape& shape) {
+  const size_t need = cuda::gdn_chunk_workspace_floats(m.num_tokens, shape) * sizeof(float);
+  if (need > gdn_ws_bytes_) {
+    if (gdn_ws_) cudaFree(gdn_ws_);
+    gdn_ws_ = nullptr;
+    gdn_ws_bytes_ = 0;
+    check(cudaMalloc(&gdn_ws_, need), "cudaMalloc (GDN chunk workspace)");
+    gdn_ws_bytes_ = need;
+  }
+  return gdn_ws_;
+}
+
 void CudaBackend::gated_delta_rule(const StepBatch& batch, const Tensor& y, const Tensor& a,
                                    const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
                                    const Tensor& state, const GdnDims& d, const Tensor& out) {
@@ -393,33 +406,38 @@ void CudaBackend::gated_delta_rule(const StepBatch& batch, const Tensor& y, cons
   DS_CHECK(d.dk <= 256 && d.dv <= 256, "GDN head dims up to 256");
   const cuda::GdnShape shape{d.nk, d.nv, d.dk, d.dv};
   const cuda::BatchMeta& m = meta(batch);
-  float* ws = nullptr;
-  if (m.num_tokens > m.num_seqs && !capturing_) {  // a prefill: the chunked form
-    const size_t need = cuda::gdn_chunk_workspace_floats(m.num_tokens, shape) * sizeof(float);
-    if (need > gdn_ws_bytes_) {
-      if (gdn_ws_) cudaFree(gdn_ws_);
-      gdn_ws_ = nullptr;
-      gdn_ws_bytes_ = 0;
-      check(cudaMalloc(&gdn_ws_, need), "cudaMalloc (GDN chunk workspace)");
-      gdn_ws_bytes_ = need;
-    }
-    ws = gdn_ws_;
-  }
+  const bool chunked = m.num_tokens > m.num_seqs && !capturing_;  // a prefill
+  float* ws = chunked ? gdn_chunk_workspace(m, shape) : nullptr;
   cuda::launch_gated_delta_rule(m, bf(y), bf(a), bf(b), f32(A_log), f32(dt_bias), gdn_state(state),
                                 shape, ws, num_sms_, bf(out), stream_);
 }
 
 void CudaBackend::gdn_mixer(const StepBatch& batch, const GdnMixerTensors& t, const GdnDims& d,
                             float eps) {
-  if (batch.num_tokens() != batch.num_seqs() ||
-      !cuda::gdn_decode_supported(d.nk, d.nv, d.dk, d.dv, d.conv_kernel))
+  const bool decode = batch.num_tokens() == batch.num_seqs();
+  if (decode && cuda::gdn_decode_supported(d.nk, d.nv, d.dk, d.dv, d.conv_kernel)) {
+    OpTimer timer(*this, "gdn_decode_fused");
+    const cuda::GdnDecodeArgs args{
+        bf(t.u),      bf(t.conv_w),   bf(t.conv_state), bf(t.a),       bf(t.b),
+        f32(t.A_log), f32(t.dt_bias), bf(t.z),          f32(t.norm_w), eps,
+        d.nk,         d.nv,           bf(t.o)};
+    cuda::launch_gdn_decode(meta(batch), args, gdn_state(t.state), stream_);
+    return;
+  }
+  const cuda::GdnShape shape{d.nk, d.nv, d.dk, d.dv};
+  const cuda::GdnQkvSource in{nullptr, bf(t.u), bf(t.conv_w), bf(t.conv_state)};
+  if (decode || capturing_ || !cuda::gdn_chunked_conv_supported(shape, d.conv_kernel, in))
     return Backend::gdn_mixer(batch, t, d, eps);
-  OpTimer timer(*this, "gdn_decode_fused");
-  const cuda::GdnDecodeArgs args{
-      bf(t.u),      bf(t.conv_w),   bf(t.conv_state), bf(t.a),       bf(t.b),
-      f32(t.A_log), f32(t.dt_bias), bf(t.z),          f32(t.norm_w), eps,
-      d.nk,         d.nv,           bf(t.o)};
-  cuda::launch_gdn_decode(meta(batch), args, gdn_state(t.state), stream_);
+  {  // a prefill: the conv inside the chunked delta rule (y is not written)
+    OpTimer timer(*this, "gdn_chunked_conv");
+    const cuda::BatchMeta& m = meta(batch);
+    const int C = static_cast<int>(t.u.dim(1));
+    cuda::launch_gdn_chunked(m, in, bf(t.a), bf(t.b), f32(t.A_log), f32(t.dt_bias),
+                             gdn_state(t.state), shape, gdn_chunk_workspace(m, shape), num_sms_,
+                             bf(t.o), stream_);
+    cuda::launch_gdn_conv_state(m, bf(t.u), bf(t.conv_state), C, d.conv_kernel, stream_);
+  }
+  gated_rms_norm(t.o, t.z, t.norm_w, eps);
 }
 
 std::vector<Sampled> CudaBackend::sample(const Tensor& logits, int32_t vocab,

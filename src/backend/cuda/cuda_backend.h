@@ -17,6 +17,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cublaslt_linear.h"
 #include "backend/cuda/kernels/batch_meta.cuh"
+#include "backend/cuda/kernels/gdn.cuh"
 
 namespace deltaserve::backend {
 
@@ -98,7 +99,8 @@ class CudaBackend final : public Backend {
                         const Tensor& A_log, const Tensor& dt_bias, const Tensor& state,
                         const GdnDims& d, const Tensor& out) override;
   // Steps of one token per sequence at the supported shapes: the fused decode kernel
-  // (kernels/gdn_decode.cuh); others the three ops.
+  // (kernels/gdn_decode.cuh); prefill steps at the chunked form's shapes: the conv inside the
+  // chunked delta rule (kernels/gdn_chunk.cuh), then the gated norm; others the three ops.
   void gdn_mixer(const StepBatch& batch, const GdnMixerTensors& t, const GdnDims& d,
                  float eps) override;
 
@@ -128,6 +130,7 @@ class CudaBackend final : public Backend {
   // Chunked delta-rule workspace for prefill steps (grow-only; never used by decode graphs).
   float* gdn_ws_ = nullptr;
   size_t gdn_ws_bytes_ = 0;
+  float* gdn_chunk_workspace(const cuda::BatchMeta& m, const cuda::GdnShape& shape);
   std::vector<cudaGraphExec_t> graphs_;  // null: dropped
 
   // Sampling: per-row parameters and penalty entries in, tokens and logprobs out (grow-only).

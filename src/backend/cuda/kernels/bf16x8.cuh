@@ -15,9 +15,8 @@ struct F32x8 {
 // x rounded to the nearest bf16, as f32.
 __device__ inline float round_bf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
-// 8 bf16 at p (16-byte aligned) as f32.
-__device__ inline F32x8 load_bf16x8(const __nv_bfloat16* p) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+// 8 bf16 packed in 16 bytes as f32.
+__device__ inline F32x8 unpack_bf16x8(const uint4& raw) {
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
   F32x8 r;
 #pragma unroll
@@ -27,6 +26,11 @@ __device__ inline F32x8 load_bf16x8(const __nv_bfloat16* p) {
     r.v[2 * i + 1] = f.y;
   }
   return r;
+}
+
+// 8 bf16 at p (16-byte aligned) as f32.
+__device__ inline F32x8 load_bf16x8(const __nv_bfloat16* p) {
+  return unpack_bf16x8(*reinterpret_cast<const uint4*>(p));
 }
 
 // 8 f32 rounded to bf16 at p (16-byte aligned).

@@ -20,6 +20,10 @@ struct GdnShape {
 void launch_gdn_conv(const BatchMeta& b, const __nv_bfloat16* u, const __nv_bfloat16* w,
                      __nv_bfloat16* conv_state, int C, int K, __nv_bfloat16* y,
                      cudaStream_t stream);
+// The conv state update of launch_gdn_conv alone (and the in-step snapshots): for kernels that
+// read the old conv state themselves (the chunked delta rule with the conv fused in), after them.
+void launch_gdn_conv_state(const BatchMeta& b, const __nv_bfloat16* u, __nv_bfloat16* conv_state,
+                           int C, int K, cudaStream_t stream);
 
 // y [T, 2*nk*dk + nv*dv] bf16 (q | k | v); a, b [T, nv] bf16; A_log, dt_bias [nv] f32; state
 // [slots, nv, dk, dv] f32 or bf16 (zeroed when a sequence starts at 0; f32 math, a bf16 state

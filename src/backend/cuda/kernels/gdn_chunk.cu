@@ -4,6 +4,7 @@
 // gdn_chunk_out.cu forms the other chunks' outputs in parallel.
 #include "backend/cuda/kernels/gdn_chunk.cuh"
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
+#include "backend/cuda/kernels/gdn_conv4.cuh"
 #include "backend/gdn_workspace.h"
 
 namespace deltaserve::cuda {
@@ -12,14 +13,19 @@ bool gdn_chunked_supported(const GdnShape& s) {
   return s.dk == gdn_chunk::kDim && s.dv == gdn_chunk::kDim && s.nk > 0 && s.nv % s.nk == 0;
 }
 
-void launch_gdn_chunked(const BatchMeta& b, const __nv_bfloat16* y, const __nv_bfloat16* a,
+bool gdn_chunked_conv_supported(const GdnShape& s, int conv_kernel, const GdnQkvSource& in) {
+  return gdn_chunked_supported(s) && conv_kernel == kConvK &&
+         aligned16(in.u, in.conv_w, in.conv_state);
+}
+
+void launch_gdn_chunked(const BatchMeta& b, const GdnQkvSource& in, const __nv_bfloat16* a,
                         const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
                         GdnState state, const GdnShape& s, float* ws, int num_sms,
                         __nv_bfloat16* out, cudaStream_t stream) {
   const gdn_chunk::Workspace w(ws, b.num_tokens, s);
-  gdn_chunk::launch_prep(b, y, a, bgate, A_log, dt_bias, s, w, stream);
+  gdn_chunk::launch_prep(b, in, a, bgate, A_log, dt_bias, s, w, stream);
   const bool every_output = gdn_chunk::scan_forms_every_output(b.num_seqs, s, num_sms);
-  gdn_chunk::launch_scan(b, w, state, s, every_output, out, stream);
+  gdn_chunk::launch_scan(b, w, state, s, every_output, num_sms, out, stream);
   if (!every_output) gdn_chunk::launch_out(b, w, s, out, stream);
 }
 

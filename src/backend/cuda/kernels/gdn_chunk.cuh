@@ -8,9 +8,21 @@ namespace deltaserve::cuda {
 // Whether the chunked form handles these head shapes (else the token recurrence runs).
 bool gdn_chunked_supported(const GdnShape& s);
 
+// Where the chunked form takes q | k | v from: the conv outputs y [T, C] (launch_gdn_conv's), or,
+// with y null, the pre-conv inputs u [T, C], the conv (width 4) + SiLU done on the way in with the
+// taps conv_w [C, 4] and, before a continued sequence's first step token, its conv_state
+// [slots, C, 3] (read, not updated: launch_gdn_conv_state runs after).
+struct GdnQkvSource {
+  const __nv_bfloat16 *y, *u, *conv_w, *conv_state;
+};
+
+// Whether the chunked form can take q | k | v as `in` says with the conv (width conv_kernel) on
+// the way in: width 4, 16-byte aligned u, conv_w, conv_state (and the shapes it handles).
+bool gdn_chunked_conv_supported(const GdnShape& s, int conv_kernel, const GdnQkvSource& in);
+
 // As launch_gated_delta_rule, for a step with a prefill; `ws` holds
 // gdn_chunk_workspace_floats(b.num_tokens, s) floats.
-void launch_gdn_chunked(const BatchMeta& b, const __nv_bfloat16* y, const __nv_bfloat16* a,
+void launch_gdn_chunked(const BatchMeta& b, const GdnQkvSource& in, const __nv_bfloat16* a,
                         const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
                         GdnState state, const GdnShape& s, float* ws, int num_sms,
                         __nv_bfloat16* out, cudaStream_t stream);

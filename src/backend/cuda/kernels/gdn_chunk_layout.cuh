@@ -9,6 +9,7 @@
 
 #include "backend/cuda/kernels/batch_meta.cuh"
 #include "backend/cuda/kernels/gdn.cuh"
+#include "backend/cuda/kernels/gdn_chunk.cuh"
 
 namespace deltaserve::cuda::gdn_chunk {
 
@@ -50,15 +51,17 @@ struct Workspace {
   }
 };
 
-void launch_prep(const BatchMeta& b, const __nv_bfloat16* y, const __nv_bfloat16* a,
+void launch_prep(const BatchMeta& b, const GdnQkvSource& in, const __nv_bfloat16* a,
                  const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
                  const GdnShape& s, const Workspace& ws, cudaStream_t stream);
 // Whether the state pass forms every chunk's output itself (a step of enough sequences to fill
 // sm_count SMs with 64-column slices) rather than leaving all but each sequence's last chunk to
 // launch_out.
 bool scan_forms_every_output(int num_seqs, const GdnShape& s, int sm_count);
+// The state pass; `sm_count` picks a deeper pipeline (more chunks in flight) when the blocks fit
+// one per SM.
 void launch_scan(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
-                 bool every_output, __nv_bfloat16* out, cudaStream_t stream);
+                 bool every_output, int sm_count, __nv_bfloat16* out, cudaStream_t stream);
 void launch_out(const BatchMeta& b, const Workspace& ws, const GdnShape& s, __nv_bfloat16* out,
                 cudaStream_t stream);
 

@@ -1,46 +1,122 @@
 // Kernel 1 of the chunked delta rule: every (sequence, chunk of 64, value head) in parallel. From
 // the conv output it forms the normalised q / k and the gates, then on bf16 tensor cores (f32
 // accumulation) L = beta_i (k_i . k_j) e^(gam_i - gam_j) (j < i) and P = (q_i . k_j) e^(gam_i -
-// gam_j) (j <= i); T = (I + L)^-1 by 16 x 16 blocks in f32; and W = T diag(beta e^gam) K,
-// U = T diag(beta) V. See gdn_chunk_layout.cuh for what it writes.
+// gam_j) (j <= i); T = (I + L)^-1 by 16 x 16 blocks (f32 diagonal blocks, tf32 tensor cores below);
+// and W = T diag(beta e^gam) K, U = T diag(beta) V. See gdn_chunk_layout.cuh for what it writes.
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
+#include "backend/cuda/kernels/gdn_conv4.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
+#include "backend/cuda/kernels/mma_tf32.cuh"
 
 namespace deltaserve::cuda::gdn_chunk {
 namespace {
 
 using bf16 = __nv_bfloat16;
-constexpr int kThreads = 256, kLdF = kChunk + 1;
+constexpr int kThreads = 256;
+constexpr int kHalo = kConvK - 1, kConvRows = kChunk + kHalo;  // conv inputs before / of a chunk
+constexpr int kLdF = kChunk + 4;  // f32 rows of 64, padded: tf32 A fragments hit 32 banks
+constexpr int kLdX = 16 + 8;      // f32 rows of 16, padded: tf32 B fragments hit 32 banks
 
 struct PrepSmem {
-  bf16 q[kChunk][kLd], k[kChunk][kLd], v[kChunk][kLd];
-  float l[kChunk][kLdF];   // L (strictly lower)
-  float t[kChunk][kLdF];   // T = (I + L)^-1 (lower)
-  float x[3][16][17];      // block products of the inverse
-  bf16 a_u[kChunk][kLdC];  // T diag(beta)
-  bf16 a_w[kChunk][kLdC];  // T diag(beta e^gam)
-  float gam[kChunk], beta[kChunk];
+  bf16 q[kConvRows][kLd], k[kConvRows][kLd], v[kConvRows][kLd];  // rows 0..63 once staged
+  float l[kChunk][kLdF];                                         // L (strictly lower)
+  float t[kChunk][kLdF];                                         // T = (I + L)^-1 (lower)
+  float x[4][16][kLdX];                                          // block products of the inverse
+  bf16 a_u[kChunk][kLdC];                                        // T diag(beta)
+  bf16 a_w[kChunk][kLdC];                                        // T diag(beta e^gam)
+  float gam[kChunk], beta[kChunk], beta_egam[kChunk];
 };
+static_assert(2 * (sizeof(PrepSmem) + 1024) <= 228 * 1024, "two blocks per SM");
 
 struct Chunk {
-  int begin, n, h, kh, T;  // first token row, valid rows, value head, key head, step tokens
+  int begin, n, t0;  // first token row, valid rows, offset in the sequence's step tokens
+  int h, kh, T;      // value head, key head, step tokens
+  int slot;          // the sequence's state slot
+  bool fresh;        // the sequence starts at 0 (no conv state)
 };
 
-// q, k (key head) and v (value head) rows into shared memory (rows past n zero); beta and the
-// cumulative log decay gam (rows past n: beta 0, gam flat).
-__device__ void stage_inputs(PrepSmem& sm, const Chunk& ch, const bf16* y, const bf16* a,
+// The first channel of q (which 0), k (1) or v (2) of the chunk's heads in a row of y or u, and
+// the shared rows it goes to.
+__device__ int channel0(int which, const Chunk& ch, const GdnShape& s) {
+  const int key_dim = s.nk * kDim;
+  return which == 0   ? ch.kh * kDim
+         : which == 1 ? key_dim + ch.kh * kDim
+                      : 2 * key_dim + ch.h * kDim;
+}
+__device__ bf16 (*rows_of(PrepSmem& sm, int which))[kLd] {
+  return which == 0 ? sm.q : which == 1 ? sm.k : sm.v;
+}
+__device__ int conv_dim(const GdnShape& s) { return 2 * s.nk * kDim + s.nv * kDim; }
+
+// q, k, v of the chunk's rows from the conv outputs y into rows 0..63 (rows past n zero).
+__device__ void load_conv_outputs(PrepSmem& sm, const Chunk& ch, const bf16* y, const GdnShape& s) {
+  const int C = conv_dim(s);
+  for (int e = threadIdx.x; e < 3 * kChunk * 16; e += kThreads) {
+    const int which = e / (kChunk * 16), r = (e / 16) % kChunk, c8 = 8 * (e % 16);
+    const bf16* src =
+        y + static_cast<size_t>(ch.begin + min(r, ch.n - 1)) * C + channel0(which, ch, s);
+    mma::cp_async16(rows_of(sm, which)[r] + c8, src + c8, r < ch.n);
+  }
+}
+
+// The conv inputs of the chunk's rows -3 .. 63 into rows 0..66 (rows past n zero; rows before the
+// sequence's first step token from its conv state, oldest first, or zeros for a fresh sequence).
+__device__ void load_conv_inputs(PrepSmem& sm, const Chunk& ch, const GdnQkvSource& in,
+                                 const GdnShape& s) {
+  const int C = conv_dim(s);
+  for (int e = threadIdx.x; e < 3 * kConvRows * 16; e += kThreads) {
+    const int which = e / (kConvRows * 16), j = (e / 16) % kConvRows, c8 = 8 * (e % 16);
+    const int r = j - kHalo, c = channel0(which, ch, s) + c8;
+    bf16* dst = rows_of(sm, which)[j] + c8;
+    if (ch.t0 + r >= 0) {
+      mma::cp_async16(dst, in.u + static_cast<size_t>(ch.begin + min(r, ch.n - 1)) * C + c,
+                      r < ch.n);
+    } else {
+      const bf16* st = in.conv_state + (static_cast<size_t>(ch.slot) * C + c) * kHalo;
+      for (int i = 0; i < 8; ++i)
+        dst[i] = ch.fresh ? __float2bfloat16(0.0f) : st[i * kHalo + kHalo + ch.t0 + r];
+    }
+  }
+}
+
+// Rows 0..63 <- silu(conv) of rows 0..66, in place: a thread per (8 channels, 16 rows); row r's
+// output (inputs r .. r + 3) goes to row r, which only its own thread still reads.
+__device__ void convolve_in_place(PrepSmem& sm, const Chunk& ch, const bf16* conv_w,
+                                  const GdnShape& s) {
+  constexpr int kRows = 16, kVecs = 3 * kDim / 8;
+  const int tid = threadIdx.x, which = (tid % kVecs) / 16, c8 = 8 * (tid % 16);
+  const int r0 = kRows * (tid / kVecs);
+  const bool active = tid < kVecs * (kChunk / kRows);
+  bf16(*m)[kLd] = rows_of(sm, which);
+  uint4 below[kHalo];  // inputs r0 + 16 ..: the next thread's first outputs overwrite them
+  if (active)
+    for (int i = 0; i < kHalo; ++i)
+      below[i] = *reinterpret_cast<const uint4*>(m[r0 + kRows + i] + c8);
+  __syncthreads();
+  if (active) {
+    const ConvTaps taps = load_conv_taps(conv_w, channel0(which, ch, s) + c8);
+    F32x8 win[kHalo];
+    for (int i = 0; i < kHalo; ++i) win[i] = load_bf16x8(m[r0 + i] + c8);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const F32x8 cur = r + kHalo < kRows ? load_bf16x8(m[r0 + r + kHalo] + c8)
+                                          : unpack_bf16x8(below[r + kHalo - kRows]);
+      store_bf16x8(m[r0 + r] + c8, conv_silu(taps, win, cur));
+      conv_shift(win, cur);
+    }
+  }
+  __syncthreads();
+}
+
+// q, k (key head) and v (value head) rows into shared rows 0..63 (from y, or convolved from u;
+// rows past n finite); beta and the cumulative log decay gam (rows past n: beta 0, gam flat).
+__device__ void stage_inputs(PrepSmem& sm, const Chunk& ch, const GdnQkvSource& in, const bf16* a,
                              const bf16* bg, const float* A_log, const float* dt_bias,
                              const GdnShape& s) {
-  const int key_dim = s.nk * kDim, C = 2 * key_dim + s.nv * kDim;
-  for (int e = threadIdx.x; e < 3 * kChunk * 16; e += kThreads) {
-    const int which = e / (kChunk * 16), r = (e / 16) % kChunk, c16 = e % 16;
-    const int off = which == 0   ? ch.kh * kDim
-                    : which == 1 ? key_dim + ch.kh * kDim
-                                 : 2 * key_dim + ch.h * kDim;
-    const bf16* src = y + static_cast<size_t>(ch.begin + min(r, ch.n - 1)) * C + off + 8 * c16;
-    bf16* dst = (which == 0 ? sm.q[r] : which == 1 ? sm.k[r] : sm.v[r]) + 8 * c16;
-    mma::cp_async16(dst, src, r < ch.n);
-  }
+  if (in.y != nullptr)
+    load_conv_outputs(sm, ch, in.y, s);
+  else
+    load_conv_inputs(sm, ch, in, s);
   mma::cp_async_commit();
   if (threadIdx.x < 32) {  // gates, then an inclusive scan of the log decay (two rows per lane)
     const int lane = threadIdx.x;
@@ -63,9 +139,12 @@ __device__ void stage_inputs(PrepSmem& sm, const Chunk& ch, const bf16* y, const
     }
     sm.gam[2 * lane] = run - g[1];
     sm.gam[2 * lane + 1] = run;
+    sm.beta_egam[2 * lane] = sm.beta[2 * lane] * __expf(run - g[1]);
+    sm.beta_egam[2 * lane + 1] = sm.beta[2 * lane + 1] * __expf(run);
   }
   mma::cp_async_wait<0>();
   __syncthreads();
+  if (in.y == nullptr) convolve_in_place(sm, ch, in.conv_w, s);
 }
 
 // q / |q| / sqrt(dk) and k / |k| in place (warp per row); q to the workspace (once per key head),
@@ -144,56 +223,72 @@ __device__ void products(PrepSmem& sm, const Chunk& ch, const GdnShape& s, const
   __syncthreads();
 }
 
-// T = (I + L)^-1: the four 16 x 16 diagonal blocks by forward substitution (a column per thread),
-// then the blocks below them by distance d: T_ij = -T_ii sum_{m=j}^{i-1} L_im T_mj.
-__device__ void invert(PrepSmem& sm) {
-  const int tid = threadIdx.x;
-  for (int e = tid; e < kChunk * kChunk; e += kThreads) {
-    const int i = e / kChunk, j = e % kChunk;
-    if (i / 16 < j / 16) sm.t[i][j] = 0.0f;
+// T = (I + L)^-1 by 16 x 16 blocks. The four diagonal blocks by forward substitution, a column
+// per thread in registers (the block's upper entries come out zero).
+__device__ void invert_diagonal(PrepSmem& sm) {
+  if (threadIdx.x >= kChunk) return;
+  const int o = 16 * (threadIdx.x / 16), c = threadIdx.x % 16;
+  float col[16];
+#pragma unroll
+  for (int r = 0; r < 16; ++r) {
+    const float* lr = &sm.l[o + r][o];
+    float v = r == c ? 1.0f : 0.0f;
+#pragma unroll
+    for (int m = 0; m < r; ++m) v = fmaf(-lr[m], col[m], v);
+    col[r] = v;
+    sm.t[o + r][o + c] = v;
   }
-  if (tid < kChunk) {
-    const int o = 16 * (tid / 16), c = tid % 16;
-    for (int r = 0; r < 16; ++r) {
-      float v = r == c ? 1.0f : 0.0f;
-      if (r > c) {
-        float s0 = 0.0f, s1 = 0.0f;
-        int m = c;
-        for (; m + 1 < r; m += 2) {
-          s0 = fmaf(sm.l[o + r][o + m], sm.t[o + m][o + c], s0);
-          s1 = fmaf(sm.l[o + r][o + m + 1], sm.t[o + m + 1][o + c], s1);
-        }
-        if (m < r) s0 = fmaf(sm.l[o + r][o + m], sm.t[o + m][o + c], s0);
-        v = -(s0 + s1);
-      }
-      sm.t[o + r][o + c] = v;
-    }
+}
+
+// The blocks below the diagonal on tf32 tensor cores, as the inverse of a 2 x 2 block lower
+// triangle [[A, 0], [C, B]]^-1 = [[A^-1, 0], [-B^-1 C A^-1, B^-1]]: first the 32 x 32 diagonal
+// halves (warps 0, 1: T_{2w+1, 2w}), then the lower-left 32 x 32 (warps 0-3, one 16 x 16 block
+// each).
+__device__ void invert_below_diagonal(PrepSmem& sm) {
+  const int warp = threadIdx.x / 32;
+  if (warp < 2) {
+    const int i = 16 * (2 * warp + 1), j = 16 * (2 * warp);
+    float x[2][4] = {}, tij[2][4] = {};
+    mma::tile_16x16_tf32<16>(x, &sm.l[i][j], kLdF, &sm.t[j][j], kLdF);
+    mma::store_16x16(sm.x[warp][0], kLdX, x, 1.0f);
+    __syncwarp();
+    mma::tile_16x16_tf32<16>(tij, &sm.t[i][i], kLdF, sm.x[warp][0], kLdX);
+    mma::store_16x16(&sm.t[i][j], kLdF, tij, -1.0f);
   }
   __syncthreads();
-  for (int d = 1; d < 4; ++d) {
-    const int blocks = 4 - d;
-    for (int e = tid; e < blocks * 256; e += kThreads) {
-      const int bi = d + e / 256, bj = bi - d, r = (e / 16) % 16, c = e % 16;
-      float acc = 0.0f;
-      for (int m = 16 * bj; m < 16 * bi; ++m)
-        acc = fmaf(sm.l[16 * bi + r][m], sm.t[m][16 * bj + c], acc);
-      sm.x[e / 256][r][c] = acc;
-    }
-    __syncthreads();
-    for (int e = tid; e < blocks * 256; e += kThreads) {
-      const int bi = d + e / 256, bj = bi - d, r = (e / 16) % 16, c = e % 16;
-      float acc = 0.0f;
-      for (int m = 0; m <= r; ++m)
-        acc = fmaf(sm.t[16 * bi + r][16 * bi + m], sm.x[e / 256][m][c], acc);
-      sm.t[16 * bi + r][16 * bj + c] = -acc;
-    }
-    __syncthreads();
+  const int ri = warp / 2, cj = warp % 2;  // block (2 + ri, cj) of T
+  if (warp < 4) {                          // X = C A^-1 (A^-1's upper-right block is zero)
+    float x[2][4] = {};
+    if (cj == 0)
+      mma::tile_16x16_tf32<32>(x, &sm.l[32 + 16 * ri][0], kLdF, &sm.t[0][0], kLdF);
+    else
+      mma::tile_16x16_tf32<16>(x, &sm.l[32 + 16 * ri][16], kLdF, &sm.t[16][16], kLdF);
+    mma::store_16x16(sm.x[warp][0], kLdX, x, 1.0f);
   }
-  for (int e = tid; e < kChunk * kChunk; e += kThreads) {
-    const int i = e / kChunk, j = e % kChunk;
-    const float tb = sm.t[i][j] * sm.beta[j];
-    sm.a_u[i][j] = __float2bfloat16(tb);
-    sm.a_w[i][j] = __float2bfloat16(tb * __expf(sm.gam[j]));
+  __syncthreads();
+  if (warp < 4) {  // -B^-1 X
+    float tij[2][4] = {};
+    for (int mb = 0; mb <= ri; ++mb)
+      mma::tile_16x16_tf32<16>(tij, &sm.t[32 + 16 * ri][32 + 16 * mb], kLdF, sm.x[2 * mb + cj][0],
+                               kLdX);
+    mma::store_16x16(&sm.t[32 + 16 * ri][16 * cj], kLdF, tij, -1.0f);
+  }
+  __syncthreads();
+}
+
+// T, then T diag(beta) and T diag(beta e^gam) as bf16 (blocks above the diagonal zero).
+__device__ void invert(PrepSmem& sm) {
+  invert_diagonal(sm);
+  __syncthreads();
+  invert_below_diagonal(sm);
+  for (int e = threadIdx.x; e < kChunk * kChunk / 2; e += kThreads) {
+    const int i = e / (kChunk / 2), j = 2 * (e % (kChunk / 2));
+    const bool above = i / 16 < j / 16;
+    const float t0 = above ? 0.0f : sm.t[i][j], t1 = above ? 0.0f : sm.t[i][j + 1];
+    *reinterpret_cast<__nv_bfloat162*>(&sm.a_u[i][j]) =
+        __floats2bfloat162_rn(t0 * sm.beta[j], t1 * sm.beta[j + 1]);
+    *reinterpret_cast<__nv_bfloat162*>(&sm.a_w[i][j]) =
+        __floats2bfloat162_rn(t0 * sm.beta_egam[j], t1 * sm.beta_egam[j + 1]);
   }
   __syncthreads();
 }
@@ -222,16 +317,18 @@ __device__ void solve(PrepSmem& sm, const Chunk& ch, const GdnShape& s, const Wo
 }
 
 __global__ void __launch_bounds__(kThreads, 2)
-    prep_kernel(BatchMeta b, const bf16* __restrict__ y, const bf16* __restrict__ a,
+    prep_kernel(BatchMeta b, GdnQkvSource in, const bf16* __restrict__ a,
                 const bf16* __restrict__ bg, const float* __restrict__ A_log,
                 const float* __restrict__ dt_bias, GdnShape s, Workspace ws) {
   extern __shared__ __align__(128) unsigned char prep_raw[];
   PrepSmem& sm = *reinterpret_cast<PrepSmem*>(prep_raw);
   const int seq = blockIdx.x, t0 = blockIdx.y * kChunk, len = b.seq_len[seq];
   if (t0 >= len) return;
-  const Chunk ch{b.seq_begin[seq] + t0, min(kChunk, len - t0), static_cast<int>(blockIdx.z),
-                 static_cast<int>(blockIdx.z) / (s.nv / s.nk), b.num_tokens};
-  stage_inputs(sm, ch, y, a, bg, A_log, dt_bias, s);
+  const int h = static_cast<int>(blockIdx.z);
+  const Chunk ch{
+      b.seq_begin[seq] + t0, min(kChunk, len - t0), t0, h, h / (s.nv / s.nk), b.num_tokens,
+      b.seq_slot[seq],       b.seq_start[seq] == 0};
+  stage_inputs(sm, ch, in, a, bg, A_log, dt_bias, s);
   normalise(sm, ch, s, ws);
   products(sm, ch, s, ws);
   invert(sm);
@@ -240,13 +337,13 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 }  // namespace
 
-void launch_prep(const BatchMeta& b, const bf16* y, const bf16* a, const bf16* bgate,
+void launch_prep(const BatchMeta& b, const GdnQkvSource& in, const bf16* a, const bf16* bgate,
                  const float* A_log, const float* dt_bias, const GdnShape& s, const Workspace& ws,
                  cudaStream_t stream) {
   constexpr int smem = sizeof(PrepSmem);
   cudaFuncSetAttribute(prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   const int chunks = (b.max_seq_len + kChunk - 1) / kChunk;
-  prep_kernel<<<dim3(b.num_seqs, chunks, s.nv), kThreads, smem, stream>>>(b, y, a, bgate, A_log,
+  prep_kernel<<<dim3(b.num_seqs, chunks, s.nv), kThreads, smem, stream>>>(b, in, a, bgate, A_log,
                                                                           dt_bias, s, ws);
 }
 

@@ -1,11 +1,12 @@
 // Kernel 2 of the chunked delta rule, the state pass: block (sequence, value head, kSlice-column
-// slice of the state), walking the
-// sequence's chunks in order with the f32 state slice in registers (warp w holds rows 16w..16w+15).
-// The next chunk's operands stream into shared memory (cp.async) while the current one computes;
+// slice of the state), walking the sequence's chunks in order with the f32 state slice in
+// registers (warp w holds rows 16w..16w+15). The next chunks' operands stream into shared memory
+// (cp.async, kStages - 1 chunks in flight: 3 where the blocks fit one per SM, else 1) while the
+// current one computes;
 // every product is a bf16 mma.sync with f32 accumulation. Per chunk:
 //   V' = U - W S (S as bf16 in shared memory), written back over U for the output kernel;
 //   S <- e^gam_last S + kd^T V'.
-// Two forms (scan_slice_columns picks): when the step's sequences are too few to fill the GPU,
+// Two forms (scan_forms_every_output picks): when the step's sequences are too few to fill the GPU,
 // 32-column slices, and before every chunk but the last S goes to the workspace (bf16) for
 // gdn_chunk_out.cu, which forms those chunks' outputs in parallel, while the last chunk's output,
 // O = e^gam (q S) + P V', is formed here (its q and P load into the stage the next chunk would
@@ -32,9 +33,10 @@ __device__ size_t row_of(const Seq& q, int t0, int r, int n) {
 
 // The state pass over slices of kSlice (32 or 64) columns. Warp (row tile m = w % 4, column half
 // w / 4) owns 16 x kSlice / 2 of V' and O.
-template <int kSliceColumns, bool kAllOut>
+template <int kSliceColumns, bool kAllOut, int kStageCount>
 struct Scan {
   static constexpr int kSlice = kSliceColumns;
+  static constexpr int kStages = kStageCount;     // chunks staged: the next kStages - 1 in flight
   static constexpr int kLdS = kSlice + 8;         // rows of the slice (bf16), padded
   static constexpr int kTiles = kSlice / 8;       // 8-column tiles of a warp's state rows
   static constexpr int kHalfTiles = kSlice / 16;  // 8-column tiles of a warp's V' / O rows
@@ -51,10 +53,10 @@ struct Scan {
     bf16 q[kChunk][kLd], p[kChunk][kLd];
   };
   struct Smem {
-    Stage st[2];
+    Stage st[kStages];
     bf16 s[kDim][kLdS];    // the state slice before the chunk (bf16): B of W S and q S
     bf16 v[kChunk][kLdS];  // V' (bf16): B of P V' and of the state update
-    std::conditional_t<kAllOut, QP[2], char[16]> qp;
+    std::conditional_t<kAllOut, QP[kStages], char[16]> qp;
   };
 
   // Chunk `c`'s W, kd, U (this block's columns) and gam into `st` (rows past the sequence zero).
@@ -238,30 +240,34 @@ struct Scan {
     if (b.seq_start[seq] != 0) state_io<false>(S, q, hs);
     publish_state(sm, hs);
     const int chunks = (q.len + kChunk - 1) / kChunk, last = chunks - 1;
-    load_chunk(sm.st[0], q, 0, ws, s);
-    if constexpr (kAllOut) load_q_p(sm.qp[0].q, sm.qp[0].p, q, 0, ws, s);
-    mma::cp_async_commit();
-    for (int c = 0; c < chunks; ++c) {
-      Stage& other = sm.st[(c + 1) % 2];
-      if (c < last) {
-        load_chunk(other, q, c + 1, ws, s);
-        if constexpr (kAllOut)
-          load_q_p(sm.qp[(c + 1) % 2].q, sm.qp[(c + 1) % 2].p, q, c + 1, ws, s);
-      } else if constexpr (!kAllOut) {
-        load_q_p(other.w, other.kd, q, c, ws, s);
+    // One cp.async group per chunk (empty past the last): chunk c's is complete when at most
+    // kStages - 1 later ones are pending.
+    auto stage_chunk = [&](int c) {
+      if (c <= last) {
+        load_chunk(sm.st[c % kStages], q, c, ws, s);
+        if constexpr (kAllOut) load_q_p(sm.qp[c % kStages].q, sm.qp[c % kStages].p, q, c, ws, s);
       }
+    };
+    for (int c = 0; c + 1 < kStages; ++c) {
+      stage_chunk(c);
+      mma::cp_async_commit();
+    }
+    for (int c = 0; c < chunks; ++c) {
+      stage_chunk(c + kStages - 1);             // into the stage chunk c - 1 used
+      Stage& other = sm.st[(c + 1) % kStages];  // free at the last chunk
+      if (!kAllOut && c == last) load_q_p(other.w, other.kd, q, c, ws, s);
       mma::cp_async_commit();
       if (c < last)
-        mma::cp_async_wait<1>();
+        mma::cp_async_wait<kStages - 1>();
       else
         mma::cp_async_wait<0>();
       __syncthreads();  // chunk c staged (with its q / P where formed here), the state published
-      const Stage& st = sm.st[c % 2];
+      const Stage& st = sm.st[c % kStages];
       const int t0 = c * kChunk, n = min(kChunk, q.len - t0);
       const bf16 *qs, *ps;  // this chunk's q and P, where its output is formed here
       if constexpr (kAllOut) {
-        qs = sm.qp[c % 2].q[0];
-        ps = sm.qp[c % 2].p[0];
+        qs = sm.qp[c % kStages].q[0];
+        ps = sm.qp[c % kStages].p[0];
       } else {
         qs = other.w[0];
         ps = other.kd[0];
@@ -286,12 +292,13 @@ struct Scan {
   }
 };
 
-using Few = Scan<32, false>;  // few sequences: two blocks per SM (<= 128 registers)
-using Many = Scan<64, true>;  // many: one block per SM
+using Few = Scan<32, false, 2>;      // few sequences: two blocks per SM (<= 128 registers)
+using FewDeep = Scan<32, false, 4>;  // ... filling at most one block per SM: 3 chunks in flight
+using Many = Scan<64, true, 2>;      // many: one block per SM
 
 // Blocks per SM the form is built for (its register cap: Few <= 128 per thread).
 template <class S>
-constexpr int kMinBlocks = S::kSlice == 32 ? 2 : 1;
+constexpr int kMinBlocks = std::is_same_v<S, Few> ? 2 : 1;
 
 template <class S, class StateT>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<S>)
@@ -312,9 +319,11 @@ void launch(const BatchMeta& b, const Workspace& ws, StateT* state, const GdnSha
 
 template <class StateT>
 void launch_typed(const BatchMeta& b, const Workspace& ws, StateT* state, const GdnShape& s,
-                  bool every_output, bf16* out, cudaStream_t stream) {
+                  bool every_output, int sm_count, bf16* out, cudaStream_t stream) {
   if (every_output)
     launch<Many>(b, ws, state, s, out, stream);
+  else if (b.num_seqs * s.nv * (kDim / Few::kSlice) <= sm_count)
+    launch<FewDeep>(b, ws, state, s, out, stream);
   else
     launch<Few>(b, ws, state, s, out, stream);
 }
@@ -326,11 +335,11 @@ bool scan_forms_every_output(int num_seqs, const GdnShape& s, int sm_count) {
 }
 
 void launch_scan(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
-                 bool every_output, bf16* out, cudaStream_t stream) {
+                 bool every_output, int sm_count, bf16* out, cudaStream_t stream) {
   if (state.bf16)
-    launch_typed(b, ws, static_cast<bf16*>(state.data), s, every_output, out, stream);
+    launch_typed(b, ws, static_cast<bf16*>(state.data), s, every_output, sm_count, out, stream);
   else
-    launch_typed(b, ws, static_cast<float*>(state.data), s, every_output, out, stream);
+    launch_typed(b, ws, static_cast<float*>(state.data), s, every_output, sm_count, out, stream);
 }
 
 }  // namespace deltaserve::cuda::gdn_chunk

@@ -3,6 +3,7 @@
 #include "backend/cuda/kernels/bf16x8.cuh"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gdn.cuh"
+#include "backend/cuda/kernels/gdn_conv4.cuh"
 
 namespace deltaserve::cuda {
 namespace {
@@ -62,7 +63,7 @@ __global__ void gdn_conv_state_kernel(BatchMeta b, const __nv_bfloat16* __restri
 // its tokens (refilled where a new sequence begins), so each input is read once; loads and stores
 // are 16-byte vectors. Same sums, in the same order, as gdn_conv_kernel. Prefill-heavy steps walk 8
 // tokens a thread; decode-like ones (a token or a few per sequence) 1, for parallelism.
-constexpr int kConvK = 4, kConvThreads = 128;
+constexpr int kConvThreads = 128;
 __global__ void __launch_bounds__(kConvThreads)
     gdn_conv_vec_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ u,
                         const __nv_bfloat16* __restrict__ w,
@@ -72,13 +73,7 @@ __global__ void __launch_bounds__(kConvThreads)
   const int c = 8 * (blockIdx.x * kConvThreads + threadIdx.x);
   if (c >= C) return;
   const int t0 = blockIdx.y * per_thread, t1 = min(t0 + per_thread, b.num_tokens);
-  float wt[kConvK][8];  // w[c + e, i] as wt[i][e]
-#pragma unroll
-  for (int m = 0; m < kConvK; ++m) {  // [8 channels][K taps] = K vectors of 8
-    const F32x8 v = load_bf16x8(w + static_cast<size_t>(c) * kConvK + 8 * m);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) wt[(8 * m + e) % kConvK][(8 * m + e) / kConvK] = v.v[e];
-  }
+  const ConvTaps taps = load_conv_taps(w, c);
   F32x8 win[km1];  // inputs t - 3, t - 2, t - 1
   int seq_of_window = -1;
   for (int t = t0; t < t1; ++t) {
@@ -101,19 +96,8 @@ __global__ void __launch_bounds__(kConvThreads)
       seq_of_window = seq;
     }
     const F32x8 cur = load_bf16x8(u + static_cast<size_t>(t) * C + c);
-    F32x8 out;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      float acc = 0.0f;
-#pragma unroll
-      for (int i = 0; i < km1; ++i) acc += wt[i][e] * win[i].v[e];
-      acc += wt[km1][e] * cur.v[e];
-      out.v[e] = silu(acc);
-    }
-    store_bf16x8(y + static_cast<size_t>(t) * C + c, out);
-#pragma unroll
-    for (int i = 0; i + 1 < km1; ++i) win[i] = win[i + 1];
-    win[km1 - 1] = cur;
+    store_bf16x8(y + static_cast<size_t>(t) * C + c, conv_silu(taps, win, cur));
+    conv_shift(win, cur);
   }
 }
 
@@ -132,6 +116,12 @@ void launch_gdn_conv(const BatchMeta& b, const __nv_bfloat16* u, const __nv_bflo
     gdn_conv_kernel<<<dim3((C + 127) / 128, b.num_tokens), 128, 0, stream>>>(b, u, w, conv_state, C,
                                                                              K, y);
   }
+  launch_gdn_conv_state(b, u, conv_state, C, K, stream);
+}
+
+void launch_gdn_conv_state(const BatchMeta& b, const __nv_bfloat16* u, __nv_bfloat16* conv_state,
+                           int C, int K, cudaStream_t stream) {
+  if (b.num_seqs == 0) return;
   gdn_conv_state_kernel<<<dim3((C + 127) / 128, b.num_seqs), 128, 0, stream>>>(b, u, conv_state, C,
                                                                                K);
 }

@@ -1,0 +1,93 @@
+// The fused GDN layer paths of CudaBackend::gdn_mixer against its three unfused GPU ops (gdn_conv,
+// gated_delta_rule, gated_rms_norm) on copies of the same inputs and caches, for 1 to 4 value heads
+// per key head and both state dtypes:
+// - decode (one token per sequence, one of them fresh): the fused decode kernel;
+// - prefill (sequences fresh and continued, shorter and longer than a chunk, a decode row among
+//   them): the conv inside the chunked delta rule's prep, the conv state read for the rows before a
+//   continued sequence's first step token.
+// Bounds: the output within bf16 rounding, the conv state exactly, the recurrent state within f32
+// rounding (one bf16 ulp for a bf16 state).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+
+#include "cuda_ops_fixture.h"
+
+namespace deltaserve::backend {
+namespace {
+
+constexpr int kPage = 16, kSlots = 5;
+
+StepBatch decode_step() {
+  return make_batch(kPage, {{1, 7, 2, {1}}, {1, 0, 0, {2}}, {1, 30, 1, {3, 4}}});
+}
+
+// Chunk edges (64, 65, 130 tokens), a continued sequence shorter than the conv window's halo (2
+// tokens after 5) and one token of decode.
+StepBatch prefill_step() {
+  return make_batch(kPage, {{130, 0, 0, range(0, 9)},
+                            {65, 37, 1, range(9, 7)},
+                            {2, 5, 2, {16}},
+                            {1, 40, 3, range(17, 3)},
+                            {64, 0, 4, range(20, 4)}});
+}
+
+class GdnMixer : public CudaOps {
+ protected:
+  void check_fused_against_ops(const StepBatch& batch) {
+    const int K = 4, dk = 128, dv = 128, T = batch.num_tokens();
+    for (auto [nk, nv] : {std::pair{16, 32}, std::pair{2, 6}, std::pair{4, 4}, std::pair{1, 4}})
+      for (DType sdt : {DType::kF32, DType::kBF16}) {
+        const int C = 2 * nk * dk + nv * dv;
+        const GdnDims d{nk, nv, dk, dv, K};
+        const auto u = rnd(static_cast<size_t>(T) * C, 40), w = rnd(static_cast<size_t>(C) * K, 41),
+                   cs = rnd(static_cast<size_t>(kSlots) * C * (K - 1), 42),
+                   a = rnd(static_cast<size_t>(T) * nv, 43),
+                   bb = rnd(static_cast<size_t>(T) * nv, 44), alog = rnd(nv, 45, 0.5f),
+                   dtb = rnd(nv, 46, 0.5f), z = rnd(static_cast<size_t>(T) * nv * dv, 47),
+                   nw = rnd(dv, 48), st = rnd(static_cast<size_t>(kSlots) * nv * dk * dv, 49, 0.1f);
+        struct Run {
+          Buffer u, w, cs, a, b, alog, dtb, z, nw, st, y, o;
+        };
+        const auto make = [&] {
+          return Run{dev(u, DType::kBF16, {T, C}),
+                     dev(w, DType::kBF16, {C, K}),
+                     dev(cs, DType::kBF16, {kSlots, C, K - 1}),
+                     dev(a, DType::kBF16, {T, nv}),
+                     dev(bb, DType::kBF16, {T, nv}),
+                     dev(alog, DType::kF32, {nv}),
+                     dev(dtb, DType::kF32, {nv}),
+                     dev(z, DType::kBF16, {T, nv * dv}),
+                     dev(nw, DType::kF32, {dv}),
+                     dev(st, sdt, {kSlots, nv, dk, dv}),
+                     gpu_->alloc(DType::kBF16, {T, C}),
+                     gpu_->alloc(DType::kBF16, {T, nv, dv})};
+        };
+        Run fused = make(), ops = make();
+        const auto tensors = [](const Run& r) {
+          return GdnMixerTensors{r.u.tensor(),   r.y.tensor(),  r.a.tensor(),  r.b.tensor(),
+                                 r.z.tensor(),   r.o.tensor(),  r.w.tensor(),  r.alog.tensor(),
+                                 r.dtb.tensor(), r.nw.tensor(), r.cs.tensor(), r.st.tensor()};
+        };
+        gpu_->gdn_mixer(batch, tensors(fused), d, 1e-6f);
+        gpu_->Backend::gdn_mixer(batch, tensors(ops), d, 1e-6f);  // the three unfused ops
+        const std::string what = "nk " + std::to_string(nk) + " nv " + std::to_string(nv) +
+                                 (sdt == DType::kBF16 ? " bf16 state" : " f32 state");
+        SCOPED_TRACE(what);
+        const std::vector<float> want = host(ops.o.tensor());
+        ASSERT_GT(deltaserve::testing::max_abs(want), 0.1f);
+        expect_close(host(fused.o.tensor()), want, 2e-2f, "output");
+        expect_close(host(fused.cs.tensor()), host(ops.cs.tensor()), 0.0f, "conv state");
+        expect_close(host(fused.st.tensor()), host(ops.st.tensor()),
+                     sdt == DType::kBF16 ? 1.0f / 128 : 1e-5f, "recurrent state");
+      }
+  }
+};
+
+TEST_F(GdnMixer, FusedDecodeMatchesUnfusedOps) { check_fused_against_ops(decode_step()); }
+
+TEST_F(GdnMixer, FusedPrefillMatchesUnfusedOps) { check_fused_against_ops(prefill_step()); }
+
+}  // namespace
+}  // namespace deltaserve::backend
