@@ -53,6 +53,7 @@ double time_shape(ds::backend::CudaBackend& be, const Shape& sh, int rounds, int
        vc = be.alloc(ds::DType::kBF16, {pages, kPage, kNkv, kHd});
   // Non-zero inputs (bf16 0x3c3c = 0.0115): zeros can run faster than real data.
   for (auto* t : {&q, &gate, &kc, &vc}) cudaMemset(t->tensor().data, 0x3c, t->tensor().nbytes());
+  cudaDeviceSynchronize();  // before the backend's non-blocking stream uses them
   const ds::backend::AttnDims d{kNh, kNkv, kHd, 64, 1e7, 1e-6f};
   return ds::bench::median_ms_per_call(be.stream(), rounds, calls, [&] {
     be.paged_attention(batch, q.tensor(), gate.tensor(), kc.tensor(), vc.tensor(), d, out.tensor());

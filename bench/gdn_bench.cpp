@@ -61,6 +61,7 @@ struct Layer {
       cudaMemset(b->tensor().data, 0x3c, b->tensor().nbytes());
     for (const ds::Buffer* b : {&a, &bg, &alog, &dtb, &state})
       cudaMemset(b->tensor().data, 0, b->tensor().nbytes());
+    cudaDeviceSynchronize();  // the legacy stream's memsets before the backend's (non-blocking) one
     const std::vector<float> ones(kD, 1.0f);
     be.upload(DType::kF32, ones.data(), ones.size(), norm_w.tensor());
   }
@@ -97,15 +98,17 @@ double time_shape(ds::backend::CudaBackend& be, const Shape& sh, int32_t start, 
 int main(int argc, char** argv) {
   try {
     std::vector<std::string> args(argv + 1, argv + argc);
-    ds::app::Args a(args, "gdn_bench", {"rounds", "calls", "seqs", "len"}, {});
+    ds::app::Args a(args, "gdn_bench", {"rounds", "calls", "seqs", "len"}, {"mixer"});
     const int rounds = static_cast<int>(a.get_int("rounds", 7, 1, 1000));
     const int calls = static_cast<int>(a.get_int("calls", 20, 1, 1000));
     ds::backend::CudaBackend be(0);
     if (a.has("len")) {  // one shape (e.g. under a profiler)
       const Shape s{static_cast<int>(a.get_int("seqs", 1, 1, 1024)),
                     static_cast<int>(a.get_int("len", 8192, 1, 1 << 20))};
-      std::printf("%d x %d: %.3f ms per layer\n", s.seqs, s.len,
-                  time_shape(be, s, 0, What::kRule, rounds, calls));
+      const bool mixer = a.has("mixer");
+      std::printf("%d x %d: %.3f ms per layer%s\n", s.seqs, s.len,
+                  time_shape(be, s, 0, mixer ? What::kLayerFused : What::kRule, rounds, calls),
+                  mixer ? " (the mixer, fused)" : "");
       return 0;
     }
     std::printf(

@@ -48,15 +48,25 @@ inline std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f
   return v;
 }
 
+// The largest |x|, or NaN where any x is NaN (std::max would skip it: a bound checked with
+// EXPECT_LE must fail on NaN).
 inline float max_abs(const std::vector<float>& a) {
   float m = 0;
-  for (float x : a) m = std::max(m, std::abs(x));
+  for (float x : a) {
+    if (std::isnan(x)) return x;
+    m = std::max(m, std::abs(x));
+  }
   return m;
 }
 
+// The largest |a - b|, or NaN where any difference is NaN.
 inline float max_abs_diff(const float* a, const float* b, size_t n) {
   float m = 0;
-  for (size_t i = 0; i < n; ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  for (size_t i = 0; i < n; ++i) {
+    const float d = std::abs(a[i] - b[i]);
+    if (std::isnan(d)) return d;
+    m = std::max(m, d);
+  }
   return m;
 }
 

@@ -99,13 +99,16 @@ for stage in "$@"; do
       note "gdn_bench rc=$? $(tr '\n' ' ' <"$LOG/gdn_bench.md")" ;;
     ncu)  # kernel times of one GDN layer call and one attention call at 8k (ncu, clocks untouched)
       timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum \
-        $BIN/gdn_bench --len 8192 --rounds 1 --calls 2 >"$LOG/ncu_gdn.log" 2>&1
-      note "ncu gdn rc=$? $(grep -E 'kernel|gpu__time_duration' "$LOG/ncu_gdn.log" | tr -s ' ' | tail -8 | tr '\n' ' ')" ;;
-    ncusrc)  # ncu's source-level counters of the GDN prep kernel at 8k (SASS with stall samples)
-      timeout 250 ncu --clock-control none --set full --import-source yes -k regex:prep_kernel -c 1 \
-        -o "$LOG/prep" $BIN/gdn_bench --len 8192 --rounds 1 --calls 1 >"$LOG/ncu_src.log" 2>&1
-      ncu -i "$LOG/prep.ncu-rep" --page source --csv --print-source sass >"$LOG/prep_sass.csv" 2>&1
-      note "ncu src rc=$? $(wc -l <"$LOG/prep_sass.csv") lines" ;;
+        $BIN/gdn_bench --len 8192 --rounds 1 --calls 2 ${GDN_ARGS:-} >"$LOG/ncu_gdn${GDN_ARGS:+_mixer}.log" 2>&1
+      note "ncu gdn rc=$? $(grep -E 'kernel|gpu__time_duration' "$LOG/ncu_gdn${GDN_ARGS:+_mixer}.log" | tr -s ' ' | tail -12 | tr '\n' ' ')" ;;
+    ncusrc)  # ncu's source-level counters (SASS with stall samples) of a GDN kernel at 8k
+             # ($NCU_KERNEL, default prep_kernel; $GDN_ARGS e.g. --mixer)
+      k=${NCU_KERNEL:-prep_kernel}
+      timeout 250 ncu --clock-control none --set full --import-source yes -k regex:$k -c 1 \
+        -o "$LOG/$k" $BIN/gdn_bench --len 8192 --rounds 1 --calls 1 ${GDN_ARGS:-} >"$LOG/ncu_src_$k.log" 2>&1
+      ncu -i "$LOG/$k.ncu-rep" --page source --csv --print-source sass >"$LOG/${k}_sass.csv" 2>&1
+      ncu -i "$LOG/$k.ncu-rep" --page details >"$LOG/${k}_details.txt" 2>&1
+      note "ncu src $k rc=$? $(wc -l <"$LOG/${k}_sass.csv") lines" ;;
     ncufull)  # ncu's full sections for the GDN prep / scan and the prefill attention kernels at 8k
       timeout 200 ncu --clock-control none --set full -k regex:'prep_kernel|scan_kernel' -c 2 \
         $BIN/gdn_bench --len 8192 --rounds 1 --calls 1 >"$LOG/ncu_gdn_full.log" 2>&1

@@ -28,13 +28,16 @@ class CudaOps : public ::testing::Test {
     for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
     return v;
   }
-  // A device tensor of `dt` holding `v` (poisoned first).
+  // A device tensor of `dt` holding `v` (poisoned first, on the backend's stream: the legacy
+  // default stream does not order against its non-blocking streams).
   Buffer dev(const std::vector<float>& v, DType dt, std::initializer_list<int64_t> dims) {
     Buffer b = gpu_->alloc(dt, dims);
-    cudaMemset(b.tensor().data, 0xff, b.tensor().nbytes());
+    poison(b.tensor());
     gpu_->upload(DType::kF32, v.data(), v.size(), b.tensor());
     return b;
   }
+  // NaN bytes over t, ordered before the backend's next op.
+  void poison(const Tensor& t) { cudaMemsetAsync(t.data, 0xff, t.nbytes(), gpu_->stream()); }
   std::vector<float> host(const Tensor& t) {
     std::vector<float> v(static_cast<size_t>(t.numel()));
     gpu_->download_f32(t, v.data());

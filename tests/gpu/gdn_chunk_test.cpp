@@ -93,6 +93,7 @@ class GdnChunk : public CudaOps {
     const bool bf16_state = state_dtype == DType::kBF16;
     std::printf("gdn chunk %-28s %s state: output %.3e state %.3e\n", c.name,
                 bf16_state ? "bf16" : "f32", eo, es);
+    std::fflush(stdout);
     EXPECT_LE(eo, kOutBound) << c.name << ": output";
     EXPECT_LE(es, bf16_state ? kBf16StateBound : kStateBound)
         << c.name << ": state (every slot, the snapshot's included)";

@@ -27,10 +27,6 @@ struct Seq {
   int base, len, h, kh, col0, T;
 };
 
-__device__ size_t row_of(const Seq& q, int t0, int r, int n) {
-  return static_cast<size_t>(q.base + t0 + min(r, n - 1));
-}
-
 // The state pass over slices of kSlice (32 or 64) columns. Warp (row tile m = w % 4, column half
 // w / 4) owns 16 x kSlice / 2 of V' and O.
 template <int kSliceColumns, bool kAllOut, int kStageCount>
@@ -59,40 +55,51 @@ struct Scan {
     std::conditional_t<kAllOut, QP[kStages], char[16]> qp;
   };
 
-  // Chunk `c`'s W, kd, U (this block's columns) and gam into `st` (rows past the sequence zero).
+  // Chunk `c`'s W, kd, U (this block's columns) and gam into `st` (rows past the sequence zero). A
+  // thread copies fixed pieces (rows tid / 16 + 16 i of W and kd, rows tid / kTiles + 256 / kTiles
+  // j of U), each address one multiply-add from the chunk's first row: the state pass is
+  // instruction-bound, and index math was most of its instructions.
   __device__ static void load_chunk(Stage& st, const Seq& q, int c, const Workspace& ws,
                                     const GdnShape& s) {
-    const int t0 = c * kChunk, n = min(kChunk, q.len - t0);
-    for (int e = threadIdx.x; e < 2 * kChunk * 16; e += kThreads) {
-      const int which = e / (kChunk * 16), r = (e / 16) % kChunk, c16 = e % 16;
-      const size_t at = (row_of(q, t0, r, n) * s.nv + q.h) * kDim + 8 * c16;
-      mma::cp_async16((which == 0 ? st.w[r] : st.kd[r]) + 8 * c16, (which == 0 ? ws.w : ws.kd) + at,
-                      r < n);
+    const int t0 = c * kChunk, n = min(kChunk, q.len - t0), first = q.base + t0;
+    const int tid = threadIdx.x, row_elems = s.nv * kDim, head = q.h * kDim;
+#pragma unroll
+    for (int i = 0; i < kChunk / 16; ++i) {
+      const int r = tid / 16 + 16 * i, col = 8 * (tid % 16);
+      const size_t at = static_cast<size_t>(first + (r < n ? r : 0)) * row_elems + head + col;
+      mma::cp_async16(st.w[r] + col, ws.w + at, r < n);
+      mma::cp_async16(st.kd[r] + col, ws.kd + at, r < n);
     }
-    for (int e = threadIdx.x; e < kChunk * kTiles; e += kThreads) {
-      const int r = e / kTiles, c8 = e % kTiles;
-      const bf16* src = ws.u + (row_of(q, t0, r, n) * s.nv + q.h) * kDim + q.col0 + 8 * c8;
-      mma::cp_async16(st.u[r] + 8 * c8, src, r < n);
+    constexpr int kRowsPerPass = kThreads / kTiles;
+#pragma unroll
+    for (int j = 0; j < kChunk / kRowsPerPass; ++j) {
+      const int r = tid / kTiles + kRowsPerPass * j, col = 8 * (tid % kTiles);
+      const size_t at =
+          static_cast<size_t>(first + (r < n ? r : 0)) * row_elems + head + q.col0 + col;
+      mma::cp_async16(st.u[r] + col, ws.u + at, r < n);
     }
-    if (threadIdx.x < kChunk) {
-      const int r = threadIdx.x;
-      mma::cp_async4(&st.gam[r], ws.gam + static_cast<size_t>(q.h) * q.T + row_of(q, t0, r, n),
-                     r < n);
-    }
+    if (tid < kChunk)
+      mma::cp_async4(&st.gam[tid],
+                     ws.gam + static_cast<size_t>(q.h) * q.T + first + (tid < n ? tid : 0),
+                     tid < n);
   }
 
-  // Chunk c's q (into qd) and P (into pd's first 64 columns).
+  // Chunk c's q (into qd) and P (into pd's first 64 columns), pieces as load_chunk's.
   __device__ static void load_q_p(bf16 (*qd)[kLd], bf16 (*pd)[kLd], const Seq& q, int c,
                                   const Workspace& ws, const GdnShape& s) {
-    const int t0 = c * kChunk, n = min(kChunk, q.len - t0);
-    for (int e = threadIdx.x; e < kChunk * 24; e += kThreads) {
-      const int r = e / 24, c8 = e % 24;
-      const size_t row = row_of(q, t0, r, n);
-      if (c8 < 16)
-        mma::cp_async16(qd[r] + 8 * c8, ws.q + (row * s.nk + q.kh) * kDim + 8 * c8, r < n);
-      else
-        mma::cp_async16(pd[r] + 8 * (c8 - 16), ws.p + (row * s.nv + q.h) * kChunk + 8 * (c8 - 16),
-                        r < n);
+    const int t0 = c * kChunk, n = min(kChunk, q.len - t0), first = q.base + t0;
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < kChunk / 16; ++i) {
+      const int r = tid / 16 + 16 * i, col = 8 * (tid % 16);
+      const size_t at = static_cast<size_t>(first + (r < n ? r : 0)) * s.nk * kDim + q.kh * kDim;
+      mma::cp_async16(qd[r] + col, ws.q + at + col, r < n);
+    }
+#pragma unroll
+    for (int j = 0; j < kChunk / 32; ++j) {
+      const int r = tid / 8 + 32 * j, col = 8 * (tid % 8);
+      const size_t at = static_cast<size_t>(first + (r < n ? r : 0)) * s.nv * kChunk + q.h * kChunk;
+      mma::cp_async16(pd[r] + col, ws.p + at + col, r < n);
     }
   }
 
@@ -161,18 +168,16 @@ struct Scan {
     Half v = {};
     times_half<kDim>(st.w[0], kLd, sm.s, v);
     for (int hf = 0; hf < 2; ++hf) {
-      const int i = 16 * m + g + 8 * hf;
+      const int i = 16 * m + g + 8 * hf, col0 = (kSlice / 2) * half + 2 * c;
+      bf16* urow = ws.u + static_cast<size_t>(q.base + t0 + i) * s.nv * kDim + q.h * kDim + q.col0;
       for (int nt = 0; nt < kHalfTiles; ++nt) {
-        const int col = (kSlice / 2) * half + 8 * nt + 2 * c;
+        const int col = col0 + 8 * nt;
         const float2 u =
             __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&st.u[i][col]));
         const __nv_bfloat162 vp =
             __floats2bfloat162_rn(u.x - v[nt][2 * hf], u.y - v[nt][2 * hf + 1]);
         *reinterpret_cast<__nv_bfloat162*>(&sm.v[i][col]) = vp;
-        if (i < n)
-          *reinterpret_cast<__nv_bfloat162*>(
-              ws.u + (static_cast<size_t>(q.base + t0 + i) * s.nv + q.h) * kDim + q.col0 + col) =
-              vp;
+        if (i < n) *reinterpret_cast<__nv_bfloat162*>(urow + col) = vp;
       }
     }
   }
@@ -240,6 +245,7 @@ struct Scan {
     if (b.seq_start[seq] != 0) state_io<false>(S, q, hs);
     publish_state(sm, hs);
     const int chunks = (q.len + kChunk - 1) / kChunk, last = chunks - 1;
+    const int snap_at = b.seq_snap_at[seq];
     // One cp.async group per chunk (empty past the last): chunk c's is complete when at most
     // kStages - 1 later ones are pending.
     auto stage_chunk = [&](int c) {
@@ -283,7 +289,7 @@ struct Scan {
       if (out_here) output_v_part(sm, ps, o, q, t0, n, s, out);
       update_state(sm, st, hs, n);
       publish_state(sm, hs);
-      if (t0 + n == b.seq_snap_at[seq])  // the in-step snapshot: the state after this chunk
+      if (t0 + n == snap_at)  // the in-step snapshot: the state after this chunk
         state_io<true>(state + (static_cast<size_t>(b.seq_snap_slot[seq]) * s.nv + h) * head, q,
                        hs);
       __syncthreads();  // the stage may be refilled, sm.v rewritten
