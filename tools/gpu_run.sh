@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
 # Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench ncu ncusrc ncufull attn fla model nccl bench1 prof bench ab hf real serve prefix
-#        prefixab serve8k
+#        prefixab serve8k offline8k
 #        benchtp[:MODELS] servetp   (multi-GPU: TP1 vs TP2 vs TP4 on the visible GPUs)
 # Logs go to $OUT (or ./gpu_logs); a summary line is printed as each stage ends.
 set -uo pipefail
@@ -182,7 +182,7 @@ for stage in "$@"; do
         --max-num-batched-tokens 8192
       grep -E "memory plan|ready" "$LOG/serve8k.log" | head -3
       for c in ${CONCURRENCY:-1 64}; do
-        n=$((c < 4 ? 4 : 2 * c))
+        n=${NPROMPTS:-$((c < 4 ? 4 : 2 * c))}
         echo -n "{\"concurrency\": $c, \"run\": " >>"$LOG/serve8k.jsonl"
         timeout ${SERVE_TIMEOUT:-240} $BIN/deltaserve bench serve --port 8011 --num-prompts $n \
           --input-len 8192 --output-len 1024 --max-concurrency $c --vocab 150000 \
@@ -191,6 +191,17 @@ for stage in "$@"; do
         note "serve8k c=$c $(tail -2 "$LOG/serve8k.jsonl" | tr -d '\n' | cut -c1-400)"
       done
       serve_stop serve8k ;;
+    offline8k)  # serve8k's workload in-process (bench offline, no HTTP) at $CONCURRENCY (default 1
+                # and 64), same engine flags: HTTP's cost is serve8k's TPOT over this one's
+      for c in ${CONCURRENCY:-1 64}; do
+        n=${NPROMPTS:-$((c < 4 ? 4 : 2 * c))}
+        timeout ${SERVE_TIMEOUT:-240} $BIN/deltaserve bench offline --device cuda --model $M \
+          --load-format dummy --num-prompts $n --input-len 8192 --output-len 1024 \
+          --max-concurrency $c --max-num-seqs 64 --max-model-len 9300 \
+          --max-num-batched-tokens 8192 >>"$LOG/offline8k.jsonl" 2>>"$LOG/offline8k.err" ||
+          echo "null" >>"$LOG/offline8k.jsonl"
+        note "offline8k c=$c $(tail -1 "$LOG/offline8k.jsonl" | cut -c1-400)"
+      done ;;
     prefixab)  # the cost of prefix caching when nothing hits, without HTTP: bench offline 1k in /
                # 256 out, 256 requests at concurrency 64, on / off interleaved three times
       for i in 1 2 3; do
