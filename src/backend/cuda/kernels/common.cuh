@@ -32,8 +32,11 @@ __device__ inline float block_sum(float v) {
   return t;
 }
 
-// x sigmoid(x) with the fast reciprocal (an IEEE division is ~10x the instructions; a large negative
-// x gives e^-x = inf and 0).
-__device__ inline float silu(float x) { return __fdividef(x, 1.0f + __expf(-x)); }
+__device__ inline float silu(float x) { return x / (1.0f + __expf(-x)); }
+
+// silu with the fast reciprocal for the GDN conv, where it is most of the instructions (an IEEE
+// division is ~10 of them; a large negative x gives e^-x = inf and 0). Outputs rounded to bf16
+// after it; the ops whose SiLU goes on in f32 (SiLU-mul, the gated norm) keep the division.
+__device__ inline float silu_fast(float x) { return __fdividef(x, 1.0f + __expf(-x)); }
 
 }  // namespace deltaserve::cuda

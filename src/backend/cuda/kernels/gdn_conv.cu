@@ -29,7 +29,7 @@ __global__ void gdn_conv_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ u
       x = fresh ? 0.0f : __bfloat162float(st[km1 + src]);
     acc += __bfloat162float(w[static_cast<size_t>(c) * K + i]) * x;
   }
-  y[static_cast<size_t>(t) * C + c] = __float2bfloat16(silu(acc));
+  y[static_cast<size_t>(t) * C + c] = __float2bfloat16(silu_fast(acc));
 }
 
 // Thread per (sequence, channel): the new conv state, the last K-1 inputs (after every read of

@@ -39,7 +39,7 @@ __device__ inline F32x8 conv_silu(const ConvTaps& t, const F32x8 (&win)[kConvK -
 #pragma unroll
     for (int i = 0; i < kConvK - 1; ++i) acc += t.w[i][e] * win[i].v[e];
     acc += t.w[kConvK - 1][e] * cur.v[e];
-    out.v[e] = silu(acc);
+    out.v[e] = silu_fast(acc);
   }
   return out;
 }

@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     float acc = 0.0f;
 #pragma unroll
     for (int k = 0; k < kK; ++k) acc += __bfloat162float(p.conv_w[c * kK + k]) * x[k];
-    ys[i] = round_bf16(silu(acc));  // what the unfused conv stores
+    ys[i] = round_bf16(silu_fast(acc));  // what the unfused conv stores
 #pragma unroll
     for (int k = 0; k < kK - 2; ++k) cs[k] = fresh ? __float2bfloat16(0.0f) : cs[k + 1];
     cs[kK - 2] = u;
