@@ -175,11 +175,12 @@ for stage in "$@"; do
       note "serve $(wc -l <"$LOG/bench_serve.jsonl") bench lines" ;;
     serve8k)  # SGLang's benchmark workload (8,192 in / 1,024 out) at concurrency $CONCURRENCY
               # (default 1 and 64): serve (4B shape, dummy) + bench serve, a JSON line each
-      # MAX_SEQS=auto leaves --max-num-seqs to the memory plan's default
+      # MAX_SEQS=auto leaves --max-num-seqs to the memory plan's default; BATCHED_TOKENS (8192) the
+      # step budget, SERVE_EXTRA more serve flags (e.g. --long-prefill-token-threshold 2048)
       seqs_flag="--max-num-seqs ${MAX_SEQS:-64}"
       [[ ${MAX_SEQS:-} == auto ]] && seqs_flag=""
       serve_start serve8k $seqs_flag --max-model-len 9300 \
-        --max-num-batched-tokens 8192
+        --max-num-batched-tokens ${BATCHED_TOKENS:-8192} ${SERVE_EXTRA:-}
       grep -E "memory plan|ready" "$LOG/serve8k.log" | head -3
       for c in ${CONCURRENCY:-1 64}; do
         n=${NPROMPTS:-$((c < 4 ? 4 : 2 * c))}
