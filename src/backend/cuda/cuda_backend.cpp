@@ -432,6 +432,7 @@ void CudaBackend::gdn_mixer(const StepBatch& batch, const GdnMixerTensors& t, co
     OpTimer timer(*this, "gdn_chunked_conv");
     const cuda::BatchMeta& m = meta(batch);
     const int C = static_cast<int>(t.u.dim(1));
+    DS_CHECK(C == 2 * d.nk * d.dk + d.nv * d.dv, "GDN conv inputs [T, 2 nk dk + nv dv]");
     cuda::launch_gdn_chunked(m, in, bf(t.a), bf(t.b), f32(t.A_log), f32(t.dt_bias),
                              gdn_state(t.state), shape, gdn_chunk_workspace(m, shape), num_sms_,
                              bf(t.o), stream_);
