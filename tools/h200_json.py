@@ -4,7 +4,8 @@
 usage: tools/h200_json.py --commit SHA --date YYYY-MM-DD [--base-commit SHA --base FILE...]
                           [--fla fla_bench.jsonl] [--gdn NAME=MS ...] [--attn attn_bench.md]
                           [--gdn-decode NAME=gpu_bench.md ...] [--serve serve8k.jsonl
-                          --serve-flags STR]
+                          --serve-flags STR] [--offline offline8k.jsonl]
+                          [--decode-ctx gpu_bench.md ...]
                           FILE...    (gpu_bench outputs of the same commit; medians across them)
        tools/h200_json.py --commit SHA --date YYYY-MM-DD --prefix prefix_bench.jsonl
                           (only the prefix_cache key: gpu_run.sh's prefix stage, cache on vs off)
@@ -15,7 +16,9 @@ against another commit, and gdn_chunk_ms_per_layer: ours (--gdn 1x8192=4.45) bes
 CUDA-graph medians from ../shared/peers/fla_bench.py's JSON lines (--fla) of the same session,
 and gdn_decode_us_per_layer: fla's fused recurrent kernel per batch size (--fla) beside our fused
 decode layer's (--gdn-decode, from gpu_bench's per-op tables); serve_8k_1k from gpu_run.sh
-serve8k's JSON lines (--serve); attention_prefill_tflops
+serve8k's JSON lines (--serve), offline_8k_1k from its offline8k ones (--offline: the same workload
+without HTTP, and serve's TPOT over offline's), decode_ms_ctx<N>k from gpu_bench runs at another
+context (--decode-ctx); attention_prefill_tflops
 (per shape) and attention_prefill_tflops_8k from attn_bench's table (--attn);
 prefix_cache: per setting (on / off) the multi-turn run (hit rate, TTFT, tok/s) and the median
 tok/s, TTFT and TPOT of the never-hitting runs. Other keys already in the file are kept.
@@ -76,20 +79,42 @@ def gdn_decode_ours(path):
     return out
 
 
+def json_objects(path):
+    """Every JSON value in a file, however the lines break (serve8k writes one over two lines)."""
+    text, dec, at, out = Path(path).read_text(), json.JSONDecoder(), 0, []
+    while True:
+        while at < len(text) and text[at].isspace():
+            at += 1
+        if at >= len(text):
+            return out
+        value, at = dec.raw_decode(text, at)
+        out.append(value)
+
+
+def latency_cells(run):
+    return {"total_tok_s": run["total_tok_per_s"], "ttft_ms": run["ttft_ms"],
+            "tpot_ms": run["tpot_ms"], "itl_ms": run.get("itl_ms"),
+            "num_prompts": run["num_prompts"]}
+
+
 def serve(path, commit, date, flags, old):
     """gpu_run.sh serve8k's JSON lines as serve_8k_1k (SGLang's published cells kept)."""
-    lines = [l for l in Path(path).read_text().splitlines() if l.strip()]
-    runs = [json.loads(lines[i] + lines[i + 1]) for i in range(0, len(lines), 2)]
-    by_c = {}
-    for r in runs:
-        if r["run"]:
-            by_c[str(r["concurrency"])] = {
-                "total_tok_s": r["run"]["total_tok_per_s"], "ttft_ms": r["run"]["ttft_ms"],
-                "tpot_ms": r["run"]["tpot_ms"], "itl_ms": r["run"].get("itl_ms"),
-                "num_prompts": r["run"]["num_prompts"]}
+    by_c = {str(r["concurrency"]): latency_cells(r["run"]) for r in json_objects(path) if r["run"]}
     out = {"commit": commit, "date": date, "flags": flags, "by_concurrency": by_c}
     if old and "sglang_published" in old:
         out["sglang_published"] = old["sglang_published"]
+    return out
+
+
+def offline(path, commit, serve_doc):
+    """gpu_run.sh offline8k's lines as offline_8k_1k, with serve's TPOT p50 over offline's per
+    concurrency where serve_8k_1k has it (HTTP's cost)."""
+    by_c = {str(r["max_concurrency"]): latency_cells(r) for r in json_objects(path) if r}
+    out = {"commit": commit, "by_concurrency": by_c}
+    served = (serve_doc or {}).get("by_concurrency", {})
+    out["http_tpot_p50_over_offline"] = {
+        c: round(served[c]["tpot_ms"]["p50"] / v["tpot_ms"]["p50"], 4)
+        for c, v in by_c.items() if c in served}
     return out
 
 
@@ -130,6 +155,9 @@ def main():
                          "ours_bf16_state=bf16.md)")
     ap.add_argument("--serve", help="gpu_run.sh serve8k's serve8k.jsonl")
     ap.add_argument("--serve-flags", default="")
+    ap.add_argument("--offline", help="gpu_run.sh offline8k's offline8k.jsonl (after --serve's)")
+    ap.add_argument("--decode-ctx", nargs="*", default=[],
+                    help="gpu_bench outputs of decode at another context: decode_ms_ctx<N>")
     ap.add_argument("files", nargs="*")
     a = ap.parse_args()
     path = Path(a.out)
@@ -169,6 +197,11 @@ def main():
         doc.setdefault("gdn_decode_us_per_layer", {"commit": a.commit})[name] = gdn_decode_ours(md)
     if a.serve:
         doc["serve_8k_1k"] = serve(a.serve, a.commit, a.date, a.serve_flags, doc.get("serve_8k_1k"))
+    if a.offline:
+        doc["offline_8k_1k"] = offline(a.offline, a.commit, doc.get("serve_8k_1k"))
+    if a.decode_ctx:
+        (dd, _, _), dctx = medians(a.decode_ctx)
+        doc[f"decode_ms_ctx{dctx // 1024}k"] = {"commit": a.commit, **dd}
     if a.attn:
         doc["attention_prefill_tflops"] = attention(a.attn)
         doc["attention_prefill_tflops_8k"] = doc["attention_prefill_tflops"].get("1x8192")
