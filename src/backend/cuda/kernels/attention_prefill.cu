@@ -1,11 +1,14 @@
-// Causal flash attention of prefill sequences over the paged KV (FA2-style, bf16 mma.sync m16n8k16
-// with f32 accumulation). Block (query head, sequence, 128-query tile), 8 warps of 16 query rows;
-// the heaviest tiles (latest queries) are launched first. The Q tile stays in shared memory; key /
-// value tiles of 64 rows stream through two shared-memory stages with cp.async, the next tile's
-// copy in flight while the current one computes. Per key tile, in registers: S = Q K^T, the online
-// softmax (exp2, f32), P as bf16 A fragments straight from S's accumulators, O += P V.
+// Causal flash attention of prefill sequences over the paged KV (bf16 wgmma with f32 accumulation,
+// sm_90a). Block (query head, sequence, 128-query tile), two warpgroups of 64 query rows; the
+// heaviest tiles (latest queries) are launched first. The Q tile stays in shared memory; key /
+// value tiles of 64 rows stream through two shared-memory stages with cp.async (into the 128-byte
+// swizzled layout wgmma reads), the next tile's copy in flight while the current one computes.
+// Per key tile, per warpgroup: S = Q K^T (wgmma, both operands from shared memory), the online
+// softmax in registers (exp2, f32), P as bf16 A fragments straight from S's accumulators, and
+// O += P V (wgmma, A from registers, V read MN-major).
 #include "backend/cuda/kernels/attention_prefill.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
+#include "backend/cuda/kernels/wgmma.cuh"
 
 namespace deltaserve::cuda {
 namespace {
@@ -15,9 +18,9 @@ constexpr int kRows = 128, kKeys = 64, kWarps = kRows / 16, kThreads = 32 * kWar
 
 template <int HD>
 struct PrefillLayout {
-  static constexpr int ld = HD + 8;  // padded bf16 rows: ldmatrix rows land in distinct banks
-  static constexpr int q_elems = kRows * ld, kv_elems = kKeys * ld;
-  static constexpr size_t bytes = (q_elems + 4 * kv_elems) * sizeof(bf16);  // Q, 2 x (K, V)
+  // SW128 tiles: Q (kRows x HD), then two stages of K and V (kKeys x HD each).
+  static constexpr uint32_t q_bytes = kRows * HD * 2, kv_bytes = kKeys * HD * 2;
+  static constexpr size_t bytes = q_bytes + 4 * kv_bytes + wgmma::kAtomBytes;  // + alignment
 };
 
 struct Tile {
@@ -27,42 +30,37 @@ struct Tile {
 
 // Keys [k0, k0 + 64) of the KV head into (ks, vs) as one cp.async group (keys past last_key zero).
 template <int HD>
-__device__ void load_kv(bf16* ks, bf16* vs, const Tile& t, int k0, const BatchMeta& b,
-                        const bf16* kc, const bf16* vc, int nkv) {
-  constexpr int kVec = HD / 8, ld = PrefillLayout<HD>::ld;
+__device__ void load_kv(unsigned char* ks, unsigned char* vs, const Tile& t, int k0,
+                        const BatchMeta& b, const bf16* kc, const bf16* vc, int nkv) {
+  constexpr int kVec = HD / 8;
   for (int e = threadIdx.x; e < kKeys * kVec; e += kThreads) {
     const int r = e / kVec, c = e % kVec, p = min(k0 + r, t.last_key);
     const size_t row =
         static_cast<size_t>(t.pages[p / b.page_size]) * b.page_size + p % b.page_size;
     const size_t off = (row * nkv + t.kvh) * HD + c * 8;
     const bool valid = k0 + r <= t.last_key;
-    mma::cp_async16(ks + r * ld + c * 8, kc + off, valid);
-    mma::cp_async16(vs + r * ld + c * 8, vc + off, valid);
+    const uint32_t at = wgmma::sw128_offset(kKeys, r, 8 * c);
+    mma::cp_async16(ks + at, kc + off, valid);
+    mma::cp_async16(vs + at, vc + off, valid);
   }
   mma::cp_async_commit();
 }
 
-// S (this warp's 16 rows x 64 keys) = Q K^T.
+// S (this warpgroup's 64 rows x 64 keys) = Q K^T, Q and K K-major SW128 tiles.
 template <int HD>
-__device__ void scores(const bf16* qs, const bf16* ks, float (&s)[8][4]) {
-  constexpr int ld = PrefillLayout<HD>::ld;
-  const int warp = threadIdx.x / 32;
-#pragma unroll
-  for (int n = 0; n < 8; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
+__device__ void scores(uint32_t qs, uint32_t ks, float (&s)[8][4]) {
+  constexpr uint32_t kSbo = wgmma::kAtomBytes, kStep = 32;  // 16 bf16 along K
+  qs += (threadIdx.x / 128) * 64 * wgmma::kRowBytes;
+  float(&d)[32] = reinterpret_cast<float(&)[32]>(s);
+  wgmma::fence();
 #pragma unroll
   for (int kk = 0; kk < HD / 16; ++kk) {
-    uint32_t a[4];
-    mma::load_a(a, qs + 16 * warp * ld + 16 * kk, ld);
-#pragma unroll
-    for (int np = 0; np < 4; ++np) {
-      uint32_t bk[4];
-      mma::load_b_trans(bk, ks + 16 * np * ld + 16 * kk, ld);
-      mma::mma(s[2 * np], a, bk[0], bk[1]);
-      mma::mma(s[2 * np + 1], a, bk[2], bk[3]);
-    }
+    const uint32_t col = kk / 4, in = (kk % 4) * kStep;
+    wgmma::mma_64x64_ss(d, wgmma::desc(qs + col * kRows * wgmma::kRowBytes + in, 16, kSbo),
+                        wgmma::desc(ks + col * kKeys * wgmma::kRowBytes + in, 16, kSbo), kk > 0);
   }
+  wgmma::commit();
+  wgmma::wait<0>();
 }
 
 // The online softmax over one key tile for the thread's rows g and g + 8: masks keys after each
@@ -107,24 +105,28 @@ __device__ void online_softmax(float (&s)[8][4], float (&o)[HD / 8][4], float (&
   }
 }
 
-// O (16 rows x HD) += P V, P taken from the score accumulators as bf16 A fragments.
+// O (this warpgroup's 64 rows x HD) += P V, P taken from the score accumulators as bf16 A
+// fragments, V (keys x HD) an MN-major SW128 tile.
 template <int HD>
-__device__ void accumulate(const float (&p)[8][4], const bf16* vs, float (&o)[HD / 8][4]) {
-  constexpr int ld = PrefillLayout<HD>::ld;
+__device__ void accumulate(const float (&p)[8][4], uint32_t vs, float (&o)[HD / 8][4]) {
+  constexpr uint32_t kLbo = kKeys * wgmma::kRowBytes, kSbo = wgmma::kAtomBytes;
+  float(&d)[HD / 2] = reinterpret_cast<float(&)[HD / 2]>(o);
+  uint32_t a[kKeys / 16][4];  // all of P packed before the first wgmma reads any of it
+#pragma unroll
+  for (int kk = 0; kk < kKeys / 16; ++kk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      a[kk][i] = mma::pack_bf16(p[2 * kk + i / 2][2 * (i % 2)], p[2 * kk + i / 2][2 * (i % 2) + 1]);
+  wgmma::fence();
 #pragma unroll
   for (int kk = 0; kk < kKeys / 16; ++kk) {
-    const uint32_t a[4] = {mma::pack_bf16(p[2 * kk][0], p[2 * kk][1]),
-                           mma::pack_bf16(p[2 * kk][2], p[2 * kk][3]),
-                           mma::pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-                           mma::pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3])};
-#pragma unroll
-    for (int dp = 0; dp < HD / 16; ++dp) {
-      uint32_t bv[4];
-      mma::load_b(bv, vs + 16 * kk * ld + 16 * dp, ld);
-      mma::mma(o[2 * dp], a, bv[0], bv[1]);
-      mma::mma(o[2 * dp + 1], a, bv[2], bv[3]);
-    }
+    const uint64_t b = wgmma::desc(vs + kk * 16 * wgmma::kRowBytes, kLbo, kSbo);
+    if constexpr (HD == 64) wgmma::mma_64x64_rs(d, a[kk], b);
+    if constexpr (HD == 128) wgmma::mma_64x128_rs(d, a[kk], b);
+    if constexpr (HD == 256) wgmma::mma_64x256_rs(d, a[kk], b);
   }
+  wgmma::commit();
+  wgmma::wait<0>();
 }
 
 // out = O / l * sigmoid(gate) for the thread's rows that exist.
@@ -158,9 +160,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                         const bf16* __restrict__ kc, const bf16* __restrict__ vc, AttnShape s,
                         int min_len, bf16* __restrict__ out) {
   using Lay = PrefillLayout<HD>;
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  bf16* qs = reinterpret_cast<bf16*>(smem_raw);
-  bf16* kv = qs + Lay::q_elems;  // stage i: K at kv + 2i kv_elems, V after it
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  // SW128 tiles need 1024-byte alignment (the swizzle follows address bits 7..9).
+  unsigned char* qs = smem_raw + (-static_cast<int>(mma::smem_u32(smem_raw)) & 1023);
+  unsigned char* kv = qs + Lay::q_bytes;  // stage i: K at kv + 2i kv_bytes, V after it
   const int h = blockIdx.x, seq = blockIdx.y, n = b.seq_len[seq];
   const int tile = gridDim.z - 1 - blockIdx.z;  // heaviest first
   if (n < min_len || tile * kRows >= n) return;
@@ -178,9 +181,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int r = e / kVec, c = e % kVec;
     const bf16* src =
         q + (static_cast<size_t>(t.begin + t.q0 + min(r, t.rows - 1)) * s.nh + h) * HD;
-    mma::cp_async16(qs + r * Lay::ld + c * 8, src + c * 8, r < t.rows);
+    mma::cp_async16(qs + wgmma::sw128_offset(kRows, r, 8 * c), src + c * 8, r < t.rows);
   }
-  load_kv<HD>(kv, kv + Lay::kv_elems, t, 0, b, kc, vc, s.nkv);  // Q joins this group
+  load_kv<HD>(kv, kv + Lay::kv_bytes, t, 0, b, kc, vc, s.nkv);  // Q joins this group
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int qpos0 = t.start + t.q0 + 16 * warp + lane / 4;  // position of the thread's row g
   const int first_masked = t.start + t.q0;                  // tiles ending before it need no mask
@@ -189,19 +192,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tiles = t.last_key / kKeys + 1;
   for (int j = 0; j < tiles; ++j) {
     if (j + 1 < tiles) {
-      bf16* next = kv + 2 * ((j + 1) % 2) * Lay::kv_elems;
-      load_kv<HD>(next, next + Lay::kv_elems, t, (j + 1) * kKeys, b, kc, vc, s.nkv);
+      unsigned char* next = kv + 2 * ((j + 1) % 2) * Lay::kv_bytes;
+      load_kv<HD>(next, next + Lay::kv_bytes, t, (j + 1) * kKeys, b, kc, vc, s.nkv);
       mma::cp_async_wait<1>();
     } else {
       mma::cp_async_wait<0>();
     }
-    __syncthreads();  // tile j (and Q) visible to every warp
-    const bf16* ks = kv + 2 * (j % 2) * Lay::kv_elems;
+    wgmma::fence_shared_for_async();
+    __syncthreads();  // tile j (and Q) visible to every warp's wgmma
+    const uint32_t ks = mma::smem_u32(kv + 2 * (j % 2) * Lay::kv_bytes);
     const int k0 = j * kKeys;
     float sc[8][4];
-    scores<HD>(qs, ks, sc);
+    scores<HD>(mma::smem_u32(qs), ks, sc);
     online_softmax<HD>(sc, o, m, l, k0, qpos0, k0 + kKeys - 1 > first_masked, scale_log2);
-    accumulate<HD>(sc, ks + Lay::kv_elems, o);
+    accumulate<HD>(sc, ks + Lay::kv_bytes, o);
     __syncthreads();  // stage j % 2 is free for tile j + 2
   }
   write_out<HD>(o, l, t, s.nh, gate, out);
