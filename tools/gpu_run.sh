@@ -116,6 +116,15 @@ for stage in "$@"; do
       timeout 200 ncu --clock-control none --set full -k regex:attn_prefill -c 1 \
         $BIN/attn_bench --len 8192 --rounds 1 --calls 1 >"$LOG/ncu_attn_full.log" 2>&1
       note "ncu attn full rc=$?" ;;
+    ncuattn)  # ncu's source-level counters of the prefill attention kernel at 1 x 8192
+              # ($ATTN_BINS: attn_bench builds to profile, default attn_bench)
+      for ab in ${ATTN_BINS:-attn_bench}; do
+        timeout 200 ncu --clock-control none --set full --import-source yes -k regex:attn_prefill -c 1 \
+          -o "$LOG/$ab" $BIN/$ab --len 8192 --rounds 1 --calls 1 >"$LOG/ncu_$ab.log" 2>&1
+        ncu -i "$LOG/$ab.ncu-rep" --page source --csv --print-source sass >"$LOG/${ab}_sass.csv" 2>&1
+        ncu -i "$LOG/$ab.ncu-rep" --page details >"$LOG/${ab}_details.txt" 2>&1
+        note "ncu attn $ab rc=$? $(grep -E 'Duration|Registers' "$LOG/${ab}_details.txt" | tr -s ' ' | tr '\n' ' ')"
+      done ;;
     attn)  # prefill attention alone: ms per layer and causal TFLOP/s at the 4B shape
       $BIN/attn_bench >"$LOG/attn_bench.md" 2>"$LOG/attn_bench.err"
       note "attn_bench rc=$? $(tr '\n' ' ' <"$LOG/attn_bench.md")" ;;

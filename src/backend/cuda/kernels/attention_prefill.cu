@@ -1,11 +1,12 @@
 // Causal flash attention of prefill sequences over the paged KV (bf16 wgmma with f32 accumulation,
 // sm_90a). Block (query head, sequence, 128-query tile), two warpgroups of 64 query rows; the
-// heaviest tiles (latest queries) are launched first. The Q tile stays in shared memory; key /
-// value tiles of 64 rows stream through two shared-memory stages with cp.async (into the 128-byte
-// swizzled layout wgmma reads), the next tile's copy in flight while the current one computes.
-// Per key tile, per warpgroup: S = Q K^T (wgmma, both operands from shared memory), the online
-// softmax in registers (exp2, f32), P as bf16 A fragments straight from S's accumulators, and
-// O += P V (wgmma, A from registers, V read MN-major).
+// heaviest tiles (latest queries) are launched first. The Q tile stays in shared memory; key and
+// value tiles of 64 rows stream through two shared-memory slots each with cp.async (into the
+// 128-byte swizzled layout wgmma reads). Iteration j of a warpgroup issues S_j = Q K_j^T (both
+// operands from shared memory) and O += P_{j-1} V_{j-1} (P from registers, V read MN-major) as
+// two asynchronous wgmma groups, runs the online softmax of S_j (exp2, f32) while the second one
+// is in flight, then rescales O and keeps P_j as bf16 A fragments for the next iteration. The
+// loads of K_{j+1} and V_j are in flight meanwhile.
 #include "backend/cuda/kernels/attention_prefill.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
 #include "backend/cuda/kernels/wgmma.cuh"
@@ -18,57 +19,86 @@ constexpr int kRows = 128, kKeys = 64, kWarps = kRows / 16, kThreads = 32 * kWar
 
 template <int HD>
 struct PrefillLayout {
-  // SW128 tiles: Q (kRows x HD), then two stages of K and V (kKeys x HD each).
+  // SW128 tiles: Q (kRows x HD), then two K slots and two V slots (kKeys x HD each).
   static constexpr uint32_t q_bytes = kRows * HD * 2, kv_bytes = kKeys * HD * 2;
   static constexpr size_t bytes = q_bytes + 4 * kv_bytes + wgmma::kAtomBytes;  // + alignment
 };
 
 struct Tile {
-  int begin, start, q0, rows, kvh, h, last_key;
+  int begin, start, q0, rows, kvh, h, last_key, page_size;
+  // ceil(2^32 / page_size) (0 for pages of one row): p / page_size = umulhi(p, magic) while
+  // p * page_size < 2^32.
+  uint32_t page_magic;
   const int32_t* pages;
 };
 
-// Keys [k0, k0 + 64) of the KV head into (ks, vs) as one cp.async group (keys past last_key zero).
+// This thread's share of copying a tile of R rows x HD into an SW128 tile: 16-byte chunk c of
+// rows r0, r0 + kStep, ... (kStep a multiple of 8, so every row's chunk lands at the same swizzled
+// column and the destinations are kStep rows apart).
 template <int HD>
-__device__ void load_kv(unsigned char* ks, unsigned char* vs, const Tile& t, int k0,
-                        const BatchMeta& b, const bf16* kc, const bf16* vc, int nkv) {
-  constexpr int kVec = HD / 8;
-  for (int e = threadIdx.x; e < kKeys * kVec; e += kThreads) {
-    const int r = e / kVec, c = e % kVec, p = min(k0 + r, t.last_key);
-    const size_t row =
-        static_cast<size_t>(t.pages[p / b.page_size]) * b.page_size + p % b.page_size;
-    const size_t off = (row * nkv + t.kvh) * HD + c * 8;
-    const bool valid = k0 + r <= t.last_key;
-    const uint32_t at = wgmma::sw128_offset(kKeys, r, 8 * c);
-    mma::cp_async16(ks + at, kc + off, valid);
-    mma::cp_async16(vs + at, vc + off, valid);
+struct RowCopy {
+  static constexpr int kVec = HD / 8, kStep = kThreads / kVec;
+  static_assert(kStep % 8 == 0);
+  int c = threadIdx.x % kVec, r0 = threadIdx.x / kVec;
+  template <int R>
+  __device__ unsigned char* dst(unsigned char* tile) const {
+    return tile + wgmma::sw128_offset(R, r0, 8 * c);
   }
-  mma::cp_async_commit();
+};
+
+// Rows [k0, k0 + 64) of the KV head's cache (K or V) into the SW128 tile (rows past last_key
+// zero); the caller commits the cp.async group.
+template <int HD>
+__device__ void load_rows(unsigned char* tile, const bf16* cache, const Tile& t, int k0, int nkv) {
+  const RowCopy<HD> rc;
+  unsigned char* dst = rc.template dst<kKeys>(tile);
+  const bf16* src = cache + t.kvh * HD + 8 * rc.c;
+#pragma unroll
+  for (int i = 0; i < kKeys / rc.kStep; ++i) {
+    const int r = rc.r0 + i * rc.kStep;
+    const uint32_t p = min(k0 + r, t.last_key), page = t.page_magic ? __umulhi(p, t.page_magic) : p;
+    const size_t row = static_cast<size_t>(t.pages[page]) * t.page_size + (p - page * t.page_size);
+    mma::cp_async16(dst + i * rc.kStep * wgmma::kRowBytes, src + row * nkv * HD,
+                    k0 + r <= t.last_key);
+  }
 }
 
-// S (this warpgroup's 64 rows x 64 keys) = Q K^T, Q and K K-major SW128 tiles.
+// The block's query rows of head h into the SW128 Q tile (rows past t.rows zero).
 template <int HD>
-__device__ void scores(uint32_t qs, uint32_t ks, float (&s)[8][4]) {
+__device__ void load_queries(unsigned char* tile, const bf16* q, const Tile& t, int nh) {
+  const RowCopy<HD> rc;
+  unsigned char* dst = rc.template dst<kRows>(tile);
+#pragma unroll
+  for (int i = 0; i < kRows / rc.kStep; ++i) {
+    const int r = rc.r0 + i * rc.kStep;
+    const size_t row = t.begin + t.q0 + min(r, t.rows - 1);
+    mma::cp_async16(dst + i * rc.kStep * wgmma::kRowBytes, q + (row * nh + t.h) * HD + 8 * rc.c,
+                    r < t.rows);
+  }
+}
+
+// Issues S (this warpgroup's 64 rows x 64 keys) = Q K^T as one wgmma group, Q and K K-major
+// SW128 tiles.
+template <int HD>
+__device__ void issue_scores(uint32_t qs, uint32_t ks, float (&s)[8][4]) {
   constexpr uint32_t kSbo = wgmma::kAtomBytes, kStep = 32;  // 16 bf16 along K
-  qs += (threadIdx.x / 128) * 64 * wgmma::kRowBytes;
+  const uint64_t qd = wgmma::desc(qs + (threadIdx.x / 128) * 64 * wgmma::kRowBytes, 16, kSbo),
+                 kd = wgmma::desc(ks, 16, kSbo);
   float(&d)[32] = reinterpret_cast<float(&)[32]>(s);
-  wgmma::fence();
 #pragma unroll
   for (int kk = 0; kk < HD / 16; ++kk) {
-    const uint32_t col = kk / 4, in = (kk % 4) * kStep;
-    wgmma::mma_64x64_ss(d, wgmma::desc(qs + col * kRows * wgmma::kRowBytes + in, 16, kSbo),
-                        wgmma::desc(ks + col * kKeys * wgmma::kRowBytes + in, 16, kSbo), kk > 0);
+    const uint32_t col = kk / 4, in = (kk % 4) * kStep;  // the address field counts 16 bytes
+    wgmma::mma_64x64_ss(d, qd + ((col * kRows * wgmma::kRowBytes + in) >> 4),
+                        kd + ((col * kKeys * wgmma::kRowBytes + in) >> 4), kk > 0);
   }
   wgmma::commit();
-  wgmma::wait<0>();
 }
 
 // The online softmax over one key tile for the thread's rows g and g + 8: masks keys after each
-// row's position, updates the running max m and (per-thread partial) sum l, rescales o, and turns
-// s into unnormalised probabilities.
-template <int HD>
-__device__ void online_softmax(float (&s)[8][4], float (&o)[HD / 8][4], float (&m)[2],
-                               float (&l)[2], int k0, int qpos0, bool masked, float scale_log2) {
+// row's position, updates the running max m and (per-thread partial) sum l, turns s into
+// unnormalised probabilities and returns the factor the rows' O must be scaled by.
+__device__ void online_softmax(float (&s)[8][4], float (&m)[2], float (&l)[2], float (&corr)[2],
+                               int k0, int qpos0, bool masked, float scale_log2) {
   const int lane = threadIdx.x % 32, c = lane % 4;
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
@@ -85,7 +115,8 @@ __device__ void online_softmax(float (&s)[8][4], float (&o)[HD / 8][4], float (&
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     // Every row sees key 0 in the first tile, so mx is finite from then on.
-    const float base = mx * scale_log2, corr = exp2f((m[hf] - mx) * scale_log2);
+    const float base = mx * scale_log2;
+    corr[hf] = exp2f((m[hf] - mx) * scale_log2);
     m[hf] = mx;
     float sum = 0.0f;
 #pragma unroll
@@ -96,37 +127,45 @@ __device__ void online_softmax(float (&s)[8][4], float (&o)[HD / 8][4], float (&
         v = exp2f(fmaf(v, scale_log2, -base));
         sum += v;
       }
-    l[hf] = l[hf] * corr + sum;
-#pragma unroll
-    for (int d = 0; d < HD / 8; ++d) {
-      o[d][2 * hf] *= corr;
-      o[d][2 * hf + 1] *= corr;
-    }
+    l[hf] = l[hf] * corr[hf] + sum;
   }
 }
 
-// O (this warpgroup's 64 rows x HD) += P V, P taken from the score accumulators as bf16 A
-// fragments, V (keys x HD) an MN-major SW128 tile.
+// O's rows times their softmax correction; skipped when no row of the warp has a new max (most
+// key tiles once the running max has settled).
 template <int HD>
-__device__ void accumulate(const float (&p)[8][4], uint32_t vs, float (&o)[HD / 8][4]) {
-  constexpr uint32_t kLbo = kKeys * wgmma::kRowBytes, kSbo = wgmma::kAtomBytes;
-  float(&d)[HD / 2] = reinterpret_cast<float(&)[HD / 2]>(o);
-  uint32_t a[kKeys / 16][4];  // all of P packed before the first wgmma reads any of it
+__device__ void rescale(float (&o)[HD / 8][4], const float (&corr)[2]) {
+  if (!__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) return;
+#pragma unroll
+  for (int d = 0; d < HD / 8; ++d)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[d][e] *= corr[e / 2];
+}
+
+// P (the probabilities of a 64-key tile) as bf16 A fragments, 16 keys each.
+__device__ void pack_probs(const float (&s)[8][4], uint32_t (&p)[kKeys / 16][4]) {
 #pragma unroll
   for (int kk = 0; kk < kKeys / 16; ++kk)
 #pragma unroll
     for (int i = 0; i < 4; ++i)
-      a[kk][i] = mma::pack_bf16(p[2 * kk + i / 2][2 * (i % 2)], p[2 * kk + i / 2][2 * (i % 2) + 1]);
-  wgmma::fence();
+      p[kk][i] = mma::pack_bf16(s[2 * kk + i / 2][2 * (i % 2)], s[2 * kk + i / 2][2 * (i % 2) + 1]);
+}
+
+// Issues O (this warpgroup's 64 rows x HD) += P V as one wgmma group, V (keys x HD) an MN-major
+// SW128 tile.
+template <int HD>
+__device__ void issue_pv(const uint32_t (&p)[kKeys / 16][4], uint32_t vs, float (&o)[HD / 8][4]) {
+  constexpr uint32_t kLbo = kKeys * wgmma::kRowBytes, kSbo = wgmma::kAtomBytes;
+  const uint64_t vd = wgmma::desc(vs, kLbo, kSbo);
+  float(&d)[HD / 2] = reinterpret_cast<float(&)[HD / 2]>(o);
 #pragma unroll
   for (int kk = 0; kk < kKeys / 16; ++kk) {
-    const uint64_t b = wgmma::desc(vs + kk * 16 * wgmma::kRowBytes, kLbo, kSbo);
-    if constexpr (HD == 64) wgmma::mma_64x64_rs(d, a[kk], b);
-    if constexpr (HD == 128) wgmma::mma_64x128_rs(d, a[kk], b);
-    if constexpr (HD == 256) wgmma::mma_64x256_rs(d, a[kk], b);
+    const uint64_t b = vd + ((kk * 16 * wgmma::kRowBytes) >> 4);
+    if constexpr (HD == 64) wgmma::mma_64x64_rs(d, p[kk], b);
+    if constexpr (HD == 128) wgmma::mma_64x128_rs(d, p[kk], b);
+    if constexpr (HD == 256) wgmma::mma_64x256_rs(d, p[kk], b);
   }
   wgmma::commit();
-  wgmma::wait<0>();
 }
 
 // out = O / l * sigmoid(gate) for the thread's rows that exist.
@@ -163,7 +202,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // SW128 tiles need 1024-byte alignment (the swizzle follows address bits 7..9).
   unsigned char* qs = smem_raw + (-static_cast<int>(mma::smem_u32(smem_raw)) & 1023);
-  unsigned char* kv = qs + Lay::q_bytes;  // stage i: K at kv + 2i kv_bytes, V after it
+  unsigned char* ks = qs + Lay::q_bytes;       // K slot i at ks + i kv_bytes
+  unsigned char* vs = ks + 2 * Lay::kv_bytes;  // V slot i at vs + i kv_bytes
   const int h = blockIdx.x, seq = blockIdx.y, n = b.seq_len[seq];
   const int tile = gridDim.z - 1 - blockIdx.z;  // heaviest first
   if (n < min_len || tile * kRows >= n) return;
@@ -176,38 +216,54 @@ __global__ void __launch_bounds__(kThreads, 1)
   t.kvh = h / (s.nh / s.nkv);
   t.last_key = t.start + t.q0 + t.rows - 1;
   t.pages = b.pages + b.seq_page_off[seq];
-  constexpr int kVec = HD / 8;
-  for (int e = threadIdx.x; e < kRows * kVec; e += kThreads) {
-    const int r = e / kVec, c = e % kVec;
-    const bf16* src =
-        q + (static_cast<size_t>(t.begin + t.q0 + min(r, t.rows - 1)) * s.nh + h) * HD;
-    mma::cp_async16(qs + wgmma::sw128_offset(kRows, r, 8 * c), src + c * 8, r < t.rows);
-  }
-  load_kv<HD>(kv, kv + Lay::kv_bytes, t, 0, b, kc, vc, s.nkv);  // Q joins this group
+  t.page_size = b.page_size;
+  t.page_magic = 0xFFFFFFFFu / static_cast<uint32_t>(b.page_size) + 1;
+  load_queries<HD>(qs, q, t, s.nh);
+  load_rows<HD>(ks, kc, t, 0, s.nkv);
+  mma::cp_async_commit();  // Q and K_0
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int qpos0 = t.start + t.q0 + 16 * warp + lane / 4;  // position of the thread's row g
   const int first_masked = t.start + t.q0;                  // tiles ending before it need no mask
   const float scale_log2 = rsqrtf(static_cast<float>(HD)) * 1.4426950408889634f;
   float o[HD / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  uint32_t p[kKeys / 16][4];  // P_{j-1}
   const int tiles = t.last_key / kKeys + 1;
-  for (int j = 0; j < tiles; ++j) {
-    if (j + 1 < tiles) {
-      unsigned char* next = kv + 2 * ((j + 1) % 2) * Lay::kv_bytes;
-      load_kv<HD>(next, next + Lay::kv_bytes, t, (j + 1) * kKeys, b, kc, vc, s.nkv);
-      mma::cp_async_wait<1>();
-    } else {
-      mma::cp_async_wait<0>();
-    }
+  // Waits for K_j and V_{j-1}, then starts the copies of K_{j+1} and V_j into the slots freed by
+  // iteration j - 1.
+  auto sync_and_load = [&](int j) {
+    mma::cp_async_wait<0>();
     wgmma::fence_shared_for_async();
-    __syncthreads();  // tile j (and Q) visible to every warp's wgmma
-    const uint32_t ks = mma::smem_u32(kv + 2 * (j % 2) * Lay::kv_bytes);
+    __syncthreads();
+    if (j + 1 < tiles)
+      load_rows<HD>(ks + ((j + 1) % 2) * Lay::kv_bytes, kc, t, (j + 1) * kKeys, s.nkv);
+    if (j < tiles) load_rows<HD>(vs + (j % 2) * Lay::kv_bytes, vc, t, j * kKeys, s.nkv);
+    mma::cp_async_commit();
+  };
+  // The wgmma issues stay out of branches (ptxas serialises wgmma in divergent paths): the first
+  // and last iterations are peeled.
+  float sc[8][4], corr[2];
+  sync_and_load(0);
+  wgmma::fence();
+  issue_scores<HD>(mma::smem_u32(qs), mma::smem_u32(ks), sc);
+  wgmma::wait<0>();
+  online_softmax(sc, m, l, corr, 0, qpos0, kKeys - 1 > first_masked, scale_log2);
+  pack_probs(sc, p);  // O is still zero: no rescale
+  for (int j = 1; j < tiles; ++j) {
+    sync_and_load(j);
+    wgmma::fence();
+    issue_scores<HD>(mma::smem_u32(qs), mma::smem_u32(ks + (j % 2) * Lay::kv_bytes), sc);
+    issue_pv<HD>(p, mma::smem_u32(vs + ((j - 1) % 2) * Lay::kv_bytes), o);
+    wgmma::wait<1>();  // S_j done, P_{j-1} V_{j-1} in flight during the softmax
     const int k0 = j * kKeys;
-    float sc[8][4];
-    scores<HD>(mma::smem_u32(qs), ks, sc);
-    online_softmax<HD>(sc, o, m, l, k0, qpos0, k0 + kKeys - 1 > first_masked, scale_log2);
-    accumulate<HD>(sc, ks + Lay::kv_bytes, o);
-    __syncthreads();  // stage j % 2 is free for tile j + 2
+    online_softmax(sc, m, l, corr, k0, qpos0, k0 + kKeys - 1 > first_masked, scale_log2);
+    wgmma::wait<0>();
+    rescale<HD>(o, corr);
+    pack_probs(sc, p);
   }
+  sync_and_load(tiles);
+  wgmma::fence();
+  issue_pv<HD>(p, mma::smem_u32(vs + ((tiles - 1) % 2) * Lay::kv_bytes), o);
+  wgmma::wait<0>();
   write_out<HD>(o, l, t, s.nh, gate, out);
 }
 
