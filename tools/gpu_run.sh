@@ -8,7 +8,7 @@ set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$PWD/.device_out/lib:${LD_LIBRARY_PATH:-}
 export DS_TEST_DATA=$PWD/test_data
 export NCCL_NVLS_ENABLE=0
-BIN=$PWD/.device_out/bin
+BIN=${BIN:-$PWD/.device_out/bin}  # BIN=... for another staged set of binaries
 LOG=${OUT:-$PWD/gpu_logs}
 M=bench/configs/qwen3.5-4b
 mkdir -p "$LOG"

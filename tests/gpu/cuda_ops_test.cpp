@@ -166,12 +166,13 @@ StepBatch long_prefill_batch(int ps) {
 
 class PagedAttention : public CudaOps {
  protected:
-  // Every case below: decode rows (split-KV) and prefill sequences (attention_prefill.cuh).
-  void run_cases();
+  // Every case below with pages of ps rows: decode rows (split-KV) and prefill sequences
+  // (attention_prefill.cuh).
+  void run_cases(int ps);
 };
 
-void PagedAttention::run_cases() {
-  const int ps = 16;
+void PagedAttention::run_cases(int ps) {
+  SCOPED_TRACE("page size " + std::to_string(ps));
   // kind 0: mixed short prefill / decode, 1: long-context decode (split-KV), 2: long prefills
   // (the tensor-core kernel for hd 64 / 128 / 256, after cached positions), 3: longer prefills.
   for (auto [nh, nkv, hd, rd, kind] :
@@ -225,7 +226,13 @@ void PagedAttention::run_cases() {
   }
 }
 
-TEST_F(PagedAttention, DecodeRowsAndPrefillSequences) { run_cases(); }
+TEST_F(PagedAttention, DecodeRowsAndPrefillSequences) { run_cases(16); }
+
+// The prefill kernel's other copy paths: pages larger than its 64-key tiles (TMA boxes inside a
+// page) and pages that neither divide nor are a multiple of 64 (cp.async by every thread).
+TEST_F(PagedAttention, PageSizesAroundTheKeyTile) {
+  for (int ps : {128, 24}) run_cases(ps);
+}
 
 // A decode-only step (one token per sequence; one of them fresh): the delta rule's dv = 128 path.
 StepBatch decode_batch(int ps) {
