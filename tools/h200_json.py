@@ -18,7 +18,8 @@ and gdn_decode_us_per_layer: fla's fused recurrent kernel per batch size (--fla)
 decode layer's (--gdn-decode, from gpu_bench's per-op tables); serve_8k_1k from gpu_run.sh
 serve8k's JSON lines (--serve), offline_8k_1k from its offline8k ones (--offline: the same workload
 without HTTP, and serve's TPOT over offline's), decode_ms_ctx<N>k from gpu_bench runs at another
-context (--decode-ctx); attention_prefill_tflops
+context (--decode-ctx); decode_ms from other gpu_bench outputs than the prefill's (--decode-from,
+with decode_commit); attention_prefill_tflops
 (per shape) and attention_prefill_tflops_8k from attn_bench's table (--attn);
 prefix_cache: per setting (on / off) the multi-turn run (hit rate, TTFT, tok/s) and the median
 tok/s, TTFT and TPOT of the never-hitting runs. Other keys already in the file are kept.
@@ -158,6 +159,10 @@ def main():
     ap.add_argument("--offline", help="gpu_run.sh offline8k's offline8k.jsonl (after --serve's)")
     ap.add_argument("--decode-ctx", nargs="*", default=[],
                     help="gpu_bench outputs of decode at another context: decode_ms_ctx<N>")
+    ap.add_argument("--decode-from", nargs="*", default=[],
+                    help="take decode_ms / decode_eager_ms from these gpu_bench outputs instead "
+                         "(a build of the same run whose decode path is the same)")
+    ap.add_argument("--decode-commit", help="the build --decode-from came from")
     ap.add_argument("files", nargs="*")
     a = ap.parse_args()
     path = Path(a.out)
@@ -170,6 +175,12 @@ def main():
     doc.update({"commit": a.commit, "date": a.date, "gpu": "NVIDIA H200", "runs": len(a.files),
                 "decode_context_tokens": ctx, "decode_ms": decode, "decode_eager_ms": eager,
                 "prefill_ms": prefill})
+    if a.decode_from:
+        (decode, eager, _), ctx = medians(a.decode_from)
+        doc.update({"decode_context_tokens": ctx, "decode_ms": decode, "decode_eager_ms": eager,
+                    "decode_commit": a.decode_commit or a.commit})
+    else:
+        doc.pop("decode_commit", None)
     if a.base:
         (bd, be, bp), _ = medians(a.base)
         doc.update({"base_commit": a.base_commit, "base_decode_ms": bd, "base_decode_eager_ms": be,
@@ -205,6 +216,7 @@ def main():
     if a.attn:
         doc["attention_prefill_tflops"] = attention(a.attn)
         doc["attention_prefill_tflops_8k"] = doc["attention_prefill_tflops"].get("1x8192")
+        doc["attention_prefill_commit"] = a.commit
     path.write_text(json.dumps(doc, indent=2) + "\n")
 
 
