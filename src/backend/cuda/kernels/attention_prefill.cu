@@ -32,17 +32,21 @@ struct Tile {
   const int32_t* pages;
 };
 
-// This thread's share of copying a tile of R rows x HD into an SW128 tile: 16-byte chunk c of
-// rows r0, r0 + kStep, ... (kStep a multiple of 8, so every row's chunk lands at the same swizzled
-// column and the destinations are kStep rows apart).
+// This thread's share of copying a tile of R rows x HD into an SW128 tile: the 16-byte chunks
+// g, g + kGroups, ... (kPer of them) of rows r0, r0 + kStep, ... Consecutive threads take
+// consecutive chunks (coalesced); kStep is a multiple of 8, so a chunk lands at the same swizzled
+// column in every row of the thread and the destinations are kStep rows apart; one row's address
+// (and page lookup) serves kPer chunks.
 template <int HD>
 struct RowCopy {
-  static constexpr int kVec = HD / 8, kStep = kThreads / kVec;
-  static_assert(kStep % 8 == 0);
-  int c = threadIdx.x % kVec, r0 = threadIdx.x / kVec;
+  static constexpr int kVec = HD / 8, kPer = kVec >= 16 ? 4 : 2, kGroups = kVec / kPer,
+                       kStep = kThreads / kGroups;
+  static_assert(kStep % 8 == 0 && kStep <= kKeys);
+  int g = threadIdx.x % kGroups, r0 = threadIdx.x / kGroups;
+  // Byte offset of the thread's chunk k of row r0 in an SW128 tile of R rows.
   template <int R>
-  __device__ unsigned char* dst(unsigned char* tile) const {
-    return tile + wgmma::sw128_offset(R, r0, 8 * c);
+  __device__ uint32_t offset(int k) const {
+    return wgmma::sw128_offset(R, r0, 8 * (g + k * kGroups));
   }
 };
 
@@ -50,30 +54,37 @@ struct RowCopy {
 // zero); the caller commits the cp.async group.
 template <int HD>
 __device__ void load_rows(unsigned char* tile, const bf16* cache, const Tile& t, int k0, int nkv) {
-  const RowCopy<HD> rc;
-  unsigned char* dst = rc.template dst<kKeys>(tile);
-  const bf16* src = cache + t.kvh * HD + 8 * rc.c;
+  using RC = RowCopy<HD>;
+  const RC rc;
+  const bf16* src = cache + t.kvh * HD + 8 * rc.g;
 #pragma unroll
-  for (int i = 0; i < kKeys / rc.kStep; ++i) {
-    const int r = rc.r0 + i * rc.kStep;
+  for (int i = 0; i < kKeys / RC::kStep; ++i) {
+    const int r = rc.r0 + i * RC::kStep;
     const uint32_t p = min(k0 + r, t.last_key), page = t.page_magic ? __umulhi(p, t.page_magic) : p;
-    const size_t row = static_cast<size_t>(t.pages[page]) * t.page_size + (p - page * t.page_size);
-    mma::cp_async16(dst + i * rc.kStep * wgmma::kRowBytes, src + row * nkv * HD,
-                    k0 + r <= t.last_key);
+    const bf16* row =
+        src +
+        (static_cast<size_t>(t.pages[page]) * t.page_size + (p - page * t.page_size)) * nkv * HD;
+#pragma unroll
+    for (int k = 0; k < RC::kPer; ++k)
+      mma::cp_async16(tile + rc.template offset<kKeys>(k) + i * RC::kStep * wgmma::kRowBytes,
+                      row + 8 * k * RC::kGroups, k0 + r <= t.last_key);
   }
 }
 
 // The block's query rows of head h into the SW128 Q tile (rows past t.rows zero).
 template <int HD>
 __device__ void load_queries(unsigned char* tile, const bf16* q, const Tile& t, int nh) {
-  const RowCopy<HD> rc;
-  unsigned char* dst = rc.template dst<kRows>(tile);
+  using RC = RowCopy<HD>;
+  const RC rc;
 #pragma unroll
-  for (int i = 0; i < kRows / rc.kStep; ++i) {
-    const int r = rc.r0 + i * rc.kStep;
-    const size_t row = t.begin + t.q0 + min(r, t.rows - 1);
-    mma::cp_async16(dst + i * rc.kStep * wgmma::kRowBytes, q + (row * nh + t.h) * HD + 8 * rc.c,
-                    r < t.rows);
+  for (int i = 0; i < kRows / RC::kStep; ++i) {
+    const int r = rc.r0 + i * RC::kStep;
+    const bf16* row =
+        q + (static_cast<size_t>(t.begin + t.q0 + min(r, t.rows - 1)) * nh + t.h) * HD + 8 * rc.g;
+#pragma unroll
+    for (int k = 0; k < RC::kPer; ++k)
+      mma::cp_async16(tile + rc.template offset<kRows>(k) + i * RC::kStep * wgmma::kRowBytes,
+                      row + 8 * k * RC::kGroups, r < t.rows);
   }
 }
 
