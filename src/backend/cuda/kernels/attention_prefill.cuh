@@ -1,6 +1,6 @@
 // Causal flash attention of the prefill sequences of a step over the paged KV cache, with the
-// sigmoid output gate, run by launch_paged_attention (attention_prefill.cu: FA2-style, bf16
-// mma.sync with the softmax in registers and a cp.async pipeline).
+// sigmoid output gate, run by launch_paged_attention (attention_prefill.cu: bf16 wgmma on sm_90a,
+// the softmax in registers under the next tile's P V, a cp.async pipeline).
 #pragma once
 
 #include "backend/cuda/kernels/attention.cuh"
