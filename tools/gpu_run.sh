@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
-# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench ncu ncusrc ncufull attn fla model nccl bench1 prof bench ab hf real serve prefix
+# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench ncu ncusrc ncufull ncuattn attn fla model nccl bench1 prof bench ab hf real serve prefix
 #        prefixab serve8k offline8k
 #        benchtp[:MODELS] servetp   (multi-GPU: TP1 vs TP2 vs TP4 on the visible GPUs)
 # Logs go to $OUT (or ./gpu_logs); a summary line is printed as each stage ends.
@@ -81,6 +81,17 @@ prefix_bench() {
     grep -E "^vllm:prefix_cache" | sed "s/^/$mode: /" >>"$LOG/prefix_bench.metrics"
   serve_stop serve_prefix_$mode
 }
+# ncu_source NAME KERNEL_REGEX CMD...: one launch of the kernel under ncu's full set with source
+# counters, as $LOG/NAME.ncu-rep, its SASS with stall samples (NAME_sass.csv) and its details page.
+ncu_source() {
+  local name=$1 kernel=$2
+  shift 2
+  timeout 250 ncu --clock-control none --set full --import-source yes -k regex:$kernel -c 1 \
+    -o "$LOG/$name" "$@" >"$LOG/ncu_src_$name.log" 2>&1
+  ncu -i "$LOG/$name.ncu-rep" --page source --csv --print-source sass >"$LOG/${name}_sass.csv" 2>&1
+  ncu -i "$LOG/$name.ncu-rep" --page details >"$LOG/${name}_details.txt" 2>&1
+}
+
 for stage in "$@"; do
   case $stage in
     ops)
@@ -104,10 +115,7 @@ for stage in "$@"; do
     ncusrc)  # ncu's source-level counters (SASS with stall samples) of a GDN kernel at 8k
              # ($NCU_KERNEL, default prep_kernel; $GDN_ARGS e.g. --mixer)
       k=${NCU_KERNEL:-prep_kernel}
-      timeout 250 ncu --clock-control none --set full --import-source yes -k regex:$k -c 1 \
-        -o "$LOG/$k" $BIN/gdn_bench --len 8192 --rounds 1 --calls 1 ${GDN_ARGS:-} >"$LOG/ncu_src_$k.log" 2>&1
-      ncu -i "$LOG/$k.ncu-rep" --page source --csv --print-source sass >"$LOG/${k}_sass.csv" 2>&1
-      ncu -i "$LOG/$k.ncu-rep" --page details >"$LOG/${k}_details.txt" 2>&1
+      ncu_source $k $k $BIN/gdn_bench --len 8192 --rounds 1 --calls 1 ${GDN_ARGS:-}
       note "ncu src $k rc=$? $(wc -l <"$LOG/${k}_sass.csv") lines" ;;
     ncufull)  # ncu's full sections for the GDN prep / scan and the prefill attention kernels at 8k
       timeout 200 ncu --clock-control none --set full -k regex:'prep_kernel|scan_kernel' -c 2 \
@@ -119,10 +127,7 @@ for stage in "$@"; do
     ncuattn)  # ncu's source-level counters of the prefill attention kernel at 1 x 8192
               # ($ATTN_BINS: attn_bench builds to profile, default attn_bench)
       for ab in ${ATTN_BINS:-attn_bench}; do
-        timeout 200 ncu --clock-control none --set full --import-source yes -k regex:attn_prefill -c 1 \
-          -o "$LOG/$ab" $BIN/$ab --len 8192 --rounds 1 --calls 1 >"$LOG/ncu_$ab.log" 2>&1
-        ncu -i "$LOG/$ab.ncu-rep" --page source --csv --print-source sass >"$LOG/${ab}_sass.csv" 2>&1
-        ncu -i "$LOG/$ab.ncu-rep" --page details >"$LOG/${ab}_details.txt" 2>&1
+        ncu_source $ab attn_prefill $BIN/$ab --len 8192 --rounds 1 --calls 1
         note "ncu attn $ab rc=$? $(grep -E 'Duration|Registers' "$LOG/${ab}_details.txt" | tr -s ' ' | tr '\n' ' ')"
       done ;;
     attn)  # prefill attention alone: ms per layer and causal TFLOP/s at the 4B shape

@@ -120,8 +120,7 @@ def offline(path, commit, serve_doc):
 
 
 def prefix_cache(path, commit, date):
-    lines = [l for l in Path(path).read_text().splitlines() if l.strip()]
-    runs = [json.loads(lines[i] + lines[i + 1]) for i in range(0, len(lines), 2)]
+    runs = json_objects(path)
     out = {"commit": commit, "date": date}
     for mode in ("on", "off"):
         mine = [r["run"] for r in runs if r["prefix_caching"] == mode and r["run"]]

@@ -17,7 +17,7 @@ fi
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src tests bench || echo +dirty)" >$D/COMMIT
 du -sh $D
 # The device tool carries at most 64 MiB: the tracked files, untracked ones not ignored, and $D.
-tree=$(git ls-files -co --exclude-standard -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+tree=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
 total=$((tree + $(du -sb $D | cut -f1)))
 if [ $total -gt $((64 * 1024 * 1024)) ]; then
   echo "stage_device: $((total / 1048576)) MiB with the tree: over the device tool's 64 MiB;" \

@@ -228,8 +228,8 @@ void PagedAttention::run_cases(int ps) {
 
 TEST_F(PagedAttention, DecodeRowsAndPrefillSequences) { run_cases(16); }
 
-// The prefill kernel's other copy paths: pages larger than its 64-key tiles (TMA boxes inside a
-// page) and pages that neither divide nor are a multiple of 64 (cp.async by every thread).
+// The prefill kernel's page lookups (by multiply-high) where a page is larger than its 64-key tiles
+// and where pages neither divide nor are a multiple of 64 (a tile's rows straddle pages unevenly).
 TEST_F(PagedAttention, PageSizesAroundTheKeyTile) {
   for (int ps : {128, 24}) run_cases(ps);
 }
