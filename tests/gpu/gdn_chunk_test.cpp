@@ -113,9 +113,9 @@ TEST_F(GdnChunk, VarlenMixes) {
   check(
       Case{"mixed lengths and starts", {{1000, 0}, {65, 300}, {1, 40}, {64, 0}, {130, 5}, {1, 0}}});
   check(Case{"decode rows beside a prefill", {{1, 10}, {1, 20}, {200, 0}, {1, 30}}});
-  // The state pass's 32-column form by how many of its blocks fit the 132 SMs: 8 x 4 heads x 4
-  // slices fit one per SM (three chunks in flight, "8 x 1024" above); 12 x 16 need two per SM
-  // (one in flight).
+  // The few-sequence state pass (wgmma, 32-column slices) by how many of its blocks fit the 132
+  // SMs: 8 x 4 heads x 4 slices fit one per SM (three chunks in flight, "8 x 1024" above); 12 x 4
+  // x 4 need two per SM (one in flight).
   std::vector<Seq> twelve;
   for (int i = 0; i < 12; ++i)
     twelve.push_back(

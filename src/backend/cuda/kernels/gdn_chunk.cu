@@ -1,7 +1,7 @@
 // The chunked (chunk 64) gated delta rule of prefill steps: gdn_chunk_prep.cu prepares every chunk
-// in parallel (the WY form), gdn_chunk_scan.cu walks each sequence's chunks in order (the state,
-// and the outputs of its last chunk, or of all its chunks when the step has many sequences),
-// gdn_chunk_out.cu forms the other chunks' outputs in parallel.
+// in parallel (the WY form); a state pass walks each sequence's chunks in order — for few
+// sequences gdn_chunk_pass.cu (the states only, on wgmma) with gdn_chunk_out.cu forming every
+// chunk's output in parallel after it, for many gdn_chunk_scan.cu forming the outputs itself.
 #include "backend/cuda/kernels/gdn_chunk.cuh"
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "backend/cuda/kernels/gdn_conv4.cuh"
@@ -24,16 +24,19 @@ void launch_gdn_chunked(const BatchMeta& b, const GdnQkvSource& in, const __nv_b
                         __nv_bfloat16* out, cudaStream_t stream) {
   const gdn_chunk::Workspace w(ws, b.num_tokens, s);
   gdn_chunk::launch_prep(b, in, a, bgate, A_log, dt_bias, s, w, stream);
-  const bool every_output = gdn_chunk::scan_forms_every_output(b.num_seqs, s, num_sms);
-  gdn_chunk::launch_scan(b, w, state, s, every_output, num_sms, out, stream);
-  if (!every_output) gdn_chunk::launch_out(b, w, s, out, stream);
+  if (gdn_chunk::scan_forms_every_output(b.num_seqs, s, num_sms)) {
+    gdn_chunk::launch_scan(b, w, state, s, out, stream);
+  } else {
+    gdn_chunk::launch_state_pass(b, w, state, s, num_sms, stream);
+    gdn_chunk::launch_out(b, w, s, out, stream);
+  }
 }
 
 size_t gdn_chunk_workspace_floats(int num_tokens, const GdnShape& s) {
   constexpr size_t kRegions = 7, kAlign = 16;  // Workspace's regions, each 16-byte aligned
   const size_t bytes =
       static_cast<size_t>(num_tokens) * s.nv * backend::gdn_chunk_bytes_per_token(s.dk, s.dv) +
-      kRegions * kAlign;
+      static_cast<size_t>(gdn_chunk::kStatePassRoom) * s.dk * s.dv * 2 + kRegions * kAlign;
   return (bytes + sizeof(float) - 1) / sizeof(float);
 }
 

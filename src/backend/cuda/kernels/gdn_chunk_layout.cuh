@@ -1,5 +1,6 @@
-// The workspace the two kernels of the chunked delta rule share (gdn_chunk_prep.cu writes it,
-// gdn_chunk_scan.cu reads it), and their fixed shape: chunks of 64 tokens, head dims of 128.
+// The workspace the kernels of the chunked delta rule share (gdn_chunk_prep.cu writes it, the state
+// passes and gdn_chunk_out.cu read it), and their fixed shape: chunks of 64 tokens, head dims of
+// 128.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -24,10 +25,19 @@ constexpr int kLdC = kChunk + 8;  // shared rows of 64 bf16, padded
 //   q  [T][nk][dk]  q / |q| / sqrt(dk)
 //   p  [T][nv][64]  P_ij = (q_i . k_j) e^(gam_i - gam_j), j <= i, within the chunk
 //   gam [nv][T] f32 the cumulative log decay within the chunk
-//   h  [T / 64][nv][dk][dv]  the state before each full chunk that is not its sequence's last
-//                            (the chunk starting at token row r at r / 64 of the rows: full
-//                            chunks never overlap), written by the state pass
+//   h  [T / 64 + number of sequences][nv][dk][dv]  the state before each chunk, written by the
+//                            few-sequence state pass (gdn_chunk_pass.cu): chunk c of sequence i
+//                            (first token row r) at chunk_state_index(r, i, c)
 // The state pass writes V' = U - W S over u.
+// Room for chunk-start states past T / 64 of them, in head states (dk x dv): the state pass of
+// gdn_chunk_pass.cu serves steps whose sequences x value heads fit it.
+constexpr int kStatePassRoom = 256;
+
+// Where chunk c of sequence i, whose first token row is r, keeps its chunk-start state: its
+// chunks' ranges [r / 64 + i, r / 64 + i + ceil(len / 64)) never overlap, and stay below
+// T / 64 + number of sequences.
+__host__ __device__ inline int chunk_state_index(int r, int i, int c) { return r / kChunk + i + c; }
+
 struct Workspace {
   __nv_bfloat16 *w, *u, *kd, *q, *p, *h;
   float* gam;
@@ -47,21 +57,25 @@ struct Workspace {
     q = reinterpret_cast<__nv_bfloat16*>(take(tk * s.dk, 2));
     p = reinterpret_cast<__nv_bfloat16*>(take(tv * kChunk, 2));
     gam = reinterpret_cast<float*>(take(tv, 4));
-    h = reinterpret_cast<__nv_bfloat16*>(take(tv * s.dk * s.dv / kChunk, 2));
+    h = reinterpret_cast<__nv_bfloat16*>(take(tv * s.dk * s.dv / kChunk, 2));  // + room after it
   }
 };
 
 void launch_prep(const BatchMeta& b, const GdnQkvSource& in, const __nv_bfloat16* a,
                  const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
                  const GdnShape& s, const Workspace& ws, cudaStream_t stream);
-// Whether the state pass forms every chunk's output itself (a step of enough sequences to fill
-// sm_count SMs with 64-column slices) rather than leaving all but each sequence's last chunk to
+// Whether the state pass forms every chunk's output itself (launch_scan: a step of enough
+// sequences to fill sm_count SMs with 64-column slices) rather than launch_state_pass followed by
 // launch_out.
 bool scan_forms_every_output(int num_seqs, const GdnShape& s, int sm_count);
-// The state pass; `sm_count` picks a deeper pipeline (more chunks in flight) when the blocks fit
-// one per SM.
+// The state pass that forms every output (gdn_chunk_scan.cu, mma.sync).
 void launch_scan(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
-                 bool every_output, int sm_count, __nv_bfloat16* out, cudaStream_t stream);
+                 __nv_bfloat16* out, cudaStream_t stream);
+// The state pass of few sequences (gdn_chunk_pass.cu, wgmma): V', the chunk-start states and the
+// final state; `sm_count` picks a deeper pipeline where the blocks fit one per SM.
+void launch_state_pass(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
+                       int sm_count, cudaStream_t stream);
+// Every chunk's output from the chunk-start states and V' (gdn_chunk_out.cu).
 void launch_out(const BatchMeta& b, const Workspace& ws, const GdnShape& s, __nv_bfloat16* out,
                 cudaStream_t stream);
 

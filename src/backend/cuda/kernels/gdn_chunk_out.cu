@@ -1,5 +1,5 @@
-// Kernel 3 of the chunked delta rule: the outputs of every chunk but each sequence's last, all in
-// parallel (block: sequence, chunk, value head), from what the state pass (gdn_chunk_scan.cu) left
+// Kernel 3 of the chunked delta rule for steps of few sequences: every chunk's output, all in
+// parallel (block: sequence, chunk, value head), from what the state pass (gdn_chunk_pass.cu) left
 // in the workspace — the chunk-start state S (bf16) and V' (over U):
 //   O = e^gam (q S) + P V'
 // on bf16 mma.sync with f32 accumulation; warp (row tile m, column half) owns 16 x 64 of O.
@@ -18,31 +18,30 @@ struct OutSmem {
   float gam[kChunk];
 };
 
-// The chunk at token rows [r0, r0 + 64) of value head h into shared memory, as one cp.async group.
-__device__ void stage(OutSmem& sm, int r0, int h, int kh, const Workspace& ws, const GdnShape& s,
-                      int T) {
-  const size_t head = static_cast<size_t>(kDim) * kDim;
-  const bf16* H = ws.h + static_cast<size_t>(r0) * s.nv * head / kChunk + h * head;
+// The chunk's n rows from token row r0 of value head h, with its chunk-start state H, into shared
+// memory as one cp.async group (rows past n zero: P V' must not meet stale workspace values).
+__device__ void stage(OutSmem& sm, int r0, int n, int h, int kh, const bf16* H, const Workspace& ws,
+                      const GdnShape& s, int T) {
   for (int e = threadIdx.x; e < (2 * kChunk + kDim) * 16; e += kThreads) {
-    const int r = e / 16, c16 = e % 16;
+    const int r = e / 16, c16 = e % 16, t = r0 + (r % kChunk < n ? r % kChunk : 0);
     if (r < kChunk)
       mma::cp_async16(sm.q[r] + 8 * c16,
-                      ws.q + (static_cast<size_t>(r0 + r) * s.nk + kh) * kDim + 8 * c16, true);
+                      ws.q + (static_cast<size_t>(t) * s.nk + kh) * kDim + 8 * c16, r < n);
     else if (r < 2 * kChunk)
       mma::cp_async16(sm.v[r - kChunk] + 8 * c16,
-                      ws.u + (static_cast<size_t>(r0 + r - kChunk) * s.nv + h) * kDim + 8 * c16,
-                      true);
+                      ws.u + (static_cast<size_t>(t) * s.nv + h) * kDim + 8 * c16, r - kChunk < n);
     else
       mma::cp_async16(sm.s[r - 2 * kChunk] + 8 * c16, H + (r - 2 * kChunk) * kDim + 8 * c16, true);
   }
   for (int e = threadIdx.x; e < kChunk * 8; e += kThreads) {
-    const int r = e / 8, c8 = e % 8;
-    mma::cp_async16(sm.p[r] + 8 * c8,
-                    ws.p + (static_cast<size_t>(r0 + r) * s.nv + h) * kChunk + 8 * c8, true);
+    const int r = e / 8, c8 = e % 8, t = r0 + (r < n ? r : 0);
+    mma::cp_async16(sm.p[r] + 8 * c8, ws.p + (static_cast<size_t>(t) * s.nv + h) * kChunk + 8 * c8,
+                    r < n);
   }
   if (threadIdx.x < kChunk)
-    mma::cp_async4(&sm.gam[threadIdx.x], ws.gam + static_cast<size_t>(h) * T + r0 + threadIdx.x,
-                   true);
+    mma::cp_async4(&sm.gam[threadIdx.x],
+                   ws.gam + static_cast<size_t>(h) * T + r0 + (threadIdx.x < n ? threadIdx.x : 0),
+                   threadIdx.x < n);
   mma::cp_async_commit();
 }
 
@@ -51,9 +50,12 @@ __global__ void __launch_bounds__(kThreads, 2)
   extern __shared__ __align__(128) unsigned char out_raw[];
   OutSmem& sm = *reinterpret_cast<OutSmem*>(out_raw);
   const int seq = blockIdx.x, c = blockIdx.y, h = blockIdx.z, len = b.seq_len[seq];
-  if ((c + 1) * kChunk >= len) return;  // the last chunk: the state pass writes its output
-  const int r0 = b.seq_begin[seq] + c * kChunk;
-  stage(sm, r0, h, h / (s.nv / s.nk), ws, s, b.num_tokens);
+  if (c * kChunk >= len) return;
+  const int r0 = b.seq_begin[seq] + c * kChunk, n = min(kChunk, len - c * kChunk);
+  const size_t head = static_cast<size_t>(kDim) * kDim;
+  const bf16* H =
+      ws.h + (static_cast<size_t>(chunk_state_index(b.seq_begin[seq], seq, c)) * s.nv + h) * head;
+  stage(sm, r0, n, h, h / (s.nv / s.nk), H, ws, s, b.num_tokens);
   mma::cp_async_wait<0>();
   __syncthreads();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, cl = lane % 4;
@@ -70,6 +72,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   mma::tile_16x64<kChunk>(o, sm.p[16 * m], kLdC, sm.v[0] + 64 * half, kLd);
   for (int hf = 0; hf < 2; ++hf) {
     const int i = 16 * m + g + 8 * hf;
+    if (i >= n) continue;
     bf16* row = out + (static_cast<size_t>(r0 + i) * s.nv + h) * kDim + 64 * half;
     for (int nt = 0; nt < 8; ++nt)
       *reinterpret_cast<__nv_bfloat162*>(row + 8 * nt + 2 * cl) =
@@ -82,10 +85,9 @@ __global__ void __launch_bounds__(kThreads, 2)
 void launch_out(const BatchMeta& b, const Workspace& ws, const GdnShape& s, bf16* out,
                 cudaStream_t stream) {
   const int chunks = (b.max_seq_len + kChunk - 1) / kChunk;
-  if (chunks < 2) return;  // every sequence's output came from the state pass
   constexpr int smem = sizeof(OutSmem);
   cudaFuncSetAttribute(out_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  out_kernel<<<dim3(b.num_seqs, chunks - 1, s.nv), kThreads, smem, stream>>>(b, ws, s, out);
+  out_kernel<<<dim3(b.num_seqs, chunks, s.nv), kThreads, smem, stream>>>(b, ws, s, out);
 }
 
 }  // namespace deltaserve::cuda::gdn_chunk

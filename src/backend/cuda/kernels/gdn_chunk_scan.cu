@@ -1,19 +1,12 @@
-// Kernel 2 of the chunked delta rule, the state pass: block (sequence, value head, kSlice-column
-// slice of the state), walking the sequence's chunks in order with the f32 state slice in
-// registers (warp w holds rows 16w..16w+15). The next chunks' operands stream into shared memory
-// (cp.async, kStages - 1 chunks in flight: 3 where the blocks fit one per SM, else 1) while the
-// current one computes;
+// Kernel 2 of the chunked delta rule for steps of many sequences, the state pass that forms every
+// output: block (sequence, value head, 64-column slice of the state), walking the sequence's
+// chunks in order with the f32 state slice in registers (warp w holds rows 16w..16w+15). The next
+// chunk's operands, q and P stream into shared memory (cp.async) while the current one computes;
 // every product is a bf16 mma.sync with f32 accumulation. Per chunk:
-//   V' = U - W S (S as bf16 in shared memory), written back over U for the output kernel;
+//   V' = U - W S (S as bf16 in shared memory);
+//   O = e^gam (q S) + P V' to the output;
 //   S <- e^gam_last S + kd^T V'.
-// Two forms (scan_forms_every_output picks): when the step's sequences are too few to fill the GPU,
-// 32-column slices, and before every chunk but the last S goes to the workspace (bf16) for
-// gdn_chunk_out.cu, which forms those chunks' outputs in parallel, while the last chunk's output,
-// O = e^gam (q S) + P V', is formed here (its q and P load into the stage the next chunk would
-// have used); otherwise 64-column slices forming every chunk's output here (`kAllOut`: q and P
-// stream in beside each chunk), with no chunk-start states written.
-#include <type_traits>
-
+// Steps of few sequences take gdn_chunk_pass.cu and gdn_chunk_out.cu instead.
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
 
@@ -27,12 +20,11 @@ struct Seq {
   int base, len, h, kh, col0, T;
 };
 
-// The state pass over slices of kSlice (32 or 64) columns. Warp (row tile m = w % 4, column half
-// w / 4) owns 16 x kSlice / 2 of V' and O.
-template <int kSliceColumns, bool kAllOut, int kStageCount>
+// The state pass over slices of kSlice columns. Warp (row tile m = w % 4, column half w / 4) owns
+// 16 x kSlice / 2 of V' and O.
 struct Scan {
-  static constexpr int kSlice = kSliceColumns;
-  static constexpr int kStages = kStageCount;     // chunks staged: the next kStages - 1 in flight
+  static constexpr int kSlice = 64;
+  static constexpr int kStages = 2;               // chunks staged: the next one in flight
   static constexpr int kLdS = kSlice + 8;         // rows of the slice (bf16), padded
   static constexpr int kTiles = kSlice / 8;       // 8-column tiles of a warp's state rows
   static constexpr int kHalfTiles = kSlice / 16;  // 8-column tiles of a warp's V' / O rows
@@ -40,19 +32,19 @@ struct Scan {
   using Half = float[kHalfTiles][4];
 
   struct Stage {
-    bf16 w[kChunk][kLd];   // W; for the last chunk, the other stage holds its q here
-    bf16 kd[kChunk][kLd];  // k e^(gam_last - gam); for the last chunk, the other stage its P
+    bf16 w[kChunk][kLd];   // W
+    bf16 kd[kChunk][kLd];  // k e^(gam_last - gam)
     bf16 u[kChunk][kLdS];  // U, this block's columns
     float gam[kChunk];
   };
-  struct QP {  // with kAllOut: each chunk's q and P, double-buffered beside the stages
+  struct QP {  // each chunk's q and P, double-buffered beside the stages
     bf16 q[kChunk][kLd], p[kChunk][kLd];
   };
   struct Smem {
     Stage st[kStages];
     bf16 s[kDim][kLdS];    // the state slice before the chunk (bf16): B of W S and q S
     bf16 v[kChunk][kLdS];  // V' (bf16): B of P V' and of the state update
-    std::conditional_t<kAllOut, QP[kStages], char[16]> qp;
+    QP qp[kStages];
   };
 
   // Chunk `c`'s W, kd, U (this block's columns) and gam into `st` (rows past the sequence zero). A
@@ -120,13 +112,6 @@ struct Scan {
     });
   }
 
-  // The state slice as bf16 into the chunk-start state `H` [dk][dv] of the workspace.
-  __device__ static void store_chunk_state(bf16* H, const Seq& q, const State& hs) {
-    each_pair(hs, [&](int r, int col, __nv_bfloat162 v) {
-      *reinterpret_cast<__nv_bfloat162*>(H + r * kDim + q.col0 + col) = v;
-    });
-  }
-
   // The f32 state slice to / from a slot's [dk][dv] state (f32 or bf16 in memory).
   template <bool kStore, class StateT>
   __device__ static void state_io(StateT* S, const Seq& q, State& hs) {
@@ -160,24 +145,20 @@ struct Scan {
     }
   }
 
-  // V' = U - W S into sm.v, and over U in the workspace (rows below n).
-  __device__ static void form_v(Smem& sm, const Stage& st, const Seq& q, int t0, int n,
-                                const GdnShape& s, const Workspace& ws) {
+  // V' = U - W S into sm.v.
+  __device__ static void form_v(Smem& sm, const Stage& st) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
     const int m = warp % 4, half = warp / 4;
     Half v = {};
     times_half<kDim>(st.w[0], kLd, sm.s, v);
     for (int hf = 0; hf < 2; ++hf) {
       const int i = 16 * m + g + 8 * hf, col0 = (kSlice / 2) * half + 2 * c;
-      bf16* urow = ws.u + static_cast<size_t>(q.base + t0 + i) * s.nv * kDim + q.h * kDim + q.col0;
       for (int nt = 0; nt < kHalfTiles; ++nt) {
         const int col = col0 + 8 * nt;
         const float2 u =
             __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&st.u[i][col]));
-        const __nv_bfloat162 vp =
+        *reinterpret_cast<__nv_bfloat162*>(&sm.v[i][col]) =
             __floats2bfloat162_rn(u.x - v[nt][2 * hf], u.y - v[nt][2 * hf + 1]);
-        *reinterpret_cast<__nv_bfloat162*>(&sm.v[i][col]) = vp;
-        if (i < n) *reinterpret_cast<__nv_bfloat162*>(urow + col) = vp;
       }
     }
   }
@@ -244,49 +225,28 @@ struct Scan {
     State hs = {};
     if (b.seq_start[seq] != 0) state_io<false>(S, q, hs);
     publish_state(sm, hs);
-    const int chunks = (q.len + kChunk - 1) / kChunk, last = chunks - 1;
-    const int snap_at = b.seq_snap_at[seq];
+    const int chunks = (q.len + kChunk - 1) / kChunk, snap_at = b.seq_snap_at[seq];
     // One cp.async group per chunk (empty past the last): chunk c's is complete when at most
     // kStages - 1 later ones are pending.
     auto stage_chunk = [&](int c) {
-      if (c <= last) {
+      if (c < chunks) {
         load_chunk(sm.st[c % kStages], q, c, ws, s);
-        if constexpr (kAllOut) load_q_p(sm.qp[c % kStages].q, sm.qp[c % kStages].p, q, c, ws, s);
+        load_q_p(sm.qp[c % kStages].q, sm.qp[c % kStages].p, q, c, ws, s);
       }
+      mma::cp_async_commit();
     };
-    for (int c = 0; c + 1 < kStages; ++c) {
-      stage_chunk(c);
-      mma::cp_async_commit();
-    }
+    for (int c = 0; c + 1 < kStages; ++c) stage_chunk(c);
     for (int c = 0; c < chunks; ++c) {
-      stage_chunk(c + kStages - 1);             // into the stage chunk c - 1 used
-      Stage& other = sm.st[(c + 1) % kStages];  // free at the last chunk
-      if (!kAllOut && c == last) load_q_p(other.w, other.kd, q, c, ws, s);
-      mma::cp_async_commit();
-      if (c < last)
-        mma::cp_async_wait<kStages - 1>();
-      else
-        mma::cp_async_wait<0>();
-      __syncthreads();  // chunk c staged (with its q / P where formed here), the state published
+      stage_chunk(c + kStages - 1);  // into the stage chunk c - 1 used
+      mma::cp_async_wait<kStages - 1>();
+      __syncthreads();  // chunk c with its q / P staged, the state published
       const Stage& st = sm.st[c % kStages];
       const int t0 = c * kChunk, n = min(kChunk, q.len - t0);
-      const bf16 *qs, *ps;  // this chunk's q and P, where its output is formed here
-      if constexpr (kAllOut) {
-        qs = sm.qp[c % kStages].q[0];
-        ps = sm.qp[c % kStages].p[0];
-      } else {
-        qs = other.w[0];
-        ps = other.kd[0];
-      }
-      const bool out_here = kAllOut || c == last;
-      if (!out_here)  // the chunk-start state of a full chunk, for gdn_chunk_out.cu
-        store_chunk_state(ws.h + static_cast<size_t>(q.base + t0) * s.nv * head / kChunk + h * head,
-                          q, hs);
-      form_v(sm, st, q, t0, n, s, ws);
+      form_v(sm, st);
       Half o = {};
-      if (out_here) output_q_part(sm, st, qs, o);
+      output_q_part(sm, st, sm.qp[c % kStages].q[0], o);
       __syncthreads();  // V' complete; every read of sm.s done
-      if (out_here) output_v_part(sm, ps, o, q, t0, n, s, out);
+      output_v_part(sm, sm.qp[c % kStages].p[0], o, q, t0, n, s, out);
       update_state(sm, st, hs, n);
       publish_state(sm, hs);
       if (t0 + n == snap_at)  // the in-step snapshot: the state after this chunk
@@ -298,54 +258,36 @@ struct Scan {
   }
 };
 
-using Few = Scan<32, false, 2>;      // few sequences: two blocks per SM (<= 128 registers)
-using FewDeep = Scan<32, false, 4>;  // ... filling at most one block per SM: 3 chunks in flight
-using Many = Scan<64, true, 2>;      // many: one block per SM
-
-// Blocks per SM the form is built for (its register cap: Few <= 128 per thread).
-template <class S>
-constexpr int kMinBlocks = std::is_same_v<S, Few> ? 2 : 1;
-
-template <class S, class StateT>
-__global__ void __launch_bounds__(kThreads, kMinBlocks<S>)
+template <class StateT>
+__global__ void __launch_bounds__(kThreads, 1)
     scan_kernel(BatchMeta b, Workspace ws, StateT* __restrict__ state, GdnShape s,
                 bf16* __restrict__ out) {
   extern __shared__ __align__(128) unsigned char scan_raw[];
-  S::run(*reinterpret_cast<typename S::Smem*>(scan_raw), b, ws, state, s, out);
-}
-
-template <class S, class StateT>
-void launch(const BatchMeta& b, const Workspace& ws, StateT* state, const GdnShape& s, bf16* out,
-            cudaStream_t stream) {
-  constexpr int smem = sizeof(typename S::Smem);
-  cudaFuncSetAttribute(scan_kernel<S, StateT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  scan_kernel<S, StateT>
-      <<<dim3(b.num_seqs, s.nv, kDim / S::kSlice), kThreads, smem, stream>>>(b, ws, state, s, out);
+  Scan::run(*reinterpret_cast<Scan::Smem*>(scan_raw), b, ws, state, s, out);
 }
 
 template <class StateT>
 void launch_typed(const BatchMeta& b, const Workspace& ws, StateT* state, const GdnShape& s,
-                  bool every_output, int sm_count, bf16* out, cudaStream_t stream) {
-  if (every_output)
-    launch<Many>(b, ws, state, s, out, stream);
-  else if (b.num_seqs * s.nv * (kDim / Few::kSlice) <= sm_count)
-    launch<FewDeep>(b, ws, state, s, out, stream);
-  else
-    launch<Few>(b, ws, state, s, out, stream);
+                  bf16* out, cudaStream_t stream) {
+  constexpr int smem = sizeof(Scan::Smem);
+  cudaFuncSetAttribute(scan_kernel<StateT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  scan_kernel<StateT><<<dim3(b.num_seqs, s.nv, kDim / Scan::kSlice), kThreads, smem, stream>>>(
+      b, ws, state, s, out);
 }
 
 }  // namespace
 
 bool scan_forms_every_output(int num_seqs, const GdnShape& s, int sm_count) {
-  return num_seqs * s.nv * (kDim / Many::kSlice) >= 2 * sm_count;
+  return num_seqs * s.nv > kStatePassRoom ||
+         num_seqs * s.nv * (kDim / Scan::kSlice) >= 2 * sm_count;
 }
 
 void launch_scan(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
-                 bool every_output, int sm_count, bf16* out, cudaStream_t stream) {
+                 bf16* out, cudaStream_t stream) {
   if (state.bf16)
-    launch_typed(b, ws, static_cast<bf16*>(state.data), s, every_output, sm_count, out, stream);
+    launch_typed(b, ws, static_cast<bf16*>(state.data), s, out, stream);
   else
-    launch_typed(b, ws, static_cast<float*>(state.data), s, every_output, sm_count, out, stream);
+    launch_typed(b, ws, static_cast<float*>(state.data), s, out, stream);
 }
 
 }  // namespace deltaserve::cuda::gdn_chunk

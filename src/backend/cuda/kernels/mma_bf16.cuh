@@ -29,6 +29,16 @@ __device__ inline void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
                : "r"(smem_u32(p)));
 }
 
+// Four 8 x 8 bf16 matrices to shared memory, transposed: r[j] holds matrix j in the accumulator
+// pair layout (row g, columns 2c..2c+1); lane 8 j + i gives the address of stored row i of
+// matrix j, which receives the matrix's column i (16 bytes).
+__device__ inline void stsm_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                     uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
 // d += a . b (one 16 x 8 x 16 product).
 __device__ inline void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(

@@ -1,7 +1,7 @@
 // Hopper warpgroup tensor-core building blocks (sm_90a): shared-memory matrix descriptors for the
-// 128-byte-swizzled layout, wgmma.mma_async bf16 x bf16 -> f32 at m64 with N = 64 / 128 / 256, and
-// the fence / commit / wait that order them. Issued by a warpgroup (4 consecutive warps starting
-// at a warp index divisible by 4); the accumulators stay in registers.
+// 128-byte-swizzled layout, wgmma.mma_async bf16 x bf16 -> f32 at m64 with N = 32 / 64 / 128 / 256,
+// and the fence / commit / wait that order them. Issued by a warpgroup (4 consecutive warps
+// starting at a warp index divisible by 4); the accumulators stay in registers.
 //
 // Shared layout (the "SW128" atom): a tile of R rows x 64 bf16 (128 bytes a row) with the 16-byte
 // chunk j of row r stored at chunk j ^ (r % 8); wider tiles are such 64-column blocks one after
@@ -65,6 +65,20 @@ __device__ inline void mma_64x64_ss(float (&d)[32], uint64_t a, uint64_t b, bool
       "}\n"
       : DS_WGMMA_ACC32(0)
       : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+}
+
+// d (64 x 32) = (accumulate ? d : 0) + A B, A (64 x 16) in registers (the mma.sync A fragment
+// layout per warp), B (16 x 32, stored N x K) K-major in shared memory.
+__device__ inline void mma_64x32_rs_kmajor(float (&d)[16], const uint32_t (&a)[4], uint64_t b,
+                                           bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, "
+      "%19}, %20, p, 1, 1, 0;\n"
+      "}\n"
+      : DS_WGMMA_ACC8(0), DS_WGMMA_ACC8(8)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)));
 }
 
 // d (64 x 64) += A B, A (64 x 16) in registers (the mma.sync A fragment layout per warp: rows
