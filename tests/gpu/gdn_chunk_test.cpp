@@ -113,16 +113,16 @@ TEST_F(GdnChunk, VarlenMixes) {
   check(
       Case{"mixed lengths and starts", {{1000, 0}, {65, 300}, {1, 40}, {64, 0}, {130, 5}, {1, 0}}});
   check(Case{"decode rows beside a prefill", {{1, 10}, {1, 20}, {200, 0}, {1, 30}}});
-  // The few-sequence state pass (wgmma, 32-column slices) by how many of its blocks fit the 132
-  // SMs: 8 x 4 heads x 4 slices fit one per SM (three chunks in flight, "8 x 1024" above); 12 x 4
-  // x 4 need two per SM (one in flight).
+  // The slice pass (few sequences: 32-column slices, outputs by gdn_chunk_out) by how many of its
+  // blocks fit the 132 SMs: 8 x 4 heads x 4 slices fit one per SM (three chunks in flight, "8 x
+  // 1024" above); 12 x 4 x 4 need two per SM (one in flight).
   std::vector<Seq> twelve;
   for (int i = 0; i < 12; ++i)
     twelve.push_back(
         Seq{std::array{300, 65, 1, 128}[static_cast<size_t>(i % 4)], i % 2 ? 9 * i : 0});
   check(Case{"12 sequences (two blocks per SM)", twelve});
-  // Enough sequences (x value heads) to fill an H200's 132 SMs: the state pass forms every output
-  // itself (64-column slices), the in-step snapshot included.
+  // Enough sequences (x value heads) to fill an H200's 132 SMs: the head pass (a block a head)
+  // forms every output itself, the in-step snapshot included.
   std::vector<Seq> many;
   for (int i = 0; i < 40; ++i)
     many.push_back(

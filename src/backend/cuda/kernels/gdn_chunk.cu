@@ -1,7 +1,8 @@
 // The chunked (chunk 64) gated delta rule of prefill steps: gdn_chunk_prep.cu prepares every chunk
 // in parallel (the WY form); a state pass walks each sequence's chunks in order — for few
-// sequences gdn_chunk_pass.cu (the states only, on wgmma) with gdn_chunk_out.cu forming every
-// chunk's output in parallel after it, for many gdn_chunk_scan.cu forming the outputs itself.
+// sequences gdn_chunk_scan.cu over 32-column slices (the states only) with gdn_chunk_out.cu
+// forming every chunk's output in parallel after it, for enough sequences to fill the GPU
+// gdn_chunk_pass.cu, a block a head, forming the outputs itself.
 #include "backend/cuda/kernels/gdn_chunk.cuh"
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "backend/cuda/kernels/gdn_conv4.cuh"
@@ -24,10 +25,10 @@ void launch_gdn_chunked(const BatchMeta& b, const GdnQkvSource& in, const __nv_b
                         __nv_bfloat16* out, cudaStream_t stream) {
   const gdn_chunk::Workspace w(ws, b.num_tokens, s);
   gdn_chunk::launch_prep(b, in, a, bgate, A_log, dt_bias, s, w, stream);
-  if (gdn_chunk::scan_forms_every_output(b.num_seqs, s, num_sms)) {
-    gdn_chunk::launch_scan(b, w, state, s, out, stream);
+  if (gdn_chunk::use_head_pass(b.num_seqs, s, num_sms)) {
+    gdn_chunk::launch_head_pass(b, w, state, s, out, stream);
   } else {
-    gdn_chunk::launch_state_pass(b, w, state, s, num_sms, stream);
+    gdn_chunk::launch_slice_pass(b, w, state, s, num_sms, stream);
     gdn_chunk::launch_out(b, w, s, out, stream);
   }
 }

@@ -26,11 +26,11 @@ constexpr int kLdC = kChunk + 8;  // shared rows of 64 bf16, padded
 //   p  [T][nv][64]  P_ij = (q_i . k_j) e^(gam_i - gam_j), j <= i, within the chunk
 //   gam [nv][T] f32 the cumulative log decay within the chunk
 //   h  [T / 64 + number of sequences][nv][dk][dv]  the state before each chunk, written by the
-//                            few-sequence state pass (gdn_chunk_pass.cu): chunk c of sequence i
-//                            (first token row r) at chunk_state_index(r, i, c)
-// The state pass writes V' = U - W S over u.
-// Room for chunk-start states past T / 64 of them, in head states (dk x dv): the state pass of
-// gdn_chunk_pass.cu serves steps whose sequences x value heads fit it.
+//                            slice pass (gdn_chunk_scan.cu): chunk c of sequence i (first token
+//                            row r) at chunk_state_index(r, i, c)
+// The slice pass writes V' = U - W S over u.
+// Room for chunk-start states past T / 64 of them, in head states (dk x dv): the slice pass serves
+// steps whose sequences x value heads fit it.
 constexpr int kStatePassRoom = 256;
 
 // Where chunk c of sequence i, whose first token row is r, keeps its chunk-start state: its
@@ -64,18 +64,17 @@ struct Workspace {
 void launch_prep(const BatchMeta& b, const GdnQkvSource& in, const __nv_bfloat16* a,
                  const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
                  const GdnShape& s, const Workspace& ws, cudaStream_t stream);
-// Whether the state pass forms every chunk's output itself (launch_scan: a step of enough
-// sequences to fill sm_count SMs with 64-column slices) rather than launch_state_pass followed by
-// launch_out.
-bool scan_forms_every_output(int num_seqs, const GdnShape& s, int sm_count);
-// The state pass that forms every output (gdn_chunk_scan.cu, mma.sync).
-void launch_scan(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
-                 __nv_bfloat16* out, cudaStream_t stream);
-// The state pass of few sequences (gdn_chunk_pass.cu, wgmma): V', the chunk-start states and the
-// final state; `sm_count` picks a deeper pipeline where the blocks fit one per SM.
-void launch_state_pass(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
+// Whether a step takes the head pass (enough sequences x value heads to fill sm_count SMs with a
+// block a head, or too many for the slice pass's room) rather than the slice pass and launch_out.
+bool use_head_pass(int num_seqs, const GdnShape& s, int sm_count);
+// The state pass forming every output, a block a head (gdn_chunk_pass.cu).
+void launch_head_pass(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
+                      __nv_bfloat16* out, cudaStream_t stream);
+// The state pass over 32-column slices (gdn_chunk_scan.cu): V', the chunk-start states and the
+// final state; `sm_count` picks a deeper pipeline where its blocks fit one per SM.
+void launch_slice_pass(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
                        int sm_count, cudaStream_t stream);
-// Every chunk's output from the chunk-start states and V' (gdn_chunk_out.cu).
+// Every chunk's output from the chunk-start states and V' (gdn_chunk_out.cu), after the slice pass.
 void launch_out(const BatchMeta& b, const Workspace& ws, const GdnShape& s, __nv_bfloat16* out,
                 cudaStream_t stream);
 

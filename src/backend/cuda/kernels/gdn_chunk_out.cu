@@ -1,5 +1,5 @@
 // Kernel 3 of the chunked delta rule for steps of few sequences: every chunk's output, all in
-// parallel (block: sequence, chunk, value head), from what the state pass (gdn_chunk_pass.cu) left
+// parallel (block: sequence, chunk, value head), from what the slice pass (gdn_chunk_scan.cu) left
 // in the workspace — the chunk-start state S (bf16) and V' (over U):
 //   O = e^gam (q S) + P V'
 // on bf16 mma.sync with f32 accumulation; warp (row tile m, column half) owns 16 x 64 of O.

@@ -1,13 +1,14 @@
-// Kernel 2 of the chunked delta rule for steps of few sequences, the state pass on Hopper
-// warpgroup MMAs (sm_90a): block (sequence, value head, 32-column slice of the state), one
-// warpgroup walking the sequence's chunks in order with the f32 state slice as two m64n32
-// accumulators (rows 0..63 and 64..127). The next chunks' operands stream into shared memory
-// (cp.async, kStages - 1 chunks in flight) while the current one computes. Per chunk:
-//   the chunk-start state S (bf16) to the workspace, for gdn_chunk_out.cu;
-//   V' = U - W S (A = W by ldmatrix, B = S^T from shared memory), written over U;
-//   S <- e^gam_last S + kd^T V' (A = kd^T by ldmatrix, B = V'^T from shared memory).
+// Kernel 2 of the chunked delta rule for steps of enough sequences to fill the GPU: the state pass
+// on Hopper warpgroup MMAs (sm_90a), forming every chunk's output as it goes. Block (sequence,
+// value head), two warpgroups; warpgroup j owns columns 64 j .. 64 j + 63 of the state (two m64n64
+// f32 accumulators, rows 0..63 and 64..127), of V' and of the output, and shares the staged chunk
+// operands (W, kd, q, P, U: one copy a head, read once from L2) with the other. The next chunk's
+// operands stream into shared memory (cp.async) while the current one computes. Per chunk:
+//   V' = U - W S and O = q S              (A = W, q by ldmatrix; B = S^T in shared memory)
+//   O = e^gam O + P V'                    (A = P; B = V'^T in shared memory), to the output
+//   S <- e^gam_last S + kd^T V'           (A = kd^T by ldmatrix.trans)
 // S^T and V'^T go to shared memory through stmatrix (transposed) in the 128-byte-swizzled layout
-// the MMAs read (wgmma.cuh). Every chunk's output is left to gdn_chunk_out.cu.
+// the MMAs read (wgmma.cuh).
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
 #include "backend/cuda/kernels/wgmma.cuh"
@@ -16,258 +17,275 @@ namespace deltaserve::cuda::gdn_chunk {
 namespace {
 
 using bf16 = __nv_bfloat16;
-constexpr int kThreads = 128, kSlice = 32;
-constexpr int kLdU = kSlice + 8;                            // rows of U's slice (bf16), padded
-constexpr uint32_t kHalfBytes = kSlice * wgmma::kRowBytes;  // one 64-row block of S^T
-using Acc = float[16];                                      // an m64n32 accumulator
+constexpr int kThreads = 256, kCols = 64;                  // two warpgroups of 64 columns
+constexpr uint32_t kTileBytes = kCols * wgmma::kRowBytes;  // an SW128 block of 64 rows
+using Acc = float[32];                                     // an m64n64 accumulator
 
 struct Seq {
-  int base, len, h, col0, T, state_index;
+  int base, len, h, kh, T;
 };
 
-template <int kStageCount>
-struct Pass {
-  static constexpr int kStages = kStageCount;  // chunks staged: the next kStages - 1 in flight
-
-  struct Stage {
-    bf16 w[kChunk][kLd];   // W
-    bf16 kd[kChunk][kLd];  // k e^(gam_last - gam)
-    bf16 u[kChunk][kLdU];  // U, this block's columns
-    float gam[kChunk];
-  };
-  struct Smem {
-    bf16 st[2 * kSlice * 64];  // S^T [column][dk]: two SW128 blocks of 64 dk
-    bf16 vt[kSlice * 64];      // V'^T [column][token]: one SW128 block
-    Stage stage[kStages];
-  };
-  static constexpr size_t kBytes = sizeof(Smem) + wgmma::kAtomBytes;  // + alignment
-
-  // Chunk `c`'s W, kd, U (this block's columns) and gam into `st` (rows past the sequence zero).
-  __device__ static void load_chunk(Stage& st, const Seq& q, int c, const Workspace& ws,
-                                    const GdnShape& s) {
-    const int t0 = c * kChunk, n = min(kChunk, q.len - t0), first = q.base + t0;
-    const int tid = threadIdx.x, row_elems = s.nv * kDim, head = q.h * kDim;
-#pragma unroll
-    for (int i = 0; i < kChunk / 8; ++i) {
-      const int r = tid / 16 + 8 * i, col = 8 * (tid % 16);
-      const size_t at = static_cast<size_t>(first + (r < n ? r : 0)) * row_elems + head + col;
-      mma::cp_async16(st.w[r] + col, ws.w + at, r < n);
-      mma::cp_async16(st.kd[r] + col, ws.kd + at, r < n);
-    }
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int r = tid / 4 + 32 * j, col = 8 * (tid % 4);
-      const size_t at =
-          static_cast<size_t>(first + (r < n ? r : 0)) * row_elems + head + q.col0 + col;
-      mma::cp_async16(st.u[r] + col, ws.u + at, r < n);
-    }
-    if (tid < kChunk)
-      mma::cp_async4(&st.gam[tid],
-                     ws.gam + static_cast<size_t>(q.h) * q.T + first + (tid < n ? tid : 0),
-                     tid < n);
-  }
-
-  // Accumulator pairs of the state (two m64n32 halves): f(row, column in the slice, value pair).
-  template <class F>
-  __device__ static void each_state_pair(Acc (&hs)[2], F f) {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-#pragma unroll
-      for (int i = 0; i < kSlice / 8; ++i)
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf)
-          f(64 * half + 16 * warp + g + 8 * hf, 8 * i + 2 * c, hs[half][4 * i + 2 * hf],
-            hs[half][4 * i + 2 * hf + 1]);
-  }
-
-  // The f32 state slice to / from a slot's [dk][dv] state (f32 or bf16 in memory).
-  template <bool kStore, class StateT>
-  __device__ static void state_io(StateT* S, const Seq& q, Acc (&hs)[2]) {
-    each_state_pair(hs, [&](int r, int col, float& x, float& y) {
-      StateT* p = S + r * kDim + q.col0 + col;
-      if constexpr (kStore) {
-        StateIo<StateT>::store2(p, make_float2(x, y));
-      } else {
-        const float2 v = StateIo<StateT>::load2(p);
-        x = v.x;
-        y = v.y;
-      }
-    });
-  }
-
-  // The state slice as bf16 into the chunk-start state `H` [dk][dv] of the workspace.
-  __device__ static void store_chunk_state(bf16* H, const Seq& q, Acc (&hs)[2]) {
-    each_state_pair(hs, [&](int r, int col, float& x, float& y) {
-      *reinterpret_cast<__nv_bfloat162*>(H + r * kDim + q.col0 + col) = __floats2bfloat162_rn(x, y);
-    });
-  }
-
-  // An m64n32 accumulator (rows row0 + 16 w + g (+ 8), columns 8 i + 2c (+ 1)) as bf16 into the
-  // transposed SW128 tile at `tile` (rows = the 32 columns, 128 bytes of 64 rows each), by
-  // stmatrix: matrices (i, upper / lower 8 rows), four per instruction.
-  __device__ static void store_transposed(uint32_t tile, int row0, const Acc& d) {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int j = lane / 8, r = row0 % 64 + 16 * warp + 8 * (j % 2);
-#pragma unroll
-    for (int i0 = 0; i0 < kSlice / 8; i0 += 2) {
-      const int col = 8 * (i0 + j / 2) + lane % 8;
-      mma::stsm_x4_trans(tile + wgmma::sw128_offset(kSlice, col, r),
-                         mma::pack_bf16(d[4 * i0], d[4 * i0 + 1]),
-                         mma::pack_bf16(d[4 * i0 + 2], d[4 * i0 + 3]),
-                         mma::pack_bf16(d[4 * i0 + 4], d[4 * i0 + 5]),
-                         mma::pack_bf16(d[4 * i0 + 6], d[4 * i0 + 7]));
-    }
-  }
-
-  // S^T (bf16) for the next W S; the generic-proxy writes ordered before the MMAs' reads.
-  __device__ static void publish_state(uint32_t st, Acc (&hs)[2]) {
-    store_transposed(st, 0, hs[0]);
-    store_transposed(st + kHalfBytes, 64, hs[1]);
-    wgmma::fence_shared_for_async();
-  }
-
-  // V' = U - W S: into V'^T (shared) and over U in the workspace (rows below n).
-  __device__ static void form_v(const Stage& st, uint32_t st_tile, uint32_t vt, const Seq& q,
-                                int t0, int n, const GdnShape& s, const Workspace& ws) {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
-    uint32_t a[kDim / 16][4];  // every A fragment first: the MMAs read them asynchronously
-#pragma unroll
-    for (int ks = 0; ks < kDim / 16; ++ks) mma::load_a(a[ks], st.w[16 * warp] + 16 * ks, kLd);
-    Acc v = {};
-    const uint64_t sd = wgmma::desc(st_tile, 16, wgmma::kAtomBytes);
-    wgmma::fence();
-#pragma unroll
-    for (int ks = 0; ks < kDim / 16; ++ks) {
-      const uint32_t at = (ks / 4) * kHalfBytes + (ks % 4) * 32;
-      wgmma::mma_64x32_rs_kmajor(v, a[ks], sd + (at >> 4), ks > 0);
-    }
-    wgmma::commit();
-    wgmma::wait<0>();
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const int i = 16 * warp + g + 8 * hf;
-      bf16* urow = ws.u + static_cast<size_t>(q.base + t0 + i) * s.nv * kDim + q.h * kDim + q.col0;
-#pragma unroll
-      for (int nt = 0; nt < kSlice / 8; ++nt) {
-        const int col = 8 * nt + 2 * c;
-        const float2 u =
-            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&st.u[i][col]));
-        v[4 * nt + 2 * hf] = u.x - v[4 * nt + 2 * hf];
-        v[4 * nt + 2 * hf + 1] = u.y - v[4 * nt + 2 * hf + 1];
-        if (i < n)
-          *reinterpret_cast<__nv_bfloat162*>(urow + col) =
-              __floats2bfloat162_rn(v[4 * nt + 2 * hf], v[4 * nt + 2 * hf + 1]);
-      }
-    }
-    store_transposed(vt, 0, v);
-    wgmma::fence_shared_for_async();
-  }
-
-  // S <- e^gam_last S + kd^T V' (half: rows 64 half .. of the slice).
-  __device__ static void update_state(const Stage& st, uint32_t vt, Acc (&hs)[2], int n) {
-    const int warp = threadIdx.x / 32;
-    const float decay = __expf(st.gam[n - 1]);
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-#pragma unroll
-      for (int e = 0; e < 16; ++e) hs[half][e] *= decay;
-    uint32_t a[2][kChunk / 16][4];  // every A fragment first: the MMAs read them asynchronously
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-#pragma unroll
-      for (int ks = 0; ks < kChunk / 16; ++ks)
-        mma::load_a_trans(a[half][ks], st.kd[16 * ks] + 64 * half + 16 * warp, kLd);
-    const uint64_t vd = wgmma::desc(vt, 16, wgmma::kAtomBytes);
-    wgmma::fence();
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-#pragma unroll
-      for (int ks = 0; ks < kChunk / 16; ++ks)
-        wgmma::mma_64x32_rs_kmajor(hs[half], a[half][ks], vd + ((ks * 32) >> 4), true);
-    wgmma::commit();
-    wgmma::wait<0>();
-  }
-
-  template <class StateT>
-  __device__ static void run(Smem& sm, const BatchMeta& b, const Workspace& ws, StateT* state,
-                             const GdnShape& s) {
-    const int seq = blockIdx.x, h = blockIdx.y;
-    const Seq q{b.seq_begin[seq],
-                b.seq_len[seq],
-                h,
-                static_cast<int>(blockIdx.z) * kSlice,
-                b.num_tokens,
-                chunk_state_index(b.seq_begin[seq], seq, 0)};
-    const uint32_t st_tile = mma::smem_u32(sm.st), vt = mma::smem_u32(sm.vt);
-    const size_t head = static_cast<size_t>(kDim) * kDim;
-    StateT* S = state + (static_cast<size_t>(b.seq_slot[seq]) * s.nv + h) * head;
-    Acc hs[2] = {};
-    if (b.seq_start[seq] != 0) state_io<false>(S, q, hs);
-    const int chunks = (q.len + kChunk - 1) / kChunk, snap_at = b.seq_snap_at[seq];
-    // One cp.async group per chunk (empty past the last): chunk c's is complete when at most
-    // kStages - 2 later ones are pending.
-    auto stage_chunk = [&](int c) {
-      if (c < chunks) load_chunk(sm.stage[c % kStages], q, c, ws, s);
-      mma::cp_async_commit();
-    };
-    for (int c = 0; c + 1 < kStages; ++c) stage_chunk(c);
-    publish_state(st_tile, hs);
-    for (int c = 0; c < chunks; ++c) {
-      mma::cp_async_wait<kStages - 2>();
-      __syncthreads();  // chunk c staged, S^T published, every read of chunk c - 1's stage done
-      stage_chunk(c + kStages - 1);  // into the stage chunk c - 1 used
-      const Stage& st = sm.stage[c % kStages];
-      const int t0 = c * kChunk, n = min(kChunk, q.len - t0);
-      store_chunk_state(ws.h + (static_cast<size_t>(q.state_index + c) * s.nv + h) * head, q, hs);
-      form_v(st, st_tile, vt, q, t0, n, s, ws);
-      __syncthreads();  // V'^T complete; every read of S^T done
-      update_state(st, vt, hs, n);
-      publish_state(st_tile, hs);
-      if (t0 + n == snap_at)  // the in-step snapshot: the state after this chunk
-        state_io<true>(state + (static_cast<size_t>(b.seq_snap_slot[seq]) * s.nv + h) * head, q,
-                       hs);
-    }
-    state_io<true>(S, q, hs);
-  }
+struct Stage {
+  bf16 w[kChunk][kLd];   // W
+  bf16 kd[kChunk][kLd];  // k e^(gam_last - gam)
+  bf16 q[kChunk][kLd];   // q (the key head's)
+  bf16 u[kChunk][kLd];   // U
+  bf16 p[kChunk][kLdC];  // P
+  float gam[kChunk];
 };
+struct Smem {
+  bf16 st[2][2 * kCols * 64];  // per warpgroup S^T [column][dk]: two SW128 blocks of 64 dk
+  bf16 vt[2][kCols * 64];      // per warpgroup V'^T [column][token]: one SW128 block
+  Stage stage[2];              // chunk c in stage c % 2, the next one loading into the other
+};
+constexpr size_t kSmemBytes = sizeof(Smem) + wgmma::kAtomBytes;  // + alignment
 
-template <class P, class StateT>
-__global__ void __launch_bounds__(kThreads)
-    pass_kernel(BatchMeta b, Workspace ws, StateT* __restrict__ state, GdnShape s) {
+__device__ int warpgroup() { return threadIdx.x / 128; }
+__device__ int warp_in_group() { return threadIdx.x / 32 % 4; }
+
+// Chunk `c`'s operands into `st` (rows past the sequence zero), as one cp.async group.
+__device__ void load_chunk(Stage& st, const Seq& q, int c, const Workspace& ws, const GdnShape& s) {
+  const int t0 = c * kChunk, n = min(kChunk, q.len - t0), first = q.base + t0;
+  const int tid = threadIdx.x, col = 8 * (tid % 16);
+#pragma unroll
+  for (int i = 0; i < kChunk / 16; ++i) {
+    const int r = tid / 16 + 16 * i;
+    const size_t row = static_cast<size_t>(first + (r < n ? r : 0));
+    const size_t at = (row * s.nv + q.h) * kDim + col;
+    mma::cp_async16(st.w[r] + col, ws.w + at, r < n);
+    mma::cp_async16(st.kd[r] + col, ws.kd + at, r < n);
+    mma::cp_async16(st.u[r] + col, ws.u + at, r < n);
+    mma::cp_async16(st.q[r] + col, ws.q + (row * s.nk + q.kh) * kDim + col, r < n);
+  }
+#pragma unroll
+  for (int j = 0; j < kChunk / 32; ++j) {
+    const int r = tid / 8 + 32 * j, pc = 8 * (tid % 8);
+    const size_t row = static_cast<size_t>(first + (r < n ? r : 0));
+    mma::cp_async16(st.p[r] + pc, ws.p + (row * s.nv + q.h) * kChunk + pc, r < n);
+  }
+  if (tid < kChunk)
+    mma::cp_async4(&st.gam[tid],
+                   ws.gam + static_cast<size_t>(q.h) * q.T + first + (tid < n ? tid : 0), tid < n);
+  mma::cp_async_commit();
+}
+
+// The state's accumulator pairs: f(row, column of the head, value pair).
+template <class F>
+__device__ void each_state_pair(Acc (&hs)[2], F f) {
+  const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int r0 = 16 * warp_in_group() + g, c0 = kCols * warpgroup() + 2 * c;
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+#pragma unroll
+    for (int i = 0; i < kCols / 8; ++i)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf)
+        f(64 * half + r0 + 8 * hf, c0 + 8 * i, hs[half][4 * i + 2 * hf],
+          hs[half][4 * i + 2 * hf + 1]);
+}
+
+// The f32 state to / from a slot's [dk][dv] state (f32 or bf16 in memory).
+template <bool kStore, class StateT>
+__device__ void state_io(StateT* S, Acc (&hs)[2]) {
+  each_state_pair(hs, [&](int r, int col, float& x, float& y) {
+    StateT* p = S + r * kDim + col;
+    if constexpr (kStore) {
+      StateIo<StateT>::store2(p, make_float2(x, y));
+    } else {
+      const float2 v = StateIo<StateT>::load2(p);
+      x = v.x;
+      y = v.y;
+    }
+  });
+}
+
+// An m64n64 accumulator (rows 16 w + g (+ 8) of a 64-row block, columns 8 i + 2c (+ 1)) as bf16
+// into the transposed SW128 block at `tile` (its rows = the 64 columns), by stmatrix: matrices
+// (i, upper / lower 8 rows), four per instruction.
+__device__ void store_transposed(uint32_t tile, const Acc& d) {
+  const int lane = threadIdx.x % 32, j = lane / 8;
+  const int r = 16 * warp_in_group() + 8 * (j % 2);
+#pragma unroll
+  for (int i0 = 0; i0 < kCols / 8; i0 += 2) {
+    const int col = 8 * (i0 + j / 2) + lane % 8;
+    mma::stsm_x4_trans(
+        tile + wgmma::sw128_offset(kCols, col, r), mma::pack_bf16(d[4 * i0], d[4 * i0 + 1]),
+        mma::pack_bf16(d[4 * i0 + 2], d[4 * i0 + 3]), mma::pack_bf16(d[4 * i0 + 4], d[4 * i0 + 5]),
+        mma::pack_bf16(d[4 * i0 + 6], d[4 * i0 + 7]));
+  }
+}
+
+// S^T (bf16) for the next chunk's MMAs, the generic-proxy writes ordered before their reads.
+__device__ void publish_state(uint32_t st, Acc (&hs)[2]) {
+  store_transposed(st, hs[0]);
+  store_transposed(st + kTileBytes, hs[1]);
+  wgmma::fence_shared_for_async();
+}
+
+// acc (= or +=) A B over K = 16 kSteps: A rows 16 w.. of `a` (row-major, lda) by ldmatrix, B the
+// K-major SW128 operand at `b` (64-column blocks of kBlockBytes along K). Issued, not waited.
+template <int kSteps, uint32_t kBlockBytes>
+__device__ void issue(Acc& acc, const bf16* a, int lda, uint32_t b, bool accumulate) {
+  uint32_t frag[kSteps][4];  // every fragment first: the MMAs read them asynchronously
+#pragma unroll
+  for (int ks = 0; ks < kSteps; ++ks)
+    mma::load_a(frag[ks], a + 16 * warp_in_group() * lda + 16 * ks, lda);
+  const uint64_t bd = wgmma::desc(b, 16, wgmma::kAtomBytes);
+  wgmma::fence();  // the fragments' registers, and any of acc's written since the last MMA
+#pragma unroll
+  for (int ks = 0; ks < kSteps; ++ks) {
+    const uint32_t at = (ks / 4) * kBlockBytes + (ks % 4) * 32;
+    wgmma::mma_64x64_rs<false>(acc, frag[ks], bd + (at >> 4), accumulate || ks > 0);
+  }
+}
+
+// S <- S + kd^T V' (issued, not waited): half h's rows are dk 64 h .. of kd's columns.
+__device__ void issue_update(Acc (&hs)[2], const Stage& st, uint32_t vt) {
+  uint32_t frag[2][kChunk / 16][4];
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+#pragma unroll
+    for (int ks = 0; ks < kChunk / 16; ++ks)
+      mma::load_a_trans(frag[half][ks], st.kd[16 * ks] + 64 * half + 16 * warp_in_group(), kLd);
+  const uint64_t vd = wgmma::desc(vt, 16, wgmma::kAtomBytes);
+  wgmma::fence();
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+#pragma unroll
+    for (int ks = 0; ks < kChunk / 16; ++ks)
+      wgmma::mma_64x64_rs<false>(hs[half], frag[half][ks], vd + ((ks * 32) >> 4));
+}
+
+// V' = U - W S (in v) as bf16 into V'^T.
+__device__ void form_v(Acc& v, const Stage& st, uint32_t vt) {
+  const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int c0 = kCols * warpgroup() + 2 * c;
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int i = 16 * warp_in_group() + g + 8 * hf;
+#pragma unroll
+    for (int nt = 0; nt < kCols / 8; ++nt) {
+      const float2 u =
+          __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&st.u[i][c0 + 8 * nt]));
+      v[4 * nt + 2 * hf] = u.x - v[4 * nt + 2 * hf];
+      v[4 * nt + 2 * hf + 1] = u.y - v[4 * nt + 2 * hf + 1];
+    }
+  }
+  store_transposed(vt, v);
+  wgmma::fence_shared_for_async();
+}
+
+// O *= e^gam (per row): the decay of q S.
+__device__ void scale_rows(Acc& o, const Stage& st) {
+  const int lane = threadIdx.x % 32, i = 16 * warp_in_group() + lane / 4;
+  const float e0 = __expf(st.gam[i]), e1 = __expf(st.gam[i + 8]);
+#pragma unroll
+  for (int nt = 0; nt < kCols / 8; ++nt) {
+    o[4 * nt] *= e0;
+    o[4 * nt + 1] *= e0;
+    o[4 * nt + 2] *= e1;
+    o[4 * nt + 3] *= e1;
+  }
+}
+
+// The chunk's output rows below n.
+__device__ void store_output(const Acc& o, const Seq& q, int t0, int n, const GdnShape& s,
+                             bf16* out) {
+  const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int i = 16 * warp_in_group() + g + 8 * hf;
+    if (i >= n) continue;
+    bf16* row = out + (static_cast<size_t>(q.base + t0 + i) * s.nv + q.h) * kDim +
+                kCols * warpgroup() + 2 * c;
+#pragma unroll
+    for (int nt = 0; nt < kCols / 8; ++nt)
+      *reinterpret_cast<__nv_bfloat162*>(row + 8 * nt) =
+          __floats2bfloat162_rn(o[4 * nt + 2 * hf], o[4 * nt + 2 * hf + 1]);
+  }
+}
+
+// One chunk of warpgroup j's columns; S^T published for the next on return.
+__device__ void step(Acc (&hs)[2], const Stage& st, uint32_t st_tile, uint32_t vt, const Seq& q,
+                     int t0, int n, const GdnShape& s, bf16* out) {
+  Acc v, o;
+  issue<kDim / 16, kTileBytes>(v, st.w[0], kLd, st_tile, false);
+  wgmma::commit();
+  issue<kDim / 16, kTileBytes>(o, st.q[0], kLd, st_tile, false);
+  wgmma::commit();
+  wgmma::wait<1>();  // W S
+  form_v(v, st, vt);
+  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + warpgroup()) : "memory");  // V'^T complete
+  wgmma::wait<0>();                                                       // q S
+  scale_rows(o, st);
+  const float decay = __expf(st.gam[n - 1]);
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+#pragma unroll
+    for (int e = 0; e < 32; ++e) hs[half][e] *= decay;
+  issue<kChunk / 16, kTileBytes>(o, st.p[0], kLdC, vt, true);
+  wgmma::commit();
+  issue_update(hs, st, vt);
+  wgmma::commit();
+  wgmma::wait<1>();  // P V'
+  store_output(o, q, t0, n, s, out);
+  wgmma::wait<0>();  // the update
+  publish_state(st_tile, hs);
+}
+
+template <class StateT>
+__global__ void __launch_bounds__(kThreads, 1)
+    pass_kernel(BatchMeta b, Workspace ws, StateT* __restrict__ state, GdnShape s,
+                bf16* __restrict__ out) {
   extern __shared__ __align__(128) unsigned char pass_raw[];
-  const uintptr_t base = reinterpret_cast<uintptr_t>(pass_raw);
-  const uintptr_t aligned = (base + wgmma::kAtomBytes - 1) / wgmma::kAtomBytes * wgmma::kAtomBytes;
-  P::run(*reinterpret_cast<typename P::Smem*>(aligned), b, ws, state, s);
+  // Aligned by an offset from the shared array itself: the compiler then still knows every access
+  // through sm is to shared memory (a pointer rebuilt from an integer would be generic).
+  const uint32_t skip =
+      (wgmma::kAtomBytes - mma::smem_u32(pass_raw) % wgmma::kAtomBytes) % wgmma::kAtomBytes;
+  Smem& sm = *reinterpret_cast<Smem*>(pass_raw + skip);
+  const int seq = blockIdx.x, h = blockIdx.y;
+  const Seq q{b.seq_begin[seq], b.seq_len[seq], h, h / (s.nv / s.nk), b.num_tokens};
+  const uint32_t st_tile = mma::smem_u32(sm.st[warpgroup()]),
+                 vt = mma::smem_u32(sm.vt[warpgroup()]);
+  const size_t head = static_cast<size_t>(kDim) * kDim;
+  StateT* S = state + (static_cast<size_t>(b.seq_slot[seq]) * s.nv + h) * head;
+  Acc hs[2] = {};
+  if (b.seq_start[seq] != 0) state_io<false>(S, hs);
+  const int chunks = (q.len + kChunk - 1) / kChunk, snap_at = b.seq_snap_at[seq];
+  load_chunk(sm.stage[0], q, 0, ws, s);
+  publish_state(st_tile, hs);
+  for (int c = 0; c < chunks; ++c) {
+    mma::cp_async_wait<0>();
+    __syncthreads();  // chunk c staged, S^T published, every read of chunk c - 1's stage done
+    if (c + 1 < chunks) load_chunk(sm.stage[(c + 1) % 2], q, c + 1, ws, s);
+    const int t0 = c * kChunk, n = min(kChunk, q.len - t0);
+    step(hs, sm.stage[c % 2], st_tile, vt, q, t0, n, s, out);
+    if (t0 + n == snap_at)  // the in-step snapshot: the state after this chunk
+      state_io<true>(state + (static_cast<size_t>(b.seq_snap_slot[seq]) * s.nv + h) * head, hs);
+  }
+  state_io<true>(S, hs);
 }
 
-template <class P, class StateT>
-void launch(const BatchMeta& b, const Workspace& ws, StateT* state, const GdnShape& s,
-            cudaStream_t stream) {
-  constexpr int smem = P::kBytes;
-  cudaFuncSetAttribute(pass_kernel<P, StateT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  pass_kernel<P, StateT>
-      <<<dim3(b.num_seqs, s.nv, kDim / kSlice), kThreads, smem, stream>>>(b, ws, state, s);
-}
-
-// Deep (3 chunks in flight) where the blocks fit one per SM, else 1 in flight at two per SM.
 template <class StateT>
 void launch_typed(const BatchMeta& b, const Workspace& ws, StateT* state, const GdnShape& s,
-                  int sm_count, cudaStream_t stream) {
-  if (b.num_seqs * s.nv * (kDim / kSlice) <= sm_count)
-    launch<Pass<4>>(b, ws, state, s, stream);
-  else
-    launch<Pass<2>>(b, ws, state, s, stream);
+                  bf16* out, cudaStream_t stream) {
+  constexpr int smem = kSmemBytes;
+  cudaFuncSetAttribute(pass_kernel<StateT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  pass_kernel<StateT><<<dim3(b.num_seqs, s.nv), kThreads, smem, stream>>>(b, ws, state, s, out);
 }
 
 }  // namespace
 
-void launch_state_pass(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
-                       int sm_count, cudaStream_t stream) {
+bool use_head_pass(int num_seqs, const GdnShape& s, int sm_count) {
+  return num_seqs * s.nv >= sm_count || num_seqs * s.nv > kStatePassRoom;
+}
+
+void launch_head_pass(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
+                      bf16* out, cudaStream_t stream) {
   if (state.bf16)
-    launch_typed(b, ws, static_cast<bf16*>(state.data), s, sm_count, stream);
+    launch_typed(b, ws, static_cast<bf16*>(state.data), s, out, stream);
   else
-    launch_typed(b, ws, static_cast<float*>(state.data), s, sm_count, stream);
+    launch_typed(b, ws, static_cast<float*>(state.data), s, out, stream);
 }
 
 }  // namespace deltaserve::cuda::gdn_chunk

@@ -1,71 +1,62 @@
-// Kernel 2 of the chunked delta rule for steps of many sequences, the state pass that forms every
-// output: block (sequence, value head, 64-column slice of the state), walking the sequence's
-// chunks in order with the f32 state slice in registers (warp w holds rows 16w..16w+15). The next
-// chunk's operands, q and P stream into shared memory (cp.async) while the current one computes;
-// every product is a bf16 mma.sync with f32 accumulation. Per chunk:
-//   V' = U - W S (S as bf16 in shared memory);
-//   O = e^gam (q S) + P V' to the output;
-//   S <- e^gam_last S + kd^T V'.
-// Steps of few sequences take gdn_chunk_pass.cu and gdn_chunk_out.cu instead.
+// Kernel 2 of the chunked delta rule for steps of few sequences, the state pass over column slices
+// on Hopper warpgroup MMAs (sm_90a): block (sequence, value head, 32-column slice of the state),
+// one warpgroup walking the sequence's chunks in order with the f32 state slice as two m64n32
+// accumulators (rows 0..63 and 64..127). The next chunks' operands stream into shared memory
+// (cp.async, kStages - 1 chunks in flight) while the current one computes. Per chunk:
+//   the chunk-start state S (bf16) to the workspace, for gdn_chunk_out.cu;
+//   V' = U - W S (A = W by ldmatrix, B = S^T from shared memory), written over U;
+//   S <- e^gam_last S + kd^T V' (A = kd^T by ldmatrix, B = V'^T from shared memory).
+// S^T and V'^T go to shared memory through stmatrix (transposed) in the 128-byte-swizzled layout
+// the MMAs read (wgmma.cuh). Every chunk's output is left to gdn_chunk_out.cu.
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
+#include "backend/cuda/kernels/wgmma.cuh"
 
 namespace deltaserve::cuda::gdn_chunk {
 namespace {
 
 using bf16 = __nv_bfloat16;
-constexpr int kThreads = 256;
+constexpr int kThreads = 128, kSlice = 32;
+constexpr int kLdU = kSlice + 8;                            // rows of U's slice (bf16), padded
+constexpr uint32_t kHalfBytes = kSlice * wgmma::kRowBytes;  // one 64-row block of S^T
+using Acc = float[16];                                      // an m64n32 accumulator
 
 struct Seq {
-  int base, len, h, kh, col0, T;
+  int base, len, h, col0, T, state_index;
 };
 
-// The state pass over slices of kSlice columns. Warp (row tile m = w % 4, column half w / 4) owns
-// 16 x kSlice / 2 of V' and O.
-struct Scan {
-  static constexpr int kSlice = 64;
-  static constexpr int kStages = 2;               // chunks staged: the next one in flight
-  static constexpr int kLdS = kSlice + 8;         // rows of the slice (bf16), padded
-  static constexpr int kTiles = kSlice / 8;       // 8-column tiles of a warp's state rows
-  static constexpr int kHalfTiles = kSlice / 16;  // 8-column tiles of a warp's V' / O rows
-  using State = float[kTiles][4];
-  using Half = float[kHalfTiles][4];
+template <int kStageCount>
+struct Pass {
+  static constexpr int kStages = kStageCount;  // chunks staged: the next kStages - 1 in flight
 
   struct Stage {
     bf16 w[kChunk][kLd];   // W
     bf16 kd[kChunk][kLd];  // k e^(gam_last - gam)
-    bf16 u[kChunk][kLdS];  // U, this block's columns
+    bf16 u[kChunk][kLdU];  // U, this block's columns
     float gam[kChunk];
   };
-  struct QP {  // each chunk's q and P, double-buffered beside the stages
-    bf16 q[kChunk][kLd], p[kChunk][kLd];
-  };
   struct Smem {
-    Stage st[kStages];
-    bf16 s[kDim][kLdS];    // the state slice before the chunk (bf16): B of W S and q S
-    bf16 v[kChunk][kLdS];  // V' (bf16): B of P V' and of the state update
-    QP qp[kStages];
+    bf16 st[2 * kSlice * 64];  // S^T [column][dk]: two SW128 blocks of 64 dk
+    bf16 vt[kSlice * 64];      // V'^T [column][token]: one SW128 block
+    Stage stage[kStages];
   };
+  static constexpr size_t kBytes = sizeof(Smem) + wgmma::kAtomBytes;  // + alignment
 
-  // Chunk `c`'s W, kd, U (this block's columns) and gam into `st` (rows past the sequence zero). A
-  // thread copies fixed pieces (rows tid / 16 + 16 i of W and kd, rows tid / kTiles + 256 / kTiles
-  // j of U), each address one multiply-add from the chunk's first row: the state pass is
-  // instruction-bound, and index math was most of its instructions.
+  // Chunk `c`'s W, kd, U (this block's columns) and gam into `st` (rows past the sequence zero).
   __device__ static void load_chunk(Stage& st, const Seq& q, int c, const Workspace& ws,
                                     const GdnShape& s) {
     const int t0 = c * kChunk, n = min(kChunk, q.len - t0), first = q.base + t0;
     const int tid = threadIdx.x, row_elems = s.nv * kDim, head = q.h * kDim;
 #pragma unroll
-    for (int i = 0; i < kChunk / 16; ++i) {
-      const int r = tid / 16 + 16 * i, col = 8 * (tid % 16);
+    for (int i = 0; i < kChunk / 8; ++i) {
+      const int r = tid / 16 + 8 * i, col = 8 * (tid % 16);
       const size_t at = static_cast<size_t>(first + (r < n ? r : 0)) * row_elems + head + col;
       mma::cp_async16(st.w[r] + col, ws.w + at, r < n);
       mma::cp_async16(st.kd[r] + col, ws.kd + at, r < n);
     }
-    constexpr int kRowsPerPass = kThreads / kTiles;
 #pragma unroll
-    for (int j = 0; j < kChunk / kRowsPerPass; ++j) {
-      const int r = tid / kTiles + kRowsPerPass * j, col = 8 * (tid % kTiles);
+    for (int j = 0; j < 2; ++j) {
+      const int r = tid / 4 + 32 * j, col = 8 * (tid % 4);
       const size_t at =
           static_cast<size_t>(first + (r < n ? r : 0)) * row_elems + head + q.col0 + col;
       mma::cp_async16(st.u[r] + col, ws.u + at, r < n);
@@ -76,218 +67,207 @@ struct Scan {
                      tid < n);
   }
 
-  // Chunk c's q (into qd) and P (into pd's first 64 columns), pieces as load_chunk's.
-  __device__ static void load_q_p(bf16 (*qd)[kLd], bf16 (*pd)[kLd], const Seq& q, int c,
-                                  const Workspace& ws, const GdnShape& s) {
-    const int t0 = c * kChunk, n = min(kChunk, q.len - t0), first = q.base + t0;
-    const int tid = threadIdx.x;
-#pragma unroll
-    for (int i = 0; i < kChunk / 16; ++i) {
-      const int r = tid / 16 + 16 * i, col = 8 * (tid % 16);
-      const size_t at = static_cast<size_t>(first + (r < n ? r : 0)) * s.nk * kDim + q.kh * kDim;
-      mma::cp_async16(qd[r] + col, ws.q + at + col, r < n);
-    }
-#pragma unroll
-    for (int j = 0; j < kChunk / 32; ++j) {
-      const int r = tid / 8 + 32 * j, col = 8 * (tid % 8);
-      const size_t at = static_cast<size_t>(first + (r < n ? r : 0)) * s.nv * kChunk + q.h * kChunk;
-      mma::cp_async16(pd[r] + col, ws.p + at + col, r < n);
-    }
-  }
-
-  // hs (rows 16w.., this block's columns) as bf16 pairs: f(row, column in the slice, pair).
+  // Accumulator pairs of the state (two m64n32 halves): f(row, column in the slice, value pair).
   template <class F>
-  __device__ static void each_pair(const State& hs, F f) {
+  __device__ static void each_state_pair(Acc (&hs)[2], F f) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
-    for (int nt = 0; nt < kTiles; ++nt)
-      for (int hf = 0; hf < 2; ++hf)
-        f(16 * warp + g + 8 * hf, 8 * nt + 2 * c,
-          __floats2bfloat162_rn(hs[nt][2 * hf], hs[nt][2 * hf + 1]));
-  }
-
-  // The state slice as bf16 into shared memory.
-  __device__ static void publish_state(Smem& sm, const State& hs) {
-    each_pair(hs, [&](int r, int col, __nv_bfloat162 v) {
-      *reinterpret_cast<__nv_bfloat162*>(&sm.s[r][col]) = v;
-    });
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int i = 0; i < kSlice / 8; ++i)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf)
+          f(64 * half + 16 * warp + g + 8 * hf, 8 * i + 2 * c, hs[half][4 * i + 2 * hf],
+            hs[half][4 * i + 2 * hf + 1]);
   }
 
   // The f32 state slice to / from a slot's [dk][dv] state (f32 or bf16 in memory).
   template <bool kStore, class StateT>
-  __device__ static void state_io(StateT* S, const Seq& q, State& hs) {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
-    for (int nt = 0; nt < kTiles; ++nt)
-      for (int hf = 0; hf < 2; ++hf) {
-        StateT* p = S + (16 * warp + g + 8 * hf) * kDim + q.col0 + 8 * nt + 2 * c;
-        if constexpr (kStore) {
-          StateIo<StateT>::store2(p, make_float2(hs[nt][2 * hf], hs[nt][2 * hf + 1]));
-        } else {
-          const float2 v = StateIo<StateT>::load2(p);
-          hs[nt][2 * hf] = v.x;
-          hs[nt][2 * hf + 1] = v.y;
-        }
+  __device__ static void state_io(StateT* S, const Seq& q, Acc (&hs)[2]) {
+    each_state_pair(hs, [&](int r, int col, float& x, float& y) {
+      StateT* p = S + r * kDim + q.col0 + col;
+      if constexpr (kStore) {
+        StateIo<StateT>::store2(p, make_float2(x, y));
+      } else {
+        const float2 v = StateIo<StateT>::load2(p);
+        x = v.x;
+        y = v.y;
       }
+    });
   }
 
-  // acc += A[16m.., 0..K) . B[0..K, (kSlice / 2) half..) for warp (row tile m, column half).
-  template <int K>
-  __device__ static void times_half(const bf16* A, int lda, const bf16 (*B)[kLdS], Half& acc) {
-    const int warp = threadIdx.x / 32, m = warp % 4, half = warp / 4;
-    for (int ks = 0; ks < K / 16; ++ks) {
-      uint32_t a[4];
-      mma::load_a(a, A + 16 * m * lda + 16 * ks, lda);
-      for (int np = 0; np < kHalfTiles / 2; ++np) {
-        uint32_t b[4];
-        mma::load_b(b, B[16 * ks] + (kSlice / 2) * half + 16 * np, kLdS);
-        mma::mma(acc[2 * np], a, b[0], b[1]);
-        mma::mma(acc[2 * np + 1], a, b[2], b[3]);
-      }
+  // The state slice as bf16 into the chunk-start state `H` [dk][dv] of the workspace.
+  __device__ static void store_chunk_state(bf16* H, const Seq& q, Acc (&hs)[2]) {
+    each_state_pair(hs, [&](int r, int col, float& x, float& y) {
+      *reinterpret_cast<__nv_bfloat162*>(H + r * kDim + q.col0 + col) = __floats2bfloat162_rn(x, y);
+    });
+  }
+
+  // An m64n32 accumulator (rows row0 + 16 w + g (+ 8), columns 8 i + 2c (+ 1)) as bf16 into the
+  // transposed SW128 tile at `tile` (rows = the 32 columns, 128 bytes of 64 rows each), by
+  // stmatrix: matrices (i, upper / lower 8 rows), four per instruction.
+  __device__ static void store_transposed(uint32_t tile, int row0, const Acc& d) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int j = lane / 8, r = row0 % 64 + 16 * warp + 8 * (j % 2);
+#pragma unroll
+    for (int i0 = 0; i0 < kSlice / 8; i0 += 2) {
+      const int col = 8 * (i0 + j / 2) + lane % 8;
+      mma::stsm_x4_trans(tile + wgmma::sw128_offset(kSlice, col, r),
+                         mma::pack_bf16(d[4 * i0], d[4 * i0 + 1]),
+                         mma::pack_bf16(d[4 * i0 + 2], d[4 * i0 + 3]),
+                         mma::pack_bf16(d[4 * i0 + 4], d[4 * i0 + 5]),
+                         mma::pack_bf16(d[4 * i0 + 6], d[4 * i0 + 7]));
     }
   }
 
-  // V' = U - W S into sm.v.
-  __device__ static void form_v(Smem& sm, const Stage& st) {
+  // S^T (bf16) for the next W S; the generic-proxy writes ordered before the MMAs' reads.
+  __device__ static void publish_state(uint32_t st, Acc (&hs)[2]) {
+    store_transposed(st, 0, hs[0]);
+    store_transposed(st + kHalfBytes, 64, hs[1]);
+    wgmma::fence_shared_for_async();
+  }
+
+  // V' = U - W S: into V'^T (shared) and over U in the workspace (rows below n).
+  __device__ static void form_v(const Stage& st, uint32_t st_tile, uint32_t vt, const Seq& q,
+                                int t0, int n, const GdnShape& s, const Workspace& ws) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
-    const int m = warp % 4, half = warp / 4;
-    Half v = {};
-    times_half<kDim>(st.w[0], kLd, sm.s, v);
+    uint32_t a[kDim / 16][4];  // every A fragment first: the MMAs read them asynchronously
+#pragma unroll
+    for (int ks = 0; ks < kDim / 16; ++ks) mma::load_a(a[ks], st.w[16 * warp] + 16 * ks, kLd);
+    Acc v = {};
+    const uint64_t sd = wgmma::desc(st_tile, 16, wgmma::kAtomBytes);
+    wgmma::fence();
+#pragma unroll
+    for (int ks = 0; ks < kDim / 16; ++ks) {
+      const uint32_t at = (ks / 4) * kHalfBytes + (ks % 4) * 32;
+      wgmma::mma_64x32_rs_kmajor(v, a[ks], sd + (at >> 4), ks > 0);
+    }
+    wgmma::commit();
+    wgmma::wait<0>();
+#pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
-      const int i = 16 * m + g + 8 * hf, col0 = (kSlice / 2) * half + 2 * c;
-      for (int nt = 0; nt < kHalfTiles; ++nt) {
-        const int col = col0 + 8 * nt;
+      const int i = 16 * warp + g + 8 * hf;
+      bf16* urow = ws.u + static_cast<size_t>(q.base + t0 + i) * s.nv * kDim + q.h * kDim + q.col0;
+#pragma unroll
+      for (int nt = 0; nt < kSlice / 8; ++nt) {
+        const int col = 8 * nt + 2 * c;
         const float2 u =
             __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&st.u[i][col]));
-        *reinterpret_cast<__nv_bfloat162*>(&sm.v[i][col]) =
-            __floats2bfloat162_rn(u.x - v[nt][2 * hf], u.y - v[nt][2 * hf + 1]);
+        v[4 * nt + 2 * hf] = u.x - v[4 * nt + 2 * hf];
+        v[4 * nt + 2 * hf + 1] = u.y - v[4 * nt + 2 * hf + 1];
+        if (i < n)
+          *reinterpret_cast<__nv_bfloat162*>(urow + col) =
+              __floats2bfloat162_rn(v[4 * nt + 2 * hf], v[4 * nt + 2 * hf + 1]);
       }
     }
+    store_transposed(vt, 0, v);
+    wgmma::fence_shared_for_async();
   }
 
-  // A chunk's output: O = e^gam (q S) (before the barrier), then O += P V' to `out`.
-  __device__ static void output_q_part(const Smem& sm, const Stage& st, const bf16* qs, Half& o) {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, m = warp % 4;
-    times_half<kDim>(qs, kLd, sm.s, o);
-    for (int hf = 0; hf < 2; ++hf) {
-      const float eg = __expf(st.gam[16 * m + g + 8 * hf]);
-      for (int nt = 0; nt < kHalfTiles; ++nt) {
-        o[nt][2 * hf] *= eg;
-        o[nt][2 * hf + 1] *= eg;
-      }
-    }
-  }
-
-  __device__ static void output_v_part(const Smem& sm, const bf16* ps, Half& o, const Seq& q,
-                                       int t0, int n, const GdnShape& s, bf16* out) {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
-    const int m = warp % 4, half = warp / 4;
-    times_half<kChunk>(ps, kLd, sm.v, o);
-    for (int hf = 0; hf < 2; ++hf) {
-      const int i = 16 * m + g + 8 * hf;
-      if (i >= n) continue;
-      bf16* row = out + (static_cast<size_t>(q.base + t0 + i) * s.nv + q.h) * kDim + q.col0 +
-                  (kSlice / 2) * half;
-      for (int nt = 0; nt < kHalfTiles; ++nt)
-        *reinterpret_cast<__nv_bfloat162*>(row + 8 * nt + 2 * c) =
-            __floats2bfloat162_rn(o[nt][2 * hf], o[nt][2 * hf + 1]);
-    }
-  }
-
-  // S <- e^gam_last S + kd^T V' (warp w: rows 16w.. of the slice).
-  __device__ static void update_state(const Smem& sm, const Stage& st, State& hs, int n) {
+  // S <- e^gam_last S + kd^T V' (half: rows 64 half .. of the slice).
+  __device__ static void update_state(const Stage& st, uint32_t vt, Acc (&hs)[2], int n) {
     const int warp = threadIdx.x / 32;
     const float decay = __expf(st.gam[n - 1]);
-    for (int nt = 0; nt < kTiles; ++nt)
-      for (int e = 0; e < 4; ++e) hs[nt][e] *= decay;
-    for (int ks = 0; ks < kChunk / 16; ++ks) {
-      uint32_t ak[4];
-      mma::load_a_trans(ak, st.kd[16 * ks] + 16 * warp, kLd);
-      for (int np = 0; np < kTiles / 2; ++np) {
-        uint32_t bv[4];
-        mma::load_b(bv, sm.v[16 * ks] + 16 * np, kLdS);
-        mma::mma(hs[2 * np], ak, bv[0], bv[1]);
-        mma::mma(hs[2 * np + 1], ak, bv[2], bv[3]);
-      }
-    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int e = 0; e < 16; ++e) hs[half][e] *= decay;
+    uint32_t a[2][kChunk / 16][4];  // every A fragment first: the MMAs read them asynchronously
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int ks = 0; ks < kChunk / 16; ++ks)
+        mma::load_a_trans(a[half][ks], st.kd[16 * ks] + 64 * half + 16 * warp, kLd);
+    const uint64_t vd = wgmma::desc(vt, 16, wgmma::kAtomBytes);
+    wgmma::fence();
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int ks = 0; ks < kChunk / 16; ++ks)
+        wgmma::mma_64x32_rs_kmajor(hs[half], a[half][ks], vd + ((ks * 32) >> 4), true);
+    wgmma::commit();
+    wgmma::wait<0>();
   }
 
   template <class StateT>
   __device__ static void run(Smem& sm, const BatchMeta& b, const Workspace& ws, StateT* state,
-                             const GdnShape& s, bf16* out) {
+                             const GdnShape& s) {
     const int seq = blockIdx.x, h = blockIdx.y;
     const Seq q{b.seq_begin[seq],
                 b.seq_len[seq],
                 h,
-                h / (s.nv / s.nk),
                 static_cast<int>(blockIdx.z) * kSlice,
-                b.num_tokens};
+                b.num_tokens,
+                chunk_state_index(b.seq_begin[seq], seq, 0)};
+    const uint32_t st_tile = mma::smem_u32(sm.st), vt = mma::smem_u32(sm.vt);
     const size_t head = static_cast<size_t>(kDim) * kDim;
     StateT* S = state + (static_cast<size_t>(b.seq_slot[seq]) * s.nv + h) * head;
-    State hs = {};
+    Acc hs[2] = {};
     if (b.seq_start[seq] != 0) state_io<false>(S, q, hs);
-    publish_state(sm, hs);
     const int chunks = (q.len + kChunk - 1) / kChunk, snap_at = b.seq_snap_at[seq];
     // One cp.async group per chunk (empty past the last): chunk c's is complete when at most
-    // kStages - 1 later ones are pending.
+    // kStages - 2 later ones are pending.
     auto stage_chunk = [&](int c) {
-      if (c < chunks) {
-        load_chunk(sm.st[c % kStages], q, c, ws, s);
-        load_q_p(sm.qp[c % kStages].q, sm.qp[c % kStages].p, q, c, ws, s);
-      }
+      if (c < chunks) load_chunk(sm.stage[c % kStages], q, c, ws, s);
       mma::cp_async_commit();
     };
     for (int c = 0; c + 1 < kStages; ++c) stage_chunk(c);
+    publish_state(st_tile, hs);
     for (int c = 0; c < chunks; ++c) {
+      mma::cp_async_wait<kStages - 2>();
+      __syncthreads();  // chunk c staged, S^T published, every read of chunk c - 1's stage done
       stage_chunk(c + kStages - 1);  // into the stage chunk c - 1 used
-      mma::cp_async_wait<kStages - 1>();
-      __syncthreads();  // chunk c with its q / P staged, the state published
-      const Stage& st = sm.st[c % kStages];
+      const Stage& st = sm.stage[c % kStages];
       const int t0 = c * kChunk, n = min(kChunk, q.len - t0);
-      form_v(sm, st);
-      Half o = {};
-      output_q_part(sm, st, sm.qp[c % kStages].q[0], o);
-      __syncthreads();  // V' complete; every read of sm.s done
-      output_v_part(sm, sm.qp[c % kStages].p[0], o, q, t0, n, s, out);
-      update_state(sm, st, hs, n);
-      publish_state(sm, hs);
+      store_chunk_state(ws.h + (static_cast<size_t>(q.state_index + c) * s.nv + h) * head, q, hs);
+      form_v(st, st_tile, vt, q, t0, n, s, ws);
+      __syncthreads();  // V'^T complete; every read of S^T done
+      update_state(st, vt, hs, n);
+      publish_state(st_tile, hs);
       if (t0 + n == snap_at)  // the in-step snapshot: the state after this chunk
         state_io<true>(state + (static_cast<size_t>(b.seq_snap_slot[seq]) * s.nv + h) * head, q,
                        hs);
-      __syncthreads();  // the stage may be refilled, sm.v rewritten
     }
     state_io<true>(S, q, hs);
   }
 };
 
-template <class StateT>
-__global__ void __launch_bounds__(kThreads, 1)
-    scan_kernel(BatchMeta b, Workspace ws, StateT* __restrict__ state, GdnShape s,
-                bf16* __restrict__ out) {
-  extern __shared__ __align__(128) unsigned char scan_raw[];
-  Scan::run(*reinterpret_cast<Scan::Smem*>(scan_raw), b, ws, state, s, out);
+template <class P, class StateT>
+__global__ void __launch_bounds__(kThreads)
+    pass_kernel(BatchMeta b, Workspace ws, StateT* __restrict__ state, GdnShape s) {
+  extern __shared__ __align__(128) unsigned char pass_raw[];
+  const uintptr_t base = reinterpret_cast<uintptr_t>(pass_raw);
+  const uintptr_t aligned = (base + wgmma::kAtomBytes - 1) / wgmma::kAtomBytes * wgmma::kAtomBytes;
+  P::run(*reinterpret_cast<typename P::Smem*>(aligned), b, ws, state, s);
 }
 
+template <class P, class StateT>
+void launch(const BatchMeta& b, const Workspace& ws, StateT* state, const GdnShape& s,
+            cudaStream_t stream) {
+  constexpr int smem = P::kBytes;
+  cudaFuncSetAttribute(pass_kernel<P, StateT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  pass_kernel<P, StateT>
+      <<<dim3(b.num_seqs, s.nv, kDim / kSlice), kThreads, smem, stream>>>(b, ws, state, s);
+}
+
+// Deep (3 chunks in flight) where the blocks fit one per SM, else 1 in flight at two per SM.
 template <class StateT>
 void launch_typed(const BatchMeta& b, const Workspace& ws, StateT* state, const GdnShape& s,
-                  bf16* out, cudaStream_t stream) {
-  constexpr int smem = sizeof(Scan::Smem);
-  cudaFuncSetAttribute(scan_kernel<StateT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  scan_kernel<StateT><<<dim3(b.num_seqs, s.nv, kDim / Scan::kSlice), kThreads, smem, stream>>>(
-      b, ws, state, s, out);
+                  int sm_count, cudaStream_t stream) {
+  if (b.num_seqs * s.nv * (kDim / kSlice) <= sm_count)
+    launch<Pass<4>>(b, ws, state, s, stream);
+  else
+    launch<Pass<2>>(b, ws, state, s, stream);
 }
 
 }  // namespace
 
-bool scan_forms_every_output(int num_seqs, const GdnShape& s, int sm_count) {
-  return num_seqs * s.nv > kStatePassRoom ||
-         num_seqs * s.nv * (kDim / Scan::kSlice) >= 2 * sm_count;
-}
-
-void launch_scan(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
-                 bf16* out, cudaStream_t stream) {
+void launch_slice_pass(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
+                       int sm_count, cudaStream_t stream) {
   if (state.bf16)
-    launch_typed(b, ws, static_cast<bf16*>(state.data), s, out, stream);
+    launch_typed(b, ws, static_cast<bf16*>(state.data), s, sm_count, stream);
   else
-    launch_typed(b, ws, static_cast<float*>(state.data), s, out, stream);
+    launch_typed(b, ws, static_cast<float*>(state.data), s, sm_count, stream);
 }
 
 }  // namespace deltaserve::cuda::gdn_chunk

@@ -81,18 +81,22 @@ __device__ inline void mma_64x32_rs_kmajor(float (&d)[16], const uint32_t (&a)[4
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)));
 }
 
-// d (64 x 64) += A B, A (64 x 16) in registers (the mma.sync A fragment layout per warp: rows
-// 16 w + g (+ 8), columns 2c (+ 8)), B (16 x 64) MN-major in shared memory.
-__device__ inline void mma_64x64_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+// d (64 x 64) = (accumulate ? d : 0) + A B, A (64 x 16) in registers (the mma.sync A fragment
+// layout per warp: rows 16 w + g (+ 8), columns 2c (+ 8)), B (16 x 64) in shared memory,
+// MN-major (kMnMajorB) or K-major (stored N x K).
+template <bool kMnMajorB = true>
+__device__ inline void mma_64x64_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b,
+                                    bool accumulate = true) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
       "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, "
-      "%36, p, 1, 1, 1;\n"
+      "%36, p, 1, 1, %38;\n"
       "}\n"
       : DS_WGMMA_ACC32(0)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)),
+        "n"(kMnMajorB ? 1 : 0));
 }
 
 // d (64 x 128) += A B, A (64 x 16) in registers (the mma.sync A fragment layout per warp: rows
