@@ -61,20 +61,26 @@ __device__ void load_conv_outputs(PrepSmem& sm, const Chunk& ch, const bf16* y, 
 
 // The conv inputs of the chunk's rows -3 .. 63 into rows 0..66 (rows past n zero; rows before the
 // sequence's first step token from its conv state, oldest first, or zeros for a fresh sequence).
+// A thread copies one 16-byte column piece of every 16th row.
 __device__ void load_conv_inputs(PrepSmem& sm, const Chunk& ch, const GdnQkvSource& in,
                                  const GdnShape& s) {
-  const int C = conv_dim(s);
-  for (int e = threadIdx.x; e < 3 * kConvRows * 16; e += kThreads) {
-    const int which = e / (kConvRows * 16), j = (e / 16) % kConvRows, c8 = 8 * (e % 16);
-    const int r = j - kHalo, c = channel0(which, ch, s) + c8;
-    bf16* dst = rows_of(sm, which)[j] + c8;
-    if (ch.t0 + r >= 0) {
-      mma::cp_async16(dst, in.u + static_cast<size_t>(ch.begin + min(r, ch.n - 1)) * C + c,
-                      r < ch.n);
-    } else {
-      const bf16* st = in.conv_state + (static_cast<size_t>(ch.slot) * C + c) * kHalo;
-      for (int i = 0; i < 8; ++i)
-        dst[i] = ch.fresh ? __float2bfloat16(0.0f) : st[i * kHalo + kHalo + ch.t0 + r];
+  const int C = conv_dim(s), c8 = 8 * (threadIdx.x % 16);
+#pragma unroll
+  for (int which = 0; which < 3; ++which) {
+    const int c = channel0(which, ch, s) + c8;
+    const bf16* src = in.u + static_cast<size_t>(ch.begin) * C + c;
+    bf16(*m)[kLd] = rows_of(sm, which);
+#pragma unroll
+    for (int j = threadIdx.x / 16; j < kConvRows; j += kThreads / 16) {
+      const int r = j - kHalo;
+      bf16* dst = m[j] + c8;
+      if (ch.t0 + r >= 0) {
+        mma::cp_async16(dst, src + static_cast<ptrdiff_t>(min(r, ch.n - 1)) * C, r < ch.n);
+      } else {
+        const bf16* st = in.conv_state + (static_cast<size_t>(ch.slot) * C + c) * kHalo;
+        for (int i = 0; i < 8; ++i)
+          dst[i] = ch.fresh ? __float2bfloat16(0.0f) : st[i * kHalo + kHalo + ch.t0 + r];
+      }
     }
   }
 }
@@ -147,39 +153,55 @@ __device__ void stage_inputs(PrepSmem& sm, const Chunk& ch, const GdnQkvSource& 
   if (in.y == nullptr) convolve_in_place(sm, ch, in.conv_w, s);
 }
 
-// q / |q| / sqrt(dk) and k / |k| in place (warp per row); q to the workspace (once per key head),
-// k e^(gam_last - gam_i) to it, gam to it.
+// q / |q| / sqrt(dk) and k / |k| in place; q to the workspace (once per key head), k e^(gam_last -
+// gam_i) to it, gam to it. Eight threads per row, in two passes of 32 rows; thread p of a row takes
+// the 16-byte pieces at columns 8 p and 64 + 8 p, so that the eight threads' pieces of a row fall
+// in different shared-memory banks and their stores are one contiguous row.
 __device__ void normalise(PrepSmem& sm, const Chunk& ch, const GdnShape& s, const Workspace& ws) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const bool write_q = ch.h % (s.nv / s.nk) == 0;
+  constexpr int kPerRow = 8, kPieces = kDim / 8 / kPerRow, kRowsPerPass = kThreads / kPerRow;
+  const int c0 = 8 * (threadIdx.x % kPerRow);
+  const bool writes_q = ch.h % (s.nv / s.nk) == 0;
   const float glast = sm.gam[ch.n - 1];
-  for (int r = warp; r < kChunk; r += kThreads / 32) {
-    __nv_bfloat162* qr = reinterpret_cast<__nv_bfloat162*>(sm.q[r]) + 2 * lane;
-    __nv_bfloat162* kr = reinterpret_cast<__nv_bfloat162*>(sm.k[r]) + 2 * lane;
-    float2 q0 = __bfloat1622float2(qr[0]), q1 = __bfloat1622float2(qr[1]);
-    float2 k0 = __bfloat1622float2(kr[0]), k1 = __bfloat1622float2(kr[1]);
-    float sq = q0.x * q0.x + q0.y * q0.y + q1.x * q1.x + q1.y * q1.y;
-    float sk = k0.x * k0.x + k0.y * k0.y + k1.x * k1.x + k1.y * k1.y;
-    for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+  for (int r = threadIdx.x / kPerRow; r < kChunk; r += kRowsPerPass) {
+    F32x8 q[kPieces], k[kPieces];
+    float sq = 0.0f, sk = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPieces; ++i) {
+      q[i] = load_bf16x8(sm.q[r] + c0 + 64 * i);
+      k[i] = load_bf16x8(sm.k[r] + c0 + 64 * i);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        sq = fmaf(q[i].v[e], q[i].v[e], sq);
+        sk = fmaf(k[i].v[e], k[i].v[e], sk);
+      }
+    }
+#pragma unroll
+    for (int o = 1; o < kPerRow; o <<= 1) {
       sq += __shfl_xor_sync(0xffffffffu, sq, o);
       sk += __shfl_xor_sync(0xffffffffu, sk, o);
     }
-    const float rq = rsqrtf(static_cast<float>(kDim)) * rsqrtf(sq + 1e-6f), rk = rsqrtf(sk + 1e-6f);
-    qr[0] = __floats2bfloat162_rn(q0.x * rq, q0.y * rq);
-    qr[1] = __floats2bfloat162_rn(q1.x * rq, q1.y * rq);
-    kr[0] = __floats2bfloat162_rn(k0.x * rk, k0.y * rk);
-    kr[1] = __floats2bfloat162_rn(k1.x * rk, k1.y * rk);
-    if (r >= ch.n) continue;
+    const float rq = rsqrtf(static_cast<float>(kDim)) * rsqrtf(sq + 1e-6f);
+    const float rk = rsqrtf(sk + 1e-6f);
+    const bool row = r < ch.n;
+    const float d = row ? __expf(glast - sm.gam[r]) * rk : 0.0f;
     const size_t tok = static_cast<size_t>(ch.begin + r);
-    if (write_q) {
-      __nv_bfloat162* dq = reinterpret_cast<__nv_bfloat162*>(ws.q + (tok * s.nk + ch.kh) * kDim);
-      dq[2 * lane] = qr[0];
-      dq[2 * lane + 1] = qr[1];
+    bf16* dq = ws.q + (tok * s.nk + ch.kh) * kDim + c0;
+    bf16* dk = ws.kd + (tok * s.nv + ch.h) * kDim + c0;
+#pragma unroll
+    for (int i = 0; i < kPieces; ++i) {
+      F32x8 kd;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        kd.v[e] = k[i].v[e] * d;
+        q[i].v[e] *= rq;
+        k[i].v[e] *= rk;
+      }
+      store_bf16x8(sm.q[r] + c0 + 64 * i, q[i]);
+      store_bf16x8(sm.k[r] + c0 + 64 * i, k[i]);
+      if (row && writes_q) store_bf16x8(dq + 64 * i, q[i]);
+      if (row) store_bf16x8(dk + 64 * i, kd);
     }
-    const float d = __expf(glast - sm.gam[r]) * rk;
-    __nv_bfloat162* dk = reinterpret_cast<__nv_bfloat162*>(ws.kd + (tok * s.nv + ch.h) * kDim);
-    dk[2 * lane] = __floats2bfloat162_rn(k0.x * d, k0.y * d);
-    dk[2 * lane + 1] = __floats2bfloat162_rn(k1.x * d, k1.y * d);
   }
   if (threadIdx.x < ch.n)
     ws.gam[static_cast<size_t>(ch.h) * ch.T + ch.begin + threadIdx.x] = sm.gam[threadIdx.x];
