@@ -10,6 +10,7 @@
 // S^T and V'^T go to shared memory through stmatrix (transposed) in the 128-byte-swizzled layout
 // the MMAs read (wgmma.cuh).
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
+#include "backend/cuda/kernels/gdn_chunk_wg_state.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
 #include "backend/cuda/kernels/wgmma.cuh"
 
@@ -17,9 +18,10 @@ namespace deltaserve::cuda::gdn_chunk {
 namespace {
 
 using bf16 = __nv_bfloat16;
-constexpr int kThreads = 256, kCols = 64;                  // two warpgroups of 64 columns
-constexpr uint32_t kTileBytes = kCols * wgmma::kRowBytes;  // an SW128 block of 64 rows
-using Acc = float[32];                                     // an m64n64 accumulator
+constexpr int kThreads = 256, kCols = 64;  // two warpgroups of 64 columns
+using WgState = WarpgroupState<kCols>;
+using Acc = WgState::Acc;                              // an m64n64 accumulator
+constexpr uint32_t kTileBytes = WgState::kBlockBytes;  // an SW128 block of 64 rows
 
 struct Seq {
   int base, len, h, kh, T;
@@ -67,59 +69,6 @@ __device__ void load_chunk(Stage& st, const Seq& q, int c, const Workspace& ws, 
     mma::cp_async4(&st.gam[tid],
                    ws.gam + static_cast<size_t>(q.h) * q.T + first + (tid < n ? tid : 0), tid < n);
   mma::cp_async_commit();
-}
-
-// The state's accumulator pairs: f(row, column of the head, value pair).
-template <class F>
-__device__ void each_state_pair(Acc (&hs)[2], F f) {
-  const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-  const int r0 = 16 * warp_in_group() + g, c0 = kCols * warpgroup() + 2 * c;
-#pragma unroll
-  for (int half = 0; half < 2; ++half)
-#pragma unroll
-    for (int i = 0; i < kCols / 8; ++i)
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf)
-        f(64 * half + r0 + 8 * hf, c0 + 8 * i, hs[half][4 * i + 2 * hf],
-          hs[half][4 * i + 2 * hf + 1]);
-}
-
-// The f32 state to / from a slot's [dk][dv] state (f32 or bf16 in memory).
-template <bool kStore, class StateT>
-__device__ void state_io(StateT* S, Acc (&hs)[2]) {
-  each_state_pair(hs, [&](int r, int col, float& x, float& y) {
-    StateT* p = S + r * kDim + col;
-    if constexpr (kStore) {
-      StateIo<StateT>::store2(p, make_float2(x, y));
-    } else {
-      const float2 v = StateIo<StateT>::load2(p);
-      x = v.x;
-      y = v.y;
-    }
-  });
-}
-
-// An m64n64 accumulator (rows 16 w + g (+ 8) of a 64-row block, columns 8 i + 2c (+ 1)) as bf16
-// into the transposed SW128 block at `tile` (its rows = the 64 columns), by stmatrix: matrices
-// (i, upper / lower 8 rows), four per instruction.
-__device__ void store_transposed(uint32_t tile, const Acc& d) {
-  const int lane = threadIdx.x % 32, j = lane / 8;
-  const int r = 16 * warp_in_group() + 8 * (j % 2);
-#pragma unroll
-  for (int i0 = 0; i0 < kCols / 8; i0 += 2) {
-    const int col = 8 * (i0 + j / 2) + lane % 8;
-    mma::stsm_x4_trans(
-        tile + wgmma::sw128_offset(kCols, col, r), mma::pack_bf16(d[4 * i0], d[4 * i0 + 1]),
-        mma::pack_bf16(d[4 * i0 + 2], d[4 * i0 + 3]), mma::pack_bf16(d[4 * i0 + 4], d[4 * i0 + 5]),
-        mma::pack_bf16(d[4 * i0 + 6], d[4 * i0 + 7]));
-  }
-}
-
-// S^T (bf16) for the next chunk's MMAs, the generic-proxy writes ordered before their reads.
-__device__ void publish_state(uint32_t st, Acc (&hs)[2]) {
-  store_transposed(st, hs[0]);
-  store_transposed(st + kTileBytes, hs[1]);
-  wgmma::fence_shared_for_async();
 }
 
 // acc (= or +=) A B over K = 16 kSteps: A rows 16 w.. of `a` (row-major, lda) by ldmatrix, B the
@@ -171,7 +120,7 @@ __device__ void form_v(Acc& v, const Stage& st, uint32_t vt) {
       v[4 * nt + 2 * hf + 1] = u.y - v[4 * nt + 2 * hf + 1];
     }
   }
-  store_transposed(vt, v);
+  WgState::store_transposed(vt, v);
   wgmma::fence_shared_for_async();
 }
 
@@ -230,7 +179,7 @@ __device__ void step(Acc (&hs)[2], const Stage& st, uint32_t st_tile, uint32_t v
   wgmma::wait<1>();  // P V'
   store_output(o, q, t0, n, s, out);
   wgmma::wait<0>();  // the update
-  publish_state(st_tile, hs);
+  WgState::publish(st_tile, hs);
 }
 
 template <class StateT>
@@ -250,10 +199,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const size_t head = static_cast<size_t>(kDim) * kDim;
   StateT* S = state + (static_cast<size_t>(b.seq_slot[seq]) * s.nv + h) * head;
   Acc hs[2] = {};
-  if (b.seq_start[seq] != 0) state_io<false>(S, hs);
+  if (b.seq_start[seq] != 0) WgState::io<false>(S, kCols * warpgroup(), hs);
   const int chunks = (q.len + kChunk - 1) / kChunk, snap_at = b.seq_snap_at[seq];
   load_chunk(sm.stage[0], q, 0, ws, s);
-  publish_state(st_tile, hs);
+  WgState::publish(st_tile, hs);
   for (int c = 0; c < chunks; ++c) {
     mma::cp_async_wait<0>();
     __syncthreads();  // chunk c staged, S^T published, every read of chunk c - 1's stage done
@@ -261,9 +210,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int t0 = c * kChunk, n = min(kChunk, q.len - t0);
     step(hs, sm.stage[c % 2], st_tile, vt, q, t0, n, s, out);
     if (t0 + n == snap_at)  // the in-step snapshot: the state after this chunk
-      state_io<true>(state + (static_cast<size_t>(b.seq_snap_slot[seq]) * s.nv + h) * head, hs);
+      WgState::io<true>(state + (static_cast<size_t>(b.seq_snap_slot[seq]) * s.nv + h) * head,
+                        kCols * warpgroup(), hs);
   }
-  state_io<true>(S, hs);
+  WgState::io<true>(S, kCols * warpgroup(), hs);
 }
 
 template <class StateT>

@@ -9,6 +9,7 @@
 // S^T and V'^T go to shared memory through stmatrix (transposed) in the 128-byte-swizzled layout
 // the MMAs read (wgmma.cuh). Every chunk's output is left to gdn_chunk_out.cu.
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
+#include "backend/cuda/kernels/gdn_chunk_wg_state.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
 #include "backend/cuda/kernels/wgmma.cuh"
 
@@ -17,9 +18,10 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 constexpr int kThreads = 128, kSlice = 32;
-constexpr int kLdU = kSlice + 8;                            // rows of U's slice (bf16), padded
-constexpr uint32_t kHalfBytes = kSlice * wgmma::kRowBytes;  // one 64-row block of S^T
-using Acc = float[16];                                      // an m64n32 accumulator
+constexpr int kLdU = kSlice + 8;  // rows of U's slice (bf16), padded
+using WgState = WarpgroupState<kSlice>;
+using Acc = WgState::Acc;                              // an m64n32 accumulator
+constexpr uint32_t kHalfBytes = WgState::kBlockBytes;  // one 64-row block of S^T
 
 struct Seq {
   int base, len, h, col0, T, state_index;
@@ -67,64 +69,11 @@ struct Pass {
                      tid < n);
   }
 
-  // Accumulator pairs of the state (two m64n32 halves): f(row, column in the slice, value pair).
-  template <class F>
-  __device__ static void each_state_pair(Acc (&hs)[2], F f) {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-#pragma unroll
-      for (int i = 0; i < kSlice / 8; ++i)
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf)
-          f(64 * half + 16 * warp + g + 8 * hf, 8 * i + 2 * c, hs[half][4 * i + 2 * hf],
-            hs[half][4 * i + 2 * hf + 1]);
-  }
-
-  // The f32 state slice to / from a slot's [dk][dv] state (f32 or bf16 in memory).
-  template <bool kStore, class StateT>
-  __device__ static void state_io(StateT* S, const Seq& q, Acc (&hs)[2]) {
-    each_state_pair(hs, [&](int r, int col, float& x, float& y) {
-      StateT* p = S + r * kDim + q.col0 + col;
-      if constexpr (kStore) {
-        StateIo<StateT>::store2(p, make_float2(x, y));
-      } else {
-        const float2 v = StateIo<StateT>::load2(p);
-        x = v.x;
-        y = v.y;
-      }
-    });
-  }
-
   // The state slice as bf16 into the chunk-start state `H` [dk][dv] of the workspace.
   __device__ static void store_chunk_state(bf16* H, const Seq& q, Acc (&hs)[2]) {
-    each_state_pair(hs, [&](int r, int col, float& x, float& y) {
-      *reinterpret_cast<__nv_bfloat162*>(H + r * kDim + q.col0 + col) = __floats2bfloat162_rn(x, y);
+    WgState::each_pair(hs, q.col0, [&](int r, int col, float& x, float& y) {
+      *reinterpret_cast<__nv_bfloat162*>(H + r * kDim + col) = __floats2bfloat162_rn(x, y);
     });
-  }
-
-  // An m64n32 accumulator (rows row0 + 16 w + g (+ 8), columns 8 i + 2c (+ 1)) as bf16 into the
-  // transposed SW128 tile at `tile` (rows = the 32 columns, 128 bytes of 64 rows each), by
-  // stmatrix: matrices (i, upper / lower 8 rows), four per instruction.
-  __device__ static void store_transposed(uint32_t tile, int row0, const Acc& d) {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int j = lane / 8, r = row0 % 64 + 16 * warp + 8 * (j % 2);
-#pragma unroll
-    for (int i0 = 0; i0 < kSlice / 8; i0 += 2) {
-      const int col = 8 * (i0 + j / 2) + lane % 8;
-      mma::stsm_x4_trans(tile + wgmma::sw128_offset(kSlice, col, r),
-                         mma::pack_bf16(d[4 * i0], d[4 * i0 + 1]),
-                         mma::pack_bf16(d[4 * i0 + 2], d[4 * i0 + 3]),
-                         mma::pack_bf16(d[4 * i0 + 4], d[4 * i0 + 5]),
-                         mma::pack_bf16(d[4 * i0 + 6], d[4 * i0 + 7]));
-    }
-  }
-
-  // S^T (bf16) for the next W S; the generic-proxy writes ordered before the MMAs' reads.
-  __device__ static void publish_state(uint32_t st, Acc (&hs)[2]) {
-    store_transposed(st, 0, hs[0]);
-    store_transposed(st + kHalfBytes, 64, hs[1]);
-    wgmma::fence_shared_for_async();
   }
 
   // V' = U - W S: into V'^T (shared) and over U in the workspace (rows below n).
@@ -160,7 +109,7 @@ struct Pass {
               __floats2bfloat162_rn(v[4 * nt + 2 * hf], v[4 * nt + 2 * hf + 1]);
       }
     }
-    store_transposed(vt, 0, v);
+    WgState::store_transposed(vt, v);
     wgmma::fence_shared_for_async();
   }
 
@@ -203,7 +152,7 @@ struct Pass {
     const size_t head = static_cast<size_t>(kDim) * kDim;
     StateT* S = state + (static_cast<size_t>(b.seq_slot[seq]) * s.nv + h) * head;
     Acc hs[2] = {};
-    if (b.seq_start[seq] != 0) state_io<false>(S, q, hs);
+    if (b.seq_start[seq] != 0) WgState::io<false>(S, q.col0, hs);
     const int chunks = (q.len + kChunk - 1) / kChunk, snap_at = b.seq_snap_at[seq];
     // One cp.async group per chunk (empty past the last): chunk c's is complete when at most
     // kStages - 2 later ones are pending.
@@ -212,7 +161,7 @@ struct Pass {
       mma::cp_async_commit();
     };
     for (int c = 0; c + 1 < kStages; ++c) stage_chunk(c);
-    publish_state(st_tile, hs);
+    WgState::publish(st_tile, hs);
     for (int c = 0; c < chunks; ++c) {
       mma::cp_async_wait<kStages - 2>();
       __syncthreads();  // chunk c staged, S^T published, every read of chunk c - 1's stage done
@@ -223,12 +172,12 @@ struct Pass {
       form_v(st, st_tile, vt, q, t0, n, s, ws);
       __syncthreads();  // V'^T complete; every read of S^T done
       update_state(st, vt, hs, n);
-      publish_state(st_tile, hs);
+      WgState::publish(st_tile, hs);
       if (t0 + n == snap_at)  // the in-step snapshot: the state after this chunk
-        state_io<true>(state + (static_cast<size_t>(b.seq_snap_slot[seq]) * s.nv + h) * head, q,
-                       hs);
+        WgState::io<true>(state + (static_cast<size_t>(b.seq_snap_slot[seq]) * s.nv + h) * head,
+                          q.col0, hs);
     }
-    state_io<true>(S, q, hs);
+    WgState::io<true>(S, q.col0, hs);
   }
 };
 
