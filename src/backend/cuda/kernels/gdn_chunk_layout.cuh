@@ -25,9 +25,9 @@ constexpr int kLdC = kChunk + 8;  // shared rows of 64 bf16, padded
 //   q  [T][nk][dk]  q / |q| / sqrt(dk)
 //   p  [T][nv][64]  P_ij = (q_i . k_j) e^(gam_i - gam_j), j <= i, within the chunk
 //   gam [nv][T] f32 the cumulative log decay within the chunk
-//   h  [T / 64 + number of sequences][nv][dk][dv]  the state before each chunk, written by the
-//                            slice pass (gdn_chunk_scan.cu): chunk c of sequence i (first token
-//                            row r) at chunk_state_index(r, i, c)
+//   h  [T / 64 + number of sequences][nv][dv][dk]  the state before each chunk, transposed
+//                            (S^T), written by the slice pass (gdn_chunk_scan.cu): chunk c of
+//                            sequence i (first token row r) at chunk_state_index(r, i, c)
 // The slice pass writes V' = U - W S over u.
 // Room for chunk-start states past T / 64 of them, in head states (dk x dv): the slice pass serves
 // steps whose sequences x value heads fit it.

@@ -1,6 +1,6 @@
 // Kernel 3 of the chunked delta rule for steps of few sequences: every chunk's output, all in
 // parallel (block: sequence, chunk, value head), from what the slice pass (gdn_chunk_scan.cu) left
-// in the workspace — the chunk-start state S (bf16) and V' (over U):
+// in the workspace — the chunk-start state as S^T (bf16) and V' (over U):
 //   O = e^gam (q S) + P V'
 // on bf16 mma.sync with f32 accumulation; warp (row tile m, column half) owns 16 x 64 of O.
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
@@ -14,7 +14,7 @@ using bf16 = __nv_bfloat16;
 constexpr int kThreads = 256;
 
 struct OutSmem {
-  bf16 q[kChunk][kLd], s[kDim][kLd], v[kChunk][kLd];
+  bf16 q[kChunk][kLd], s[kDim][kLd], v[kChunk][kLd];  // s: S^T [dv][dk]
   bf16 p[kChunk][kLdC];
   float gam[kChunk];
   float ss[2][kChunk];  // the gated norm's sums of squares, per half of the columns
@@ -63,7 +63,16 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4;
   const int m = warp % 4, half = warp / 4;
   float o[8][4] = {};
-  mma::tile_16x64<kDim>(o, sm.q[16 * m], kLd, sm.s[0] + 64 * half, kLd);
+  for (int ks = 0; ks < kDim / 16; ++ks) {  // q S, S as its transpose S^T [dv][dk]
+    uint32_t a[4];
+    mma::load_a(a, sm.q[16 * m] + 16 * ks, kLd);
+    for (int np = 0; np < 4; ++np) {
+      uint32_t bt[4];
+      mma::load_b_trans(bt, sm.s[64 * half + 16 * np] + 16 * ks, kLd);
+      mma::mma(o[2 * np], a, bt[0], bt[1]);
+      mma::mma(o[2 * np + 1], a, bt[2], bt[3]);
+    }
+  }
   for (int hf = 0; hf < 2; ++hf) {
     const float eg = __expf(sm.gam[16 * m + g + 8 * hf]);
     for (int nt = 0; nt < 8; ++nt) {

@@ -177,11 +177,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     pass_kernel(BatchMeta b, Workspace ws, StateT* __restrict__ state, GdnShape s,
                 bf16* __restrict__ out, GdnOutNorm norm) {
   extern __shared__ __align__(128) unsigned char pass_raw[];
-  // Aligned by an offset from the shared array itself: the compiler then still knows every access
-  // through sm is to shared memory (a pointer rebuilt from an integer would be generic).
-  const uint32_t skip =
-      (wgmma::kAtomBytes - mma::smem_u32(pass_raw) % wgmma::kAtomBytes) % wgmma::kAtomBytes;
-  Smem& sm = *reinterpret_cast<Smem*>(pass_raw + skip);
+  Smem& sm = wgmma::atom_aligned<Smem>(pass_raw);
   const int seq = blockIdx.x, h = blockIdx.y;
   const Seq q{b.seq_begin[seq], b.seq_len[seq], h, h / (s.nv / s.nk), b.num_tokens};
   const uint32_t st_tile = mma::smem_u32(sm.st[warpgroup()]),

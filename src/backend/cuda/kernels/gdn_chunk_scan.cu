@@ -69,11 +69,18 @@ struct Pass {
                      tid < n);
   }
 
-  // The state slice as bf16 into the chunk-start state `H` [dk][dv] of the workspace.
-  __device__ static void store_chunk_state(bf16* H, const Seq& q, Acc (&hs)[2]) {
-    WgState::each_pair(hs, q.col0, [&](int r, int col, float& x, float& y) {
-      *reinterpret_cast<__nv_bfloat162*>(H + r * kDim + col) = __floats2bfloat162_rn(x, y);
-    });
+  // The chunk-start state (published as S^T in shared memory) into this block's rows of the
+  // workspace's S^T `Ht` [dv][dk]: 16-byte pieces, a row's 256 bytes from 16 threads (whole
+  // sectors; stores from the accumulators would write half sectors).
+  __device__ static void store_chunk_state(bf16* Ht, const Seq& q, const bf16* st) {
+#pragma unroll
+    for (int k = 0; k < 2 * kSlice * 64 / 8 / kThreads; ++k) {
+      const int e = threadIdx.x + kThreads * k, col = e / 16, piece = e % 16;
+      const uint32_t at =
+          (piece / 8) * kHalfBytes + wgmma::sw128_offset(kSlice, col, 8 * (piece % 8));
+      *reinterpret_cast<uint4*>(Ht + (q.col0 + col) * kDim + 8 * piece) =
+          *reinterpret_cast<const uint4*>(reinterpret_cast<const char*>(st) + at);
+    }
   }
 
   // V' = U - W S: into V'^T (shared) and over U in the workspace (rows below n).
@@ -168,7 +175,8 @@ struct Pass {
       stage_chunk(c + kStages - 1);  // into the stage chunk c - 1 used
       const Stage& st = sm.stage[c % kStages];
       const int t0 = c * kChunk, n = min(kChunk, q.len - t0);
-      store_chunk_state(ws.h + (static_cast<size_t>(q.state_index + c) * s.nv + h) * head, q, hs);
+      store_chunk_state(ws.h + (static_cast<size_t>(q.state_index + c) * s.nv + h) * head, q,
+                        sm.st);
       form_v(st, st_tile, vt, q, t0, n, s, ws);
       __syncthreads();  // V'^T complete; every read of S^T done
       update_state(st, vt, hs, n);
@@ -185,9 +193,7 @@ template <class P, class StateT>
 __global__ void __launch_bounds__(kThreads)
     pass_kernel(BatchMeta b, Workspace ws, StateT* __restrict__ state, GdnShape s) {
   extern __shared__ __align__(128) unsigned char pass_raw[];
-  const uintptr_t base = reinterpret_cast<uintptr_t>(pass_raw);
-  const uintptr_t aligned = (base + wgmma::kAtomBytes - 1) / wgmma::kAtomBytes * wgmma::kAtomBytes;
-  P::run(*reinterpret_cast<typename P::Smem*>(aligned), b, ws, state, s);
+  P::run(wgmma::atom_aligned<typename P::Smem>(pass_raw), b, ws, state, s);
 }
 
 template <class P, class StateT>
