@@ -4,9 +4,7 @@
 // - decode (one token per sequence, one of them fresh): the fused decode kernel;
 // - prefill (sequences fresh and continued, shorter and longer than a chunk, a decode row among
 //   them): the conv inside the chunked delta rule's prep, the conv state read for the rows before a
-//   continued sequence's first step token, the gated norm inside the kernels that form the outputs
-//   (on an H200's 132 SMs the head pass for 32 value heads, the slice pass + gdn_chunk_out for the
-//   others).
+//   continued sequence's first step token.
 // Bounds: the output within bf16 rounding, the conv state exactly, the recurrent state within f32
 // rounding (one bf16 ulp for a bf16 state).
 #include <gtest/gtest.h>

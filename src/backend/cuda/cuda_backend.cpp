@@ -428,17 +428,17 @@ void CudaBackend::gdn_mixer(const StepBatch& batch, const GdnMixerTensors& t, co
   const cuda::GdnQkvSource in{nullptr, bf(t.u), bf(t.conv_w), bf(t.conv_state)};
   if (decode || capturing_ || !cuda::gdn_chunked_conv_supported(shape, d.conv_kernel, in))
     return Backend::gdn_mixer(batch, t, d, eps);
-  {  // a prefill: the conv inside the chunked delta rule (y is not written), the gated norm in
-     // its output kernels
+  {  // a prefill: the conv inside the chunked delta rule (y is not written)
     OpTimer timer(*this, "gdn_chunked_conv");
     const cuda::BatchMeta& m = meta(batch);
     const int C = static_cast<int>(t.u.dim(1));
     DS_CHECK(C == 2 * d.nk * d.dk + d.nv * d.dv, "GDN conv inputs [T, 2 nk dk + nv dv]");
     cuda::launch_gdn_chunked(m, in, bf(t.a), bf(t.b), f32(t.A_log), f32(t.dt_bias),
                              gdn_state(t.state), shape, gdn_chunk_workspace(m, shape), num_sms_,
-                             bf(t.o), cuda::GdnOutNorm{bf(t.z), f32(t.norm_w), eps}, stream_);
+                             bf(t.o), stream_);
     cuda::launch_gdn_conv_state(m, bf(t.u), bf(t.conv_state), C, d.conv_kernel, stream_);
   }
+  gated_rms_norm(t.o, t.z, t.norm_w, eps);
 }
 
 std::vector<Sampled> CudaBackend::sample(const Tensor& logits, int32_t vocab,

@@ -22,14 +22,14 @@ bool gdn_chunked_conv_supported(const GdnShape& s, int conv_kernel, const GdnQkv
 void launch_gdn_chunked(const BatchMeta& b, const GdnQkvSource& in, const __nv_bfloat16* a,
                         const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
                         GdnState state, const GdnShape& s, float* ws, int num_sms,
-                        __nv_bfloat16* out, const GdnOutNorm& norm, cudaStream_t stream) {
+                        __nv_bfloat16* out, cudaStream_t stream) {
   const gdn_chunk::Workspace w(ws, b.num_tokens, s);
   gdn_chunk::launch_prep(b, in, a, bgate, A_log, dt_bias, s, w, stream);
   if (gdn_chunk::use_head_pass(b.num_seqs, s, num_sms)) {
-    gdn_chunk::launch_head_pass(b, w, state, s, out, norm, stream);
+    gdn_chunk::launch_head_pass(b, w, state, s, out, stream);
   } else {
     gdn_chunk::launch_slice_pass(b, w, state, s, num_sms, stream);
-    gdn_chunk::launch_out(b, w, s, out, norm, stream);
+    gdn_chunk::launch_out(b, w, s, out, stream);
   }
 }
 

@@ -16,24 +16,15 @@ struct GdnQkvSource {
   const __nv_bfloat16 *y, *u, *conv_w, *conv_state;
 };
 
-// The gated RMSNorm of the outputs, applied as they are formed: per token and value head over dv,
-// o <- o / rms(o) * w * silu(z) with o rounded to bf16 first; z [T, nv, dv] bf16, w [dv] f32.
-// z null: the raw outputs.
-struct GdnOutNorm {
-  const __nv_bfloat16* z;
-  const float* w;
-  float eps;
-};
-
 // Whether the chunked form can take q | k | v as `in` says with the conv (width conv_kernel) on
 // the way in: width 4, 16-byte aligned u, conv_w, conv_state (and the shapes it handles).
 bool gdn_chunked_conv_supported(const GdnShape& s, int conv_kernel, const GdnQkvSource& in);
 
-// As launch_gated_delta_rule, for a step with a prefill, the outputs normed as `norm` says; `ws`
-// holds gdn_chunk_workspace_floats(b.num_tokens, s) floats.
+// As launch_gated_delta_rule, for a step with a prefill; `ws` holds
+// gdn_chunk_workspace_floats(b.num_tokens, s) floats.
 void launch_gdn_chunked(const BatchMeta& b, const GdnQkvSource& in, const __nv_bfloat16* a,
                         const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
                         GdnState state, const GdnShape& s, float* ws, int num_sms,
-                        __nv_bfloat16* out, const GdnOutNorm& norm, cudaStream_t stream);
+                        __nv_bfloat16* out, cudaStream_t stream);
 
 }  // namespace deltaserve::cuda

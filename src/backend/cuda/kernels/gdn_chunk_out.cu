@@ -4,7 +4,6 @@
 //   O = e^gam (q S) + P V'
 // on bf16 mma.sync with f32 accumulation; warp (row tile m, column half) owns 16 x 64 of O.
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
-#include "backend/cuda/kernels/gdn_chunk_out_rows.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
 
 namespace deltaserve::cuda::gdn_chunk {
@@ -17,7 +16,6 @@ struct OutSmem {
   bf16 q[kChunk][kLd], s[kDim][kLd], v[kChunk][kLd];  // s: S^T [dv][dk]
   bf16 p[kChunk][kLdC];
   float gam[kChunk];
-  float ss[2][kChunk];  // the gated norm's sums of squares, per half of the columns
 };
 
 // The chunk's n rows from token row r0 of value head h, with its chunk-start state H, into shared
@@ -48,7 +46,7 @@ __device__ void stage(OutSmem& sm, int r0, int n, int h, int kh, const bf16* H, 
 }
 
 __global__ void __launch_bounds__(kThreads, 2)
-    out_kernel(BatchMeta b, Workspace ws, GdnShape s, bf16* __restrict__ out, GdnOutNorm norm) {
+    out_kernel(BatchMeta b, Workspace ws, GdnShape s, bf16* __restrict__ out) {
   extern __shared__ __align__(128) unsigned char out_raw[];
   OutSmem& sm = *reinterpret_cast<OutSmem*>(out_raw);
   const int seq = blockIdx.x, c = blockIdx.y, h = blockIdx.z, len = b.seq_len[seq];
@@ -60,7 +58,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   stage(sm, r0, n, h, h / (s.nv / s.nk), H, ws, s, b.num_tokens);
   mma::cp_async_wait<0>();
   __syncthreads();
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, cl = lane % 4;
   const int m = warp % 4, half = warp / 4;
   float o[8][4] = {};
   for (int ks = 0; ks < kDim / 16; ++ks) {  // q S, S as its transpose S^T [dv][dk]
@@ -81,21 +79,24 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
   }
   mma::tile_16x64<kChunk>(o, sm.p[16 * m], kLdC, sm.v[0] + 64 * half, kLd);
-  float(&piece)[32] = reinterpret_cast<float(&)[32]>(o);  // o[nt][2 hf + e] = piece[4 nt + ...]
-  const OutRows rows{r0, n, s.nv, h};
-  if (norm.z != nullptr)
-    norm_out_piece(piece, 16 * m, 64 * half, half, rows, norm, sm.ss, [] { __syncthreads(); });
-  store_out_piece(piece, 16 * m, 64 * half, rows, out);
+  for (int hf = 0; hf < 2; ++hf) {
+    const int i = 16 * m + g + 8 * hf;
+    if (i >= n) continue;
+    bf16* row = out + (static_cast<size_t>(r0 + i) * s.nv + h) * kDim + 64 * half;
+    for (int nt = 0; nt < 8; ++nt)
+      *reinterpret_cast<__nv_bfloat162*>(row + 8 * nt + 2 * cl) =
+          __floats2bfloat162_rn(o[nt][2 * hf], o[nt][2 * hf + 1]);
+  }
 }
 
 }  // namespace
 
 void launch_out(const BatchMeta& b, const Workspace& ws, const GdnShape& s, bf16* out,
-                const GdnOutNorm& norm, cudaStream_t stream) {
+                cudaStream_t stream) {
   const int chunks = (b.max_seq_len + kChunk - 1) / kChunk;
   constexpr int smem = sizeof(OutSmem);
   cudaFuncSetAttribute(out_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  out_kernel<<<dim3(b.num_seqs, chunks, s.nv), kThreads, smem, stream>>>(b, ws, s, out, norm);
+  out_kernel<<<dim3(b.num_seqs, chunks, s.nv), kThreads, smem, stream>>>(b, ws, s, out);
 }
 
 }  // namespace deltaserve::cuda::gdn_chunk

@@ -10,7 +10,6 @@
 // S^T and V'^T go to shared memory through stmatrix (transposed) in the 128-byte-swizzled layout
 // the MMAs read (wgmma.cuh).
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
-#include "backend/cuda/kernels/gdn_chunk_out_rows.cuh"
 #include "backend/cuda/kernels/gdn_chunk_wg_state.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
 #include "backend/cuda/kernels/wgmma.cuh"
@@ -40,7 +39,6 @@ struct Smem {
   bf16 st[2][2 * kCols * 64];  // per warpgroup S^T [column][dk]: two SW128 blocks of 64 dk
   bf16 vt[2][kCols * 64];      // per warpgroup V'^T [column][token]: one SW128 block
   Stage stage[2];              // chunk c in stage c % 2, the next one loading into the other
-  float ss[2][kChunk];         // the gated norm's sums of squares, per warpgroup
 };
 constexpr size_t kSmemBytes = sizeof(Smem) + wgmma::kAtomBytes;  // + alignment
 
@@ -139,10 +137,26 @@ __device__ void scale_rows(Acc& o, const Stage& st) {
   }
 }
 
+// The chunk's output rows below n.
+__device__ void store_output(const Acc& o, const Seq& q, int t0, int n, const GdnShape& s,
+                             bf16* out) {
+  const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int i = 16 * warp_in_group() + g + 8 * hf;
+    if (i >= n) continue;
+    bf16* row = out + (static_cast<size_t>(q.base + t0 + i) * s.nv + q.h) * kDim +
+                kCols * warpgroup() + 2 * c;
+#pragma unroll
+    for (int nt = 0; nt < kCols / 8; ++nt)
+      *reinterpret_cast<__nv_bfloat162*>(row + 8 * nt) =
+          __floats2bfloat162_rn(o[4 * nt + 2 * hf], o[4 * nt + 2 * hf + 1]);
+  }
+}
+
 // One chunk of warpgroup j's columns; S^T published for the next on return.
-__device__ void step(Acc (&hs)[2], Smem& sm, const Stage& st, uint32_t st_tile, uint32_t vt,
-                     const Seq& q, int t0, int n, const GdnShape& s, bf16* out,
-                     const GdnOutNorm& norm) {
+__device__ void step(Acc (&hs)[2], const Stage& st, uint32_t st_tile, uint32_t vt, const Seq& q,
+                     int t0, int n, const GdnShape& s, bf16* out) {
   Acc v, o;
   issue<kDim / 16, kTileBytes>(v, st.w[0], kLd, st_tile, false);
   wgmma::commit();
@@ -163,11 +177,7 @@ __device__ void step(Acc (&hs)[2], Smem& sm, const Stage& st, uint32_t st_tile, 
   issue_update(hs, st, vt);
   wgmma::commit();
   wgmma::wait<1>();  // P V'
-  const OutRows rows{q.base + t0, n, s.nv, q.h};
-  const int r0 = 16 * warp_in_group(), col0 = kCols * warpgroup();
-  if (norm.z != nullptr)
-    norm_out_piece(o, r0, col0, warpgroup(), rows, norm, sm.ss, [] { __syncthreads(); });
-  store_out_piece(o, r0, col0, rows, out);
+  store_output(o, q, t0, n, s, out);
   wgmma::wait<0>();  // the update
   WgState::publish(st_tile, hs);
 }
@@ -175,7 +185,7 @@ __device__ void step(Acc (&hs)[2], Smem& sm, const Stage& st, uint32_t st_tile, 
 template <class StateT>
 __global__ void __launch_bounds__(kThreads, 1)
     pass_kernel(BatchMeta b, Workspace ws, StateT* __restrict__ state, GdnShape s,
-                bf16* __restrict__ out, GdnOutNorm norm) {
+                bf16* __restrict__ out) {
   extern __shared__ __align__(128) unsigned char pass_raw[];
   Smem& sm = wgmma::atom_aligned<Smem>(pass_raw);
   const int seq = blockIdx.x, h = blockIdx.y;
@@ -194,7 +204,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();  // chunk c staged, S^T published, every read of chunk c - 1's stage done
     if (c + 1 < chunks) load_chunk(sm.stage[(c + 1) % 2], q, c + 1, ws, s);
     const int t0 = c * kChunk, n = min(kChunk, q.len - t0);
-    step(hs, sm, sm.stage[c % 2], st_tile, vt, q, t0, n, s, out, norm);
+    step(hs, sm.stage[c % 2], st_tile, vt, q, t0, n, s, out);
     if (t0 + n == snap_at)  // the in-step snapshot: the state after this chunk
       WgState::io<true>(state + (static_cast<size_t>(b.seq_snap_slot[seq]) * s.nv + h) * head,
                         kCols * warpgroup(), hs);
@@ -204,11 +214,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 template <class StateT>
 void launch_typed(const BatchMeta& b, const Workspace& ws, StateT* state, const GdnShape& s,
-                  bf16* out, const GdnOutNorm& norm, cudaStream_t stream) {
+                  bf16* out, cudaStream_t stream) {
   constexpr int smem = kSmemBytes;
   cudaFuncSetAttribute(pass_kernel<StateT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  pass_kernel<StateT>
-      <<<dim3(b.num_seqs, s.nv), kThreads, smem, stream>>>(b, ws, state, s, out, norm);
+  pass_kernel<StateT><<<dim3(b.num_seqs, s.nv), kThreads, smem, stream>>>(b, ws, state, s, out);
 }
 
 }  // namespace
@@ -218,11 +227,11 @@ bool use_head_pass(int num_seqs, const GdnShape& s, int sm_count) {
 }
 
 void launch_head_pass(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
-                      bf16* out, const GdnOutNorm& norm, cudaStream_t stream) {
+                      bf16* out, cudaStream_t stream) {
   if (state.bf16)
-    launch_typed(b, ws, static_cast<bf16*>(state.data), s, out, norm, stream);
+    launch_typed(b, ws, static_cast<bf16*>(state.data), s, out, stream);
   else
-    launch_typed(b, ws, static_cast<float*>(state.data), s, out, norm, stream);
+    launch_typed(b, ws, static_cast<float*>(state.data), s, out, stream);
 }
 
 }  // namespace deltaserve::cuda::gdn_chunk
