@@ -88,23 +88,6 @@ __device__ void issue(Acc& acc, const bf16* a, int lda, uint32_t b, bool accumul
   }
 }
 
-// S <- S + kd^T V' (issued, not waited): half h's rows are dk 64 h .. of kd's columns.
-__device__ void issue_update(Acc (&hs)[2], const Stage& st, uint32_t vt) {
-  uint32_t frag[2][kChunk / 16][4];
-#pragma unroll
-  for (int half = 0; half < 2; ++half)
-#pragma unroll
-    for (int ks = 0; ks < kChunk / 16; ++ks)
-      mma::load_a_trans(frag[half][ks], st.kd[16 * ks] + 64 * half + 16 * warp_in_group(), kLd);
-  const uint64_t vd = wgmma::desc(vt, 16, wgmma::kAtomBytes);
-  wgmma::fence();
-#pragma unroll
-  for (int half = 0; half < 2; ++half)
-#pragma unroll
-    for (int ks = 0; ks < kChunk / 16; ++ks)
-      wgmma::mma_64x64_rs<false>(hs[half], frag[half][ks], vd + ((ks * 32) >> 4));
-}
-
 // V' = U - W S (in v) as bf16 into V'^T.
 __device__ void form_v(Acc& v, const Stage& st, uint32_t vt) {
   const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
@@ -174,7 +157,7 @@ __device__ void step(Acc (&hs)[2], const Stage& st, uint32_t st_tile, uint32_t v
     for (int e = 0; e < 32; ++e) hs[half][e] *= decay;
   issue<kChunk / 16, kTileBytes>(o, st.p[0], kLdC, vt, true);
   wgmma::commit();
-  issue_update(hs, st, vt);
+  WgState::issue_update(hs, st.kd, vt);
   wgmma::commit();
   wgmma::wait<1>();  // P V'
   store_output(o, q, t0, n, s, out);

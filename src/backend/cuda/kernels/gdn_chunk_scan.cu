@@ -3,7 +3,8 @@
 // one warpgroup walking the sequence's chunks in order with the f32 state slice as two m64n32
 // accumulators (rows 0..63 and 64..127). The next chunks' operands stream into shared memory
 // (cp.async, kStages - 1 chunks in flight) while the current one computes. Per chunk:
-//   the chunk-start state S (bf16) to the workspace, for gdn_chunk_out.cu;
+//   the chunk-start state as S^T (bf16, from its shared tile) to the workspace, for
+//   gdn_chunk_out.cu;
 //   V' = U - W S (A = W by ldmatrix, B = S^T from shared memory), written over U;
 //   S <- e^gam_last S + kd^T V' (A = kd^T by ldmatrix, B = V'^T from shared memory).
 // S^T and V'^T go to shared memory through stmatrix (transposed) in the 128-byte-swizzled layout
@@ -122,25 +123,12 @@ struct Pass {
 
   // S <- e^gam_last S + kd^T V' (half: rows 64 half .. of the slice).
   __device__ static void update_state(const Stage& st, uint32_t vt, Acc (&hs)[2], int n) {
-    const int warp = threadIdx.x / 32;
     const float decay = __expf(st.gam[n - 1]);
 #pragma unroll
     for (int half = 0; half < 2; ++half)
 #pragma unroll
       for (int e = 0; e < 16; ++e) hs[half][e] *= decay;
-    uint32_t a[2][kChunk / 16][4];  // every A fragment first: the MMAs read them asynchronously
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-#pragma unroll
-      for (int ks = 0; ks < kChunk / 16; ++ks)
-        mma::load_a_trans(a[half][ks], st.kd[16 * ks] + 64 * half + 16 * warp, kLd);
-    const uint64_t vd = wgmma::desc(vt, 16, wgmma::kAtomBytes);
-    wgmma::fence();
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-#pragma unroll
-      for (int ks = 0; ks < kChunk / 16; ++ks)
-        wgmma::mma_64x32_rs_kmajor(hs[half], a[half][ks], vd + ((ks * 32) >> 4), true);
+    WgState::issue_update(hs, st.kd, vt);
     wgmma::commit();
     wgmma::wait<0>();
   }

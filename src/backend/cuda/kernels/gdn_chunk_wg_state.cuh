@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "backend/cuda/kernels/gdn_state.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
 #include "backend/cuda/kernels/wgmma.cuh"
@@ -64,6 +65,32 @@ struct WarpgroupState {
                          mma::pack_bf16(d[4 * i0 + 4], d[4 * i0 + 5]),
                          mma::pack_bf16(d[4 * i0 + 6], d[4 * i0 + 7]));
     }
+  }
+
+  // d (= or +=) A B for one k-step: A in registers, B K-major in shared memory.
+  __device__ static void mma(Acc& d, const uint32_t (&a)[4], uint64_t b, bool accumulate) {
+    if constexpr (kCols == 32)
+      wgmma::mma_64x32_rs_kmajor(d, a, b, accumulate);
+    else
+      wgmma::mma_64x64_rs<false>(d, a, b, accumulate);
+  }
+
+  // S += kd^T V' (issued, not waited): A = kd^T by ldmatrix.trans from the staged kd [token][dk]
+  // (half h: dk 64 h ..), B = V'^T [column][token] (an SW128 block at `vt`).
+  __device__ static void issue_update(Acc (&hs)[2], const __nv_bfloat16 (*kd)[kLd], uint32_t vt) {
+    uint32_t frag[2][kChunk / 16][4];  // every fragment first: the MMAs read them asynchronously
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int ks = 0; ks < kChunk / 16; ++ks)
+        mma::load_a_trans(frag[half][ks], kd[16 * ks] + 64 * half + 16 * warp(), kLd);
+    const uint64_t vd = wgmma::desc(vt, 16, wgmma::kAtomBytes);
+    wgmma::fence();
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int ks = 0; ks < kChunk / 16; ++ks)
+        mma(hs[half], frag[half][ks], vd + ((ks * 32) >> 4), true);
   }
 
   // S^T (bf16, two SW128 blocks of 64 dk at `st`) for the next chunk's MMAs, the generic-proxy
