@@ -211,8 +211,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                         int min_len, bf16* __restrict__ out) {
   using Lay = PrefillLayout<HD>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  // SW128 tiles need 1024-byte alignment (the swizzle follows address bits 7..9).
-  unsigned char* qs = smem_raw + (-static_cast<int>(mma::smem_u32(smem_raw)) & 1023);
+  unsigned char* qs = wgmma::atom_aligned<unsigned char>(smem_raw);
   unsigned char* ks = qs + Lay::q_bytes;       // K slot i at ks + i kv_bytes
   unsigned char* vs = ks + 2 * Lay::kv_bytes;  // V slot i at vs + i kv_bytes
   const int h = blockIdx.x, seq = blockIdx.y, n = b.seq_len[seq];

@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     pass_kernel(BatchMeta b, Workspace ws, StateT* __restrict__ state, GdnShape s,
                 bf16* __restrict__ out) {
   extern __shared__ __align__(128) unsigned char pass_raw[];
-  Smem& sm = wgmma::atom_aligned<Smem>(pass_raw);
+  Smem& sm = *wgmma::atom_aligned<Smem>(pass_raw);
   const int seq = blockIdx.x, h = blockIdx.y;
   const Seq q{b.seq_begin[seq], b.seq_len[seq], h, h / (s.nv / s.nk), b.num_tokens};
   const uint32_t st_tile = mma::smem_u32(sm.st[warpgroup()]),

@@ -181,7 +181,7 @@ template <class P, class StateT>
 __global__ void __launch_bounds__(kThreads)
     pass_kernel(BatchMeta b, Workspace ws, StateT* __restrict__ state, GdnShape s) {
   extern __shared__ __align__(128) unsigned char pass_raw[];
-  P::run(wgmma::atom_aligned<typename P::Smem>(pass_raw), b, ws, state, s);
+  P::run(*wgmma::atom_aligned<typename P::Smem>(pass_raw), b, ws, state, s);
 }
 
 template <class P, class StateT>

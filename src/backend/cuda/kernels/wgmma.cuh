@@ -34,13 +34,14 @@ __device__ inline uint64_t desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
          (static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
 }
 
-// A kernel's dynamic shared memory `raw` as a T starting at the next atom (1024-byte) boundary,
+// A kernel's dynamic shared memory `raw` as a T starting at the next atom (1024-byte) boundary
+// (SW128 tiles need it: the swizzle follows address bits 7..9; the runtime does not promise it),
 // reached by an offset from `raw` itself: the compiler then still knows every access through it
 // is to shared memory (a pointer rebuilt from an integer would be generic).
 template <class T>
-__device__ inline T& atom_aligned(unsigned char* raw) {
-  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(raw));
-  return *reinterpret_cast<T*>(raw + (kAtomBytes - at % kAtomBytes) % kAtomBytes);
+__device__ inline T* atom_aligned(unsigned char* raw) {
+  const int at = static_cast<int>(__cvta_generic_to_shared(raw));
+  return reinterpret_cast<T*>(raw + (-at & static_cast<int>(kAtomBytes - 1)));
 }
 
 __device__ inline void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
