@@ -20,8 +20,7 @@ namespace {
 using bf16 = __nv_bfloat16;
 constexpr int kThreads = 256, kCols = 64;  // two warpgroups of 64 columns
 using WgState = WarpgroupState<kCols>;
-using Acc = WgState::Acc;                              // an m64n64 accumulator
-constexpr uint32_t kTileBytes = WgState::kBlockBytes;  // an SW128 block of 64 rows
+using Acc = WgState::Acc;  // an m64n64 accumulator
 
 struct Seq {
   int base, len, h, kh, T;
@@ -69,23 +68,6 @@ __device__ void load_chunk(Stage& st, const Seq& q, int c, const Workspace& ws, 
     mma::cp_async4(&st.gam[tid],
                    ws.gam + static_cast<size_t>(q.h) * q.T + first + (tid < n ? tid : 0), tid < n);
   mma::cp_async_commit();
-}
-
-// acc (= or +=) A B over K = 16 kSteps: A rows 16 w.. of `a` (row-major, lda) by ldmatrix, B the
-// K-major SW128 operand at `b` (64-column blocks of kBlockBytes along K). Issued, not waited.
-template <int kSteps, uint32_t kBlockBytes>
-__device__ void issue(Acc& acc, const bf16* a, int lda, uint32_t b, bool accumulate) {
-  uint32_t frag[kSteps][4];  // every fragment first: the MMAs read them asynchronously
-#pragma unroll
-  for (int ks = 0; ks < kSteps; ++ks)
-    mma::load_a(frag[ks], a + 16 * warp_in_group() * lda + 16 * ks, lda);
-  const uint64_t bd = wgmma::desc(b, 16, wgmma::kAtomBytes);
-  wgmma::fence();  // the fragments' registers, and any of acc's written since the last MMA
-#pragma unroll
-  for (int ks = 0; ks < kSteps; ++ks) {
-    const uint32_t at = (ks / 4) * kBlockBytes + (ks % 4) * 32;
-    wgmma::mma_64x64_rs<false>(acc, frag[ks], bd + (at >> 4), accumulate || ks > 0);
-  }
 }
 
 // V' = U - W S (in v) as bf16 into V'^T.
@@ -141,9 +123,9 @@ __device__ void store_output(const Acc& o, const Seq& q, int t0, int n, const Gd
 __device__ void step(Acc (&hs)[2], const Stage& st, uint32_t st_tile, uint32_t vt, const Seq& q,
                      int t0, int n, const GdnShape& s, bf16* out) {
   Acc v, o;
-  issue<kDim / 16, kTileBytes>(v, st.w[0], kLd, st_tile, false);
+  WgState::issue<kDim / 16>(v, st.w[0], kLd, st_tile, false);
   wgmma::commit();
-  issue<kDim / 16, kTileBytes>(o, st.q[0], kLd, st_tile, false);
+  WgState::issue<kDim / 16>(o, st.q[0], kLd, st_tile, false);
   wgmma::commit();
   wgmma::wait<1>();  // W S
   form_v(v, st, vt);
@@ -155,7 +137,7 @@ __device__ void step(Acc (&hs)[2], const Stage& st, uint32_t st_tile, uint32_t v
   for (int half = 0; half < 2; ++half)
 #pragma unroll
     for (int e = 0; e < 32; ++e) hs[half][e] *= decay;
-  issue<kChunk / 16, kTileBytes>(o, st.p[0], kLdC, vt, true);
+  WgState::issue<kChunk / 16>(o, st.p[0], kLdC, vt, true);
   wgmma::commit();
   WgState::issue_update(hs, st.kd, vt);
   wgmma::commit();

@@ -88,17 +88,8 @@ struct Pass {
   __device__ static void form_v(const Stage& st, uint32_t st_tile, uint32_t vt, const Seq& q,
                                 int t0, int n, const GdnShape& s, const Workspace& ws) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
-    uint32_t a[kDim / 16][4];  // every A fragment first: the MMAs read them asynchronously
-#pragma unroll
-    for (int ks = 0; ks < kDim / 16; ++ks) mma::load_a(a[ks], st.w[16 * warp] + 16 * ks, kLd);
-    Acc v = {};
-    const uint64_t sd = wgmma::desc(st_tile, 16, wgmma::kAtomBytes);
-    wgmma::fence();
-#pragma unroll
-    for (int ks = 0; ks < kDim / 16; ++ks) {
-      const uint32_t at = (ks / 4) * kHalfBytes + (ks % 4) * 32;
-      wgmma::mma_64x32_rs_kmajor(v, a[ks], sd + (at >> 4), ks > 0);
-    }
+    Acc v;
+    WgState::issue<kDim / 16>(v, st.w[0], kLd, st_tile, false);
     wgmma::commit();
     wgmma::wait<0>();
 #pragma unroll

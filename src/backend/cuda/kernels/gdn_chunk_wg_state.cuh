@@ -41,7 +41,7 @@ struct WarpgroupState {
   template <bool kStore, class StateT>
   __device__ static void io(StateT* S, int col0, Acc (&hs)[2]) {
     each_pair(hs, col0, [&](int r, int col, float& x, float& y) {
-      StateT* p = S + r * 128 + col;
+      StateT* p = S + r * kDim + col;
       if constexpr (kStore) {
         StateIo<StateT>::store2(p, make_float2(x, y));
       } else {
@@ -73,6 +73,23 @@ struct WarpgroupState {
       wgmma::mma_64x32_rs_kmajor(d, a, b, accumulate);
     else
       wgmma::mma_64x64_rs<false>(d, a, b, accumulate);
+  }
+
+  // acc (= or +=) A B over K = 16 kSteps, issued (not waited): A = rows 16 w.. of `a` (row-major,
+  // lda) by ldmatrix, B the K-major SW128 operand at `b` (64-row blocks of kBlockBytes along K).
+  template <int kSteps>
+  __device__ static void issue(Acc& acc, const __nv_bfloat16* a, int lda, uint32_t b,
+                               bool accumulate) {
+    uint32_t frag[kSteps][4];  // every fragment first: the MMAs read them asynchronously
+#pragma unroll
+    for (int ks = 0; ks < kSteps; ++ks) mma::load_a(frag[ks], a + 16 * warp() * lda + 16 * ks, lda);
+    const uint64_t bd = wgmma::desc(b, 16, wgmma::kAtomBytes);
+    wgmma::fence();  // the fragments' registers, and any of acc's written since the last MMA
+#pragma unroll
+    for (int ks = 0; ks < kSteps; ++ks) {
+      const uint32_t at = (ks / 4) * kBlockBytes + (ks % 4) * 32;
+      mma(acc, frag[ks], bd + (at >> 4), accumulate || ks > 0);
+    }
   }
 
   // S += kd^T V' (issued, not waited): A = kd^T by ldmatrix.trans from the staged kd [token][dk]
