@@ -159,6 +159,7 @@ __device__ void stage_inputs(PrepSmem& sm, const Chunk& ch, const GdnQkvSource& 
 // in different shared-memory banks and their stores are one contiguous row.
 __device__ void normalise(PrepSmem& sm, const Chunk& ch, const GdnShape& s, const Workspace& ws) {
   constexpr int kPerRow = 8, kPieces = kDim / 8 / kPerRow, kRowsPerPass = kThreads / kPerRow;
+  constexpr int kPieceStride = 8 * kPerRow;  // columns between a thread's pieces
   const int c0 = 8 * (threadIdx.x % kPerRow);
   const bool writes_q = ch.h % (s.nv / s.nk) == 0;
   const float glast = sm.gam[ch.n - 1];
@@ -168,8 +169,8 @@ __device__ void normalise(PrepSmem& sm, const Chunk& ch, const GdnShape& s, cons
     float sq = 0.0f, sk = 0.0f;
 #pragma unroll
     for (int i = 0; i < kPieces; ++i) {
-      q[i] = load_bf16x8(sm.q[r] + c0 + 64 * i);
-      k[i] = load_bf16x8(sm.k[r] + c0 + 64 * i);
+      q[i] = load_bf16x8(sm.q[r] + c0 + kPieceStride * i);
+      k[i] = load_bf16x8(sm.k[r] + c0 + kPieceStride * i);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         sq = fmaf(q[i].v[e], q[i].v[e], sq);
@@ -197,10 +198,10 @@ __device__ void normalise(PrepSmem& sm, const Chunk& ch, const GdnShape& s, cons
         q[i].v[e] *= rq;
         k[i].v[e] *= rk;
       }
-      store_bf16x8(sm.q[r] + c0 + 64 * i, q[i]);
-      store_bf16x8(sm.k[r] + c0 + 64 * i, k[i]);
-      if (row && writes_q) store_bf16x8(dq + 64 * i, q[i]);
-      if (row) store_bf16x8(dk + 64 * i, kd);
+      store_bf16x8(sm.q[r] + c0 + kPieceStride * i, q[i]);
+      store_bf16x8(sm.k[r] + c0 + kPieceStride * i, k[i]);
+      if (row && writes_q) store_bf16x8(dq + kPieceStride * i, q[i]);
+      if (row) store_bf16x8(dk + kPieceStride * i, kd);
     }
   }
   if (threadIdx.x < ch.n)
