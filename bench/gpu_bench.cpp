@@ -4,12 +4,9 @@
 // next to the memory-bandwidth floor of a decode step and the tensor-core peak. With --profile, a
 // per-op breakdown (CUDA events) of one eager decode step per B and of each prefill follows.
 // Usage: gpu_bench --model DIR [--batches 1,16,64,256] [--context 1024]
-//                  [--prefill 512,2048,8192] [--iters 30] [--profile] [--gemv]
+//                  [--prefill 512,2048,8192] [--iters 30] [--profile]
 //                  [--mamba-ssm-cache-dtype auto|float32|bfloat16]  (the GDN state: bf16 halves
 //                  its bytes in the decode floor too)
-// --gemv adds a table of the 4B shapes' decode projections (T = 1, 16, 64): ours (GEMV at T = 1,
-// cuBLASLt above) vs cuBLASLt alone, each over weight copies larger than L2, in us per call and
-// GB/s.
 // With --tp 1,2[,4] it prints the tensor-parallel tables instead, every degree in one run (TP N on
 // NCCL ranks over GPUs 0..N-1 through the server's TpExecutor; TP 1 without collectives): per-rank
 // memory, decode step time (graphed) at each B and prefill throughput, and for N > 1 the time of
@@ -26,7 +23,6 @@
 #include "app/args.h"
 #include "app/cache_flags.h"
 #include "app/gpu_ranks.h"
-#include "backend/cuda/cublaslt_linear.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "dist/nccl_communicator.h"
@@ -294,8 +290,7 @@ int run_tp(const std::string& dir, const std::vector<int32_t>& tps,
   return 0;
 }
 
-// The single-GPU tables: decode steps, prefill steps (with --profile the per-op tables), and with
-// --gemv the decode projections against cuBLASLt.
+// The single-GPU tables: decode steps and prefill steps (with --profile the per-op tables).
 class SingleGpuBench {
  public:
   SingleGpuBench(const std::string& model, const std::vector<int32_t>& batches,
@@ -322,7 +317,6 @@ class SingleGpuBench {
 
   void decode_table();
   void prefill_table();
-  void gemv_table();
   void print_reports() const {
     for (const std::string& r : reports_) std::printf("\n%s", r.c_str());
   }
@@ -438,65 +432,6 @@ void SingleGpuBench::prefill_table() {
   }
 }
 
-void SingleGpuBench::gemv_table() {
-  const ds::model::ModelConfig& c = c_;
-  ds::backend::CudaBackend& be = be_;
-  // Decode projections of 1, 16 and 64 tokens: ours (CudaBackend::linear) and cuBLASLt on the same
-  // weights (the weights' bytes per microsecond: each is read once).
-  const int64_t H = c.hidden_size, I = c.intermediate_size;
-  const std::vector<std::pair<int64_t, int64_t>> shapes{{2 * c.num_heads * c.head_dim, H},
-                                                        {c.num_kv_heads * c.head_dim, H},
-                                                        {H, c.num_heads * c.head_dim},
-                                                        {c.conv_dim(), H},
-                                                        {c.value_dim(), H},
-                                                        {c.lin_num_v_heads, H},
-                                                        {H, c.value_dim()},
-                                                        {I, H},
-                                                        {H, I},
-                                                        {c.vocab_size, H}};
-  ds::cuda::CublasLtLinear lt;
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::printf(
-      "\n| N x K | T | MB | ours us | ours GB/s | cuBLASLt us | cuBLASLt GB/s |\n"
-      "|---|---|---|---|---|---|---|\n");
-  for (const int64_t T : {1, 16, 64})
-    for (const auto& [N, K] : shapes) {
-      const double bytes = static_cast<double>(N * K * 2);
-      const int copies = static_cast<int>(std::max(1.0, std::ceil(256e6 / bytes)));
-      std::vector<ds::Buffer> w;
-      for (int i = 0; i < copies; ++i) w.push_back(be.alloc(ds::DType::kBF16, {N, K}));
-      ds::Buffer x = be.alloc(ds::DType::kBF16, {T, K}), y = be.alloc(ds::DType::kBF16, {T, N});
-      auto time = [&](bool ours) {
-        const int n = std::max(copies * 4, 40);
-        for (int rep = 0; rep < 2; ++rep) {  // the first pass warms up
-          cudaEventRecord(e0, be.stream());
-          for (int i = 0; i < n; ++i) {
-            const ds::Tensor& wt = w[static_cast<size_t>(i % copies)].tensor();
-            if (ours)
-              be.linear(x.tensor(), wt, y.tensor());
-            else
-              lt.run(static_cast<const __nv_bfloat16*>(x.tensor().data),
-                     static_cast<const __nv_bfloat16*>(wt.data),
-                     static_cast<__nv_bfloat16*>(y.tensor().data), T, K, N, be.stream());
-          }
-          cudaEventRecord(e1, be.stream());
-          cudaEventSynchronize(e1);
-        }
-        float ms = 0;
-        cudaEventElapsedTime(&ms, e0, e1);
-        return ms * 1e3 / n;
-      };
-      const double us = time(true), lus = time(false);
-      std::printf("| %lld x %lld | %lld | %.1f | %.1f | %.0f | %.1f | %.0f |\n",
-                  static_cast<long long>(N), static_cast<long long>(K), static_cast<long long>(T),
-                  bytes / 1e6, us, bytes / us / 1e3, lus, bytes / lus / 1e3);
-    }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -505,7 +440,7 @@ int main(int argc, char** argv) {
     ds::app::Args a(
         args, "gpu_bench",
         {"model", "batches", "context", "prefill", "iters", "tp", "mamba-ssm-cache-dtype"},
-        {"profile", "gemv"});
+        {"profile"});
     const std::vector<int32_t> batches = parse_list(a.get("batches", "1,16,64,256"));
     const std::vector<int32_t> prefills = parse_list(a.get("prefill", "512,2048,8192"));
     const int32_t ctx = static_cast<int32_t>(a.get_int("context", 1024, 1, 1 << 20));
@@ -518,7 +453,6 @@ int main(int argc, char** argv) {
     bench.decode_table();
     bench.prefill_table();
     bench.print_reports();
-    if (a.has("gemv")) bench.gemv_table();
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpu_bench: %s\n", e.what());

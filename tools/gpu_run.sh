@@ -162,7 +162,7 @@ for stage in "$@"; do
       note "prof rc=$?" ;;
     bench)  # the model-level table: decode B=1/16/64/256 at ctx 1k, prefill $PREFILLS, per-op
             # ($BENCH_FLAGS e.g. --mamba-ssm-cache-dtype bfloat16)
-      $BIN/gpu_bench --model $M --profile --gemv --prefill ${PREFILLS:-512,2048,8192} ${BENCH_FLAGS:-} \
+      $BIN/gpu_bench --model $M --profile --prefill ${PREFILLS:-512,2048,8192} ${BENCH_FLAGS:-} \
         >"$LOG/gpu_bench.md" 2>"$LOG/gpu_bench.err"
       note "bench rc=$?" ;;
     ab)  # A/B of the model-level bench against a base build's (.device_out/bin/gpu_bench_base,

@@ -40,15 +40,19 @@ TEST_F(CudaOps, RmsNormAndAddRmsNorm) {
   }
 }
 
-// T <= 8 with K % 8 == 0 takes the GEMV kernel, the rest cuBLASLt (decode batches of 12 to 64 rows
-// at the 4B shapes among them). Each case runs twice, on a poisoned output: the same result.
+// T <= 8 with K % 8 == 0 takes the GEMV kernel, 8 < T <= 128 the weight-streaming GEMM (token
+// counts padded to 16 / 32 / 64 / 128, K split over clusters of 1 to 8 blocks, K and n past a
+// 64-wide tile among them), the rest cuBLASLt. Each case runs twice, on a poisoned output: the
+// same result.
 TEST_F(CudaOps, LinearGemvAndCublasLt) {
   for (auto [T, in, out] :
        {std::tuple{1, 2560, 9216}, std::tuple{3, 9216, 2560}, std::tuple{8, 2560, 32},
         std::tuple{5, 264, 77}, std::tuple{2, 100, 50}, std::tuple{9, 2560, 1000},
         std::tuple{17, 256, 384}, std::tuple{64, 9216, 2560}, std::tuple{16, 4096, 2560},
         std::tuple{33, 2560, 8192}, std::tuple{40, 2560, 32}, std::tuple{64, 2560, 40000},
-        std::tuple{12, 2560, 1000}, std::tuple{20, 100, 50}, std::tuple{130, 1024, 2560}}) {
+        std::tuple{12, 2560, 1000}, std::tuple{20, 100, 50}, std::tuple{130, 1024, 2560},
+        std::tuple{100, 264, 777}, std::tuple{128, 4096, 2560}, std::tuple{24, 2600, 72},
+        std::tuple{64, 9216, 9216}}) {
     auto x = rnd(static_cast<size_t>(T) * in, 4), w = rnd(static_cast<size_t>(out) * in, 5, 0.05f);
     auto dx = dev(x, DType::kBF16, {T, in}), dw = dev(w, DType::kBF16, {out, in});
     auto dy = gpu_->alloc(DType::kBF16, {T, out});
@@ -65,9 +69,10 @@ TEST_F(CudaOps, LinearGemvAndCublasLt) {
   }
 }
 
-// Projections of one input in one launch (the grouped GEMV for T <= 8; separate GEMMs above).
+// Projections of one input in one launch (the grouped GEMV for T <= 8, the grouped
+// weight-streaming GEMM up to 128; separate GEMMs above).
 TEST_F(CudaOps, LinearMulti) {
-  for (int T : {1, 5, 12}) {
+  for (int T : {1, 5, 12, 64, 128, 129}) {
     const int in = 2560;
     const std::vector<int> outs{8192, 1024, 32, 2600};
     auto x = rnd(static_cast<size_t>(T) * in, 60);

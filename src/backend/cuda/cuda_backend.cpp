@@ -21,6 +21,7 @@
 #include "backend/cuda/kernels/rms_norm.cuh"
 #include "backend/cuda/kernels/sampling.cuh"
 #include "backend/cuda/kernels/silu_mul.cuh"
+#include "backend/cuda/kernels/skinny_gemm.cuh"
 #include "core/error.h"
 
 namespace deltaserve::backend {
@@ -58,6 +59,8 @@ void CudaBackend::account() {
 CudaBackend::CudaBackend(int device) : device_(device) {
   const char* prof = std::getenv("DS_CUDA_PROFILE");
   profile_ = prof && std::string(prof) == "1";
+  const char* skinny = std::getenv("DS_SKINNY_GEMM");
+  skinny_gemm_ = !(skinny && std::string(skinny) == "0");
   int count = 0;
   if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess)
     throw DeviceError(std::string("no usable CUDA device: ") + cudaGetErrorString(e));
@@ -228,38 +231,51 @@ void CudaBackend::add_rms_norm(const Tensor& residual, const Tensor& x, const Te
 }
 
 void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& y) {
-  OpTimer timer(*this, "linear");
-  DS_CHECK(w.dim(1) == x.dim(1) && y.dim(0) == x.dim(0) && y.dim(1) == w.dim(0), "linear shapes");
-  const int64_t T = x.dim(0), K = x.dim(1), N = w.dim(0);
-  if (T <= cuda::kGemvMaxRows &&
-      cuda::gemv_supported(x.data, w.data, static_cast<int>(T), static_cast<int>(K)))
-    cuda::launch_gemv_bf16(bf(x), bf(w), bf(y), static_cast<int>(T), static_cast<int>(K),
-                           static_cast<int>(N), stream_);
-  else
-    gemm_->run(bf(x), bf(w), bf(y), T, K, N, stream_);
+  const Tensor* ws[1] = {&w};
+  const Tensor* ys[1] = {&y};
+  linear_multi(x, ws, ys);
 }
 
+// T <= 8: the GEMV kernel; up to kSkinnyMaxRows: the weight-streaming GEMM (DS_SKINNY_GEMM=0
+// sends these to cuBLASLt, for A/B benchmarks); above, or for shapes neither supports, cuBLASLt.
 void CudaBackend::linear_multi(const Tensor& x, std::span<const Tensor* const> ws,
                                std::span<const Tensor* const> ys) {
-  DS_CHECK(ws.size() == ys.size(), "linear_multi: one output per weight");
+  DS_CHECK(ws.size() == ys.size() && !ws.empty(), "linear_multi: one output per weight");
   const int64_t T = x.dim(0), K = x.dim(1);
-  bool grouped = T <= cuda::kGemvMaxRows && ws.size() <= cuda::kGemvMaxGroups;
-  cuda::GemvGroups g{};
-  for (size_t i = 0; grouped && i < ws.size(); ++i) {
+  const int t = static_cast<int>(T), k = static_cast<int>(K);
+  const bool gemv = T <= cuda::kGemvMaxRows,
+             skinny = !gemv && skinny_gemm_ && T <= cuda::kSkinnyMaxRows;
+  bool grouped = (gemv && ws.size() <= cuda::kGemvMaxGroups) ||
+                 (skinny && ws.size() <= cuda::kSkinnyMaxGroups);
+  for (size_t i = 0; i < ws.size(); ++i) {
     const Tensor &w = *ws[i], &y = *ys[i];
     DS_CHECK(w.dim(1) == K && y.dim(0) == T && y.dim(1) == w.dim(0), "linear shapes");
-    grouped = cuda::gemv_supported(x.data, w.data, static_cast<int>(T), static_cast<int>(K));
-    g.w[i] = bf(w);
-    g.y[i] = bf(y);
-    g.n[i] = static_cast<int>(w.dim(0));
-  }
-  if (!grouped) {
-    for (size_t i = 0; i < ws.size(); ++i) linear(x, *ws[i], *ys[i]);
-    return;
+    grouped = grouped && (gemv ? cuda::gemv_supported(x.data, w.data, t, k)
+                               : cuda::skinny_supported(x.data, w.data, y.data, t, k));
   }
   OpTimer timer(*this, "linear");
-  g.count = static_cast<int>(ws.size());
-  cuda::launch_gemv_multi_bf16(bf(x), g, static_cast<int>(T), static_cast<int>(K), stream_);
+  if (!grouped) {
+    for (size_t i = 0; i < ws.size(); ++i)
+      gemm_->run(bf(x), bf(*ws[i]), bf(*ys[i]), T, K, ws[i]->dim(0), stream_);
+    return;
+  }
+  if (gemv) {
+    cuda::GemvGroups g{};
+    for (size_t i = 0; i < ws.size(); ++i) {
+      g.w[i] = bf(*ws[i]);
+      g.y[i] = bf(*ys[i]);
+      g.n[i] = static_cast<int>(ws[i]->dim(0));
+    }
+    g.count = static_cast<int>(ws.size());
+    cuda::launch_gemv_multi_bf16(bf(x), g, t, k, stream_);
+    return;
+  }
+  cuda::SkinnyGroup g[cuda::kSkinnyMaxGroups];
+  for (size_t i = 0; i < ws.size(); ++i)
+    g[i] = {bf(*ws[i]), bf(*ys[i]), static_cast<int>(ws[i]->dim(0))};
+  check(
+      cuda::launch_skinny_gemm_bf16(bf(x), g, static_cast<int>(ws.size()), t, k, num_sms_, stream_),
+      "skinny GEMM launch");
 }
 
 void CudaBackend::silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) {

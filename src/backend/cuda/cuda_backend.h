@@ -119,6 +119,7 @@ class CudaBackend final : public Backend {
   class OpTimer;
   void account();
   bool profile_ = false;
+  bool skinny_gemm_ = true;  // the weight-streaming GEMM for 8 < T <= 128 (DS_SKINNY_GEMM)
   std::vector<Timed> pending_;
   std::vector<std::pair<const char*, std::pair<double, int64_t>>> totals_;
 

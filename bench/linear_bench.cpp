@@ -1,0 +1,150 @@
+// The decode projections of Qwen3.5-4B alone, grouped as the model issues them (one launch for the
+// projections that share an input): us per call (median of timed rounds of back-to-back calls,
+// each weight set rotated over copies larger than L2, so every call streams from HBM) and the
+// weights' GB/s, for T = 1 / 8 / 16 / 32 / 64 / 128 tokens. Columns: ours as the backend routes it
+// (CudaBackend::linear_multi: GEMV for T <= 8, the weight-streaming GEMM up to 128), the
+// weight-streaming GEMM at every T, and cuBLASLt (one GEMM per projection). A last row per T sums
+// one decode step's projections (24 GDN layers, 8 attention layers, 32 MLPs, the lm_head).
+// Usage: linear_bench [--rows 1,8,16,32,64,128] [--rounds 5]
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "app/args.h"
+#include "backend/cuda/cublaslt_linear.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/kernels/skinny_gemm.cuh"
+#include "core/error.h"
+#include "cuda_timing.h"
+
+namespace ds = deltaserve;
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+// One launch's projections: output widths sharing the input width K, and how often a step runs it.
+struct Group {
+  const char* name;
+  std::vector<int64_t> n;
+  int64_t K;
+  int per_step;
+};
+
+const std::vector<Group>& groups_4b() {
+  static const std::vector<Group> g{{"gdn in (qkv, z, b, a)", {8192, 4096, 32, 32}, 2560, 24},
+                                    {"gdn out", {2560}, 4096, 24},
+                                    {"attn in (q+gate, k, v)", {8192, 1024, 1024}, 2560, 8},
+                                    {"attn out", {2560}, 4096, 8},
+                                    {"mlp gate, up", {9216, 9216}, 2560, 32},
+                                    {"mlp down", {2560}, 9216, 32},
+                                    {"lm_head", {248320}, 2560, 1}};
+  return g;
+}
+
+struct Timings {
+  double ours, skinny, cublaslt;
+};
+
+class LinearBench {
+ public:
+  explicit LinearBench(int rounds) : be_(0), rounds_(rounds) {
+    cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, 0);
+  }
+
+  Timings time(const Group& g, int64_t T) {
+    int64_t bytes = 0;
+    for (int64_t n : g.n) bytes += n * g.K * 2;
+    const int copies = static_cast<int>(std::max(1.0, std::ceil(256e6 / bytes)));
+    std::vector<std::vector<ds::Buffer>> w(static_cast<size_t>(copies));
+    std::vector<ds::Buffer> y;
+    for (auto& set : w)
+      for (int64_t n : g.n) set.push_back(be_.alloc(ds::DType::kBF16, {n, g.K}));
+    for (int64_t n : g.n) y.push_back(be_.alloc(ds::DType::kBF16, {T, n}));
+    ds::Buffer x = be_.alloc(ds::DType::kBF16, {T, g.K});
+    const int calls = std::max(copies * 4, 40);
+    int next = 0;
+    const auto timed = [&](auto&& run) {
+      return 1e3 * ds::bench::median_ms_per_call(be_.stream(), rounds_, calls, [&] {
+               run(w[static_cast<size_t>(next++ % copies)]);
+             });
+    };
+    Timings t{};
+    t.ours = timed([&](const std::vector<ds::Buffer>& set) {
+      std::vector<const ds::Tensor*> ws, ys;
+      for (size_t i = 0; i < set.size(); ++i) {
+        ws.push_back(&set[i].tensor());
+        ys.push_back(&y[i].tensor());
+      }
+      be_.linear_multi(x.tensor(), ws, ys);
+    });
+    t.skinny = timed([&](const std::vector<ds::Buffer>& set) {
+      ds::cuda::SkinnyGroup sg[ds::cuda::kSkinnyMaxGroups];
+      for (size_t i = 0; i < set.size(); ++i)
+        sg[i] = {ptr(set[i]), ptr(y[i]), static_cast<int>(g.n[i])};
+      ds::cuda::launch_skinny_gemm_bf16(ptr(x), sg, static_cast<int>(set.size()),
+                                        static_cast<int>(T), static_cast<int>(g.K), sms_,
+                                        be_.stream());
+    });
+    t.cublaslt = timed([&](const std::vector<ds::Buffer>& set) {
+      for (size_t i = 0; i < set.size(); ++i)
+        lt_.run(ptr(x), ptr(set[i]), ptr(y[i]), T, g.K, g.n[i], be_.stream());
+    });
+    return t;
+  }
+
+ private:
+  static bf16* ptr(const ds::Buffer& b) { return static_cast<bf16*>(b.tensor().data); }
+
+  ds::backend::CudaBackend be_;
+  ds::cuda::CublasLtLinear lt_;
+  int rounds_, sms_ = 0;
+};
+
+void print_table(LinearBench& bench, const std::vector<int32_t>& rows) {
+  std::printf(
+      "| group | T | MB | ours us | ours GB/s | skinny us | skinny GB/s | cuBLASLt us | cuBLASLt "
+      "GB/s |\n|---|---|---|---|---|---|---|---|---|\n");
+  for (const int32_t T : rows) {
+    Timings step{};
+    double step_bytes = 0;
+    for (const Group& g : groups_4b()) {
+      double bytes = 0;
+      for (int64_t n : g.n) bytes += static_cast<double>(n * g.K * 2);
+      const Timings t = bench.time(g, T);
+      std::printf("| %s | %d | %.1f | %.1f | %.0f | %.1f | %.0f | %.1f | %.0f |\n", g.name, T,
+                  bytes / 1e6, t.ours, bytes / t.ours / 1e3, t.skinny, bytes / t.skinny / 1e3,
+                  t.cublaslt, bytes / t.cublaslt / 1e3);
+      step.ours += g.per_step * t.ours;
+      step.skinny += g.per_step * t.skinny;
+      step.cublaslt += g.per_step * t.cublaslt;
+      step_bytes += g.per_step * bytes;
+    }
+    std::printf("| **step** | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", T,
+                step_bytes / 1e6, step.ours, step_bytes / step.ours / 1e3, step.skinny,
+                step_bytes / step.skinny / 1e3, step.cublaslt, step_bytes / step.cublaslt / 1e3);
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    const ds::app::Args a(args, "linear_bench", {"rows", "rounds"});
+    const std::vector<int32_t> rows =
+        ds::app::parse_ids(a.get("rows", "1,8,16,32,64,128"), ds::cuda::kSkinnyMaxRows + 1);
+    for (int32_t T : rows)
+      if (T < 1) throw ds::Error("--rows: token counts start at 1");
+    LinearBench bench(static_cast<int>(a.get_int("rounds", 5, 1, 1000)));
+    print_table(bench, rows);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "linear_bench: %s\n", e.what());
+    return 1;
+  }
+}

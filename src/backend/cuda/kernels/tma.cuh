@@ -1,0 +1,74 @@
+// Hopper's bulk tensor copy engine (TMA) and the shared-memory barriers its copies complete on
+// (sm_90): a 2-D tile of a global tensor copied into shared memory by one thread, the barrier
+// counting the bytes that landed. Also the programmatic-dependent-launch controls that let a kernel
+// start (and stream data that no earlier kernel writes) while its predecessor drains.
+//
+// A tensor map (CUtensorMap, encoded on the host by `encode_tma_2d`) is passed by value as a
+// __grid_constant__ kernel parameter; the copy instructions take its address.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+namespace deltaserve::cuda::tma {
+
+__device__ inline uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// A transaction barrier in shared memory expecting `count` arrivals a phase.
+__device__ inline void barrier_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count)
+               : "memory");
+}
+// Makes initialised barriers visible to the copy engine (and the cluster); then a block barrier.
+__device__ inline void barrier_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// One arrival that also announces `bytes` of copies completing on this phase.
+__device__ inline void arrive_expect_bytes(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ inline void arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// Waits until the barrier's phase of parity `parity` has completed.
+__device__ inline void wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+}
+
+// Copies the box at (c0 innermost, c1) of `map` to shared `dst` (1024-byte aligned for the
+// 128-byte swizzle), completing on `bar`. Elements outside the tensor land as zeros (and count).
+__device__ inline void load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, "
+      "{%2, %3}], [%4];\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_addr(bar))
+      : "memory");
+}
+
+__device__ inline void prefetch_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+// Programmatic dependent launch: waits until the grids this one depends on have completed and
+// their memory is visible (a no-op for a kernel launched without the attribute) ...
+__device__ inline void wait_for_predecessor() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+// ... and lets the next kernel in the stream, launched with the attribute, start now.
+__device__ inline void allow_successor() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+}  // namespace deltaserve::cuda::tma
