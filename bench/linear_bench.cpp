@@ -1,11 +1,11 @@
 // The decode projections of Qwen3.5-4B alone, grouped as the model issues them (one launch for the
-// projections that share an input): us per call (median of timed rounds of back-to-back calls,
-// each weight set rotated over copies larger than L2, so every call streams from HBM) and the
-// weights' GB/s, for T = 1 / 8 / 16 / 32 / 64 / 128 tokens. Columns: ours as the backend routes it
-// (CudaBackend::linear_multi: GEMV for T <= 8, the weight-streaming GEMM up to 128), the
-// weight-streaming GEMM at every T, and cuBLASLt (one GEMM per projection). A last row per T sums
-// one decode step's projections (24 GDN layers, 8 attention layers, 32 MLPs, the lm_head).
-// Usage: linear_bench [--rows 1,8,16,32,64,128] [--rounds 5]
+// projections that share an input): us per call (median of timed rounds of calls, each weight set
+// rotated over copies larger than L2, so every call streams from HBM; a 4-byte memset between
+// calls, its time taken off, so that no call overlaps the one before) and the weights' GB/s, for T
+// = 1 / 4 / 8 / 16 tokens. Columns: ours (CudaBackend::linear_multi: the weight-streaming GEMM),
+// the grouped GEMV kernel it replaced (T <= 8; 0 above) and cuBLASLt (one GEMM per projection). A
+// last row per T sums one decode step's projections (24 GDN layers, 8 attention layers, 32 MLPs,
+// the lm_head). Usage: linear_bench [--rows 1,4,8,16] [--rounds 5] [--only NAME-PART]
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -16,6 +16,7 @@
 #include "app/args.h"
 #include "backend/cuda/cublaslt_linear.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/skinny_gemm.cuh"
 #include "core/error.h"
 #include "cuda_timing.h"
@@ -28,7 +29,7 @@ using bf16 = __nv_bfloat16;
 
 // One launch's projections: output widths sharing the input width K, and how often a step runs it.
 struct Group {
-  const char* name;
+  std::string name;
   std::vector<int64_t> n;
   int64_t K;
   int per_step;
@@ -46,14 +47,12 @@ const std::vector<Group>& groups_4b() {
 }
 
 struct Timings {
-  double ours, skinny, cublaslt;
+  double ours, gemv, cublaslt;  // gemv 0: not run (T > kGemvMaxRows)
 };
 
 class LinearBench {
  public:
-  explicit LinearBench(int rounds) : be_(0), rounds_(rounds) {
-    cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, 0);
-  }
+  explicit LinearBench(int rounds) : be_(0), rounds_(rounds) {}
 
   Timings time(const Group& g, int64_t T) {
     int64_t bytes = 0;
@@ -67,10 +66,18 @@ class LinearBench {
     ds::Buffer x = be_.alloc(ds::DType::kBF16, {T, g.K});
     const int calls = std::max(copies * 4, 40);
     int next = 0;
+    // A 4-byte memset before each call keeps it from overlapping the previous one (as in a model
+    // step, where other kernels run between projections); its own time is taken off.
+    const auto fence = [&] { cudaMemsetAsync(y[0].tensor().data, 0, 4, be_.stream()); };
+    const double fence_us =
+        1e3 * ds::bench::median_ms_per_call(be_.stream(), rounds_, calls, fence);
     const auto timed = [&](auto&& run) {
-      return 1e3 * ds::bench::median_ms_per_call(be_.stream(), rounds_, calls, [&] {
-               run(w[static_cast<size_t>(next++ % copies)]);
-             });
+      return 1e3 * ds::bench::median_ms_per_call(be_.stream(), rounds_, calls,
+                                                 [&] {
+                                                   fence();
+                                                   run(w[static_cast<size_t>(next++ % copies)]);
+                                                 }) -
+             fence_us;
     };
     Timings t{};
     t.ours = timed([&](const std::vector<ds::Buffer>& set) {
@@ -81,13 +88,16 @@ class LinearBench {
       }
       be_.linear_multi(x.tensor(), ws, ys);
     });
-    t.skinny = timed([&](const std::vector<ds::Buffer>& set) {
-      ds::cuda::SkinnyGroup sg[ds::cuda::kSkinnyMaxGroups];
-      for (size_t i = 0; i < set.size(); ++i)
-        sg[i] = {ptr(set[i]), ptr(y[i]), static_cast<int>(g.n[i])};
-      ds::cuda::launch_skinny_gemm_bf16(ptr(x), sg, static_cast<int>(set.size()),
-                                        static_cast<int>(T), static_cast<int>(g.K), sms_,
-                                        be_.stream());
+    t.gemv = T > ds::cuda::kGemvMaxRows ? 0.0 : timed([&](const std::vector<ds::Buffer>& set) {
+      ds::cuda::GemvGroups gg{};
+      for (size_t i = 0; i < set.size(); ++i) {
+        gg.w[i] = ptr(set[i]);
+        gg.y[i] = ptr(y[i]);
+        gg.n[i] = static_cast<int>(g.n[i]);
+      }
+      gg.count = static_cast<int>(set.size());
+      ds::cuda::launch_gemv_multi_bf16(ptr(x), gg, static_cast<int>(T), static_cast<int>(g.K),
+                                       be_.stream());
     });
     t.cublaslt = timed([&](const std::vector<ds::Buffer>& set) {
       for (size_t i = 0; i < set.size(); ++i)
@@ -101,31 +111,35 @@ class LinearBench {
 
   ds::backend::CudaBackend be_;
   ds::cuda::CublasLtLinear lt_;
-  int rounds_, sms_ = 0;
+  int rounds_;
 };
 
-void print_table(LinearBench& bench, const std::vector<int32_t>& rows) {
+// Groups whose name contains `only` (all for "").
+// Groups whose name contains `only` (all for "").
+void print_table(LinearBench& bench, const std::vector<int32_t>& rows, const std::string& only) {
   std::printf(
-      "| group | T | MB | ours us | ours GB/s | skinny us | skinny GB/s | cuBLASLt us | cuBLASLt "
+      "| group | T | MB | ours us | ours GB/s | GEMV us | GEMV GB/s | cuBLASLt us | cuBLASLt "
       "GB/s |\n|---|---|---|---|---|---|---|---|---|\n");
   for (const int32_t T : rows) {
     Timings step{};
     double step_bytes = 0;
     for (const Group& g : groups_4b()) {
+      if (g.name.find(only) == std::string::npos) continue;
       double bytes = 0;
       for (int64_t n : g.n) bytes += static_cast<double>(n * g.K * 2);
       const Timings t = bench.time(g, T);
-      std::printf("| %s | %d | %.1f | %.1f | %.0f | %.1f | %.0f | %.1f | %.0f |\n", g.name, T,
-                  bytes / 1e6, t.ours, bytes / t.ours / 1e3, t.skinny, bytes / t.skinny / 1e3,
-                  t.cublaslt, bytes / t.cublaslt / 1e3);
+      std::printf("| %s | %d | %.1f | %.1f | %.0f | %.1f | %.0f | %.1f | %.0f |\n", g.name.c_str(),
+                  T, bytes / 1e6, t.ours, bytes / t.ours / 1e3, t.gemv,
+                  t.gemv > 0 ? bytes / t.gemv / 1e3 : 0.0, t.cublaslt, bytes / t.cublaslt / 1e3);
       step.ours += g.per_step * t.ours;
-      step.skinny += g.per_step * t.skinny;
+      step.gemv += g.per_step * t.gemv;
       step.cublaslt += g.per_step * t.cublaslt;
       step_bytes += g.per_step * bytes;
     }
     std::printf("| **step** | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", T,
-                step_bytes / 1e6, step.ours, step_bytes / step.ours / 1e3, step.skinny,
-                step_bytes / step.skinny / 1e3, step.cublaslt, step_bytes / step.cublaslt / 1e3);
+                step_bytes / 1e6, step.ours, step_bytes / step.ours / 1e3, step.gemv,
+                step.gemv > 0 ? step_bytes / step.gemv / 1e3 : 0.0, step.cublaslt,
+                step_bytes / step.cublaslt / 1e3);
     std::fflush(stdout);
   }
 }
@@ -135,13 +149,13 @@ void print_table(LinearBench& bench, const std::vector<int32_t>& rows) {
 int main(int argc, char** argv) {
   try {
     std::vector<std::string> args(argv + 1, argv + argc);
-    const ds::app::Args a(args, "linear_bench", {"rows", "rounds"});
+    const ds::app::Args a(args, "linear_bench", {"rows", "rounds", "only"});
     const std::vector<int32_t> rows =
-        ds::app::parse_ids(a.get("rows", "1,8,16,32,64,128"), ds::cuda::kSkinnyMaxRows + 1);
+        ds::app::parse_ids(a.get("rows", "1,4,8,16"), ds::cuda::kSkinnyMaxRows + 1);
     for (int32_t T : rows)
       if (T < 1) throw ds::Error("--rows: token counts start at 1");
     LinearBench bench(static_cast<int>(a.get_int("rounds", 5, 1, 1000)));
-    print_table(bench, rows);
+    print_table(bench, rows, a.get("only", ""));
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "linear_bench: %s\n", e.what());

@@ -74,6 +74,11 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   gemm_ = std::make_unique<cuda::CublasLtLinear>();
   check(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device), "SM count");
   check(cudaMalloc(&attn_ws_, kAttnWorkspaceBytes), "cudaMalloc (attention workspace)");
+  check(cudaMalloc(&skinny_ws_.partials, skinny_ws_bytes()), "cudaMalloc (GEMM workspace)");
+  check(cudaMalloc(&skinny_ws_.counters, cuda::kSkinnyCounters * sizeof(int)),
+        "cudaMalloc (GEMM tile counters)");
+  check(cudaMemset(skinny_ws_.counters, 0, cuda::kSkinnyCounters * sizeof(int)),
+        "cudaMemset (GEMM tile counters)");
 }
 
 std::string CudaBackend::profile_report(bool reset) {
@@ -104,6 +109,8 @@ CudaBackend::~CudaBackend() {
   gemm_.reset();
   if (meta_buf_) cudaFree(meta_buf_);
   if (attn_ws_) cudaFree(attn_ws_);
+  if (skinny_ws_.partials) cudaFree(skinny_ws_.partials);
+  if (skinny_ws_.counters) cudaFree(skinny_ws_.counters);
   if (gdn_ws_) cudaFree(gdn_ws_);
   if (sample_in_) cudaFree(sample_in_);
   if (sample_out_) cudaFree(sample_out_);
@@ -236,46 +243,45 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& y) {
   linear_multi(x, ws, ys);
 }
 
-// T <= 8: the GEMV kernel; up to kSkinnyMaxRows: the weight-streaming GEMM (DS_SKINNY_GEMM=0
-// sends these to cuBLASLt, for A/B benchmarks); above, or for shapes neither supports, cuBLASLt.
+// Up to kSkinnyMaxRows tokens: the weight-streaming GEMM; where it does not apply (or with
+// DS_SKINNY_GEMM=0, for A/B benchmarks) the GEMV kernel for T <= 8; else cuBLASLt, a GEMM each.
 void CudaBackend::linear_multi(const Tensor& x, std::span<const Tensor* const> ws,
                                std::span<const Tensor* const> ys) {
   DS_CHECK(ws.size() == ys.size() && !ws.empty(), "linear_multi: one output per weight");
   const int64_t T = x.dim(0), K = x.dim(1);
-  const int t = static_cast<int>(T), k = static_cast<int>(K);
-  const bool gemv = T <= cuda::kGemvMaxRows,
-             skinny = !gemv && skinny_gemm_ && T <= cuda::kSkinnyMaxRows;
-  bool grouped = (gemv && ws.size() <= cuda::kGemvMaxGroups) ||
-                 (skinny && ws.size() <= cuda::kSkinnyMaxGroups);
+  const int t = static_cast<int>(T), k = static_cast<int>(K), count = static_cast<int>(ws.size());
+  bool skinny = skinny_gemm_ && T <= cuda::kSkinnyMaxRows && count <= cuda::kSkinnyMaxGroups;
+  bool gemv = T <= cuda::kGemvMaxRows && count <= cuda::kGemvMaxGroups;
+  int64_t tiles = 0;
   for (size_t i = 0; i < ws.size(); ++i) {
     const Tensor &w = *ws[i], &y = *ys[i];
     DS_CHECK(w.dim(1) == K && y.dim(0) == T && y.dim(1) == w.dim(0), "linear shapes");
-    grouped = grouped && (gemv ? cuda::gemv_supported(x.data, w.data, t, k)
-                               : cuda::skinny_supported(x.data, w.data, y.data, t, k));
+    tiles += (w.dim(0) + cuda::kSkinnyTileRows - 1) / cuda::kSkinnyTileRows;
+    skinny = skinny && cuda::skinny_supported(x.data, w.data, y.data, t, k);
+    gemv = gemv && cuda::gemv_supported(x.data, w.data, t, k);
   }
+  skinny = skinny && tiles <= cuda::kSkinnyMaxTiles;
   OpTimer timer(*this, "linear");
-  if (!grouped) {
-    for (size_t i = 0; i < ws.size(); ++i)
-      gemm_->run(bf(x), bf(*ws[i]), bf(*ys[i]), T, K, ws[i]->dim(0), stream_);
-    return;
+  if (skinny) {
+    cuda::SkinnyGroup g[cuda::kSkinnyMaxGroups];
+    for (int i = 0; i < count; ++i)
+      g[i] = {bf(*ws[i]), bf(*ys[i]), static_cast<int>(ws[i]->dim(0))};
+    return check(
+        cuda::launch_skinny_gemm_bf16(bf(x), g, count, t, k, skinny_ws_, num_sms_, stream_),
+        "skinny GEMM launch");
   }
   if (gemv) {
     cuda::GemvGroups g{};
-    for (size_t i = 0; i < ws.size(); ++i) {
+    for (int i = 0; i < count; ++i) {
       g.w[i] = bf(*ws[i]);
       g.y[i] = bf(*ys[i]);
       g.n[i] = static_cast<int>(ws[i]->dim(0));
     }
-    g.count = static_cast<int>(ws.size());
-    cuda::launch_gemv_multi_bf16(bf(x), g, t, k, stream_);
-    return;
+    g.count = count;
+    return cuda::launch_gemv_multi_bf16(bf(x), g, t, k, stream_);
   }
-  cuda::SkinnyGroup g[cuda::kSkinnyMaxGroups];
-  for (size_t i = 0; i < ws.size(); ++i)
-    g[i] = {bf(*ws[i]), bf(*ys[i]), static_cast<int>(ws[i]->dim(0))};
-  check(
-      cuda::launch_skinny_gemm_bf16(bf(x), g, static_cast<int>(ws.size()), t, k, num_sms_, stream_),
-      "skinny GEMM launch");
+  for (int i = 0; i < count; ++i)
+    gemm_->run(bf(x), bf(*ws[i]), bf(*ys[i]), T, K, ws[i]->dim(0), stream_);
 }
 
 void CudaBackend::silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) {
@@ -339,7 +345,7 @@ void CudaBackend::stage_batch(const StepBatch& batch) {
 int64_t CudaBackend::workspace_bytes(int64_t max_tokens, const GdnDims& d) const {
   const cuda::GdnShape shape{d.nk, d.nv, d.dk, d.dv};
   return static_cast<int64_t>(
-      kAttnWorkspaceBytes + gemm_->workspace_bytes() +
+      kAttnWorkspaceBytes + gemm_->workspace_bytes() + skinny_ws_bytes() +
       cuda::gdn_chunk_workspace_floats(static_cast<int>(max_tokens), shape) * sizeof(float));
 }
 

@@ -18,6 +18,7 @@
 #include "backend/cuda/cublaslt_linear.h"
 #include "backend/cuda/kernels/batch_meta.cuh"
 #include "backend/cuda/kernels/gdn.cuh"
+#include "backend/cuda/kernels/skinny_gemm.cuh"
 
 namespace deltaserve::backend {
 
@@ -44,7 +45,8 @@ class CudaBackend final : public Backend {
   int64_t workspace_bytes(int64_t max_tokens, const GdnDims& gdn) const override;
   // What the backend holds of its own workspace now (the plan's workspace is its ceiling).
   int64_t workspace_allocated() const {
-    return static_cast<int64_t>(kAttnWorkspaceBytes + gemm_->workspace_bytes() + gdn_ws_bytes_);
+    return static_cast<int64_t>(kAttnWorkspaceBytes + gemm_->workspace_bytes() + skinny_ws_bytes() +
+                                gdn_ws_bytes_);
   }
   // Uploads the batch description (positions, sequences, page tables) unless it is the one on the
   // device already.
@@ -119,7 +121,7 @@ class CudaBackend final : public Backend {
   class OpTimer;
   void account();
   bool profile_ = false;
-  bool skinny_gemm_ = true;  // the weight-streaming GEMM for 8 < T <= 128 (DS_SKINNY_GEMM)
+  bool skinny_gemm_ = true;  // the weight-streaming GEMM for T <= 16 (DS_SKINNY_GEMM)
   std::vector<Timed> pending_;
   std::vector<std::pair<const char*, std::pair<double, int64_t>>> totals_;
 
@@ -128,6 +130,12 @@ class CudaBackend final : public Backend {
   // Split-KV attention partials: fixed size, so captured graphs keep their address.
   static constexpr size_t kAttnWorkspaceBytes = size_t{64} << 20;
   float* attn_ws_ = nullptr;
+  // The weight-streaming GEMM's partial sums and tile counters (fixed: graphs keep the address).
+  cuda::SkinnyWorkspace skinny_ws_{};
+  size_t skinny_ws_bytes() const {
+    return cuda::skinny_workspace_floats(num_sms_) * sizeof(float) +
+           cuda::kSkinnyCounters * sizeof(int);
+  }
   // Chunked delta-rule workspace for prefill steps (grow-only; never used by decode graphs).
   float* gdn_ws_ = nullptr;
   size_t gdn_ws_bytes_ = 0;

@@ -3,6 +3,7 @@
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/attention_prefill.cuh"
 #include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/pdl.cuh"
 
 namespace deltaserve::cuda {
 namespace {
@@ -26,6 +27,7 @@ __global__ void __launch_bounds__(32 * kWarps)
                       const __nv_bfloat16* __restrict__ gate, const __nv_bfloat16* __restrict__ kc,
                       const __nv_bfloat16* __restrict__ vc, AttnShape s, int splits, int min_len,
                       float* __restrict__ ws, __nv_bfloat16* __restrict__ out) {
+  pdl::allow_successor();  // a programmatic dependent may start streaming its weights
   __shared__ float sm[kWarps][kG], sl[kWarps][kG], sacc[kWarps][kG][256];
   const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
   const int G = s.nh / s.nkv, hd = s.hd, per = hd / 32;
@@ -154,6 +156,7 @@ __global__ void attn_combine_kernel(BatchMeta b, AttnShape s, int splits, int mi
                                     const float* __restrict__ ws,
                                     const __nv_bfloat16* __restrict__ gate,
                                     __nv_bfloat16* __restrict__ out) {
+  pdl::allow_successor();  // a programmatic dependent may start streaming its weights
   const int t = blockIdx.x, h = blockIdx.y, hd = s.hd;
   if (b.seq_len[b.token_seq[t]] >= min_len) return;
   const float* part = ws + (static_cast<size_t>(t) * s.nh + h) * splits * (hd + 2);
@@ -215,9 +218,10 @@ void launch_paged_attention(const BatchMeta& b, const __nv_bfloat16* q, const __
     launch_split<4>(b, q, gate, k_cache, v_cache, s, splits, min_len, ws, out, stream);
   else
     launch_split<8>(b, q, gate, k_cache, v_cache, s, splits, min_len, ws, out, stream);
-  if (splits > 1)
+  if (splits > 1) {
     attn_combine_kernel<<<dim3(b.num_tokens, s.nh), std::min(s.hd, 256), 0, stream>>>(
         b, s, splits, min_len, ws, gate, out);
+  }
 }
 
 }  // namespace deltaserve::cuda

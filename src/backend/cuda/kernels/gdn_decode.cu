@@ -3,6 +3,7 @@
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gdn_decode.cuh"
 #include "backend/cuda/kernels/gdn_state.cuh"
+#include "backend/cuda/kernels/pdl.cuh"
 
 namespace deltaserve::cuda {
 namespace {
@@ -41,6 +42,7 @@ __device__ inline void load_state(const StateT* S, bool fresh, int warp, int lan
 template <class StateT>
 __global__ void __launch_bounds__(kThreads, 2)
     gdn_decode_kernel(BatchMeta b, GdnDecodeArgs p, StateT* __restrict__ state) {
+  pdl::allow_successor();  // a programmatic dependent may start streaming its weights
   __shared__ float ys[2 * kDk + kMaxHeadsPerKey * kDv];  // conv outputs: q | k | v per head
   __shared__ float4 red_m[kWarps][32], red_o[kWarps][32];
   __shared__ float norms[3];  // |q|^-1 dk^-1/2, |k|^-1, q . k (normalised)
@@ -163,10 +165,11 @@ void launch_gdn_decode(const BatchMeta& b, const GdnDecodeArgs& p, GdnState stat
                        cudaStream_t stream) {
   if (b.num_seqs == 0) return;
   const dim3 grid(b.num_seqs, p.nk);
-  if (state.bf16)
+  if (state.bf16) {
     gdn_decode_kernel<<<grid, kThreads, 0, stream>>>(b, p, static_cast<__nv_bfloat16*>(state.data));
-  else
+  } else {
     gdn_decode_kernel<<<grid, kThreads, 0, stream>>>(b, p, static_cast<float*>(state.data));
+  }
 }
 
 }  // namespace deltaserve::cuda

@@ -116,13 +116,6 @@ __device__ inline void gemv_rows(const __nv_bfloat16* __restrict__ x,
         y[static_cast<size_t>(t) * N + n0 + r] = __float2bfloat16(acc[r][t]);
 }
 
-template <int T>
-__global__ void __launch_bounds__(32 * kWarpsPerBlock)
-    gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
-                __nv_bfloat16* __restrict__ y, int K, int N, int split) {
-  gemv_rows<T>(x, w, y, K, N, blockIdx.x, split);
-}
-
 // Warps per row group: enough warps in flight (~4k) for long rows of few outputs.
 int split_for(int rows, int K) {
   int split = 1;
@@ -156,14 +149,6 @@ void launch_multi(const __nv_bfloat16* x, const GemvGroups& g, int K, cudaStream
   gemv_multi_kernel<T><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(x, g, K, split);
 }
 
-template <int T>
-void launch(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int K, int N,
-            cudaStream_t stream) {
-  const int split = split_for(N, K), per_block = kWarpsPerBlock / split * kRows;
-  const int blocks = (N + per_block - 1) / per_block;
-  gemv_kernel<T><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(x, w, y, K, N, split);
-}
-
 // Calls f(std::integral_constant<int, T>) for the row count T in [1, kGemvMaxRows].
 template <class F>
 void with_rows(int T, F&& f) {
@@ -192,11 +177,6 @@ void with_rows(int T, F&& f) {
 bool gemv_supported(const void* x, const void* w, int T, int K) {
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   return T >= 1 && T <= kGemvMaxRows && K % 8 == 0 && aligned(x) && aligned(w);
-}
-
-void launch_gemv_bf16(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int T,
-                      int K, int N, cudaStream_t stream) {
-  with_rows(T, [&](auto t) { launch<decltype(t)::value>(x, w, y, K, N, stream); });
 }
 
 void launch_gemv_multi_bf16(const __nv_bfloat16* x, const GemvGroups& g, int T, int K,

@@ -1,7 +1,8 @@
-// Skinny linear layers (decode): y [T, N] = x [T, K] . w [N, K]^T for T <= kGemvMaxRows, bf16 in
-// and out, f32 accumulation. A warp streams one weight row with 16-byte loads that bypass L1 and
-// applies it to all T activation rows, so the weights are read once per step: this is the
-// memory-bound path that a batch-1..8 decode step spends most of its time in.
+// Skinny linear layers (decode) where the weight-streaming GEMM (skinny_gemm.cuh) does not apply:
+// y [T, N] = x [T, K] . w [N, K]^T for T <= kGemvMaxRows, bf16 in and out, f32 accumulation. A warp
+// streams one weight row with 16-byte loads that bypass L1 and applies it to all T activation rows,
+// so the weights are read once per step. CudaBackend takes it for outputs the GEMM cannot store
+// (not 8-byte aligned) and with DS_SKINNY_GEMM=0.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -26,9 +27,5 @@ struct GemvGroups {
 // Precondition: gemv_supported(x, w[i], T, K) for every group. Never allocates or syncs.
 void launch_gemv_multi_bf16(const __nv_bfloat16* x, const GemvGroups& g, int T, int K,
                             cudaStream_t stream);
-
-// Precondition: gemv_supported(x, w, T, K). Never allocates or syncs.
-void launch_gemv_bf16(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int T,
-                      int K, int N, cudaStream_t stream);
 
 }  // namespace deltaserve::cuda

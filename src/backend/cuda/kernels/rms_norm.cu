@@ -1,5 +1,6 @@
 #include "backend/cuda/kernels/bf16x8.cuh"
 #include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/pdl.cuh"
 #include "backend/cuda/kernels/rms_norm.cuh"
 
 namespace deltaserve::cuda {
@@ -16,6 +17,7 @@ __global__ void __launch_bounds__(kThreads)
     rms_norm_vec_kernel(__nv_bfloat16* __restrict__ residual, const __nv_bfloat16* __restrict__ x,
                         const float* __restrict__ w, float eps, int n,
                         __nv_bfloat16* __restrict__ out) {
+  pdl::allow_successor();  // a programmatic dependent may start streaming its weights
   const size_t base = static_cast<size_t>(blockIdx.x) * n;
   const int vecs = n / 8;
   F32x8 v[kMaxVecs];
@@ -52,6 +54,7 @@ template <bool kAdd>
 __global__ void rms_norm_kernel(__nv_bfloat16* __restrict__ residual,
                                 const __nv_bfloat16* __restrict__ x, const float* __restrict__ w,
                                 float eps, int n, __nv_bfloat16* __restrict__ out) {
+  pdl::allow_successor();  // a programmatic dependent may start streaming its weights
   const size_t row = blockIdx.x;
   __nv_bfloat16* r = residual + row * n;
   const __nv_bfloat16* xr = x + row * n;
@@ -77,10 +80,11 @@ void launch(__nv_bfloat16* residual, const __nv_bfloat16* x, const float* w, flo
   if (rows == 0) return;
   const bool vec =
       n % 8 == 0 && n <= 8 * kThreads * kMaxVecs && aligned16(x, w, out, kAdd ? residual : x);
-  if (vec)
+  if (vec) {
     rms_norm_vec_kernel<kAdd><<<rows, kThreads, 0, stream>>>(residual, x, w, eps, n, out);
-  else
+  } else {
     rms_norm_kernel<kAdd><<<rows, kThreads, 0, stream>>>(residual, x, w, eps, n, out);
+  }
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include "backend/cuda/kernels/bf16x8.cuh"
 #include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/pdl.cuh"
 #include "backend/cuda/kernels/silu_mul.cuh"
 
 namespace deltaserve::cuda {
@@ -11,6 +12,7 @@ namespace {
 __global__ void silu_mul_kernel(const __nv_bfloat16* __restrict__ g,
                                 const __nv_bfloat16* __restrict__ u, int64_t from, int64_t n,
                                 __nv_bfloat16* __restrict__ out) {
+  pdl::allow_successor();  // a programmatic dependent may start streaming its weights
   for (int64_t i = from + blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = __float2bfloat16(silu(__bfloat162float(g[i])) * __bfloat162float(u[i]));
@@ -20,6 +22,7 @@ __global__ void silu_mul_kernel(const __nv_bfloat16* __restrict__ g,
 __global__ void silu_mul_vec_kernel(const __nv_bfloat16* __restrict__ g,
                                     const __nv_bfloat16* __restrict__ u, int64_t vecs,
                                     __nv_bfloat16* __restrict__ out) {
+  pdl::allow_successor();  // a programmatic dependent may start streaming its weights
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < vecs;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const F32x8 gv = load_bf16x8(g + 8 * i), uv = load_bf16x8(u + 8 * i);

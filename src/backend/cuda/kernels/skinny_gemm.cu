@@ -1,8 +1,7 @@
-#include <cooperative_groups.h>
-
 #include <algorithm>
 #include <cstdint>
 
+#include "backend/cuda/kernels/pdl.cuh"
 #include "backend/cuda/kernels/skinny_gemm.cuh"
 #include "backend/cuda/kernels/tma.cuh"
 #include "backend/cuda/kernels/tma_map.h"
@@ -11,165 +10,246 @@
 namespace deltaserve::cuda {
 namespace {
 
-namespace cg = cooperative_groups;
 using bf16 = __nv_bfloat16;
 
-// A block: one consumer warpgroup (warps 0-3) multiplying 64 weight rows, one producer warp
-// (warp 4) issuing the copies. A k-tile is 64 columns of K: one SW128 atom row per matrix row.
-constexpr int kTileRows = 64, kTileK = 64, kConsumers = 128, kThreads = kConsumers + 32;
-constexpr int kMaxSplit = 8;  // the portable cluster size
-// Shared memory for the pipeline (two blocks an SM).
-constexpr int kPipelineBytes = 96 * 1024;
+// A block: two consumer warpgroups (warps 0-7) multiplying 128 weight rows, 64 each, and one
+// producer warp (warp 8) issuing the copies. A unit is one tile's k-tile: 64 columns of K, one
+// SW128 atom row per matrix row.
+constexpr int kRows = kSkinnyMaxRows;  // the token rows every launch computes (past T: zeros)
+constexpr int kTileRows = kSkinnyTileRows, kTileK = 64, kConsumers = 256,
+              kThreads = kConsumers + 32;
+// Shared memory for the pipeline: more than half an SM's, so that a block never shares an SM with
+// another of the grid (one block an SM: the even split's premise), also when it starts early beside
+// the previous kernel's blocks.
+constexpr int kPipelineBytes = 160 * 1024;
+// Each block takes at least kMinUnitsPerBlock units, and enough that no tile is shared by more
+// than kMaxParts blocks.
+constexpr int kMinUnitsPerBlock = 4, kMaxParts = 128;
 
 struct Params {
-  CUtensorMap x;                    // [T, K], boxes of kTpad rows x 64
-  CUtensorMap w[kSkinnyMaxGroups];  // [n, K], boxes of 64 x 64
+  CUtensorMap x;                    // [T, K], boxes of kRows rows x 64
+  CUtensorMap w[kSkinnyMaxGroups];  // [n, K], boxes of 128 x 64
   bf16* y[kSkinnyMaxGroups];        // [T, n]
   int n[kSkinnyMaxGroups];
-  int first_tile[kSkinnyMaxGroups];  // group g's 64-row tiles start here
-  int count, T, k_tiles, split;
+  int first_tile[kSkinnyMaxGroups];  // group g's 128-row tiles start here
+  int count, T, k_tiles, units, blocks;
+  SkinnyWorkspace ws;
 };
 
-template <int kTpad>
 struct Layout {
-  static constexpr int kWBytes = kTileRows * wgmma::kRowBytes, kXBytes = kTpad * wgmma::kRowBytes;
+  static constexpr int kWBytes = kTileRows * wgmma::kRowBytes, kXBytes = kRows * wgmma::kRowBytes;
   static constexpr int kStageBytes = kWBytes + kXBytes;
   static constexpr int kStages = kPipelineBytes / kStageBytes;
-  // The partial sums [kTpad][kPartStride] f32 overlay the drained pipeline; the row padding keeps
-  // the accumulator stores of a warp on distinct banks.
-  static constexpr int kPartStride = kTileRows + 4;
-  static_assert(kTpad * kPartStride * 4 <= kStages * kStageBytes, "partials fit the pipeline");
   static constexpr int kSmem = kStages * kStageBytes + wgmma::kAtomBytes;
 };
 
-// The block's work: group g's weight rows [n0, n0 + 64), k-tiles [kt0, kt0 + nk).
-struct Work {
-  int g, n0, kt0, nk, rank;
-};
+// Units [first_unit(c), first_unit(c + 1)) belong to block c: the same share for every block
+// (stream-K), tile after tile, each tile's k-tiles in order.
+__device__ inline int first_unit(const Params& p, int c) {
+  return static_cast<int>(static_cast<int64_t>(c) * p.units / p.blocks);
+}
+// The block whose units include u.
+__device__ inline int block_of(const Params& p, int u) {
+  int c = static_cast<int>((static_cast<int64_t>(u) + 1) * p.blocks / p.units);
+  c = min(max(c, 0), p.blocks - 1);
+  while (c > 0 && first_unit(p, c) > u) --c;
+  while (c + 1 < p.blocks && first_unit(p, c + 1) <= u) ++c;
+  return c;
+}
+// Block c's partial sums of a tile it shares land in slot 2c when the tile holds the block's
+// first unit, else (the block's last tile) in slot 2c + 1.
+__device__ inline int slot_of(const Params& p, int c, int tile) {
+  return 2 * c + (first_unit(p, c) < tile * p.k_tiles ? 1 : 0);
+}
+__device__ inline float* slot_ptr(const Params& p, int slot) {
+  return p.ws.partials + static_cast<size_t>(slot) * kTileRows * kSkinnyMaxRows;
+}
 
-__device__ Work block_work(const Params& p) {
-  Work w;
-  w.rank = static_cast<int>(blockIdx.x) % p.split;
-  const int tile = static_cast<int>(blockIdx.x) / p.split;
-  w.g = 0;
-  while (w.g + 1 < p.count && tile >= p.first_tile[w.g + 1]) ++w.g;
-  w.n0 = (tile - p.first_tile[w.g]) * kTileRows;
-  w.kt0 = w.rank * p.k_tiles / p.split;
-  w.nk = (w.rank + 1) * p.k_tiles / p.split - w.kt0;
-  return w;
+struct TileRef {
+  int g, n0;
+};
+__device__ inline TileRef tile_ref(const Params& p, int tile) {
+  int g = 0;
+  while (g + 1 < p.count && tile >= p.first_tile[g + 1]) ++g;
+  return {g, (tile - p.first_tile[g]) * kTileRows};
 }
 
 // One thread issues every copy: the first stages' weight tiles before waiting for the previous
 // kernel (weights are never written by one), then activations and the rest as stages free up.
-template <int kTpad>
-__device__ void produce(const Params& p, const Work& w, unsigned char* stages, uint64_t* full,
+__device__ void produce(const Params& p, int u0, int u1, unsigned char* stages, uint64_t* full,
                         uint64_t* empty) {
-  using L = Layout<kTpad>;
-  tma::prefetch_map(&p.w[w.g]);
+  using L = Layout;
   tma::prefetch_map(&p.x);
-  const int first = min(w.nk, L::kStages);
+  const auto load_w = [&](int i) {
+    const int u = u0 + i, s = i % L::kStages;
+    const TileRef t = tile_ref(p, u / p.k_tiles);
+    tma::load_2d(stages + s * L::kStageBytes, &p.w[t.g], (u % p.k_tiles) * kTileK, t.n0, &full[s]);
+  };
+  const auto load_x = [&](int i) {
+    const int u = u0 + i, s = i % L::kStages;
+    tma::load_2d(stages + s * L::kStageBytes + L::kWBytes, &p.x, (u % p.k_tiles) * kTileK, 0,
+                 &full[s]);
+  };
+  const int first = min(u1 - u0, L::kStages);
   for (int i = 0; i < first; ++i) {
     tma::arrive_expect_bytes(&full[i], L::kStageBytes);
-    tma::load_2d(stages + i * L::kStageBytes, &p.w[w.g], (w.kt0 + i) * kTileK, w.n0, &full[i]);
+    load_w(i);
   }
-  tma::wait_for_predecessor();
-  for (int i = 0; i < first; ++i)
-    tma::load_2d(stages + i * L::kStageBytes + L::kWBytes, &p.x, (w.kt0 + i) * kTileK, 0, &full[i]);
-  for (int i = first; i < w.nk; ++i) {
-    const int s = i % L::kStages;
-    tma::wait(&empty[s], (i / L::kStages - 1) & 1);
-    unsigned char* stage = stages + s * L::kStageBytes;
-    tma::arrive_expect_bytes(&full[s], L::kStageBytes);
-    tma::load_2d(stage, &p.w[w.g], (w.kt0 + i) * kTileK, w.n0, &full[s]);
-    tma::load_2d(stage + L::kWBytes, &p.x, (w.kt0 + i) * kTileK, 0, &full[s]);
+  pdl::wait_for_predecessor();
+  for (int i = 0; i < first; ++i) load_x(i);
+  for (int i = first; u0 + i < u1; ++i) {
+    tma::wait(&empty[i % L::kStages], (i / L::kStages - 1) & 1);
+    tma::arrive_expect_bytes(&full[i % L::kStages], L::kStageBytes);
+    load_w(i);
+    load_x(i);
   }
 }
 
-// The consumer warpgroup: acc (64 weight rows x kTpad tokens) over the block's k-tiles, each
-// stage released once the MMAs reading it have completed.
-template <int kTpad>
-__device__ void consume(const Work& w, unsigned char* stages, uint64_t* full, uint64_t* empty,
-                        float (&acc)[kTpad / 2]) {
-  using L = Layout<kTpad>;
-  const uint32_t base = tma::smem_addr(stages);
-  constexpr uint32_t kStep = 32 >> 4;  // 16 bf16 along K, in the descriptor's 16-byte units
-#pragma unroll
-  for (int i = 0; i < kTpad / 2; ++i) acc[i] = 0.0f;
-  for (int i = 0; i < w.nk; ++i) {
-    const int s = i % L::kStages;
-    tma::wait(&full[s], (i / L::kStages) & 1);
-    const uint32_t ws = base + s * L::kStageBytes;
-    const uint64_t wd = wgmma::desc(ws, 16, wgmma::kAtomBytes),
-                   xd = wgmma::desc(ws + L::kWBytes, 16, wgmma::kAtomBytes);
-    wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < kTileK / 16; ++kk)
-      wgmma::mma_ss<kTpad>(acc, wd + kk * kStep, xd + kk * kStep, true);
-    wgmma::commit();
-    wgmma::wait<1>();
-    if (i > 0) tma::arrive(&empty[(i - 1) % L::kStages]);
+// This thread's accumulator elements: element j (0..3) of 8-token block i is tile row row(j),
+// token tok(i, j).
+struct Frag {
+  int row0, tok0;
+  __device__ Frag() {
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    row0 = 16 * (static_cast<int>(threadIdx.x) / 32) + lane / 4;  // 64 rows a warpgroup
+    tok0 = 2 * (lane % 4);
   }
-  wgmma::wait<0>();
+  __device__ int row(int j) const { return row0 + (j & 2 ? 8 : 0); }
+  __device__ int tok(int i, int j) const { return 8 * i + tok0 + (j & 1); }
+};
+
+__device__ void store_tile(const Params& p, const TileRef& t, const float (&acc)[kRows / 2]) {
+  const Frag f;
+  const int n = p.n[t.g];
+  bf16* y = p.y[t.g];
+#pragma unroll
+  for (int i = 0; i < kRows / 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int tok = f.tok(i, j), col = t.n0 + f.row(j);
+      if (tok < p.T && col < n)
+        y[static_cast<size_t>(tok) * n + col] = __float2bfloat16(acc[4 * i + j]);
+    }
 }
 
-// The accumulator fragment into part [kTpad][kPartStride] (token-major).
-template <int kTpad>
-__device__ void store_partial(const float (&acc)[kTpad / 2], float* part) {
-  constexpr int S = Layout<kTpad>::kPartStride;
-  const int lane = threadIdx.x % 32, r = 16 * (threadIdx.x / 32) + lane / 4, c = 2 * (lane % 4);
+__device__ void store_partial(const Params& p, int slot, const float (&acc)[kRows / 2]) {
+  const Frag f;
+  float* part = slot_ptr(p, slot);
 #pragma unroll
-  for (int i = 0; i < kTpad / 8; ++i) {
-    const int t = 8 * i + c;
-    part[t * S + r] = acc[4 * i];
-    part[(t + 1) * S + r] = acc[4 * i + 1];
-    part[t * S + r + 8] = acc[4 * i + 2];
-    part[(t + 1) * S + r + 8] = acc[4 * i + 3];
-  }
+  for (int i = 0; i < kRows / 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (f.tok(i, j) < p.T) part[f.tok(i, j) * kTileRows + f.row(j)] = acc[4 * i + j];
 }
 
-// This block's share of the tokens: the sum of the cluster's partials (in rank order) as bf16.
-template <int kTpad>
-__device__ void reduce_partials(const Params& p, const Work& w, float* part) {
-  constexpr int S = Layout<kTpad>::kPartStride;
-  cg::cluster_group cluster = cg::this_cluster();
-  const int per = (p.T + p.split - 1) / p.split, t0 = w.rank * per;
-  const int t1 = min(p.T, t0 + per), n = p.n[w.g];
-  bf16* y = p.y[w.g];
-  for (int item = static_cast<int>(threadIdx.x); item < (t1 - t0) * (kTileRows / 4);
-       item += kThreads) {
-    const int t = t0 + item / (kTileRows / 4), c = 4 * (item % (kTileRows / 4));
+__device__ inline void consumers_sync() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers) : "memory");
+}
+
+__device__ inline void store4(bf16* out, int col, int n, const float4& v) {
+  if (n % 4 == 0 && col + 3 < n) {
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+    uint2 packed;
+    packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+    packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+    *reinterpret_cast<uint2*>(out) = packed;
+    return;
+  }
+  const float e[4] = {v.x, v.y, v.z, v.w};
+  for (int j = 0; j < 4 && col + j < n; ++j) out[j] = __float2bfloat16(e[j]);
+}
+
+// The tile's partial sums, added in block order (the result does not depend on which block
+// finished last), as bf16. `parts` (shared) receives the partials' addresses; four loads of
+// different blocks' partials are in flight at a time.
+__device__ void reduce_tile(const Params& p, int tile, const float** parts) {
+  const TileRef t = tile_ref(p, tile);
+  const int c0 = block_of(p, tile * p.k_tiles);
+  const int np = block_of(p, (tile + 1) * p.k_tiles - 1) - c0 + 1;
+  for (int i = static_cast<int>(threadIdx.x); i < np; i += kConsumers)
+    parts[i] = slot_ptr(p, slot_of(p, c0 + i, tile));
+  consumers_sync();
+  const int n = p.n[t.g];
+  constexpr int kQuads = kTileRows / 4;
+  const auto add = [](float4& s, const float4& v) {
+    s.x += v.x;
+    s.y += v.y;
+    s.z += v.z;
+    s.w += v.w;
+  };
+  for (int item = static_cast<int>(threadIdx.x); item < p.T * kQuads; item += kConsumers) {
+    const int tok = item / kQuads, r = 4 * (item % kQuads), at = tok * kTileRows + r;
     float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int src = 0; src < p.split; ++src) {
-      const float4 v = *reinterpret_cast<const float4*>(
-          cluster.map_shared_rank(part + t * S + c, static_cast<unsigned>(src)));
-      sum.x += v.x;
-      sum.y += v.y;
-      sum.z += v.z;
-      sum.w += v.w;
+    int c = 0;
+    for (; c + 4 <= np; c += 4) {
+      float4 v[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] = __ldcg(reinterpret_cast<const float4*>(parts[c + j] + at));
+#pragma unroll
+      for (int j = 0; j < 4; ++j) add(sum, v[j]);
     }
-    const int col = w.n0 + c;
-    bf16* out = y + static_cast<size_t>(t) * n + col;
-    if (n % 4 == 0 && col + 3 < n) {
-      const __nv_bfloat162 lo = __floats2bfloat162_rn(sum.x, sum.y),
-                           hi = __floats2bfloat162_rn(sum.z, sum.w);
-      uint2 packed;
-      packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-      packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-      *reinterpret_cast<uint2*>(out) = packed;
-    } else {
-      const float v[4] = {sum.x, sum.y, sum.z, sum.w};
-      for (int j = 0; j < 4 && col + j < n; ++j) out[j] = __float2bfloat16(v[j]);
-    }
+    for (; c < np; ++c) add(sum, __ldcg(reinterpret_cast<const float4*>(parts[c] + at)));
+    store4(p.y[t.g] + static_cast<size_t>(tok) * n + t.n0 + r, t.n0 + r, n, sum);
   }
 }
 
-template <int kTpad>
-__global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(const __grid_constant__ Params p) {
-  using L = Layout<kTpad>;
+// A tile's sum over k-tiles [kt0, kt1) is done: stored as bf16 when that is all of K, else left as
+// a partial; the block that completes a tile's k-tiles (a counter per tile) adds its partials.
+__device__ void finish_segment(const Params& p, int c, int tile, int kt0, int kt1,
+                               const float (&acc)[kRows / 2], int* last, const float** parts) {
+  if (kt0 == 0 && kt1 == p.k_tiles) return store_tile(p, tile_ref(p, tile), acc);
+  store_partial(p, slot_of(p, c, tile), acc);
+  __threadfence();
+  consumers_sync();
+  if (threadIdx.x == 0) *last = atomicAdd(&p.ws.counters[tile], kt1 - kt0) + kt1 - kt0 == p.k_tiles;
+  consumers_sync();
+  if (!*last) return;
+  __threadfence();
+  reduce_tile(p, tile, parts);
+  if (threadIdx.x == 0) p.ws.counters[tile] = 0;  // ready for the next launch
+}
+
+// The consumer warpgroups over the block's units, tile segment by tile segment; each stage is
+// released once the MMAs reading it have completed.
+__device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* stages,
+                        uint64_t* full, uint64_t* empty, int* last, const float** parts) {
+  using L = Layout;
+  const uint32_t base = tma::smem_addr(stages);
+  const uint32_t rows = (threadIdx.x / 128) * 64 * wgmma::kRowBytes;  // this warpgroup's 64
+  constexpr uint32_t kStep = 32 >> 4;  // 16 bf16 along K, in the descriptor's 16-byte units
+  float acc[kRows / 2];
+  for (int u = u0, i = 0; u < u1;) {
+    const int tile = u / p.k_tiles, kt0 = u - tile * p.k_tiles;
+    const int end = min(u1, (tile + 1) * p.k_tiles);
+#pragma unroll
+    for (int a = 0; a < kRows / 2; ++a) acc[a] = 0.0f;
+    for (; u < end; ++u, ++i) {
+      const int s = i % L::kStages;
+      tma::wait(&full[s], (i / L::kStages) & 1);
+      const uint32_t stage = base + s * L::kStageBytes;
+      const uint64_t wd = wgmma::desc(stage + rows, 16, wgmma::kAtomBytes),
+                     xd = wgmma::desc(stage + L::kWBytes, 16, wgmma::kAtomBytes);
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < kTileK / 16; ++kk)
+        wgmma::mma_64x16_ss(acc, wd + kk * kStep, xd + kk * kStep, true);
+      wgmma::commit();
+      wgmma::wait<0>();
+      tma::arrive(&empty[s]);
+    }
+    finish_segment(p, c, tile, kt0, end - tile * p.k_tiles, acc, last, parts);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    skinny_gemm_kernel(const __grid_constant__ Params p) {
+  using L = Layout;
   extern __shared__ unsigned char raw[];
   unsigned char* stages = wgmma::atom_aligned<unsigned char>(raw);
   __shared__ uint64_t full[L::kStages], empty[L::kStages];
-  const Work w = block_work(p);
+  __shared__ int last;
+  __shared__ const float* parts[kMaxParts];
+  const int c = static_cast<int>(blockIdx.x), u0 = first_unit(p, c), u1 = first_unit(p, c + 1);
   if (threadIdx.x == 0) {
     for (int s = 0; s < L::kStages; ++s) {
       tma::barrier_init(&full[s], 1);
@@ -178,57 +258,39 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(const __grid_cons
     tma::barrier_init_fence();
   }
   __syncthreads();
-  float* part = reinterpret_cast<float*>(stages);
+  pdl::allow_successor();  // the next kernel's blocks may start streaming their weights
   if (threadIdx.x >= kConsumers) {
-    if (threadIdx.x == kConsumers) produce<kTpad>(p, w, stages, full, empty);
-  } else {
-    tma::wait_for_predecessor();  // before this block's stores
-    float acc[kTpad / 2];
-    consume<kTpad>(w, stages, full, empty, acc);
-    asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers) : "memory");  // all MMAs drained
-    store_partial<kTpad>(acc, part);
+    if (threadIdx.x == kConsumers) produce(p, u0, u1, stages, full, empty);
+    return;
   }
-  __syncwarp();
-  tma::allow_successor();
-  cg::this_cluster().sync();
-  reduce_partials<kTpad>(p, w, part);
-  cg::this_cluster().sync();  // no block leaves while another reads its partials
+  pdl::wait_for_predecessor();  // before the stores and the workspace
+  consume(p, c, u0, u1, stages, full, empty, &last, parts);
 }
 
-// Splits K over a cluster so that the tiles fill the GPU's two block slots an SM once; at least
-// two k-tiles a block.
-int split_for(int tiles, int k_tiles, int sms) {
-  const int split = std::max(1, std::min({kMaxSplit, 2 * sms / std::max(tiles, 1), k_tiles / 2}));
-  return split;
-}
-
-template <int kTpad>
-cudaError_t launch(const Params& p, int blocks, cudaStream_t stream) {
-  const auto kernel = skinny_gemm_kernel<kTpad>;
-  constexpr int smem = Layout<kTpad>::kSmem;
+cudaError_t launch(const Params& p, cudaStream_t stream) {
+  const auto kernel = skinny_gemm_kernel;
+  constexpr int smem = Layout::kSmem;
   const cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
-  cudaLaunchAttribute attrs[2];
-  attrs[0].id = cudaLaunchAttributeClusterDimension;
-  attrs[0].val.clusterDim.x = static_cast<unsigned>(p.split);
-  attrs[0].val.clusterDim.y = 1;
-  attrs[0].val.clusterDim.z = 1;
-  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[1].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+  cfg.gridDim = dim3(static_cast<unsigned>(p.blocks));
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cfg.attrs = attrs;
-  cfg.numAttrs = 2;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
   return cudaLaunchKernelEx(&cfg, kernel, p);
 }
 
-int padded_rows(int T) { return T <= 16 ? 16 : T <= 32 ? 32 : T <= 64 ? 64 : 128; }
-
 }  // namespace
+
+size_t skinny_workspace_floats(int sm_count) {
+  return static_cast<size_t>(2 * sm_count) * kTileRows * kSkinnyMaxRows;
+}
 
 bool skinny_supported(const void* x, const void* w, const void* y, int T, int K) {
   const auto aligned = [](const void* p, uintptr_t a) {
@@ -239,10 +301,10 @@ bool skinny_supported(const void* x, const void* w, const void* y, int T, int K)
 }
 
 cudaError_t launch_skinny_gemm_bf16(const bf16* x, const SkinnyGroup* groups, int count, int T,
-                                    int K, int sm_count, cudaStream_t stream) {
-  const int tpad = padded_rows(T);
+                                    int K, const SkinnyWorkspace& ws, int sm_count,
+                                    cudaStream_t stream) {
   Params p{};
-  p.x = encode_tma_2d_bf16(x, T, K, tpad);
+  p.x = encode_tma_2d_bf16(x, T, K, kRows);
   int tiles = 0;
   for (int g = 0; g < count; ++g) {
     p.w[g] = encode_tma_2d_bf16(groups[g].w, groups[g].n, K, kTileRows);
@@ -251,21 +313,15 @@ cudaError_t launch_skinny_gemm_bf16(const bf16* x, const SkinnyGroup* groups, in
     p.first_tile[g] = tiles;
     tiles += (groups[g].n + kTileRows - 1) / kTileRows;
   }
+  if (tiles > kSkinnyMaxTiles) return cudaErrorInvalidValue;
   p.count = count;
   p.T = T;
   p.k_tiles = (K + kTileK - 1) / kTileK;
-  p.split = split_for(tiles, p.k_tiles, sm_count);
-  const int blocks = tiles * p.split;
-  switch (tpad) {
-    case 16:
-      return launch<16>(p, blocks, stream);
-    case 32:
-      return launch<32>(p, blocks, stream);
-    case 64:
-      return launch<64>(p, blocks, stream);
-    default:
-      return launch<128>(p, blocks, stream);
-  }
+  p.units = tiles * p.k_tiles;
+  const int min_units = std::max(kMinUnitsPerBlock, (p.k_tiles + kMaxParts - 3) / (kMaxParts - 2));
+  p.blocks = std::max(1, std::min(sm_count, p.units / min_units));
+  p.ws = ws;
+  return launch(p, stream);
 }
 
 }  // namespace deltaserve::cuda

@@ -1,10 +1,12 @@
 // Weight-streaming GEMM for decode-sized batches: y [T, n] = x [T, K] . w [n, K]^T for
 // kGemvMaxRows < T <= kSkinnyMaxRows, bf16 in and out, f32 accumulation, up to kSkinnyMaxGroups
 // projections of the same x in one launch. Each weight is read once a step by the bulk tensor copy
-// engine (TMA) into a deep shared-memory pipeline and multiplied on wgmma (64 weight rows x T
-// padded to 16 / 32 / 64 / 128 a warpgroup); K is split over a thread-block cluster whose partial
-// sums meet in distributed shared memory, so narrow projections still fill the GPU. Launched as a
-// programmatic dependent: the first weight tiles stream while the previous kernel drains.
+// engine (TMA) into a deep shared-memory pipeline and multiplied on wgmma (tiles of 128 weight
+// rows, two warpgroups of 64, x T padded to 16). A persistent grid of one block an
+// SM splits the (tile, 64-column k-tile) units evenly (stream-K), so narrow projections still fill
+// the GPU and no block waits on a wave tail; a tile split between blocks is summed from f32
+// partials, in a fixed order, by the block that completes it. Launched as a programmatic dependent:
+// its first weight tiles stream while the previous kernel drains.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -12,8 +14,24 @@
 
 namespace deltaserve::cuda {
 
-constexpr int kSkinnyMaxRows = 128;
+// Up to 16 tokens: measured on the H200 (bench/linear_bench), cuBLASLt streams the weights faster
+// from 32 tokens on, where this kernel's partial sums grow with T.
+constexpr int kSkinnyMaxRows = 16;
 constexpr int kSkinnyMaxGroups = 4;
+
+// Most tiles of kSkinnyTileRows weight rows in one launch (the lm_head of a 248k vocabulary
+// takes 1,940).
+constexpr int kSkinnyTileRows = 128, kSkinnyMaxTiles = 8192;
+
+// Device memory the launches share (one launch at a time: stream order): f32 partial sums
+// (skinny_workspace_floats) and kSkinnyCounters tile counters, zero before the first launch (every
+// launch leaves them zero).
+struct SkinnyWorkspace {
+  float* partials;
+  int* counters;
+};
+size_t skinny_workspace_floats(int sm_count);
+constexpr int kSkinnyCounters = kSkinnyMaxTiles;
 
 struct SkinnyGroup {
   const __nv_bfloat16* w;  // [n, K]
@@ -26,10 +44,12 @@ struct SkinnyGroup {
 bool skinny_supported(const void* x, const void* w, const void* y, int T, int K);
 
 // Precondition: skinny_supported(x, g.w, g.y, T, K) for each of the `count`
-// (1..kSkinnyMaxGroups) groups; sm_count the device's multiprocessors. Never allocates or
+// (1..kSkinnyMaxGroups) groups, at most kSkinnyMaxTiles tiles of 128 rows in all (else
+// cudaErrorInvalidValue); sm_count the device's multiprocessors. Never allocates or
 // syncs; returns the launch's error (throws deltaserve::DeviceError when a tensor map cannot be
 // encoded).
 cudaError_t launch_skinny_gemm_bf16(const __nv_bfloat16* x, const SkinnyGroup* groups, int count,
-                                    int T, int K, int sm_count, cudaStream_t stream);
+                                    int T, int K, const SkinnyWorkspace& ws, int sm_count,
+                                    cudaStream_t stream);
 
 }  // namespace deltaserve::cuda

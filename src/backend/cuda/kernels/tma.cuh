@@ -1,7 +1,6 @@
 // Hopper's bulk tensor copy engine (TMA) and the shared-memory barriers its copies complete on
 // (sm_90): a 2-D tile of a global tensor copied into shared memory by one thread, the barrier
-// counting the bytes that landed. Also the programmatic-dependent-launch controls that let a kernel
-// start (and stream data that no earlier kernel writes) while its predecessor drains.
+// counting the bytes that landed.
 //
 // A tensor map (CUtensorMap, encoded on the host by `encode_tma_2d`) is passed by value as a
 // __grid_constant__ kernel parameter; the copy instructions take its address.
@@ -59,16 +58,6 @@ __device__ inline void load_2d(void* dst, const CUtensorMap* map, int c0, int c1
 
 __device__ inline void prefetch_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
-
-// Programmatic dependent launch: waits until the grids this one depends on have completed and
-// their memory is visible (a no-op for a kernel launched without the attribute) ...
-__device__ inline void wait_for_predecessor() {
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-}
-// ... and lets the next kernel in the stream, launched with the attribute, start now.
-__device__ inline void allow_successor() {
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
 
 }  // namespace deltaserve::cuda::tma

@@ -89,45 +89,6 @@ __device__ inline void mma_64x16_ss(float (&d)[8], uint64_t a, uint64_t b, bool 
       : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
 }
 
-// d (64 x 32) = (accumulate ? d : 0) + A B, A (64 x 16) and B (16 x 32, stored N x K) both
-// K-major in shared memory.
-__device__ inline void mma_64x32_ss(float (&d)[16], uint64_t a, uint64_t b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, "
-      "0, 0;\n"
-      "}\n"
-      : DS_WGMMA_ACC8(0), DS_WGMMA_ACC8(8)
-      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
-}
-
-// d (64 x 128) = (accumulate ? d : 0) + A B, A (64 x 16) and B (16 x 128, stored N x K) both
-// K-major in shared memory.
-__device__ inline void mma_64x128_ss(float (&d)[64], uint64_t a, uint64_t b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
-      "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
-      "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "
-      "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n"
-      "}\n"
-      : DS_WGMMA_ACC32(0), DS_WGMMA_ACC32(32)
-      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
-}
-
-// d (64 x N) = (accumulate ? d : 0) + A B for N in {16, 32, 64, 128}, A and B both K-major in
-// shared memory.
-template <int N>
-__device__ inline void mma_ss(float (&d)[N / 2], uint64_t a, uint64_t b, bool accumulate) {
-  static_assert(N == 16 || N == 32 || N == 64 || N == 128, "wgmma::mma_ss: N");
-  if constexpr (N == 16) mma_64x16_ss(d, a, b, accumulate);
-  if constexpr (N == 32) mma_64x32_ss(d, a, b, accumulate);
-  if constexpr (N == 64) mma_64x64_ss(d, a, b, accumulate);
-  if constexpr (N == 128) mma_64x128_ss(d, a, b, accumulate);
-}
-
 // d (64 x 32) = (accumulate ? d : 0) + A B, A (64 x 16) in registers (the mma.sync A fragment
 // layout per warp), B (16 x 32, stored N x K) K-major in shared memory.
 __device__ inline void mma_64x32_rs_kmajor(float (&d)[16], const uint32_t (&a)[4], uint64_t b,
