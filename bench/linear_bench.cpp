@@ -3,7 +3,9 @@
 // rotated over copies larger than L2, so every call streams from HBM; a 4-byte memset between
 // calls, its time taken off, so that no call overlaps the one before) and the weights' GB/s, for T
 // = 1 / 4 / 8 / 16 tokens. Columns: ours (CudaBackend::linear_multi: the weight-streaming GEMM),
-// the grouped GEMV kernel it replaced (T <= 8; 0 above) and cuBLASLt (one GEMM per projection). A
+// ours after a residual add + RMSNorm instead of the memset (the norm's time taken off: what the
+// early start of a programmatic dependent saves), the grouped GEMV kernel it replaced (T <= 8; 0
+// above) and cuBLASLt (one GEMM per projection). A
 // last row per T sums one decode step's projections (24 GDN layers, 8 attention layers, 32 MLPs,
 // the lm_head). Usage: linear_bench [--rows 1,4,8,16] [--rounds 5] [--only NAME-PART]
 #include <cuda_runtime.h>
@@ -47,7 +49,7 @@ const std::vector<Group>& groups_4b() {
 }
 
 struct Timings {
-  double ours, gemv, cublaslt;  // gemv 0: not run (T > kGemvMaxRows)
+  double ours, ours_after_norm, gemv, cublaslt;  // gemv 0: not run (T > kGemvMaxRows)
 };
 
 class LinearBench {
@@ -67,27 +69,40 @@ class LinearBench {
     const int calls = std::max(copies * 4, 40);
     int next = 0;
     // A 4-byte memset before each call keeps it from overlapping the previous one (as in a model
-    // step, where other kernels run between projections); its own time is taken off.
-    const auto fence = [&] { cudaMemsetAsync(y[0].tensor().data, 0, 4, be_.stream()); };
-    const double fence_us =
-        1e3 * ds::bench::median_ms_per_call(be_.stream(), rounds_, calls, fence);
-    const auto timed = [&](auto&& run) {
+    // step, where other kernels run between projections); its own time is taken off. The same with
+    // a residual add + RMSNorm of the input's shape before each call instead: the kernel a
+    // projection follows in a decode step, which lets a programmatic dependent start early.
+    ds::Buffer res = be_.alloc(ds::DType::kBF16, {T, g.K}),
+               normed = be_.alloc(ds::DType::kBF16, {T, g.K}),
+               norm_w = be_.alloc(ds::DType::kF32, {g.K});
+    const auto memset = [&] { cudaMemsetAsync(y[0].tensor().data, 0, 4, be_.stream()); };
+    const auto norm = [&] {
+      be_.add_rms_norm(res.tensor(), x.tensor(), norm_w.tensor(), 1e-6f, normed.tensor());
+    };
+    const auto alone = [&](auto&& before) {
+      return 1e3 * ds::bench::median_ms_per_call(be_.stream(), rounds_, calls, before);
+    };
+    const double memset_us = alone(memset), norm_us = alone(norm);
+    const auto after = [&](auto&& before, double before_us, auto&& run) {
       return 1e3 * ds::bench::median_ms_per_call(be_.stream(), rounds_, calls,
                                                  [&] {
-                                                   fence();
+                                                   before();
                                                    run(w[static_cast<size_t>(next++ % copies)]);
                                                  }) -
-             fence_us;
+             before_us;
     };
+    const auto timed = [&](auto&& run) { return after(memset, memset_us, run); };
     Timings t{};
-    t.ours = timed([&](const std::vector<ds::Buffer>& set) {
+    const auto ours = [&](const std::vector<ds::Buffer>& set) {
       std::vector<const ds::Tensor*> ws, ys;
       for (size_t i = 0; i < set.size(); ++i) {
         ws.push_back(&set[i].tensor());
         ys.push_back(&y[i].tensor());
       }
       be_.linear_multi(x.tensor(), ws, ys);
-    });
+    };
+    t.ours = timed(ours);
+    t.ours_after_norm = after(norm, norm_us, ours);
     t.gemv = T > ds::cuda::kGemvMaxRows ? 0.0 : timed([&](const std::vector<ds::Buffer>& set) {
       ds::cuda::GemvGroups gg{};
       for (size_t i = 0; i < set.size(); ++i) {
@@ -115,11 +130,10 @@ class LinearBench {
 };
 
 // Groups whose name contains `only` (all for "").
-// Groups whose name contains `only` (all for "").
 void print_table(LinearBench& bench, const std::vector<int32_t>& rows, const std::string& only) {
   std::printf(
-      "| group | T | MB | ours us | ours GB/s | GEMV us | GEMV GB/s | cuBLASLt us | cuBLASLt "
-      "GB/s |\n|---|---|---|---|---|---|---|---|---|\n");
+      "| group | T | MB | ours us | ours GB/s | ours after a norm us | GEMV us | GEMV GB/s | "
+      "cuBLASLt us | cuBLASLt GB/s |\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (const int32_t T : rows) {
     Timings step{};
     double step_bytes = 0;
@@ -128,17 +142,19 @@ void print_table(LinearBench& bench, const std::vector<int32_t>& rows, const std
       double bytes = 0;
       for (int64_t n : g.n) bytes += static_cast<double>(n * g.K * 2);
       const Timings t = bench.time(g, T);
-      std::printf("| %s | %d | %.1f | %.1f | %.0f | %.1f | %.0f | %.1f | %.0f |\n", g.name.c_str(),
-                  T, bytes / 1e6, t.ours, bytes / t.ours / 1e3, t.gemv,
-                  t.gemv > 0 ? bytes / t.gemv / 1e3 : 0.0, t.cublaslt, bytes / t.cublaslt / 1e3);
+      std::printf("| %s | %d | %.1f | %.1f | %.0f | %.1f | %.1f | %.0f | %.1f | %.0f |\n",
+                  g.name.c_str(), T, bytes / 1e6, t.ours, bytes / t.ours / 1e3, t.ours_after_norm,
+                  t.gemv, t.gemv > 0 ? bytes / t.gemv / 1e3 : 0.0, t.cublaslt,
+                  bytes / t.cublaslt / 1e3);
       step.ours += g.per_step * t.ours;
+      step.ours_after_norm += g.per_step * t.ours_after_norm;
       step.gemv += g.per_step * t.gemv;
       step.cublaslt += g.per_step * t.cublaslt;
       step_bytes += g.per_step * bytes;
     }
-    std::printf("| **step** | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", T,
-                step_bytes / 1e6, step.ours, step_bytes / step.ours / 1e3, step.gemv,
-                step.gemv > 0 ? step_bytes / step.gemv / 1e3 : 0.0, step.cublaslt,
+    std::printf("| **step** | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", T,
+                step_bytes / 1e6, step.ours, step_bytes / step.ours / 1e3, step.ours_after_norm,
+                step.gemv, step.gemv > 0 ? step_bytes / step.gemv / 1e3 : 0.0, step.cublaslt,
                 step_bytes / step.cublaslt / 1e3);
     std::fflush(stdout);
   }
