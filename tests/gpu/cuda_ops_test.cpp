@@ -40,18 +40,20 @@ TEST_F(CudaOps, RmsNormAndAddRmsNorm) {
   }
 }
 
-// T <= 16 with K % 8 == 0 takes the weight-streaming GEMM (tiles whole in a block and shared by
-// up to dozens of blocks; K and n past a tile's edge), the rest cuBLASLt. Each case runs twice, on
+// T <= 16 with K % 8 == 0 and n >= 48 tiles of 128 rows takes the weight-streaming GEMM (tiles
+// whole in a block and shared between blocks; K and n past a tile's edge; n % 4 != 0), narrower
+// projections the GEMV kernel (T <= 8), the rest cuBLASLt. Each case runs twice, on
 // a poisoned output: bit for bit the same result (the GEMM adds a tile's partials in a fixed order,
 // and its tile counters are back to zero after a launch).
 TEST_F(CudaOps, LinearGemvAndCublasLt) {
   for (auto [T, in, out] :
-       {std::tuple{1, 2560, 9216}, std::tuple{3, 9216, 2560}, std::tuple{8, 2560, 32},
-        std::tuple{5, 264, 77}, std::tuple{2, 100, 50}, std::tuple{9, 2560, 1000},
-        std::tuple{17, 256, 384}, std::tuple{64, 9216, 2560}, std::tuple{16, 4096, 2560},
-        std::tuple{33, 2560, 8192}, std::tuple{40, 2560, 32}, std::tuple{64, 2560, 40000},
-        std::tuple{12, 2560, 1000}, std::tuple{20, 100, 50}, std::tuple{130, 1024, 2560},
-        std::tuple{16, 264, 777}, std::tuple{13, 2600, 72}, std::tuple{16, 2560, 248320 / 16}}) {
+       {std::tuple{1, 2560, 9216},  std::tuple{3, 9216, 2560},  std::tuple{8, 2560, 32},
+        std::tuple{5, 264, 77},     std::tuple{2, 100, 50},     std::tuple{9, 2560, 1000},
+        std::tuple{17, 256, 384},   std::tuple{64, 9216, 2560}, std::tuple{16, 4096, 2560},
+        std::tuple{33, 2560, 8192}, std::tuple{40, 2560, 32},   std::tuple{64, 2560, 40000},
+        std::tuple{12, 2560, 1000}, std::tuple{20, 100, 50},    std::tuple{130, 1024, 2560},
+        std::tuple{16, 264, 777},   std::tuple{13, 2600, 72},   std::tuple{16, 2560, 248320 / 16},
+        std::tuple{16, 264, 6200},  std::tuple{5, 2600, 6150}}) {
     auto x = rnd(static_cast<size_t>(T) * in, 4), w = rnd(static_cast<size_t>(out) * in, 5, 0.05f);
     auto dx = dev(x, DType::kBF16, {T, in}), dw = dev(w, DType::kBF16, {out, in});
     auto dy = gpu_->alloc(DType::kBF16, {T, out});
