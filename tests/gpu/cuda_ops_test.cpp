@@ -40,9 +40,9 @@ TEST_F(CudaOps, RmsNormAndAddRmsNorm) {
   }
 }
 
-// T <= 16 with K % 8 == 0 and n >= 48 tiles of 128 rows takes the weight-streaming GEMM (tiles
-// whole in a block and shared between blocks; K and n past a tile's edge; n % 4 != 0), narrower
-// projections the GEMV kernel (T <= 8), the rest cuBLASLt. Each case runs twice, on
+// K % 8 == 0 and T <= 8, or T <= 16 with n >= 48 tiles of 128 rows, takes the weight-streaming
+// GEMM (tiles whole in a block and shared between blocks; K and n past a tile's edge; n % 4 !=
+// 0), the rest cuBLASLt. Each case runs twice, on
 // a poisoned output: bit for bit the same result (the GEMM adds a tile's partials in a fixed order,
 // and its tile counters are back to zero after a launch).
 TEST_F(CudaOps, LinearGemvAndCublasLt) {

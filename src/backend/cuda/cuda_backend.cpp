@@ -243,9 +243,9 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& y) {
   linear_multi(x, ws, ys);
 }
 
-// Up to kSkinnyMaxRows tokens and kSkinnyMinTiles or more 128-row tiles: the weight-streaming
-// GEMM; where it does not apply (or with DS_SKINNY_GEMM=0, for A/B benchmarks) the GEMV kernel for
-// T <= 8; else cuBLASLt, a GEMM each.
+// Up to 8 tokens: the weight-streaming GEMM; up to kSkinnyMaxRows, the GEMM for projections of
+// kSkinnyMinTiles or more 128-row tiles. Where it does not apply (or with DS_SKINNY_GEMM=0, for
+// A/B benchmarks) the GEMV kernel for T <= 8; else cuBLASLt, a GEMM each.
 void CudaBackend::linear_multi(const Tensor& x, std::span<const Tensor* const> ws,
                                std::span<const Tensor* const> ys) {
   DS_CHECK(ws.size() == ys.size() && !ws.empty(), "linear_multi: one output per weight");
@@ -261,7 +261,8 @@ void CudaBackend::linear_multi(const Tensor& x, std::span<const Tensor* const> w
     skinny = skinny && cuda::skinny_supported(x.data, w.data, y.data, t, k);
     gemv = gemv && cuda::gemv_supported(x.data, w.data, t, k);
   }
-  skinny = skinny && tiles >= cuda::kSkinnyMinTiles && tiles <= cuda::kSkinnyMaxTiles;
+  skinny = skinny && tiles <= cuda::kSkinnyMaxTiles &&
+           (T <= cuda::kGemvMaxRows || tiles >= cuda::kSkinnyMinTiles);
   OpTimer timer(*this, "linear");
   if (skinny) {
     cuda::SkinnyGroup g[cuda::kSkinnyMaxGroups];

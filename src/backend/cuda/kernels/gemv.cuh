@@ -1,9 +1,8 @@
 // Skinny linear layers (decode) where the weight-streaming GEMM (skinny_gemm.cuh) does not apply:
 // y [T, N] = x [T, K] . w [N, K]^T for T <= kGemvMaxRows, bf16 in and out, f32 accumulation. A warp
 // streams one weight row with 16-byte loads that bypass L1 and applies it to all T activation rows,
-// so the weights are read once per step. CudaBackend takes it for projections too narrow for the
-// GEMM (fewer than kSkinnyMinTiles tiles), outputs the GEMM cannot store (not 8-byte aligned) and
-// with DS_SKINNY_GEMM=0.
+// so the weights are read once per step. CudaBackend takes it for outputs the GEMM cannot store
+// (not 8-byte aligned) and with DS_SKINNY_GEMM=0.
 #pragma once
 
 #include <cuda_bf16.h>

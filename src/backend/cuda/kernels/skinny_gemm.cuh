@@ -20,9 +20,11 @@ constexpr int kSkinnyMaxRows = 16;
 constexpr int kSkinnyMaxGroups = 4;
 
 // Most tiles of kSkinnyTileRows weight rows in one launch (the lm_head of a 248k vocabulary
-// takes 1,940); and the fewest for which the GEMM pays: with fewer, most tiles are shared between
-// blocks (measured on the H200 at the 4B shapes: the 20-tile projections, n = 2560, run faster
-// on the GEMV kernel and cuBLASLt; the 80- to 1,940-tile ones faster here).
+// takes 1,940); and the fewest for which the GEMM pays over cuBLASLt (9 to 16 tokens): with fewer,
+// most tiles are shared between blocks (measured on the H200 at the 4B shapes: the 20-tile
+// projections, n = 2560, run faster on cuBLASLt; the 80- to 1,940-tile ones faster here). Up to 8
+// tokens the GEMM takes every projection (a step that mixes it with the GEMV kernel ran slower
+// than either alone).
 constexpr int kSkinnyTileRows = 128, kSkinnyMaxTiles = 8192, kSkinnyMinTiles = 48;
 
 // Device memory the launches share (one launch at a time: stream order): f32 partial sums
