@@ -36,12 +36,11 @@ struct Params {
   SkinnyWorkspace ws;
 };
 
-struct Layout {
-  static constexpr int kWBytes = kTileRows * wgmma::kRowBytes, kXBytes = kRows * wgmma::kRowBytes;
-  static constexpr int kStageBytes = kWBytes + kXBytes;
-  static constexpr int kStages = kPipelineBytes / kStageBytes;
-  static constexpr int kSmem = kStages * kStageBytes + wgmma::kAtomBytes;
-};
+// A pipeline stage: the weight tile, then the activation tile (both SW128, 1024-byte aligned).
+constexpr int kWBytes = kTileRows * wgmma::kRowBytes,
+              kStageBytes = kWBytes + kRows * wgmma::kRowBytes;
+constexpr int kStages = kPipelineBytes / kStageBytes;
+constexpr int kSmemBytes = kStages * kStageBytes + wgmma::kAtomBytes;
 
 // Units [first_unit(c), first_unit(c + 1)) belong to block c: the same share for every block
 // (stream-K), tile after tile, each tile's k-tiles in order.
@@ -78,28 +77,26 @@ __device__ inline TileRef tile_ref(const Params& p, int tile) {
 // kernel (weights are never written by one), then activations and the rest as stages free up.
 __device__ void produce(const Params& p, int u0, int u1, unsigned char* stages, uint64_t* full,
                         uint64_t* empty) {
-  using L = Layout;
   tma::prefetch_map(&p.x);
   const auto load_w = [&](int i) {
-    const int u = u0 + i, s = i % L::kStages;
+    const int u = u0 + i, s = i % kStages;
     const TileRef t = tile_ref(p, u / p.k_tiles);
-    tma::load_2d(stages + s * L::kStageBytes, &p.w[t.g], (u % p.k_tiles) * kTileK, t.n0, &full[s]);
+    tma::load_2d(stages + s * kStageBytes, &p.w[t.g], (u % p.k_tiles) * kTileK, t.n0, &full[s]);
   };
   const auto load_x = [&](int i) {
-    const int u = u0 + i, s = i % L::kStages;
-    tma::load_2d(stages + s * L::kStageBytes + L::kWBytes, &p.x, (u % p.k_tiles) * kTileK, 0,
-                 &full[s]);
+    const int u = u0 + i, s = i % kStages;
+    tma::load_2d(stages + s * kStageBytes + kWBytes, &p.x, (u % p.k_tiles) * kTileK, 0, &full[s]);
   };
-  const int first = min(u1 - u0, L::kStages);
+  const int first = min(u1 - u0, kStages);
   for (int i = 0; i < first; ++i) {
-    tma::arrive_expect_bytes(&full[i], L::kStageBytes);
+    tma::arrive_expect_bytes(&full[i], kStageBytes);
     load_w(i);
   }
   pdl::wait_for_predecessor();
   for (int i = 0; i < first; ++i) load_x(i);
   for (int i = first; u0 + i < u1; ++i) {
-    tma::wait(&empty[i % L::kStages], (i / L::kStages - 1) & 1);
-    tma::arrive_expect_bytes(&full[i % L::kStages], L::kStageBytes);
+    tma::wait(&empty[i % kStages], (i / kStages - 1) & 1);
+    tma::arrive_expect_bytes(&full[i % kStages], kStageBytes);
     load_w(i);
     load_x(i);
   }
@@ -213,7 +210,6 @@ __device__ void finish_segment(const Params& p, int c, int tile, int kt0, int kt
 // released once the MMAs reading it have completed.
 __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* stages,
                         uint64_t* full, uint64_t* empty, int* last, const float** parts) {
-  using L = Layout;
   const uint32_t base = tma::smem_addr(stages);
   const uint32_t rows = (threadIdx.x / 128) * 64 * wgmma::kRowBytes;  // this warpgroup's 64
   constexpr uint32_t kStep = 32 >> 4;  // 16 bf16 along K, in the descriptor's 16-byte units
@@ -224,11 +220,11 @@ __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* s
 #pragma unroll
     for (int a = 0; a < kRows / 2; ++a) acc[a] = 0.0f;
     for (; u < end; ++u, ++i) {
-      const int s = i % L::kStages;
-      tma::wait(&full[s], (i / L::kStages) & 1);
-      const uint32_t stage = base + s * L::kStageBytes;
+      const int s = i % kStages;
+      tma::wait(&full[s], (i / kStages) & 1);
+      const uint32_t stage = base + s * kStageBytes;
       const uint64_t wd = wgmma::desc(stage + rows, 16, wgmma::kAtomBytes),
-                     xd = wgmma::desc(stage + L::kWBytes, 16, wgmma::kAtomBytes);
+                     xd = wgmma::desc(stage + kWBytes, 16, wgmma::kAtomBytes);
       wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < kTileK / 16; ++kk)
@@ -243,15 +239,14 @@ __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* s
 
 __global__ void __launch_bounds__(kThreads, 1)
     skinny_gemm_kernel(const __grid_constant__ Params p) {
-  using L = Layout;
   extern __shared__ unsigned char raw[];
   unsigned char* stages = wgmma::atom_aligned<unsigned char>(raw);
-  __shared__ uint64_t full[L::kStages], empty[L::kStages];
+  __shared__ uint64_t full[kStages], empty[kStages];
   __shared__ int last;
   __shared__ const float* parts[kMaxParts];
   const int c = static_cast<int>(blockIdx.x), u0 = first_unit(p, c), u1 = first_unit(p, c + 1);
   if (threadIdx.x == 0) {
-    for (int s = 0; s < L::kStages; ++s) {
+    for (int s = 0; s < kStages; ++s) {
       tma::barrier_init(&full[s], 1);
       tma::barrier_init(&empty[s], kConsumers);
     }
@@ -269,7 +264,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 cudaError_t launch(const Params& p, cudaStream_t stream) {
   const auto kernel = skinny_gemm_kernel;
-  constexpr int smem = Layout::kSmem;
+  constexpr int smem = kSmemBytes;
   const cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
