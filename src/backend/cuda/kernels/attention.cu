@@ -218,10 +218,9 @@ void launch_paged_attention(const BatchMeta& b, const __nv_bfloat16* q, const __
     launch_split<4>(b, q, gate, k_cache, v_cache, s, splits, min_len, ws, out, stream);
   else
     launch_split<8>(b, q, gate, k_cache, v_cache, s, splits, min_len, ws, out, stream);
-  if (splits > 1) {
+  if (splits > 1)
     attn_combine_kernel<<<dim3(b.num_tokens, s.nh), std::min(s.hd, 256), 0, stream>>>(
         b, s, splits, min_len, ws, gate, out);
-  }
 }
 
 }  // namespace deltaserve::cuda

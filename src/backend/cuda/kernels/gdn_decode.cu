@@ -165,11 +165,10 @@ void launch_gdn_decode(const BatchMeta& b, const GdnDecodeArgs& p, GdnState stat
                        cudaStream_t stream) {
   if (b.num_seqs == 0) return;
   const dim3 grid(b.num_seqs, p.nk);
-  if (state.bf16) {
+  if (state.bf16)
     gdn_decode_kernel<<<grid, kThreads, 0, stream>>>(b, p, static_cast<__nv_bfloat16*>(state.data));
-  } else {
+  else
     gdn_decode_kernel<<<grid, kThreads, 0, stream>>>(b, p, static_cast<float*>(state.data));
-  }
 }
 
 }  // namespace deltaserve::cuda

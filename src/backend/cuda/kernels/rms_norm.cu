@@ -80,11 +80,10 @@ void launch(__nv_bfloat16* residual, const __nv_bfloat16* x, const float* w, flo
   if (rows == 0) return;
   const bool vec =
       n % 8 == 0 && n <= 8 * kThreads * kMaxVecs && aligned16(x, w, out, kAdd ? residual : x);
-  if (vec) {
+  if (vec)
     rms_norm_vec_kernel<kAdd><<<rows, kThreads, 0, stream>>>(residual, x, w, eps, n, out);
-  } else {
+  else
     rms_norm_kernel<kAdd><<<rows, kThreads, 0, stream>>>(residual, x, w, eps, n, out);
-  }
 }
 
 }  // namespace
