@@ -49,7 +49,8 @@ bool skinny_supported(const void* x, const void* w, const void* y, int T, int K)
 
 // Precondition: skinny_supported(x, g.w, g.y, T, K) for each of the `count`
 // (1..kSkinnyMaxGroups) groups, at most kSkinnyMaxTiles tiles of 128 rows in all (else
-// cudaErrorInvalidValue); sm_count the device's multiprocessors. Never allocates or
+// cudaErrorInvalidValue); no kernel writes the w (weights): their copies start before the launch
+// waits for the previous kernel; sm_count the device's multiprocessors. Never allocates or
 // syncs; returns the launch's error (throws deltaserve::DeviceError when a tensor map cannot be
 // encoded).
 cudaError_t launch_skinny_gemm_bf16(const __nv_bfloat16* x, const SkinnyGroup* groups, int count,
