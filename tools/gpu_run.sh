@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
-# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench ncu ncusrc ncufull ncuattn attn fla model nccl bench1 prof bench ab hf real serve prefix
+# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench ncu ncusrc ncufull ncuattn attn fla model nccl bench1 prof bench linear decodeab ab hf real serve prefix
 #        prefixab serve8k offline8k
 #        benchtp[:MODELS] servetp   (multi-GPU: TP1 vs TP2 vs TP4 on the visible GPUs)
 # Logs go to $OUT (or ./gpu_logs); a summary line is printed as each stage ends.
@@ -165,6 +165,19 @@ for stage in "$@"; do
       $BIN/gpu_bench --model $M --profile --prefill ${PREFILLS:-512,2048,8192} ${BENCH_FLAGS:-} \
         >"$LOG/gpu_bench.md" 2>"$LOG/gpu_bench.err"
       note "bench rc=$?" ;;
+    linear)  # the decode projections alone: weight-streaming GEMM / GEMV / cuBLASLt
+      $BIN/linear_bench >"$LOG/linear_bench.md" 2>"$LOG/linear_bench.err"
+      note "linear_bench rc=$? $(grep -F '**step**' "$LOG/linear_bench.md" | tr '\n' ' ')" ;;
+    decodeab)  # decode steps with the weight-streaming GEMM and with the previous routing
+               # (DS_SKINNY_GEMM=0), interleaved in one lease
+      for i in 1 2; do
+        for s in 1 0; do
+          DS_SKINNY_GEMM=$s $BIN/gpu_bench --model $M --batches 1,4,16,64 --prefill 512 \
+            >"$LOG/decode_ab_${i}_$s.md" 2>&1
+          note "decode skinny=$s: $(grep -E '^\| [0-9]+ \| [0-9]+ \|' "$LOG/decode_ab_${i}_$s.md" |
+            cut -d'|' -f2,5 | tr '\n' ' ')"
+        done
+      done ;;
     ab)  # A/B of the model-level bench against a base build's (.device_out/bin/gpu_bench_base,
          # staged from another commit), interleaved: new, base, new, base
       for i in 1 2; do
