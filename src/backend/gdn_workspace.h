@@ -4,11 +4,7 @@
 
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define DS_HOST_DEVICE __host__ __device__
-#else
-#define DS_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace deltaserve::backend {
 

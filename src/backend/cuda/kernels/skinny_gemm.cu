@@ -3,6 +3,7 @@
 
 #include "backend/cuda/kernels/pdl.cuh"
 #include "backend/cuda/kernels/skinny_gemm.cuh"
+#include "backend/cuda/kernels/skinny_partition.h"
 #include "backend/cuda/kernels/tma.cuh"
 #include "backend/cuda/kernels/tma_map.h"
 #include "backend/cuda/kernels/wgmma.cuh"
@@ -22,9 +23,6 @@ constexpr int kTileRows = kSkinnyTileRows, kTileK = 64, kConsumers = 256,
 // another of the grid (one block an SM: the even split's premise), also when it starts early beside
 // the previous kernel's blocks.
 constexpr int kPipelineBytes = 160 * 1024;
-// Each block takes at least kMinUnitsPerBlock units, and enough that no tile is shared by more
-// than kMaxParts blocks.
-constexpr int kMinUnitsPerBlock = 4, kMaxParts = 128;
 
 struct Params {
   CUtensorMap x;                    // [T, K], boxes of kRows rows x 64
@@ -42,23 +40,14 @@ constexpr int kWBytes = kTileRows * wgmma::kRowBytes,
 constexpr int kStages = kPipelineBytes / kStageBytes;
 constexpr int kSmemBytes = kStages * kStageBytes + wgmma::kAtomBytes;
 
-// Units [first_unit(c), first_unit(c + 1)) belong to block c: the same share for every block
-// (stream-K), tile after tile, each tile's k-tiles in order.
 __device__ inline int first_unit(const Params& p, int c) {
-  return static_cast<int>(static_cast<int64_t>(c) * p.units / p.blocks);
+  return skinny::first_unit(c, p.units, p.blocks);
 }
-// The block whose units include u.
 __device__ inline int block_of(const Params& p, int u) {
-  int c = static_cast<int>((static_cast<int64_t>(u) + 1) * p.blocks / p.units);
-  c = min(max(c, 0), p.blocks - 1);
-  while (c > 0 && first_unit(p, c) > u) --c;
-  while (c + 1 < p.blocks && first_unit(p, c + 1) <= u) ++c;
-  return c;
+  return skinny::block_of(u, p.units, p.blocks);
 }
-// Block c's partial sums of a tile it shares land in slot 2c when the tile holds the block's
-// first unit, else (the block's last tile) in slot 2c + 1.
 __device__ inline int slot_of(const Params& p, int c, int tile) {
-  return 2 * c + (first_unit(p, c) < tile * p.k_tiles ? 1 : 0);
+  return skinny::slot_of(c, tile, p.units, p.blocks, p.k_tiles);
 }
 __device__ inline float* slot_ptr(const Params& p, int slot) {
   return p.ws.partials + static_cast<size_t>(slot) * kTileRows * kSkinnyMaxRows;
@@ -243,7 +232,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   unsigned char* stages = wgmma::atom_aligned<unsigned char>(raw);
   __shared__ uint64_t full[kStages], empty[kStages];
   __shared__ int last;
-  __shared__ const float* parts[kMaxParts];
+  __shared__ const float* parts[skinny::kMaxParts];
   const int c = static_cast<int>(blockIdx.x), u0 = first_unit(p, c), u1 = first_unit(p, c + 1);
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -313,8 +302,7 @@ cudaError_t launch_skinny_gemm_bf16(const bf16* x, const SkinnyGroup* groups, in
   p.T = T;
   p.k_tiles = (K + kTileK - 1) / kTileK;
   p.units = tiles * p.k_tiles;
-  const int min_units = std::max(kMinUnitsPerBlock, (p.k_tiles + kMaxParts - 3) / (kMaxParts - 2));
-  p.blocks = std::max(1, std::min(sm_count, p.units / min_units));
+  p.blocks = skinny::blocks_for(p.units, p.k_tiles, sm_count);
   p.ws = ws;
   return launch(p, stream);
 }

@@ -1,0 +1,49 @@
+// How the weight-streaming GEMM (skinny_gemm.cu) splits a launch's work between its blocks (a
+// plain header: the kernel and the host-side tests share it). A unit is one 128-row tile's
+// 64-column k-tile; the units are ordered tile after tile, each tile's k-tiles in order, and block
+// c takes units [first_unit(c), first_unit(c + 1)): the same share for every block (stream-K). A
+// tile split between blocks is summed from partials: each sharing block stores its part in a slot
+// of its own.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/host_device.h"
+
+namespace deltaserve::cuda::skinny {
+
+// Each block takes at least kMinUnitsPerBlock units, and enough that no tile is shared by more
+// than kMaxParts blocks.
+constexpr int kMinUnitsPerBlock = 4, kMaxParts = 128;
+
+// The grid: at most one block per multiprocessor, each with enough units.
+inline int blocks_for(int units, int k_tiles, int sm_count) {
+  const int min_units = std::max(kMinUnitsPerBlock, (k_tiles + kMaxParts - 3) / (kMaxParts - 2));
+  return std::max(1, std::min(sm_count, units / min_units));
+}
+
+DS_HOST_DEVICE inline int first_unit(int c, int units, int blocks) {
+  return static_cast<int>(static_cast<int64_t>(c) * units / blocks);
+}
+
+// The block whose units include u.
+DS_HOST_DEVICE inline int block_of(int u, int units, int blocks) {
+  int c = static_cast<int>((static_cast<int64_t>(u) + 1) * blocks / units);
+#ifdef __CUDA_ARCH__
+  c = min(max(c, 0), blocks - 1);
+#else
+  c = std::min(std::max(c, 0), blocks - 1);
+#endif
+  while (c > 0 && first_unit(c, units, blocks) > u) --c;
+  while (c + 1 < blocks && first_unit(c + 1, units, blocks) <= u) ++c;
+  return c;
+}
+
+// Block c's partial sums of a tile it shares land in slot 2c when the tile holds the block's
+// first unit, else (the block's last tile) in slot 2c + 1.
+DS_HOST_DEVICE inline int slot_of(int c, int tile, int units, int blocks, int k_tiles) {
+  return 2 * c + (first_unit(c, units, blocks) < tile * k_tiles ? 1 : 0);
+}
+
+}  // namespace deltaserve::cuda::skinny
