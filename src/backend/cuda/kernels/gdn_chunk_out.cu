@@ -61,16 +61,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, cl = lane % 4;
   const int m = warp % 4, half = warp / 4;
   float o[8][4] = {};
-  for (int ks = 0; ks < kDim / 16; ++ks) {  // q S, S as its transpose S^T [dv][dk]
-    uint32_t a[4];
-    mma::load_a(a, sm.q[16 * m] + 16 * ks, kLd);
-    for (int np = 0; np < 4; ++np) {
-      uint32_t bt[4];
-      mma::load_b_trans(bt, sm.s[64 * half + 16 * np] + 16 * ks, kLd);
-      mma::mma(o[2 * np], a, bt[0], bt[1]);
-      mma::mma(o[2 * np + 1], a, bt[2], bt[3]);
-    }
-  }
+  mma::tile_16x64_bt<kDim>(o, sm.q[16 * m], kLd, sm.s[64 * half], kLd);  // q S, from S^T
   for (int hf = 0; hf < 2; ++hf) {
     const float eg = __expf(sm.gam[16 * m + g + 8 * hf]);
     for (int nt = 0; nt < 8; ++nt) {

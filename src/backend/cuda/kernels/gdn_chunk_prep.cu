@@ -216,16 +216,7 @@ __device__ void products(PrepSmem& sm, const Chunk& ch, const GdnShape& s, const
   const bool is_p = warp >= 4;
   const int m = warp % 4;
   float acc[8][4] = {};
-  for (int ks = 0; ks < kDim / 16; ++ks) {
-    uint32_t af[4];
-    mma::load_a(af, (is_p ? sm.q : sm.k)[16 * m] + 16 * ks, kLd);
-    for (int np = 0; np < 4; ++np) {
-      uint32_t bf[4];
-      mma::load_b_trans(bf, sm.k[16 * np] + 16 * ks, kLd);
-      mma::mma(acc[2 * np], af, bf[0], bf[1]);
-      mma::mma(acc[2 * np + 1], af, bf[2], bf[3]);
-    }
-  }
+  mma::tile_16x64_bt<kDim>(acc, (is_p ? sm.q : sm.k)[16 * m], kLd, sm.k[0], kLd);
   for (int nt = 0; nt < 8; ++nt)
     for (int hf = 0; hf < 2; ++hf) {
       const int i = 16 * m + g + 8 * hf, j = 8 * nt + 2 * c;

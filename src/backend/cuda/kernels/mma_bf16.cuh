@@ -90,6 +90,23 @@ __device__ inline void tile_16x64(float (&acc)[8][4], const __nv_bfloat16* a, in
   }
 }
 
+// acc (eight 16 x 8 tiles) += A . X^T for a 16 x K tile of A at `a` (row-major, lda) and X a 64 x K
+// tile at `x` (n-major: X[n][k] row-major, ldx), e.g. Q K^T or q S from S^T.
+template <int K>
+__device__ inline void tile_16x64_bt(float (&acc)[8][4], const __nv_bfloat16* a, int lda,
+                                     const __nv_bfloat16* x, int ldx) {
+  for (int ks = 0; ks < K / 16; ++ks) {
+    uint32_t af[4];
+    load_a(af, a + 16 * ks, lda);
+    for (int np = 0; np < 4; ++np) {
+      uint32_t bf[4];
+      load_b_trans(bf, x + 16 * np * ldx + 16 * ks, ldx);
+      mma(acc[2 * np], af, bf[0], bf[1]);
+      mma(acc[2 * np + 1], af, bf[2], bf[3]);
+    }
+  }
+}
+
 __device__ inline uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);

@@ -1,4 +1,3 @@
-#include <algorithm>
 #include <cstdint>
 
 #include "backend/cuda/kernels/pdl.cuh"

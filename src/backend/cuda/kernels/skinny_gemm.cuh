@@ -28,14 +28,13 @@ constexpr int kSkinnyMaxGroups = 4;
 constexpr int kSkinnyTileRows = 128, kSkinnyMaxTiles = 8192, kSkinnyMinTiles = 48;
 
 // Device memory the launches share (one launch at a time: stream order): f32 partial sums
-// (skinny_workspace_floats) and kSkinnyCounters tile counters, zero before the first launch (every
+// (skinny_workspace_floats) and kSkinnyMaxTiles tile counters, zero before the first launch (every
 // launch leaves them zero).
 struct SkinnyWorkspace {
   float* partials;
   int* counters;
 };
 size_t skinny_workspace_floats(int sm_count);
-constexpr int kSkinnyCounters = kSkinnyMaxTiles;
 
 struct SkinnyGroup {
   const __nv_bfloat16* w;  // [n, K]
