@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, cl = lane % 4;
   const int m = warp % 4, half = warp / 4;
   float o[8][4] = {};
-  mma::tile_16x64_bt<kDim>(o, sm.q[16 * m], kLd, sm.s[64 * half], kLd);  // q S, from S^T
+  mma::tile_16x64<kDim, true>(o, sm.q[16 * m], kLd, sm.s[64 * half], kLd);  // q S, from S^T
   for (int hf = 0; hf < 2; ++hf) {
     const float eg = __expf(sm.gam[16 * m + g + 8 * hf]);
     for (int nt = 0; nt < 8; ++nt) {

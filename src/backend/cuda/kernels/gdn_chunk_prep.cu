@@ -216,7 +216,7 @@ __device__ void products(PrepSmem& sm, const Chunk& ch, const GdnShape& s, const
   const bool is_p = warp >= 4;
   const int m = warp % 4;
   float acc[8][4] = {};
-  mma::tile_16x64_bt<kDim>(acc, (is_p ? sm.q : sm.k)[16 * m], kLd, sm.k[0], kLd);
+  mma::tile_16x64<kDim, true>(acc, (is_p ? sm.q : sm.k)[16 * m], kLd, sm.k[0], kLd);
   for (int nt = 0; nt < 8; ++nt)
     for (int hf = 0; hf < 2; ++hf) {
       const int i = 16 * m + g + 8 * hf, j = 8 * nt + 2 * c;

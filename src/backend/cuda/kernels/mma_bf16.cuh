@@ -74,8 +74,9 @@ __device__ inline void load_b_trans(uint32_t (&b)[4], const __nv_bfloat16* x, in
 }
 
 // acc (eight 16 x 8 tiles) += A . B for a 16 x K tile of A at `a` (row-major, lda) and a K x 64
-// tile of B at `b` (k-major, ldb).
-template <int K>
+// tile of B at `b`: k-major (B[k][n] row-major, ldb), or with kBT its transpose X = B^T n-major
+// (X[n][k] row-major, e.g. K for Q K^T, or S^T for q S).
+template <int K, bool kBT = false>
 __device__ inline void tile_16x64(float (&acc)[8][4], const __nv_bfloat16* a, int lda,
                                   const __nv_bfloat16* b, int ldb) {
   for (int ks = 0; ks < K / 16; ++ks) {
@@ -83,24 +84,10 @@ __device__ inline void tile_16x64(float (&acc)[8][4], const __nv_bfloat16* a, in
     load_a(af, a + 16 * ks, lda);
     for (int np = 0; np < 4; ++np) {
       uint32_t bf[4];
-      load_b(bf, b + 16 * ks * ldb + 16 * np, ldb);
-      mma(acc[2 * np], af, bf[0], bf[1]);
-      mma(acc[2 * np + 1], af, bf[2], bf[3]);
-    }
-  }
-}
-
-// acc (eight 16 x 8 tiles) += A . X^T for a 16 x K tile of A at `a` (row-major, lda) and X a 64 x K
-// tile at `x` (n-major: X[n][k] row-major, ldx), e.g. Q K^T or q S from S^T.
-template <int K>
-__device__ inline void tile_16x64_bt(float (&acc)[8][4], const __nv_bfloat16* a, int lda,
-                                     const __nv_bfloat16* x, int ldx) {
-  for (int ks = 0; ks < K / 16; ++ks) {
-    uint32_t af[4];
-    load_a(af, a + 16 * ks, lda);
-    for (int np = 0; np < 4; ++np) {
-      uint32_t bf[4];
-      load_b_trans(bf, x + 16 * np * ldx + 16 * ks, ldx);
+      if constexpr (kBT)
+        load_b_trans(bf, b + 16 * np * ldb + 16 * ks, ldb);
+      else
+        load_b(bf, b + 16 * ks * ldb + 16 * np, ldb);
       mma(acc[2 * np], af, bf[0], bf[1]);
       mma(acc[2 * np + 1], af, bf[2], bf[3]);
     }
