@@ -3,6 +3,7 @@
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/attention_prefill.cuh"
 #include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/mma_bf16.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
 
 namespace deltaserve::cuda {
@@ -10,142 +11,206 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kTcMinLen = 16;  // sequences with this many step tokens: the tensor-core kernel
-constexpr int kMaxPer = 8;     // hd <= 256: up to 8 contiguous elements per lane
-// Keys a warp loads at once. On the H200 (4B decode steps at context 1k, one run): 2 beats 1 at
-// every B (attention 0.455 / 1.047 / 3.77 ms a step at B = 16 / 64 / 256 vs 0.508 / 1.176 / 4.29)
-// and 4 at B = 64 / 256 (4: 152 registers, fewer blocks an SM, 1.297 ms at 64; better at B <= 16).
-constexpr int kKeys = 2;
+constexpr int kTile = 16;      // keys a warp folds in at once
+constexpr int kStages = 3;     // tiles of a warp in shared memory (two loading while one is used)
+constexpr float kLog2e = 1.4426950408889634f;
+
+// A warp's key / value tiles: kStages x {K, V} x 16 rows of kHd elements, each row padded by 16
+// bytes so the eight rows an ldmatrix reads fall on distinct banks. kHd is the head size rounded
+// up to 64 / 128 / 256; the columns past the real head size are zero.
+template <int kHd>
+struct DecodeTiles {
+  static constexpr int kRow = kHd + 8;
+  static constexpr int kMat = kTile * kRow;
+  static constexpr int kStage = 2 * kMat;
+  static constexpr int kWarpElems = kStages * kStage;
+  static constexpr size_t kBytes = sizeof(__nv_bfloat16) * kWarps * kWarpElems;
+};
+
+// Copies keys [k0, k0 + 16) of the range ending at p1 (a key past it repeats key p1 - 1; its
+// score is masked) from the caches into a stage. Lane r < 16 looks up key k0 + r's cache row.
+template <int kHd>
+__device__ void load_kv_tile(__nv_bfloat16* stage, const BatchMeta& b, const int* pages,
+                             const AttnShape& s, int kvh, int k0, int p1,
+                             const __nv_bfloat16* __restrict__ kc,
+                             const __nv_bfloat16* __restrict__ vc) {
+  using L = DecodeTiles<kHd>;
+  constexpr int kChunks = kHd / 8, kRowsPer = 32 / kChunks;  // 16-byte pieces, rows a pass
+  const int lane = threadIdx.x % 32;
+  const int p = min(k0 + lane % kTile, p1 - 1);
+  const int row = (pages[p / b.page_size] * b.page_size + p % b.page_size) * s.nkv + kvh;
+  const int c = lane % kChunks;
+  const bool valid = c * 8 < s.hd;
+#pragma unroll
+  for (int r0 = 0; r0 < kTile; r0 += kRowsPer) {
+    const int r = r0 + lane / kChunks;
+    const size_t at =
+        static_cast<size_t>(__shfl_sync(0xffffffffu, row, r)) * s.hd + (valid ? c * 8 : 0);
+    mma::cp_async16(stage + r * L::kRow + c * 8, kc + at, valid);
+    mma::cp_async16(stage + L::kMat + r * L::kRow + c * 8, vc + at, valid);
+  }
+}
+
+// One warp's online softmax over its tiles for the rows g = lane / 4 < G (query heads): the
+// running max m (log2 units), this lane's share of the sum l, and o (head g, columns
+// 8 n + 2 (lane % 4) + {0, 1}).
+template <int kHd>
+struct DecodeRows {
+  float m = -INFINITY, l = 0.0f;
+  float o[kHd / 8][2] = {};
+
+  // Folds in one tile of `valid` keys (K at kt, V at vt); qa holds Q's A fragments (rows 0..7).
+  __device__ void fold(const __nv_bfloat16* kt, const __nv_bfloat16* vt,
+                       const uint32_t (&qa)[kHd / 16][2], int valid, float scale_log2) {
+    using L = DecodeTiles<kHd>;
+    float sc[2][2][2] = {};  // [chain][keys 0..7 / 8..15][two columns]
+#pragma unroll
+    for (int ks = 0; ks < kHd / 16; ++ks) {
+      uint32_t kb[4];
+      mma::load_b_trans(kb, kt + 16 * ks, L::kRow);
+      mma::mma_rows8(sc[ks % 2][0], qa[ks][0], qa[ks][1], kb[0], kb[1]);
+      mma::mma_rows8(sc[ks % 2][1], qa[ks][0], qa[ks][1], kb[2], kb[3]);
+    }
+    const int c = threadIdx.x % 4;
+    float x[2][2], mx = m;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        x[h][e] = 8 * h + 2 * c + e < valid ? (sc[0][h][e] + sc[1][h][e]) * scale_log2 : -INFINITY;
+        mx = fmaxf(mx, x[h][e]);
+      }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float corr = exp2f(m - mx);
+    m = mx;
+    float p[2][2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) p[h][e] = exp2f(x[h][e] - mx);
+    l = l * corr + (p[0][0] + p[0][1]) + (p[1][0] + p[1][1]);
+    const uint32_t pa0 = mma::pack_bf16(p[0][0], p[0][1]), pa2 = mma::pack_bf16(p[1][0], p[1][1]);
+#pragma unroll
+    for (int n = 0; n < kHd / 16; ++n) {
+      uint32_t vb[4];
+      mma::load_b(vb, vt + 16 * n, L::kRow);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        o[2 * n + h][0] *= corr;
+        o[2 * n + h][1] *= corr;
+        mma::mma_rows8(o[2 * n + h], pa0, pa2, vb[2 * h], vb[2 * h + 1]);
+      }
+    }
+  }
+};
+
+// Q's A fragments for query heads kvh * G + g (rows g = lane / 4 < G, zero elsewhere and past hd).
+template <int kHd>
+__device__ void load_q_rows(uint32_t (&qa)[kHd / 16][2], const __nv_bfloat16* __restrict__ q, int t,
+                            int kvh, const AttnShape& s) {
+  const int G = s.nh / s.nkv, g = threadIdx.x % 32 / 4, c = threadIdx.x % 4;
+  const __nv_bfloat16* row = q + (static_cast<size_t>(t) * s.nh + kvh * G + g) * s.hd;
+#pragma unroll
+  for (int ks = 0; ks < kHd / 16; ++ks)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int d = 16 * ks + 8 * h + 2 * c;
+      qa[ks][h] = g < G && d < s.hd ? *reinterpret_cast<const uint32_t*>(row + d) : 0u;
+    }
+}
 
 // Block (token t, KV head, split): the G = nh / nkv query heads sharing the KV head walk the keys
-// [p0, p1) of the token's causal range [0, pos] together (each key and value row is read once for
-// all G heads); warps take every kWarps-th run of kKeys keys with an online softmax per head and
-// merge at the end. With one split the block writes sigmoid(gate) * softmax(.) v; else the
-// unnormalised partial (m, l, acc[hd]) goes to ws [T, nh, splits, hd + 2] for attn_combine_kernel.
-template <int kG>
+// [p0, p1) of the token's causal range [0, pos] on tensor cores, the heads as the rows of
+// 16 x 8 x 16 MMAs (S = Q K^T, then O += P V; each key and value row read once for all G heads).
+// Warp w takes the 16-key tiles w, w + kWarps, ... (its own cp.async pipeline of kStages tiles)
+// with its own online softmax; the warps merge at the end. With one split the block writes
+// sigmoid(gate) * softmax(.) v; else the unnormalised partial (m, l, acc[hd]) goes to
+// ws [T, nh, splits, hd + 2] for attn_combine_kernel.
+template <int kHd>
 __global__ void __launch_bounds__(32 * kWarps)
     attn_split_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ q,
                       const __nv_bfloat16* __restrict__ gate, const __nv_bfloat16* __restrict__ kc,
                       const __nv_bfloat16* __restrict__ vc, AttnShape s, int splits, int min_len,
                       float* __restrict__ ws, __nv_bfloat16* __restrict__ out) {
+  using L = DecodeTiles<kHd>;
   pdl::allow_successor();  // a programmatic dependent may start streaming its weights
-  __shared__ float sm[kWarps][kG], sl[kWarps][kG], sacc[kWarps][kG][256];
+  extern __shared__ __align__(16) __nv_bfloat16 tiles[];
+  __shared__ float sm[kWarps][8], sl[kWarps][8];
   const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
-  const int G = s.nh / s.nkv, hd = s.hd, per = hd / 32;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int G = s.nh / s.nkv, hd = s.hd;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4;
   const int seq = b.token_seq[t], n = b.token_pos[t] + 1;
   if (b.seq_len[seq] >= min_len) return;  // the tensor-core prefill kernel's
-  const int chunk = (n + splits - 1) / splits;
-  const int p0 = split * chunk, p1 = min(n, p0 + chunk);
+  const int chunk = (n + splits * kTile - 1) / (splits * kTile) * kTile;
+  const int p0 = min(n, split * chunk), p1 = min(n, p0 + chunk);
   const int* pages = b.pages + b.seq_page_off[seq];
-  const float scale = rsqrtf(static_cast<float>(hd));
-  float qv[kG][kMaxPer], acc[kG][kMaxPer], m[kG], l[kG];
+  __nv_bfloat16* mine = tiles + warp * L::kWarpElems;
+  const int first = p0 + warp * kTile, stride = kWarps * kTile;
+  const int count = first < p1 ? (p1 - first + stride - 1) / stride : 0;
 #pragma unroll
-  for (int g = 0; g < kG; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kMaxPer; ++j) {
-      acc[g][j] = 0.0f;
-      qv[g][j] = (g < G && j < per)
-                     ? __bfloat162float(
-                           q[(static_cast<size_t>(t) * s.nh + kvh * G + g) * hd + lane * per + j]) *
-                           scale
-                     : 0.0f;
-    }
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < count)
+      load_kv_tile<kHd>(mine + i * L::kStage, b, pages, s, kvh, first + i * stride, p1, kc, vc);
+    mma::cp_async_commit();
   }
-  // Each warp takes kKeys consecutive keys at a time, their K and V rows loaded before any is
-  // used (kKeys x 1 KB in flight a warp at hd = 256), then folds them in one by one.
-  for (int p = p0 + warp * kKeys; p < p1; p += kWarps * kKeys) {
-    uint4 kw[kKeys], vw[kKeys];
-    size_t at[kKeys];
-#pragma unroll
-    for (int u = 0; u < kKeys; ++u) {
-      const int pu = min(p + u, p1 - 1);
-      const size_t row =
-          static_cast<size_t>(pages[pu / b.page_size]) * b.page_size + pu % b.page_size;
-      at[u] = (row * s.nkv + kvh) * hd + lane * per;
-      if (per == 8) {
-        kw[u] = *reinterpret_cast<const uint4*>(kc + at[u]);
-        vw[u] = *reinterpret_cast<const uint4*>(vc + at[u]);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kKeys; ++u) {
-      if (p + u >= p1) break;
-      float kf[kMaxPer], vf[kMaxPer];
-      if (per == 8) {
-        const __nv_bfloat162* k2 = reinterpret_cast<const __nv_bfloat162*>(&kw[u]);
-        const __nv_bfloat162* v2 = reinterpret_cast<const __nv_bfloat162*>(&vw[u]);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float2 a = __bfloat1622float2(k2[j]), c = __bfloat1622float2(v2[j]);
-          kf[2 * j] = a.x;
-          kf[2 * j + 1] = a.y;
-          vf[2 * j] = c.x;
-          vf[2 * j + 1] = c.y;
-        }
-      } else {
-        const __nv_bfloat16 *kr = kc + at[u], *vr = vc + at[u];
-#pragma unroll
-        for (int j = 0; j < kMaxPer; ++j) {
-          kf[j] = j < per ? __bfloat162float(kr[j]) : 0.0f;
-          vf[j] = j < per ? __bfloat162float(vr[j]) : 0.0f;
-        }
-      }
-      float dot[kG];
-#pragma unroll
-      for (int g = 0; g < kG; ++g) {
-        dot[g] = 0.0f;
-#pragma unroll
-        for (int j = 0; j < kMaxPer; ++j) dot[g] = fmaf(qv[g][j], kf[j], dot[g]);
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-        for (int g = 0; g < kG; ++g) dot[g] += __shfl_xor_sync(0xffffffffu, dot[g], o);
-#pragma unroll
-      for (int g = 0; g < kG; ++g) {
-        const float m_new = fmaxf(m[g], dot[g]), corr = __expf(m[g] - m_new),
-                    e = __expf(dot[g] - m_new);
-#pragma unroll
-        for (int j = 0; j < kMaxPer; ++j) acc[g][j] = fmaf(acc[g][j], corr, e * vf[j]);
-        l[g] = l[g] * corr + e;
-        m[g] = m_new;
-      }
-    }
+  uint32_t qa[kHd / 16][2];
+  load_q_rows<kHd>(qa, q, t, kvh, s);
+  const float scale_log2 = rsqrtf(static_cast<float>(hd)) * kLog2e;
+  DecodeRows<kHd> rows;
+  for (int i = 0; i < count; ++i) {
+    const int next = i + kStages - 1;
+    if (next < count)
+      load_kv_tile<kHd>(mine + next % kStages * L::kStage, b, pages, s, kvh, first + next * stride,
+                        p1, kc, vc);
+    mma::cp_async_commit();
+    mma::cp_async_wait<kStages - 1>();
+    __syncwarp();
+    const __nv_bfloat16* stage = mine + i % kStages * L::kStage;
+    rows.fold(stage, stage + L::kMat, qa, p1 - (first + i * stride), scale_log2);
+    __syncwarp();
   }
+  mma::cp_async_wait<0>();
+  __syncwarp();
+  // Each warp's rows to shared memory (over its own tiles), then the merge across warps.
+  rows.l += __shfl_xor_sync(0xffffffffu, rows.l, 1);
+  rows.l += __shfl_xor_sync(0xffffffffu, rows.l, 2);
+  float* sacc = reinterpret_cast<float*>(mine);  // [G][hd]
+  if (g < G) {
 #pragma unroll
-  for (int g = 0; g < kG; ++g) {
-    if (lane == 0) {
-      sm[warp][g] = m[g];
-      sl[warp][g] = l[g];
+    for (int j = 0; j < kHd / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int d = 8 * j + 2 * (lane % 4) + e;
+        if (d < hd) sacc[g * hd + d] = rows.o[j][e];
+      }
+    if (lane % 4 == 0) {
+      sm[warp][g] = rows.m;
+      sl[warp][g] = rows.l;
     }
-#pragma unroll
-    for (int j = 0; j < kMaxPer; ++j)
-      if (j < per) sacc[warp][g][lane * per + j] = acc[g][j];
   }
   __syncthreads();
   for (int e = threadIdx.x; e < G * hd; e += 32 * kWarps) {
-    const int g = e / hd, d = e % hd, h = kvh * G + g;
+    const int gg = e / hd, d = e % hd, h = kvh * G + gg;
     float M = -INFINITY;
-    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm[w][g]);
-    float L = 0.0f, o = 0.0f;
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm[w][gg]);
+    float Lsum = 0.0f, o = 0.0f;
     if (M > -INFINITY)
       for (int w = 0; w < kWarps; ++w)
-        if (sm[w][g] > -INFINITY) {
-          const float c = __expf(sm[w][g] - M);
-          L += sl[w][g] * c;
-          o += sacc[w][g][d] * c;
+        if (sm[w][gg] > -INFINITY) {
+          const float c = exp2f(sm[w][gg] - M);
+          Lsum += sl[w][gg] * c;
+          o += reinterpret_cast<const float*>(tiles + w * L::kWarpElems)[gg * hd + d] * c;
         }
     const size_t idx = (static_cast<size_t>(t) * s.nh + h) * hd + d;
     if (splits == 1) {
-      out[idx] = __float2bfloat16(o / L / (1.0f + __expf(-__bfloat162float(gate[idx]))));
+      out[idx] = __float2bfloat16(o / Lsum / (1.0f + __expf(-__bfloat162float(gate[idx]))));
     } else {
       float* part = ws + ((static_cast<size_t>(t) * s.nh + h) * splits + split) * (hd + 2);
       part[2 + d] = o;
       if (d == 0) {
         part[0] = M;
-        part[1] = L;
+        part[1] = Lsum;
       }
     }
   }
@@ -167,7 +232,7 @@ __global__ void attn_combine_kernel(BatchMeta b, AttnShape s, int splits, int mi
     for (int k = 0; k < splits; ++k) {
       const float* pk = part + k * (hd + 2);
       if (pk[0] == -INFINITY) continue;
-      const float c = __expf(pk[0] - M);
+      const float c = exp2f(pk[0] - M);  // maxima in log2 units
       L += pk[1] * c;
       o += pk[2 + d] * c;
     }
@@ -176,11 +241,13 @@ __global__ void attn_combine_kernel(BatchMeta b, AttnShape s, int splits, int mi
   }
 }
 
-template <int kG>
+template <int kHd>
 void launch_split(const BatchMeta& b, const __nv_bfloat16* q, const __nv_bfloat16* gate,
                   const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache, const AttnShape& s,
                   int splits, int min_len, float* ws, __nv_bfloat16* out, cudaStream_t stream) {
-  attn_split_kernel<kG><<<dim3(b.num_tokens, s.nkv, splits), 32 * kWarps, 0, stream>>>(
+  constexpr size_t smem = DecodeTiles<kHd>::kBytes;
+  cudaFuncSetAttribute(attn_split_kernel<kHd>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  attn_split_kernel<kHd><<<dim3(b.num_tokens, s.nkv, splits), 32 * kWarps, smem, stream>>>(
       b, q, gate, k_cache, v_cache, s, splits, min_len, ws, out);
 }
 
@@ -209,15 +276,12 @@ void launch_paged_attention(const BatchMeta& b, const __nv_bfloat16* q, const __
     launch_attention_prefill(b, q, gate, k_cache, v_cache, s, min_len, out, stream);
     if (b.num_tokens == b.max_seq_len) return;  // one sequence, all of it prefill
   }
-  const int G = s.nh / s.nkv;
-  if (G <= 1)
-    launch_split<1>(b, q, gate, k_cache, v_cache, s, splits, min_len, ws, out, stream);
-  else if (G <= 2)
-    launch_split<2>(b, q, gate, k_cache, v_cache, s, splits, min_len, ws, out, stream);
-  else if (G <= 4)
-    launch_split<4>(b, q, gate, k_cache, v_cache, s, splits, min_len, ws, out, stream);
+  if (s.hd <= 64)
+    launch_split<64>(b, q, gate, k_cache, v_cache, s, splits, min_len, ws, out, stream);
+  else if (s.hd <= 128)
+    launch_split<128>(b, q, gate, k_cache, v_cache, s, splits, min_len, ws, out, stream);
   else
-    launch_split<8>(b, q, gate, k_cache, v_cache, s, splits, min_len, ws, out, stream);
+    launch_split<256>(b, q, gate, k_cache, v_cache, s, splits, min_len, ws, out, stream);
   if (splits > 1)
     attn_combine_kernel<<<dim3(b.num_tokens, s.nh), std::min(s.hd, 256), 0, stream>>>(
         b, s, splits, min_len, ws, gate, out);

@@ -28,9 +28,10 @@ void launch_attn_prep(const BatchMeta& b, const __nv_bfloat16* qg, __nv_bfloat16
 int attention_splits(int num_tokens, const AttnShape& s, int num_sms, size_t ws_bytes);
 
 // out [T, nh, hd] = softmax(q k^T / sqrt(hd)) v over positions [0, pos], times sigmoid(gate).
-// GQA: one block per (token, KV head, split) serves the nh / nkv query heads of the KV head; with
-// splits > 1 the partials go to ws (T * nh * splits * (hd + 2) floats) and a second kernel merges
-// them. Preconditions: hd <= 256 and a multiple of 32; nh / nkv <= 8. Never allocates or syncs.
+// GQA: one block per (token, KV head, split) serves the nh / nkv query heads of the KV head on
+// tensor cores (the heads as MMA rows); with splits > 1 the partials go to ws
+// (T * nh * splits * (hd + 2) floats) and a second kernel merges them. Preconditions: hd <= 256
+// and a multiple of 32; nh / nkv <= 8. Never allocates or syncs.
 void launch_paged_attention(const BatchMeta& b, const __nv_bfloat16* q, const __nv_bfloat16* gate,
                             const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
                             const AttnShape& s, int splits, float* ws, __nv_bfloat16* out,

@@ -48,6 +48,18 @@ __device__ inline void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, u
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// d += a . b for an A tile whose rows 8..15 are zero (a0: row g, cols 2c..2c+1; a2: row g,
+// cols 8+2c..): only the accumulator's rows 0..7 (d[0..1]: row g, cols 2c, 2c+1) are kept.
+__device__ inline void mma_rows8(float (&d)[2], uint32_t a0, uint32_t a2, uint32_t b0,
+                                 uint32_t b1) {
+  asm volatile(
+      "{\n.reg .f32 unused0, unused1;\n"
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,unused0,unused1}, "
+      "{%2,%4,%3,%4}, {%5,%6}, {%0,%1,%7,%7};\n}\n"
+      : "+f"(d[0]), "+f"(d[1])
+      : "r"(a0), "r"(a2), "r"(0u), "r"(b0), "r"(b1), "f"(0.0f));
+}
+
 // The A tile at `m` (row-major, leading dimension ld, in elements).
 __device__ inline void load_a(uint32_t (&a)[4], const __nv_bfloat16* m, int ld) {
   const int lane = threadIdx.x % 32;
