@@ -528,7 +528,11 @@ std::vector<Sampled> CudaBackend::sample(const Tensor& logits, int32_t vocab,
     cap = std::max(need, 2 * cap);
     check(cudaMalloc(&buf, cap), "cudaMalloc (sampling)");
   };
-  grow(sample_in_, sample_in_cap_, in_bytes);
+  // The row statistics' workspace follows the uploaded parameters, 16-byte aligned.
+  const size_t stats_at = (in_bytes + 15) / 16 * 16;
+  grow(sample_in_, sample_in_cap_,
+       stats_at +
+           static_cast<size_t>(R) * cuda::sample_slices(vocab) * sizeof(cuda::SampleRowStats));
   grow(sample_out_, sample_out_cap_, out_bytes);
   check(cudaMemcpyAsync(sample_in_, sample_host_.data(), in_bytes, cudaMemcpyHostToDevice, stream_),
         "sample upload");
@@ -540,7 +544,8 @@ std::vector<Sampled> CudaBackend::sample(const Tensor& logits, int32_t vocab,
       reinterpret_cast<float*>(o + static_cast<size_t>(R) * (8 + 4 * cuda::kSampleMaxTop));
   cuda::launch_sample(
       bf(logits), logits.dim(1), vocab, R, static_cast<const cuda::SampleRowParams*>(sample_in_),
-      reinterpret_cast<const cuda::SampleAdj*>(static_cast<char*>(sample_in_) + pbytes), tok, lp,
+      reinterpret_cast<const cuda::SampleAdj*>(static_cast<char*>(sample_in_) + pbytes),
+      reinterpret_cast<cuda::SampleRowStats*>(static_cast<char*>(sample_in_) + stats_at), tok, lp,
       top_ids, top_lp, stream_);
   check(cudaGetLastError(), "sample launch");
   std::vector<char> h(out_bytes);

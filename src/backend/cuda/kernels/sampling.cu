@@ -6,7 +6,7 @@
 namespace deltaserve::cuda {
 namespace {
 
-constexpr int kThreads = 1024;
+constexpr int kThreads = 1024, kStatThreads = 256;
 constexpr int kBins = 2048, kSub = 1024;
 constexpr float kBinsPerUnit = 64.0f;  // bins cover (max - x) / T in [0, 32)
 
@@ -37,9 +37,11 @@ struct MaxSumOp {
   }
 };
 
+// The logit of token i after the row's penalties, bans and biases; `bits` marks the row's tokens
+// with an entry in `adj`, from token bit0 (a multiple of 32) on.
 __device__ inline float penalized(const SampleRowParams& p, const SampleAdj* adj,
-                                  const uint32_t* bits, int i, float x) {
-  if (!(bits[i >> 5] >> (i & 31) & 1u)) return x;
+                                  const uint32_t* bits, int bit0, int i, float x) {
+  if (!(bits[(i - bit0) >> 5] >> (i & 31) & 1u)) return x;
   int lo = 0, hi = p.adj_len - 1;
   while (lo < hi) {
     const int mid = (lo + hi) / 2;
@@ -69,9 +71,54 @@ __device__ inline int first_bin(const int* cnt, const float* mass, int n, int ne
   return n - 1;
 }
 
+// Marks the tokens of [i0, i0 + 32 * words) with an entry in adj (adj_len entries) in bits.
+__device__ void mark_adjusted(uint32_t* bits, int words, int i0, const SampleAdj* adj,
+                              int adj_len) {
+  for (int w = threadIdx.x; w < words; w += blockDim.x) bits[w] = 0u;
+  __syncthreads();
+  for (int e = threadIdx.x; e < adj_len; e += blockDim.x) {
+    const int t = adj[e].token - i0;
+    if (t >= 0 && t < 32 * words) atomicOr(&bits[t >> 5], 1u << (t & 31));
+  }
+  __syncthreads();
+}
+
+// Block (slice, row): over the row's tokens [slice * kSampleSlice, ...) the raw logits' max and
+// sum of exp (for the logprobs) and the penalized argmax (greedy), many blocks a row.
+__global__ void __launch_bounds__(kStatThreads)
+    row_stats_kernel(const __nv_bfloat16* __restrict__ logits, int64_t ld, int V,
+                     const SampleRowParams* __restrict__ params,
+                     const SampleAdj* __restrict__ adj_all, SampleRowStats* __restrict__ stats) {
+  __shared__ uint32_t bits[kSampleSlice / 32];
+  using ReduceMS = cub::BlockReduce<MaxSum, kStatThreads>;
+  using Reduce = cub::BlockReduce<ValIdx, kStatThreads>;
+  __shared__ union {
+    typename ReduceMS::TempStorage ms;
+    typename Reduce::TempStorage r;
+  } tmp;
+  const int row = blockIdx.y, i0 = blockIdx.x * kSampleSlice, i1 = min(V, i0 + kSampleSlice);
+  const SampleRowParams p = params[row];
+  const SampleAdj* adj = adj_all + p.adj_begin;
+  mark_adjusted(bits, kSampleSlice / 32, i0, adj, p.adj_len);
+  const __nv_bfloat16* x = logits + static_cast<int64_t>(row) * ld;
+  MaxSum raw{-INFINITY, 0.0f};
+  ValIdx best{-INFINITY, 0x7fffffff};
+  for (int i = i0 + threadIdx.x; i < i1; i += kStatThreads) {
+    const float r = __bfloat162float(x[i]);
+    raw = MaxSumOp()(raw, MaxSum{r, 1.0f});
+    const ValIdx c{penalized(p, adj, bits, i0, i, r), i};
+    if (before(c, best)) best = c;
+  }
+  const MaxSum rs = ReduceMS(tmp.ms).Reduce(raw, MaxSumOp());
+  __syncthreads();
+  const ValIdx b = Reduce(tmp.r).Reduce(best, ArgBest());
+  if (threadIdx.x == 0) stats[row * gridDim.x + blockIdx.x] = {rs.m, rs.s, b.v, b.i};
+}
+
 __global__ void __launch_bounds__(kThreads)
     sample_kernel(const __nv_bfloat16* __restrict__ logits, int64_t ld, int V,
                   const SampleRowParams* __restrict__ params, const SampleAdj* __restrict__ adj_all,
+                  const SampleRowStats* __restrict__ stats, int slices,
                   int32_t* __restrict__ token_out, float* __restrict__ lp_out,
                   int32_t* __restrict__ top_ids, float* __restrict__ top_lp) {
   extern __shared__ uint32_t bits[];  // (V + 31) / 32 words
@@ -98,22 +145,13 @@ __global__ void __launch_bounds__(kThreads)
   const SampleRowParams p = params[row];
   const SampleAdj* adj = adj_all + p.adj_begin;
   const __nv_bfloat16* x = logits + static_cast<int64_t>(row) * ld;
-  const int words = (V + 31) / 32;
-  for (int w = tid; w < words; w += kThreads) bits[w] = 0u;
-  __syncthreads();
-  for (int e = tid; e < p.adj_len; e += kThreads) {
-    const int t = adj[e].token;
-    if (t >= 0 && t < V) atomicOr(&bits[t >> 5], 1u << (t & 31));
-  }
-  __syncthreads();
-
-  // Pass 1: raw max / sum of exp (logprobs) and the penalized argmax (greedy).
+  // The row's slices (row_stats_kernel): raw max / sum of exp (logprobs), penalized argmax.
   MaxSum raw{-INFINITY, 0.0f};
   ValIdx best{-INFINITY, 0x7fffffff};
-  for (int i = tid; i < V; i += kThreads) {
-    const float r = __bfloat162float(x[i]);
-    raw = MaxSumOp()(raw, MaxSum{r, 1.0f});
-    const ValIdx c{penalized(p, adj, bits, i, r), i};
+  for (int k = tid; k < slices; k += kThreads) {
+    const SampleRowStats& st = stats[row * slices + k];
+    raw = MaxSumOp()(raw, MaxSum{st.max, st.sum_exp});
+    const ValIdx c{st.best, st.best_id};
     if (before(c, best)) best = c;
   }
   const MaxSum rs = ReduceMS(tmp.ms).Reduce(raw, MaxSumOp());
@@ -129,10 +167,11 @@ __global__ void __launch_bounds__(kThreads)
   int token = sh_i[0] < V ? sh_i[0] : 0;
 
   if (p.temperature >= 1e-5f && m_adj > -INFINITY) {
+    mark_adjusted(bits, (V + 31) / 32, 0, adj, p.adj_len);
     const float inv_t = 1.0f / p.temperature;
     // d = (m_adj - x) / T >= 0; the kept set is {d <= dcut}.
     auto dist = [&](int i) {
-      const float v = penalized(p, adj, bits, i, __bfloat162float(x[i]));
+      const float v = penalized(p, adj, bits, 0, i, __bfloat162float(x[i]));
       return v == -INFINITY ? INFINITY : (m_adj - v) * inv_t;
     };
     for (int b = tid; b < kBins; b += kThreads) {
@@ -293,16 +332,20 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 void launch_sample(const __nv_bfloat16* logits, int64_t ld, int vocab, int rows,
-                   const SampleRowParams* params, const SampleAdj* adj, int32_t* token,
-                   float* logprob, int32_t* top_ids, float* top_lp, cudaStream_t stream) {
+                   const SampleRowParams* params, const SampleAdj* adj, SampleRowStats* stats,
+                   int32_t* token, float* logprob, int32_t* top_ids, float* top_lp,
+                   cudaStream_t stream) {
   if (rows == 0) return;
+  const int slices = sample_slices(vocab);
+  row_stats_kernel<<<dim3(slices, rows), kStatThreads, 0, stream>>>(logits, ld, vocab, params, adj,
+                                                                    stats);
   const size_t smem = static_cast<size_t>((vocab + 31) / 32) * sizeof(uint32_t);
   // Static + dynamic shared memory exceed the default 48 KiB for large vocabularies: opt in (a
   // host-side attribute of the current device; cheap, and right for every device and thread).
   cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        static_cast<int>(smem));
-  sample_kernel<<<rows, kThreads, smem, stream>>>(logits, ld, vocab, params, adj, token, logprob,
-                                                  top_ids, top_lp);
+  sample_kernel<<<rows, kThreads, smem, stream>>>(logits, ld, vocab, params, adj, stats, slices,
+                                                  token, logprob, top_ids, top_lp);
 }
 
 }  // namespace deltaserve::cuda
