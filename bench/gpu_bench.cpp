@@ -7,6 +7,8 @@
 //                  [--prefill 512,2048,8192] [--iters 30] [--profile]
 //                  [--mamba-ssm-cache-dtype auto|float32|bfloat16]  (the GDN state: bf16 halves
 //                  its bytes in the decode floor too)
+//                  [--mixed 64,256]  (steps of serving under load, eager: B decode rows at
+//                  the context and a prefill chunk filling the step to --prefill's largest)
 // With --tp 1,2[,4] it prints the tensor-parallel tables instead, every degree in one run (TP N on
 // NCCL ranks over GPUs 0..N-1 through the server's TpExecutor; TP 1 without collectives): per-rank
 // memory, decode step time (graphed) at each B and prefill throughput, and for N > 1 the time of
@@ -102,14 +104,36 @@ ds::StepBatch decode_batch(int32_t B, int32_t V, int32_t ctx, int32_t page, int3
   return b.build();
 }
 
-// One fresh prefill of N tokens on `slot` with pages [first, first + ppp), its last row sampled.
-ds::StepBatch prefill_batch(int32_t N, int32_t V, int32_t page, int32_t slot, int32_t first,
-                            int32_t ppp) {
+// Adds one fresh prefill of N tokens on `slot` with pages [first, first + ppp), its last row
+// sampled.
+void add_prefill(ds::StepBatchBuilder& b, int32_t N, int32_t V, int32_t slot, int32_t first,
+                 int32_t ppp) {
   std::vector<int32_t> ids, pages;
   for (int32_t i = 0; i < N; ++i)  // 64-bit: i * 104729 overflows int32 past 20,504 tokens
     ids.push_back(static_cast<int32_t>((int64_t{i} * 104729 + 7) % V));
   for (int32_t q = 0; q < ppp; ++q) pages.push_back(first + q);
-  return ds::StepBatchBuilder(page).add(0, ids, 0, slot, pages, 1).build();
+  b.add(0, ids, 0, slot, pages, 1);
+}
+
+ds::StepBatch prefill_batch(int32_t N, int32_t V, int32_t page, int32_t slot, int32_t first,
+                            int32_t ppp) {
+  ds::StepBatchBuilder b(page);
+  add_prefill(b, N, V, slot, first, ppp);
+  return b.build();
+}
+
+// A step of serving under load: B decode rows at context ctx (as decode_batch), then a fresh
+// prefill chunk of N - B tokens (as prefill_batch).
+ds::StepBatch mixed_batch(int32_t B, int32_t N, int32_t V, int32_t ctx, int32_t page, int32_t pps,
+                          int32_t ppp) {
+  ds::StepBatchBuilder b(page);
+  for (int32_t r = 0; r < B; ++r) {
+    std::vector<int32_t> pages;
+    for (int32_t q = 0; q < pps; ++q) pages.push_back(r * pps + q);
+    b.add(0, std::vector<int32_t>{(r * 7919 + 11) % V}, ctx, r, pages, 1);
+  }
+  add_prefill(b, N - B, V, B, B * pps, ppp);
+  return b.build();
 }
 
 // Milliseconds of `calls` back-to-back bf16 all-reduces of each of `elems` elements over N NCCL
@@ -317,6 +341,7 @@ class SingleGpuBench {
 
   void decode_table();
   void prefill_table();
+  void mixed_table(const std::vector<int32_t>& decode_rows);
   void print_reports() const {
     for (const std::string& r : reports_) std::printf("\n%s", r.c_str());
   }
@@ -434,12 +459,41 @@ void SingleGpuBench::prefill_table() {
 
 }  // namespace
 
+// Steps of maxN tokens: B decode rows (context ctx) and a prefill chunk of maxN - B, eager.
+void SingleGpuBench::mixed_table(const std::vector<int32_t>& decode_rows) {
+  std::printf(
+      "\n| mixed step: decode rows | ctx | prefill tokens | ms | prefill alone ms |\n"
+      "|---|---|---|---|---|\n");
+  runner_.set_eager(true);
+  const int32_t V = static_cast<int32_t>(c_.vocab_size);
+  for (const int32_t B : decode_rows) {
+    if (B >= maxN_ || B > maxB_)
+      throw ds::Error(
+          "--mixed: decode rows below --prefill's largest "
+          "and at most --batches' largest");
+    const ds::StepBatch fb = mixed_batch(B, maxN_, V, ctx_, kPage, pps_, ppp_);
+    const double ms = time_steps(fb, static_cast<size_t>(B) + 1, 5, 1);
+    const double alone = time_steps(prefill_batch(maxN_ - B, V, kPage, B, B * pps_, ppp_), 1, 5, 1);
+    std::printf("| %d | %d | %d | %.2f | %.2f |\n", B, ctx_, maxN_ - B, ms, alone);
+    std::fflush(stdout);
+    if (profile_) {
+      be_.set_profiling(true);
+      be_.profile_report(true);
+      time_steps(fb, static_cast<size_t>(B) + 1, 1, 0);
+      reports_.push_back("mixed step, " + std::to_string(B) + " decode rows + " +
+                         std::to_string(maxN_ - B) + " prefill tokens (one step)\n" +
+                         be_.profile_report(true));
+      be_.set_profiling(false);
+    }
+  }
+}
+
 int main(int argc, char** argv) {
   try {
     std::vector<std::string> args(argv + 1, argv + argc);
     ds::app::Args a(
         args, "gpu_bench",
-        {"model", "batches", "context", "prefill", "iters", "tp", "mamba-ssm-cache-dtype"},
+        {"model", "batches", "context", "prefill", "iters", "tp", "mamba-ssm-cache-dtype", "mixed"},
         {"profile"});
     const std::vector<int32_t> batches = parse_list(a.get("batches", "1,16,64,256"));
     const std::vector<int32_t> prefills = parse_list(a.get("prefill", "512,2048,8192"));
@@ -452,6 +506,7 @@ int main(int argc, char** argv) {
                          ds::app::ssm_state_dtype_flag(a));
     bench.decode_table();
     bench.prefill_table();
+    if (a.has("mixed")) bench.mixed_table(parse_list(a.get("mixed", "")));
     bench.print_reports();
     return 0;
   } catch (const std::exception& e) {

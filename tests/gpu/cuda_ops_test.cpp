@@ -195,6 +195,12 @@ StepBatch long_prefill_batch(int ps) {
       ps, {{600, 0, 0, range(0, 38, 2)}, {200, 500, 1, range(1, 44, 2)}, {1, 40, 2, range(90, 3)}});
 }
 
+// A serving step: decode rows first (as the scheduler orders them), then a prefill of 150 tokens:
+// the split-KV kernel covers only the leading rows.
+StepBatch decode_first_batch(int ps) {
+  return make_batch(ps, {{1, 40, 2, {1, 2, 4}}, {1, 9, 1, {0}}, {150, 0, 0, range(5, 10)}});
+}
+
 class PagedAttention : public CudaOps {
  protected:
   // Every case below with pages of ps rows: decode rows (split-KV) and prefill sequences
@@ -205,17 +211,20 @@ class PagedAttention : public CudaOps {
 void PagedAttention::run_cases(int ps) {
   SCOPED_TRACE("page size " + std::to_string(ps));
   // kind 0: mixed short prefill / decode, 1: long-context decode (split-KV), 2: long prefills
-  // (the tensor-core kernel for hd 64 / 128 / 256, after cached positions), 3: longer prefills.
+  // (the tensor-core kernel for hd 64 / 128 / 256, after cached positions), 3: longer prefills,
+  // 4: decode rows before a prefill.
   for (auto [nh, nkv, hd, rd, kind] :
        {std::tuple{4, 2, 256, 64, 0}, std::tuple{4, 2, 32, 16, 0}, std::tuple{16, 4, 256, 64, 0},
         std::tuple{6, 2, 64, 32, 0}, std::tuple{16, 4, 256, 64, 1}, std::tuple{8, 8, 128, 32, 1},
         std::tuple{16, 4, 256, 64, 2}, std::tuple{8, 2, 128, 32, 2}, std::tuple{4, 4, 64, 64, 2},
-        std::tuple{8, 2, 256, 64, 3}, std::tuple{4, 2, 128, 32, 3}}) {
+        std::tuple{8, 2, 256, 64, 3}, std::tuple{4, 2, 128, 32, 3}, std::tuple{16, 4, 256, 64, 4},
+        std::tuple{6, 2, 64, 32, 4}}) {
     const StepBatch batch = kind == 1   ? long_batch(ps)
                             : kind == 2 ? prefill_batch(ps)
                             : kind == 3 ? long_prefill_batch(ps)
+                            : kind == 4 ? decode_first_batch(ps)
                                         : test_batch(ps);
-    const int pages = kind == 1 ? 82 : kind == 2 ? 21 : kind == 3 ? 93 : 12;
+    const int pages = kind == 1 ? 82 : kind == 2 ? 21 : kind == 3 ? 93 : kind == 4 ? 15 : 12;
     const int T = batch.num_tokens();
     AttnDims d{nh, nkv, hd, rd, 1e6, 1e-6f};
     auto qg = rnd(static_cast<size_t>(T) * nh * 2 * hd, 20),

@@ -4,7 +4,8 @@
 // - decode (one token per sequence, one of them fresh): the fused decode kernel;
 // - prefill (sequences fresh and continued, shorter and longer than a chunk, a decode row among
 //   them): the conv inside the chunked delta rule's prep, the conv state read for the rows before a
-//   continued sequence's first step token.
+//   continued sequence's first step token;
+// - a mixed step (decode rows first): those rows on the fused decode kernel, the rest chunked.
 // Bounds: the output within bf16 rounding, the conv state exactly, the recurrent state within f32
 // rounding (one bf16 ulp for a bf16 state).
 #include <gtest/gtest.h>
@@ -33,9 +34,19 @@ StepBatch prefill_step() {
                             {64, 0, 4, range(20, 4)}});
 }
 
+// A serving step: decode rows first (a continued one and a fresh one-token prompt: the fused
+// decode kernel's), then prefill chunks and a later decode row (the chunked rule's). Its reference
+// is the unfused ops on the two parts as steps of their own: the decode rows as a decode step (the
+// recurrent rule, exact in f32), the rest as a prefill step.
+const std::vector<SeqSpec> kMixedDecodeRows = {{1, 40, 3, range(17, 3)}, {1, 0, 1, {9}}};
+const std::vector<SeqSpec> kMixedPrefill = {
+    {130, 0, 0, range(0, 9)}, {2, 5, 2, {16}}, {1, 20, 4, range(20, 2)}};
+
 class GdnMixer : public CudaOps {
  protected:
-  void check_fused_against_ops(const StepBatch& batch) {
+  // The fused gdn_mixer on `batch` against the unfused ops on `parts` (steps of consecutive row
+  // ranges of the batch, in order; the batch itself by default).
+  void check_fused_against_ops(const StepBatch& batch, const std::vector<StepBatch>& parts = {}) {
     const int K = 4, dk = 128, dv = 128, T = batch.num_tokens();
     for (auto [nk, nv] : {std::pair{16, 32}, std::pair{2, 6}, std::pair{4, 4}, std::pair{1, 4}})
       for (DType sdt : {DType::kF32, DType::kBF16}) {
@@ -65,13 +76,28 @@ class GdnMixer : public CudaOps {
                      gpu_->alloc(DType::kBF16, {T, nv, dv})};
         };
         Run fused = make(), ops = make();
-        const auto tensors = [](const Run& r) {
-          return GdnMixerTensors{r.u.tensor(),   r.y.tensor(),  r.a.tensor(),  r.b.tensor(),
-                                 r.z.tensor(),   r.o.tensor(),  r.w.tensor(),  r.alog.tensor(),
-                                 r.dtb.tensor(), r.nw.tensor(), r.cs.tensor(), r.st.tensor()};
+        // Rows [r0, r1) of the per-token tensors.
+        const auto tensors = [](const Run& r, int64_t r0, int64_t r1) {
+          return GdnMixerTensors{r.u.tensor().rows(r0, r1),
+                                 r.y.tensor().rows(r0, r1),
+                                 r.a.tensor().rows(r0, r1),
+                                 r.b.tensor().rows(r0, r1),
+                                 r.z.tensor().rows(r0, r1),
+                                 r.o.tensor().rows(r0, r1),
+                                 r.w.tensor(),
+                                 r.alog.tensor(),
+                                 r.dtb.tensor(),
+                                 r.nw.tensor(),
+                                 r.cs.tensor(),
+                                 r.st.tensor()};
         };
-        gpu_->gdn_mixer(batch, tensors(fused), d, 1e-6f);
-        gpu_->Backend::gdn_mixer(batch, tensors(ops), d, 1e-6f);  // the three unfused ops
+        gpu_->gdn_mixer(batch, tensors(fused, 0, T), d, 1e-6f);
+        int64_t row = 0;  // the three unfused ops, part by part
+        for (const StepBatch& part : parts.empty() ? std::vector<StepBatch>{batch} : parts) {
+          gpu_->Backend::gdn_mixer(part, tensors(ops, row, row + part.num_tokens()), d, 1e-6f);
+          row += part.num_tokens();
+        }
+        ASSERT_EQ(row, T);
         const std::string what = "nk " + std::to_string(nk) + " nv " + std::to_string(nv) +
                                  (sdt == DType::kBF16 ? " bf16 state" : " f32 state");
         SCOPED_TRACE(what);
@@ -88,6 +114,13 @@ class GdnMixer : public CudaOps {
 TEST_F(GdnMixer, FusedDecodeMatchesUnfusedOps) { check_fused_against_ops(decode_step()); }
 
 TEST_F(GdnMixer, FusedPrefillMatchesUnfusedOps) { check_fused_against_ops(prefill_step()); }
+
+TEST_F(GdnMixer, MixedStepMatchesUnfusedOpsOnItsParts) {
+  std::vector<SeqSpec> all = kMixedDecodeRows;
+  all.insert(all.end(), kMixedPrefill.begin(), kMixedPrefill.end());
+  check_fused_against_ops(make_batch(kPage, all),
+                          {make_batch(kPage, kMixedDecodeRows), make_batch(kPage, kMixedPrefill)});
+}
 
 }  // namespace
 }  // namespace deltaserve::backend

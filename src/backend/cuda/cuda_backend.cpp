@@ -11,6 +11,7 @@
 
 #include "backend/cuda/cuda_backend_detail.h"
 #include "backend/cuda/kernels/attention.cuh"
+#include "backend/cuda/kernels/attention_prefill.cuh"
 #include "backend/cuda/kernels/copy_rows.cuh"
 #include "backend/cuda/kernels/gated_rms_norm.cuh"
 #include "backend/cuda/kernels/gather_rows.cuh"
@@ -31,6 +32,17 @@ using cuda_detail::check;
 using cuda_detail::f32;
 
 namespace {
+
+// How many of a step's first sequences are one token each (decode rows: the scheduler puts them
+// first), in row order and without an in-step snapshot.
+int32_t leading_single_token_seqs(const StepBatch& batch) {
+  int32_t n = 0;
+  for (const StepSeq& s : batch.seqs()) {
+    if (s.num_tokens != 1 || s.token_begin != n || s.mid_snapshot >= 0) break;
+    ++n;
+  }
+  return n;
+}
 
 // The GDN recurrent state tensor as the kernels take it (f32 or bf16).
 cuda::GdnState gdn_state(const Tensor& state) {
@@ -398,9 +410,17 @@ void CudaBackend::paged_attention(const StepBatch& batch, const Tensor& q, const
            "paged attention supports up to 8 query heads per KV head");
   const cuda::AttnShape s{d.nh, d.nkv, d.hd, d.rotary_dim, static_cast<float>(d.rope_theta), d.eps};
   const cuda::BatchMeta& m = meta(batch);
-  const int splits = cuda::attention_splits(m.num_tokens, s, num_sms_, kAttnWorkspaceBytes);
-  cuda::launch_paged_attention(m, bf(q), bf(gate), bf(k_cache), bf(v_cache), s, splits, attn_ws_,
-                               bf(out), stream_);
+  // The split-KV kernel's rows: through the last sequence the prefill kernel does not take.
+  int32_t split_rows = m.num_tokens;
+  if (cuda::attention_prefill_supported(s)) {
+    split_rows = 0;
+    for (const StepSeq& q : batch.seqs())
+      if (q.num_tokens < cuda::kAttnPrefillMinLen)
+        split_rows = std::max(split_rows, q.token_begin + q.num_tokens);
+  }
+  const int splits = cuda::attention_splits(split_rows, s, num_sms_, kAttnWorkspaceBytes);
+  cuda::launch_paged_attention(m, split_rows, bf(q), bf(gate), bf(k_cache), bf(v_cache), s, splits,
+                               attn_ws_, bf(out), stream_);
 }
 
 void CudaBackend::gdn_conv(const StepBatch& batch, const Tensor& u, const Tensor& w,
@@ -439,30 +459,39 @@ void CudaBackend::gated_delta_rule(const StepBatch& batch, const Tensor& y, cons
 void CudaBackend::gdn_mixer(const StepBatch& batch, const GdnMixerTensors& t, const GdnDims& d,
                             float eps) {
   const bool decode = batch.num_tokens() == batch.num_seqs();
-  if (decode && cuda::gdn_decode_supported(d.nk, d.nv, d.dk, d.dv, d.conv_kernel)) {
-    OpTimer timer(*this, "gdn_decode_fused");
-    const cuda::GdnDecodeArgs args{
-        bf(t.u),      bf(t.conv_w),   bf(t.conv_state), bf(t.a),       bf(t.b),
-        f32(t.A_log), f32(t.dt_bias), bf(t.z),          f32(t.norm_w), eps,
-        d.nk,         d.nv,           bf(t.o)};
-    cuda::launch_gdn_decode(meta(batch), args, gdn_state(t.state), stream_);
-    return;
-  }
+  const bool fused_decode = cuda::gdn_decode_supported(d.nk, d.nv, d.dk, d.dv, d.conv_kernel);
+  if (decode && fused_decode) return gdn_decode_rows(meta(batch), t, d, eps);
   const cuda::GdnShape shape{d.nk, d.nv, d.dk, d.dv};
   const cuda::GdnQkvSource in{nullptr, bf(t.u), bf(t.conv_w), bf(t.conv_state)};
   if (decode || capturing_ || !cuda::gdn_chunked_conv_supported(shape, d.conv_kernel, in))
     return Backend::gdn_mixer(batch, t, d, eps);
-  {  // a prefill: the conv inside the chunked delta rule (y is not written)
+  // A prefill or mixed step: its leading decode rows on the fused decode kernel, the other
+  // sequences on the chunked delta rule with the conv inside (y is not written).
+  const int32_t D = fused_decode ? leading_single_token_seqs(batch) : 0;
+  const cuda::BatchMeta& m = meta(batch);
+  if (D > 0) gdn_decode_rows(cuda::single_token_seqs(m, D), t, d, eps);
+  {
     OpTimer timer(*this, "gdn_chunked_conv");
-    const cuda::BatchMeta& m = meta(batch);
+    const cuda::BatchMeta rest = cuda::seqs_from(m, D);
     const int C = static_cast<int>(t.u.dim(1));
     DS_CHECK(C == 2 * d.nk * d.dk + d.nv * d.dv, "GDN conv inputs [T, 2 nk dk + nv dv]");
-    cuda::launch_gdn_chunked(m, in, bf(t.a), bf(t.b), f32(t.A_log), f32(t.dt_bias),
+    cuda::launch_gdn_chunked(rest, in, bf(t.a), bf(t.b), f32(t.A_log), f32(t.dt_bias),
                              gdn_state(t.state), shape, gdn_chunk_workspace(m, shape), num_sms_,
                              bf(t.o), stream_);
-    cuda::launch_gdn_conv_state(m, bf(t.u), bf(t.conv_state), C, d.conv_kernel, stream_);
+    cuda::launch_gdn_conv_state(rest, bf(t.u), bf(t.conv_state), C, d.conv_kernel, stream_);
   }
-  gated_rms_norm(t.o, t.z, t.norm_w, eps);
+  const int64_t T = batch.num_tokens();
+  gated_rms_norm(t.o.rows(D, T), t.z.rows(D, T), t.norm_w, eps);
+}
+
+void CudaBackend::gdn_decode_rows(const cuda::BatchMeta& m, const GdnMixerTensors& t,
+                                  const GdnDims& d, float eps) {
+  OpTimer timer(*this, "gdn_decode_fused");
+  const cuda::GdnDecodeArgs args{
+      bf(t.u),      bf(t.conv_w),   bf(t.conv_state), bf(t.a),       bf(t.b),
+      f32(t.A_log), f32(t.dt_bias), bf(t.z),          f32(t.norm_w), eps,
+      d.nk,         d.nv,           bf(t.o)};
+  cuda::launch_gdn_decode(m, args, gdn_state(t.state), stream_);
 }
 
 std::vector<Sampled> CudaBackend::sample(const Tensor& logits, int32_t vocab,

@@ -1,9 +1,9 @@
 // CudaBackend: the Backend on one NVIDIA GPU (sm_90a). bf16 weights (f32 vectors: norms, A_log,
 // dt_bias) and activations with f32 accumulation; every op is a stream-ordered launch.
-// Decode-size projections run the GEMV kernel, larger ones cuBLASLt; decode rows take split-KV
-// attention and, in decode-only steps, the fused GDN decode layer (gdn_mixer), prefill sequences
-// tensor-core attention and the chunked delta rule; sampling runs on the GPU; decode steps can be
-// captured as CUDA graphs.
+// Decode-size projections run the weight-streaming GEMM (or the GEMV kernel), larger ones
+// cuBLASLt; decode rows take split-KV attention and the fused GDN decode layer (gdn_mixer; in a
+// mixed step the decode rows the scheduler put first), prefill sequences tensor-core attention and
+// the chunked delta rule; sampling runs on the GPU; decode steps can be captured as CUDA graphs.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -140,6 +140,9 @@ class CudaBackend final : public Backend {
   float* gdn_ws_ = nullptr;
   size_t gdn_ws_bytes_ = 0;
   float* gdn_chunk_workspace(const cuda::BatchMeta& m, const cuda::GdnShape& shape);
+  // The fused GDN decode layer over m's sequences (one token each).
+  void gdn_decode_rows(const cuda::BatchMeta& m, const GdnMixerTensors& t, const GdnDims& d,
+                       float eps);
   std::vector<cudaGraphExec_t> graphs_;  // null: dropped
 
   // Sampling: per-row parameters and penalty entries in, tokens and logprobs out (grow-only).

@@ -10,9 +10,8 @@ namespace deltaserve::cuda {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kTcMinLen = 16;  // sequences with this many step tokens: the tensor-core kernel
-constexpr int kTile = 16;      // keys a warp folds in at once
-constexpr int kStages = 3;     // tiles of a warp in shared memory (two loading while one is used)
+constexpr int kTile = 16;   // keys a warp folds in at once
+constexpr int kStages = 3;  // tiles of a warp in shared memory (two loading while one is used)
 constexpr float kLog2e = 1.4426950408889634f;
 
 // A warp's key / value tiles: kStages x {K, V} x 16 rows of kHd elements, each row padded by 16
@@ -242,19 +241,19 @@ __global__ void attn_combine_kernel(BatchMeta b, AttnShape s, int splits, int mi
 }
 
 template <int kHd>
-void launch_split(const BatchMeta& b, const __nv_bfloat16* q, const __nv_bfloat16* gate,
+void launch_split(const BatchMeta& b, int rows, const __nv_bfloat16* q, const __nv_bfloat16* gate,
                   const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache, const AttnShape& s,
                   int splits, int min_len, float* ws, __nv_bfloat16* out, cudaStream_t stream) {
   constexpr size_t smem = DecodeTiles<kHd>::kBytes;
   cudaFuncSetAttribute(attn_split_kernel<kHd>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  attn_split_kernel<kHd><<<dim3(b.num_tokens, s.nkv, splits), 32 * kWarps, smem, stream>>>(
+  attn_split_kernel<kHd><<<dim3(rows, s.nkv, splits), 32 * kWarps, smem, stream>>>(
       b, q, gate, k_cache, v_cache, s, splits, min_len, ws, out);
 }
 
 }  // namespace
 
 int attention_splits(int num_tokens, const AttnShape& s, int num_sms, size_t ws_bytes) {
-  if (num_tokens > 256) return 1;  // prefill: enough blocks without splitting
+  if (num_tokens == 0 || num_tokens > 256) return 1;  // prefill: enough blocks without splitting
   const int blocks = num_tokens * s.nkv;
   int splits = std::min(32, std::max(1, (2 * num_sms + blocks - 1) / blocks));
   while (splits > 1 &&
@@ -263,27 +262,27 @@ int attention_splits(int num_tokens, const AttnShape& s, int num_sms, size_t ws_
   return splits;
 }
 
-void launch_paged_attention(const BatchMeta& b, const __nv_bfloat16* q, const __nv_bfloat16* gate,
-                            const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
-                            const AttnShape& s, int splits, float* ws, __nv_bfloat16* out,
-                            cudaStream_t stream) {
+void launch_paged_attention(const BatchMeta& b, int split_rows, const __nv_bfloat16* q,
+                            const __nv_bfloat16* gate, const __nv_bfloat16* k_cache,
+                            const __nv_bfloat16* v_cache, const AttnShape& s, int splits, float* ws,
+                            __nv_bfloat16* out, cudaStream_t stream) {
   if (b.num_tokens == 0) return;
-  // Sequences with at least kTcMinLen tokens in the step (prefills) take the tensor-core kernel
-  // when the head size has one; the rest (decode rows) the split-KV kernel.
   int min_len = 1 << 30;
-  if (b.max_seq_len >= kTcMinLen && attention_prefill_supported(s)) {
-    min_len = kTcMinLen;
+  if (b.max_seq_len >= kAttnPrefillMinLen && attention_prefill_supported(s)) {
+    min_len = kAttnPrefillMinLen;
     launch_attention_prefill(b, q, gate, k_cache, v_cache, s, min_len, out, stream);
-    if (b.num_tokens == b.max_seq_len) return;  // one sequence, all of it prefill
   }
+  if (split_rows == 0) return;
   if (s.hd <= 64)
-    launch_split<64>(b, q, gate, k_cache, v_cache, s, splits, min_len, ws, out, stream);
+    launch_split<64>(b, split_rows, q, gate, k_cache, v_cache, s, splits, min_len, ws, out, stream);
   else if (s.hd <= 128)
-    launch_split<128>(b, q, gate, k_cache, v_cache, s, splits, min_len, ws, out, stream);
+    launch_split<128>(b, split_rows, q, gate, k_cache, v_cache, s, splits, min_len, ws, out,
+                      stream);
   else
-    launch_split<256>(b, q, gate, k_cache, v_cache, s, splits, min_len, ws, out, stream);
+    launch_split<256>(b, split_rows, q, gate, k_cache, v_cache, s, splits, min_len, ws, out,
+                      stream);
   if (splits > 1)
-    attn_combine_kernel<<<dim3(b.num_tokens, s.nh), std::min(s.hd, 256), 0, stream>>>(
+    attn_combine_kernel<<<dim3(split_rows, s.nh), std::min(s.hd, 256), 0, stream>>>(
         b, s, splits, min_len, ws, gate, out);
 }
 

@@ -22,6 +22,10 @@ void launch_attn_prep(const BatchMeta& b, const __nv_bfloat16* qg, __nv_bfloat16
                       const AttnShape& s, __nv_bfloat16* q, __nv_bfloat16* gate,
                       __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, cudaStream_t stream);
 
+// Sequences with at least this many step tokens take the tensor-core prefill kernel (when
+// attention_prefill_supported); the rest (decode rows) the split-KV kernel.
+constexpr int kAttnPrefillMinLen = 16;
+
 // How many key-range splits paged attention uses for a step of `num_tokens` tokens: enough blocks
 // for ~2 waves of `num_sms` SMs (at most 32), within a workspace of `ws_bytes`; 1 for prefill-size
 // steps. A function of the shapes only, so a captured graph keeps it.
@@ -30,11 +34,13 @@ int attention_splits(int num_tokens, const AttnShape& s, int num_sms, size_t ws_
 // out [T, nh, hd] = softmax(q k^T / sqrt(hd)) v over positions [0, pos], times sigmoid(gate).
 // GQA: one block per (token, KV head, split) serves the nh / nkv query heads of the KV head on
 // tensor cores (the heads as MMA rows); with splits > 1 the partials go to ws
-// (T * nh * splits * (hd + 2) floats) and a second kernel merges them. Preconditions: hd <= 256
-// and a multiple of 32; nh / nkv <= 8. Never allocates or syncs.
-void launch_paged_attention(const BatchMeta& b, const __nv_bfloat16* q, const __nv_bfloat16* gate,
-                            const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
-                            const AttnShape& s, int splits, float* ws, __nv_bfloat16* out,
-                            cudaStream_t stream);
+// (T * nh * splits * (hd + 2) floats) and a second kernel merges them. The split-KV kernels cover
+// token rows [0, split_rows): every row of a sequence the prefill kernel does not take (all rows
+// without it; a mixed step's decode rows come first). Preconditions: hd <= 256 and a multiple of
+// 32; nh / nkv <= 8. Never allocates or syncs.
+void launch_paged_attention(const BatchMeta& b, int split_rows, const __nv_bfloat16* q,
+                            const __nv_bfloat16* gate, const __nv_bfloat16* k_cache,
+                            const __nv_bfloat16* v_cache, const AttnShape& s, int splits, float* ws,
+                            __nv_bfloat16* out, cudaStream_t stream);
 
 }  // namespace deltaserve::cuda

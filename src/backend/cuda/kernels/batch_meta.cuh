@@ -22,4 +22,22 @@ struct BatchMeta {
   int max_seq_len;  // the most tokens any sequence has in this step
 };
 
+// The batch's sequences from `first` on, for a kernel that runs them apart from the first ones:
+// token rows, page tables and the token count (workspace layouts) stay the whole batch's.
+inline BatchMeta seqs_from(BatchMeta m, int first) {
+  for (const int32_t** a : {&m.seq_begin, &m.seq_len, &m.seq_start, &m.seq_slot, &m.seq_page_off,
+                            &m.seq_snap_slot, &m.seq_snap_at})
+    *a += first;
+  m.num_seqs -= first;
+  return m;
+}
+
+// The batch's first `count` sequences when they are one token each, rows 0 .. count - 1.
+inline BatchMeta single_token_seqs(BatchMeta m, int count) {
+  m.num_seqs = count;
+  m.num_tokens = count;
+  m.max_seq_len = 1;
+  return m;
+}
+
 }  // namespace deltaserve::cuda
