@@ -21,6 +21,7 @@
 #include "backend/cuda/kernels/rms_norm.cuh"
 #include "backend/cuda/kernels/silu_mul.cuh"
 #include "backend/cuda/kernels/skinny_gemm.cuh"
+#include "backend/cuda/step_split.h"
 #include "core/error.h"
 
 namespace deltaserve::backend {
@@ -30,17 +31,6 @@ using cuda_detail::check;
 using cuda_detail::f32;
 
 namespace {
-
-// How many of a step's first sequences are one token each (decode rows: the scheduler puts them
-// first), in row order and without an in-step snapshot.
-int32_t leading_single_token_seqs(const StepBatch& batch) {
-  int32_t n = 0;
-  for (const StepSeq& s : batch.seqs()) {
-    if (s.num_tokens != 1 || s.token_begin != n || s.mid_snapshot >= 0) break;
-    ++n;
-  }
-  return n;
-}
 
 // The GDN recurrent state tensor as the kernels take it (f32 or bf16).
 cuda::GdnState gdn_state(const Tensor& state) {
@@ -409,13 +399,9 @@ void CudaBackend::paged_attention(const StepBatch& batch, const Tensor& q, const
   const cuda::AttnShape s{d.nh, d.nkv, d.hd, d.rotary_dim, static_cast<float>(d.rope_theta), d.eps};
   const cuda::BatchMeta& m = meta(batch);
   // The split-KV kernel's rows: through the last sequence the prefill kernel does not take.
-  int32_t split_rows = m.num_tokens;
-  if (cuda::attention_prefill_supported(s)) {
-    split_rows = 0;
-    for (const StepSeq& q : batch.seqs())
-      if (q.num_tokens < cuda::kAttnPrefillMinLen)
-        split_rows = std::max(split_rows, q.token_begin + q.num_tokens);
-  }
+  const int32_t split_rows = cuda::attention_prefill_supported(s)
+                                 ? rows_through_short_seqs(batch, cuda::kAttnPrefillMinLen)
+                                 : m.num_tokens;
   const int splits = cuda::attention_splits(split_rows, s, num_sms_, kAttnWorkspaceBytes);
   cuda::launch_paged_attention(m, split_rows, bf(q), bf(gate), bf(k_cache), bf(v_cache), s, splits,
                                attn_ws_, bf(out), stream_);
