@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
-# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench ncu ncusrc ncufull ncuattn attn fla model nccl bench1 prof bench linear decodeab ab hf real serve prefix
+# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench ncu ncusrc ncufull ncuattn attn fla model nccl bench1 prof bench mixed linear decodeab ab hf real serve prefix
 #        prefixab serve8k offline8k
 #        benchtp[:MODELS] servetp   (multi-GPU: TP1 vs TP2 vs TP4 on the visible GPUs)
 # Logs go to $OUT (or ./gpu_logs); a summary line is printed as each stage ends.
@@ -165,6 +165,11 @@ for stage in "$@"; do
       $BIN/gpu_bench --model $M --profile --prefill ${PREFILLS:-512,2048,8192} ${BENCH_FLAGS:-} \
         >"$LOG/gpu_bench.md" 2>"$LOG/gpu_bench.err"
       note "bench rc=$?" ;;
+    mixed)  # serving's steps under load: decode at context 8k, then B decode rows + a prefill
+            # chunk filling 8,192 tokens (per-op tables)
+      $BIN/gpu_bench --model $M --profile --batches 64,256 --context 8192 --prefill 8192 \
+        --mixed 64,256 --iters 10 >"$LOG/mixed.md" 2>"$LOG/mixed.err"
+      note "mixed rc=$? $(grep -E '^\| (64|256) \| 8192 \| [0-9]+ \| [0-9.]+ \| [0-9.]+ \|$' "$LOG/mixed.md" | tr '\n' ' ')" ;;
     linear)  # the decode projections alone: weight-streaming GEMM / GEMV / cuBLASLt
       $BIN/linear_bench >"$LOG/linear_bench.md" 2>"$LOG/linear_bench.err"
       note "linear_bench rc=$? $(grep -F '**step**' "$LOG/linear_bench.md" | tr '\n' ' ')" ;;
