@@ -5,7 +5,7 @@ usage: tools/h200_json.py --commit SHA --date YYYY-MM-DD [--base-commit SHA --ba
                           [--fla fla_bench.jsonl] [--gdn NAME=MS ...] [--attn attn_bench.md]
                           [--gdn-decode NAME=gpu_bench.md ...] [--serve serve8k.jsonl
                           --serve-flags STR] [--offline offline8k.jsonl]
-                          [--decode-ctx gpu_bench.md ...]
+                          [--decode-ctx gpu_bench.md ...] [--mixed gpu_bench.md]
                           FILE...    (gpu_bench outputs of the same commit; medians across them)
        tools/h200_json.py --commit SHA --date YYYY-MM-DD --prefix prefix_bench.jsonl
                           (only the prefix_cache key: gpu_run.sh's prefix stage, cache on vs off)
@@ -18,7 +18,8 @@ and gdn_decode_us_per_layer: fla's fused recurrent kernel per batch size (--fla)
 decode layer's (--gdn-decode, from gpu_bench's per-op tables); serve_8k_1k from gpu_run.sh
 serve8k's JSON lines (--serve), offline_8k_1k from its offline8k ones (--offline: the same workload
 without HTTP, and serve's TPOT over offline's), decode_ms_ctx<N>k from gpu_bench runs at another
-context (--decode-ctx); decode_ms from other gpu_bench outputs than the prefill's (--decode-from,
+context (--decode-ctx); mixed_step_ms from gpu_bench --mixed's table (--mixed: per number of decode
+rows, the step's ms beside its prefill chunk alone); decode_ms from other gpu_bench outputs than the prefill's (--decode-from,
 with decode_commit); attention_prefill_tflops
 (per shape) and attention_prefill_tflops_8k from attn_bench's table (--attn);
 prefix_cache: per setting (on / off) the multi-turn run (hit rate, TTFT, tok/s) and the median
@@ -51,6 +52,19 @@ def medians(files):
         keys = runs[0][k].keys()
         out.append({key: round(statistics.median(r[k][key] for r in runs), 3) for key in keys})
     return out, runs[0][3]
+
+
+def mixed(path, commit):
+    """gpu_bench --mixed's rows as mixed_step_ms: {"commit", "ctx", "<B>_decode_rows": {...}}."""
+    out = {"commit": commit}
+    for line in Path(path).read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and all(re.fullmatch(r"[\d.]+", c) for c in cells) and \
+                "." in cells[3] and "." not in cells[2]:
+            out["ctx"] = int(cells[1])
+            out[f"{cells[0]}_decode_rows"] = {"prefill_tokens": int(cells[2]), "ms": float(cells[3]),
+                                              "prefill_alone_ms": float(cells[4])}
+    return out
 
 
 def attention(path):
@@ -158,6 +172,7 @@ def main():
     ap.add_argument("--offline", help="gpu_run.sh offline8k's offline8k.jsonl (after --serve's)")
     ap.add_argument("--decode-ctx", nargs="*", default=[],
                     help="gpu_bench outputs of decode at another context: decode_ms_ctx<N>")
+    ap.add_argument("--mixed", help="gpu_bench --mixed output: mixed_step_ms")
     ap.add_argument("--decode-from", nargs="*", default=[],
                     help="take decode_ms / decode_eager_ms from these gpu_bench outputs instead "
                          "(a build of the same run whose decode path is the same)")
@@ -212,6 +227,8 @@ def main():
     if a.decode_ctx:
         (dd, _, _), dctx = medians(a.decode_ctx)
         doc[f"decode_ms_ctx{dctx // 1024}k"] = {"commit": a.commit, **dd}
+    if a.mixed:
+        doc["mixed_step_ms"] = mixed(a.mixed, a.commit)
     if a.attn:
         doc["attention_prefill_tflops"] = attention(a.attn)
         doc["attention_prefill_tflops_8k"] = doc["attention_prefill_tflops"].get("1x8192")
