@@ -12,7 +12,6 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kTile = 16;   // keys a warp folds in at once
 constexpr int kStages = 3;  // tiles of a warp in shared memory (two loading while one is used)
-constexpr float kLog2e = 1.4426950408889634f;
 
 // A warp's key / value tiles: kStages x {K, V} x 16 rows of kHd elements, each row padded by 16
 // bytes so the eight rows an ldmatrix reads fall on distinct banks. kHd is the head size rounded

@@ -26,6 +26,9 @@ void launch_attn_prep(const BatchMeta& b, const __nv_bfloat16* qg, __nv_bfloat16
 // attention_prefill_supported); the rest (decode rows) the split-KV kernel.
 constexpr int kAttnPrefillMinLen = 16;
 
+// log2(e): both attention kernels run their softmax in base 2 (exp2 of scores scaled by it).
+constexpr float kLog2e = 1.4426950408889634f;
+
 // How many key-range splits paged attention uses for a step of `num_tokens` tokens: enough blocks
 // for ~2 waves of `num_sms` SMs (at most 32), within a workspace of `ws_bytes`; 1 for prefill-size
 // steps. A function of the shapes only, so a captured graph keeps it.

@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int qpos0 = t.start + t.q0 + 16 * warp + lane / 4;  // position of the thread's row g
   const int first_masked = t.start + t.q0;                  // tiles ending before it need no mask
-  const float scale_log2 = rsqrtf(static_cast<float>(HD)) * 1.4426950408889634f;
+  const float scale_log2 = rsqrtf(static_cast<float>(HD)) * kLog2e;
   float o[HD / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   uint32_t p[kKeys / 16][4];  // P_{j-1}
   const int tiles = t.last_key / kKeys + 1;
