@@ -457,8 +457,6 @@ void SingleGpuBench::prefill_table() {
   }
 }
 
-}  // namespace
-
 // Steps of maxN tokens: B decode rows (context ctx) and a prefill chunk of maxN - B, eager.
 void SingleGpuBench::mixed_table(const std::vector<int32_t>& decode_rows) {
   std::printf(
@@ -468,9 +466,7 @@ void SingleGpuBench::mixed_table(const std::vector<int32_t>& decode_rows) {
   const int32_t V = static_cast<int32_t>(c_.vocab_size);
   for (const int32_t B : decode_rows) {
     if (B >= maxN_ || B > maxB_)
-      throw ds::Error(
-          "--mixed: decode rows below --prefill's largest "
-          "and at most --batches' largest");
+      throw ds::Error("--mixed: decode rows below --prefill's largest and at most --batches'");
     const ds::StepBatch fb = mixed_batch(B, maxN_, V, ctx_, kPage, pps_, ppp_);
     const double ms = time_steps(fb, static_cast<size_t>(B) + 1, 5, 1);
     const double alone = time_steps(prefill_batch(maxN_ - B, V, kPage, B, B * pps_, ppp_), 1, 5, 1);
@@ -487,6 +483,8 @@ void SingleGpuBench::mixed_table(const std::vector<int32_t>& decode_rows) {
     }
   }
 }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   try {

@@ -41,10 +41,10 @@ TEST_F(CudaOps, RmsNormAndAddRmsNorm) {
 }
 
 // K % 8 == 0 and T <= 8, or T <= 16 with n >= 48 tiles of 128 rows, takes the weight-streaming
-// GEMM (tiles whole in a block and shared between blocks; K and n past a tile's edge; n % 4 !=
-// 0), the rest cuBLASLt. Each case runs twice, on
-// a poisoned output: bit for bit the same result (the GEMM adds a tile's partials in a fixed order,
-// and its tile counters are back to zero after a launch).
+// GEMM (tiles whole in a block and shared between blocks; K and n past a tile's edge; n % 4 != 0),
+// the rest cuBLASLt. Each case runs twice, on a poisoned output: bit for bit the same result (the
+// GEMM adds a tile's partials in a fixed order, and its tile counters are back to zero after a
+// launch).
 TEST_F(CudaOps, LinearGemvAndCublasLt) {
   for (auto [T, in, out] :
        {std::tuple{1, 2560, 9216},  std::tuple{3, 9216, 2560},  std::tuple{8, 2560, 32},

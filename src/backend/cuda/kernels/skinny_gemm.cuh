@@ -1,5 +1,5 @@
 // Weight-streaming GEMM for decode-sized batches: y [T, n] = x [T, K] . w [n, K]^T for
-// kGemvMaxRows < T <= kSkinnyMaxRows, bf16 in and out, f32 accumulation, up to kSkinnyMaxGroups
+// 1 <= T <= kSkinnyMaxRows, bf16 in and out, f32 accumulation, up to kSkinnyMaxGroups
 // projections of the same x in one launch. Each weight is read once a step by the bulk tensor copy
 // engine (TMA) into a deep shared-memory pipeline and multiplied on wgmma (tiles of 128 weight
 // rows, two warpgroups of 64, x T padded to 16). A persistent grid of one block an
