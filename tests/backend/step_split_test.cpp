@@ -1,6 +1,6 @@
 // The host side of how the CUDA backend divides a step between its decode and prefill kernels
-// (step_split.h): the leading decode rows a mixed step gives the fused GDN decode kernel, and the
-// rows the split-KV attention kernel covers.
+// (step_split.h): the leading decode rows a mixed step gives the fused GDN decode kernel, the rows
+// the split-KV attention kernel covers, and where the prefill attention kernel's grid starts.
 #include "backend/cuda/step_split.h"
 
 #include <gtest/gtest.h>
@@ -28,12 +28,14 @@ TEST(StepSplit, DecodeStepIsAllLeadingDecodeRows) {
   const StepBatch b = step({1, 1, 1, 1});
   EXPECT_EQ(leading_single_token_seqs(b), 4);
   EXPECT_EQ(rows_through_short_seqs(b, kShort), 4);
+  EXPECT_EQ(leading_short_seqs(b, kShort), 4);
 }
 
 TEST(StepSplit, DecodeRowsBeforeAPrefill) {
   const StepBatch b = step({1, 1, 1, 300});
   EXPECT_EQ(leading_single_token_seqs(b), 3);
   EXPECT_EQ(rows_through_short_seqs(b, kShort), 3);  // the prefill's 300 rows are not covered
+  EXPECT_EQ(leading_short_seqs(b, kShort), 3);       // the prefill kernel's grid starts at it
 }
 
 TEST(StepSplit, ShortSequencesAfterLongOnesExtendTheSplitRows) {
@@ -42,6 +44,9 @@ TEST(StepSplit, ShortSequencesAfterLongOnesExtendTheSplitRows) {
   EXPECT_EQ(rows_through_short_seqs(b, kShort), 1 + 200 + 1 + 40 + 9);
   const StepBatch c = step({1, 200, 15, 400});
   EXPECT_EQ(rows_through_short_seqs(c, kShort), 1 + 200 + 15);
+  EXPECT_EQ(leading_short_seqs(b, kShort), 1);  // the short ones after the first long one stay
+  EXPECT_EQ(leading_short_seqs(c, kShort), 1);
+  EXPECT_EQ(leading_short_seqs(step({15, 2, 16, 1}), kShort), 2);
 }
 
 TEST(StepSplit, PrefillOnlySteps) {
@@ -52,6 +57,8 @@ TEST(StepSplit, PrefillOnlySteps) {
   EXPECT_EQ(leading_single_token_seqs(first_longer), 0);
   EXPECT_EQ(rows_through_short_seqs(first_longer, kShort), 4);
   EXPECT_EQ(rows_through_short_seqs(step({16, 17}), kShort), 0);  // 16 tokens: the prefill kernel's
+  EXPECT_EQ(leading_short_seqs(one, kShort), 0);
+  EXPECT_EQ(leading_short_seqs(step({16, 17}), kShort), 0);
 }
 
 }  // namespace

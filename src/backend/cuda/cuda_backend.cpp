@@ -403,8 +403,9 @@ void CudaBackend::paged_attention(const StepBatch& batch, const Tensor& q, const
                                  ? rows_through_short_seqs(batch, cuda::kAttnPrefillMinLen)
                                  : m.num_tokens;
   const int splits = cuda::attention_splits(split_rows, s, num_sms_, kAttnWorkspaceBytes);
-  cuda::launch_paged_attention(m, split_rows, bf(q), bf(gate), bf(k_cache), bf(v_cache), s, splits,
-                               attn_ws_, bf(out), stream_);
+  cuda::launch_paged_attention(m, split_rows, leading_short_seqs(batch, cuda::kAttnPrefillMinLen),
+                               bf(q), bf(gate), bf(k_cache), bf(v_cache), s, splits, attn_ws_,
+                               bf(out), stream_);
 }
 
 void CudaBackend::gdn_conv(const StepBatch& batch, const Tensor& u, const Tensor& w,

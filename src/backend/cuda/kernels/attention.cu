@@ -261,15 +261,18 @@ int attention_splits(int num_tokens, const AttnShape& s, int num_sms, size_t ws_
   return splits;
 }
 
-void launch_paged_attention(const BatchMeta& b, int split_rows, const __nv_bfloat16* q,
-                            const __nv_bfloat16* gate, const __nv_bfloat16* k_cache,
-                            const __nv_bfloat16* v_cache, const AttnShape& s, int splits, float* ws,
-                            __nv_bfloat16* out, cudaStream_t stream) {
+void launch_paged_attention(const BatchMeta& b, int split_rows, int prefill_from,
+                            const __nv_bfloat16* q, const __nv_bfloat16* gate,
+                            const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
+                            const AttnShape& s, int splits, float* ws, __nv_bfloat16* out,
+                            cudaStream_t stream) {
   if (b.num_tokens == 0) return;
   int min_len = 1 << 30;
-  if (b.max_seq_len >= kAttnPrefillMinLen && attention_prefill_supported(s)) {
+  if (b.max_seq_len >= kAttnPrefillMinLen && prefill_from < b.num_seqs &&
+      attention_prefill_supported(s)) {
     min_len = kAttnPrefillMinLen;
-    launch_attention_prefill(b, q, gate, k_cache, v_cache, s, min_len, out, stream);
+    launch_attention_prefill(seqs_from(b, prefill_from), q, gate, k_cache, v_cache, s, min_len, out,
+                             stream);
   }
   if (split_rows == 0) return;
   if (s.hd <= 64)

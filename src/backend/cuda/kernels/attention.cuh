@@ -39,11 +39,13 @@ int attention_splits(int num_tokens, const AttnShape& s, int num_sms, size_t ws_
 // tensor cores (the heads as MMA rows); with splits > 1 the partials go to ws
 // (T * nh * splits * (hd + 2) floats) and a second kernel merges them. The split-KV kernels cover
 // token rows [0, split_rows): every row of a sequence the prefill kernel does not take (all rows
-// without it; a mixed step's decode rows come first). Preconditions: hd <= 256 and a multiple of
-// 32; nh / nkv <= 8. Never allocates or syncs.
-void launch_paged_attention(const BatchMeta& b, int split_rows, const __nv_bfloat16* q,
-                            const __nv_bfloat16* gate, const __nv_bfloat16* k_cache,
-                            const __nv_bfloat16* v_cache, const AttnShape& s, int splits, float* ws,
-                            __nv_bfloat16* out, cudaStream_t stream);
+// without it; a mixed step's decode rows come first); the prefill kernel's grid covers sequences
+// prefill_from.. (the first ones, all short, need none of its blocks). Preconditions: hd <= 256
+// and a multiple of 32; nh / nkv <= 8. Never allocates or syncs.
+void launch_paged_attention(const BatchMeta& b, int split_rows, int prefill_from,
+                            const __nv_bfloat16* q, const __nv_bfloat16* gate,
+                            const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
+                            const AttnShape& s, int splits, float* ws, __nv_bfloat16* out,
+                            cudaStream_t stream);
 
 }  // namespace deltaserve::cuda
