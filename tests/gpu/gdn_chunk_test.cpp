@@ -113,9 +113,10 @@ TEST_F(GdnChunk, VarlenMixes) {
   check(
       Case{"mixed lengths and starts", {{1000, 0}, {65, 300}, {1, 40}, {64, 0}, {130, 5}, {1, 0}}});
   check(Case{"decode rows beside a prefill", {{1, 10}, {1, 20}, {200, 0}, {1, 30}}});
-  // The slice pass (few sequences: 32-column slices, outputs by gdn_chunk_out) by how many of its
-  // blocks fit the 132 SMs: 8 x 4 heads x 4 slices fit one per SM (three chunks in flight, "8 x
-  // 1024" above); 12 x 4 x 4 need two per SM (one in flight).
+  // The slice pass (few sequences: 32-column slices, pairs of a head's in a cluster sharing its W /
+  // kd copies, outputs by gdn_chunk_out) by how many of its clusters an H200 holds at once: 8 x 4
+  // heads x 2 pairs at one block an SM (two chunks ahead, "8 x 1024" above); 12 x 4 x 2 need two
+  // blocks an SM (one ahead). Chunks' rows past a sequence are the next sequence's.
   std::vector<Seq> twelve;
   for (int i = 0; i < 12; ++i)
     twelve.push_back(

@@ -28,7 +28,7 @@ void launch_gdn_chunked(const BatchMeta& b, const GdnQkvSource& in, const __nv_b
   if (gdn_chunk::use_head_pass(b.num_seqs, s, num_sms)) {
     gdn_chunk::launch_head_pass(b, w, state, s, out, stream);
   } else {
-    gdn_chunk::launch_slice_pass(b, w, state, s, num_sms, stream);
+    gdn_chunk::launch_slice_pass(b, w, state, s, stream);
     gdn_chunk::launch_out(b, w, s, out, stream);
   }
 }

@@ -71,9 +71,9 @@ bool use_head_pass(int num_seqs, const GdnShape& s, int sm_count);
 void launch_head_pass(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
                       __nv_bfloat16* out, cudaStream_t stream);
 // The state pass over 32-column slices (gdn_chunk_scan.cu): V', the chunk-start states and the
-// final state; `sm_count` picks a deeper pipeline where its blocks fit one per SM.
+// final state.
 void launch_slice_pass(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
-                       int sm_count, cudaStream_t stream);
+                       cudaStream_t stream);
 // Every chunk's output from the chunk-start states and V' (gdn_chunk_out.cu), after the slice pass.
 void launch_out(const BatchMeta& b, const Workspace& ws, const GdnShape& s, __nv_bfloat16* out,
                 cudaStream_t stream);

@@ -15,6 +15,21 @@
 
 namespace deltaserve::cuda::gdn_chunk {
 
+// Where an A operand's element (r, c) lies in shared memory: row-major with a padded leading
+// dimension, or 64-row SW128 tiles (wgmma.cuh's layout, as the bulk tensor copies write it).
+struct PaddedRows {
+  const __nv_bfloat16* m;
+  int ld;
+  __device__ const __nv_bfloat16* at(int r, int c) const { return m + r * ld + c; }
+};
+struct Sw128Rows {
+  const __nv_bfloat16* tile;
+  __device__ const __nv_bfloat16* at(int r, int c) const {
+    return reinterpret_cast<const __nv_bfloat16*>(reinterpret_cast<const char*>(tile) +
+                                                  wgmma::sw128_offset(64, r, c));
+  }
+};
+
 template <int kCols>
 struct WarpgroupState {
   using Acc = float[kCols / 2];  // an m64 x kCols accumulator
@@ -75,14 +90,15 @@ struct WarpgroupState {
       wgmma::mma_64x64_rs<false>(d, a, b, accumulate);
   }
 
-  // acc (= or +=) A B over K = 16 kSteps, issued (not waited): A = rows 16 w.. of `a` (row-major,
-  // lda) by ldmatrix, B the K-major SW128 operand at `b` (64-row blocks of kBlockBytes along K).
-  template <int kSteps>
-  __device__ static void issue(Acc& acc, const __nv_bfloat16* a, int lda, uint32_t b,
-                               bool accumulate) {
+  // acc (= or +=) A B over K = 16 kSteps, issued (not waited): A = rows 16 w.. of `a` by
+  // ldmatrix, B the K-major SW128 operand at `b` (64-row blocks of kBlockBytes along K).
+  template <int kSteps, class A>
+  __device__ static void issue(Acc& acc, const A& a, uint32_t b, bool accumulate) {
+    const int lane = threadIdx.x % 32;
     uint32_t frag[kSteps][4];  // every fragment first: the MMAs read them asynchronously
 #pragma unroll
-    for (int ks = 0; ks < kSteps; ++ks) mma::load_a(frag[ks], a + 16 * warp() * lda + 16 * ks, lda);
+    for (int ks = 0; ks < kSteps; ++ks)
+      mma::ldsm_x4(frag[ks], a.at(16 * warp() + lane % 16, 16 * ks + (lane / 16) * 8));
     const uint64_t bd = wgmma::desc(b, 16, wgmma::kAtomBytes);
     wgmma::fence();  // the fragments' registers, and any of acc's written since the last MMA
 #pragma unroll
@@ -92,15 +108,24 @@ struct WarpgroupState {
     }
   }
 
+  template <int kSteps>
+  __device__ static void issue(Acc& acc, const __nv_bfloat16* a, int lda, uint32_t b,
+                               bool accumulate) {
+    issue<kSteps>(acc, PaddedRows{a, lda}, b, accumulate);
+  }
+
   // S += kd^T V' (issued, not waited): A = kd^T by ldmatrix.trans from the staged kd [token][dk]
   // (half h: dk 64 h ..), B = V'^T [column][token] (an SW128 block at `vt`).
-  __device__ static void issue_update(Acc (&hs)[2], const __nv_bfloat16 (*kd)[kLd], uint32_t vt) {
+  template <class A>
+  __device__ static void issue_update(Acc (&hs)[2], const A& kd, uint32_t vt) {
+    const int lane = threadIdx.x % 32;
     uint32_t frag[2][kChunk / 16][4];  // every fragment first: the MMAs read them asynchronously
 #pragma unroll
     for (int half = 0; half < 2; ++half)
 #pragma unroll
       for (int ks = 0; ks < kChunk / 16; ++ks)
-        mma::load_a_trans(frag[half][ks], kd[16 * ks] + 64 * half + 16 * warp(), kLd);
+        mma::ldsm_x4_trans(frag[half][ks], kd.at(16 * ks + lane % 8 + (lane / 16) * 8,
+                                                 64 * half + 16 * warp() + ((lane / 8) % 2) * 8));
     const uint64_t vd = wgmma::desc(vt, 16, wgmma::kAtomBytes);
     wgmma::fence();
 #pragma unroll
@@ -108,6 +133,9 @@ struct WarpgroupState {
 #pragma unroll
       for (int ks = 0; ks < kChunk / 16; ++ks)
         mma(hs[half], frag[half][ks], vd + ((ks * 32) >> 4), true);
+  }
+  __device__ static void issue_update(Acc (&hs)[2], const __nv_bfloat16 (*kd)[kLd], uint32_t vt) {
+    issue_update(hs, PaddedRows{kd[0], kLd}, vt);
   }
 
   // S^T (bf16, two SW128 blocks of 64 dk at `st`) for the next chunk's MMAs, the generic-proxy

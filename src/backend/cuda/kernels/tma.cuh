@@ -1,6 +1,7 @@
 // Hopper's bulk tensor copy engine (TMA) and the shared-memory barriers its copies complete on
-// (sm_90): a 2-D tile of a global tensor copied into shared memory by one thread, the barrier
-// counting the bytes that landed.
+// (sm_90): a 2-D tile of a global tensor copied into shared memory by one thread (or into the
+// shared memory of several CTAs of a thread-block cluster at once), the barrier counting the bytes
+// that landed; and the cluster's rank, remote arrivals and barrier.
 //
 // A tensor map (CUtensorMap, encoded on the host by `encode_tma_2d`) is passed by value as a
 // __grid_constant__ kernel parameter; the copy instructions take its address.
@@ -54,6 +55,38 @@ __device__ inline void load_2d(void* dst, const CUtensorMap* map, int c0, int c1
       "{%2, %3}], [%4];\n" ::"r"(smem_addr(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_addr(bar))
       : "memory");
+}
+
+// As load_2d, the box landing at `dst`'s offset in each CTA of the cluster whose rank is a bit of
+// `ranks`, completing on the barrier at `bar`'s offset in each.
+__device__ inline void load_2d_multicast(void* dst, const CUtensorMap* map, int c0, int c1,
+                                         uint64_t* bar, uint16_t ranks) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::"
+      "cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_addr(bar)), "h"(ranks)
+      : "memory");
+}
+
+// One arrival on the barrier at `bar`'s offset in the cluster's CTA of rank `rank`.
+__device__ inline void arrive_in_cta(uint64_t* bar, uint32_t rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)),
+      "r"(rank)
+      : "memory");
+}
+
+// This CTA's rank in its cluster.
+__device__ inline uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+
+// Every thread of every CTA of the cluster arrives, then waits for all of them.
+__device__ inline void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
 }
 
 __device__ inline void prefetch_map(const CUtensorMap* map) {
