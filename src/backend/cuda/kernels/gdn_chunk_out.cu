@@ -2,9 +2,15 @@
 // parallel (block: sequence, chunk, value head), from what the slice pass (gdn_chunk_scan.cu) left
 // in the workspace — the chunk-start state as S^T (bf16) and V' (over U):
 //   O = e^gam (q S) + P V'
-// on bf16 mma.sync with f32 accumulation; warp (row tile m, column half) owns 16 x 64 of O.
+// on bf16 mma.sync with f32 accumulation; warp (row tile m, column half) owns 16 x 64 of O. The
+// operands come by the bulk tensor copy engine into 128-byte-swizzled tiles (72 KB: three blocks
+// an SM), q and S^T on one barrier and P, V' on another, so q S starts while P and V' land. Rows
+// past a sequence's end are the next sequence's (or zeros past the step): P is zero above its
+// diagonal, so they only reach output rows that are not stored.
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
+#include "backend/cuda/kernels/tma.cuh"
+#include "backend/cuda/kernels/tma_map.h"
 
 namespace deltaserve::cuda::gdn_chunk {
 namespace {
@@ -12,64 +18,71 @@ namespace {
 using bf16 = __nv_bfloat16;
 constexpr int kThreads = 256;
 
-struct OutSmem {
-  bf16 q[kChunk][kLd], s[kDim][kLd], v[kChunk][kLd];  // s: S^T [dv][dk]
-  bf16 p[kChunk][kLdC];
-  float gam[kChunk];
+// q [T][nk dk], the chunk-start states S^T [states nv dv][dk], V' [T][nv dv], P [T][nv 64], in
+// boxes of 64 columns.
+struct OutMaps {
+  CUtensorMap q, h, v, p;
 };
 
-// The chunk's n rows from token row r0 of value head h, with its chunk-start state H, into shared
-// memory as one cp.async group (rows past n zero: P V' must not meet stale workspace values).
-__device__ void stage(OutSmem& sm, int r0, int n, int h, int kh, const bf16* H, const Workspace& ws,
-                      const GdnShape& s, int T) {
-  for (int e = threadIdx.x; e < (2 * kChunk + kDim) * 16; e += kThreads) {
-    const int r = e / 16, c16 = e % 16, t = r0 + (r % kChunk < n ? r % kChunk : 0);
-    if (r < kChunk)
-      mma::cp_async16(sm.q[r] + 8 * c16,
-                      ws.q + (static_cast<size_t>(t) * s.nk + kh) * kDim + 8 * c16, r < n);
-    else if (r < 2 * kChunk)
-      mma::cp_async16(sm.v[r - kChunk] + 8 * c16,
-                      ws.u + (static_cast<size_t>(t) * s.nv + h) * kDim + 8 * c16, r - kChunk < n);
-    else
-      mma::cp_async16(sm.s[r - 2 * kChunk] + 8 * c16, H + (r - 2 * kChunk) * kDim + 8 * c16, true);
+struct OutSmem {            // SW128 tiles: 64-column blocks of the rows, one after the other
+  bf16 q[kChunk * kDim];    // q [token][dk]
+  bf16 s[kDim * kDim];      // S^T [dv][dk]
+  bf16 v[kChunk * kDim];    // V' [token][dv]
+  bf16 p[kChunk * kChunk];  // P [token][token]
+};
+constexpr int kSmem = sizeof(OutSmem) + wgmma::kAtomBytes;  // + alignment
+static_assert(3 * (kSmem + 1024) <= 227 * 1024, "three blocks an SM");
+
+// One thread: q and S^T onto ready[0], V' and P onto ready[1].
+__device__ void copy_operands(OutSmem& sm, const OutMaps& maps, int r0, int kh, int h,
+                              int state_row, uint64_t (&ready)[2]) {
+  constexpr int kBox = kChunk * 64;  // elements of a 64-row box
+  tma::arrive_expect_bytes(&ready[0], sizeof(sm.q) + sizeof(sm.s));
+  for (int half = 0; half < 2; ++half) {
+    tma::load_2d(sm.q + half * kBox, &maps.q, kh * kDim + 64 * half, r0, &ready[0]);
+    tma::load_2d(sm.s + half * 2 * kBox, &maps.h, 64 * half, state_row, &ready[0]);
   }
-  for (int e = threadIdx.x; e < kChunk * 8; e += kThreads) {
-    const int r = e / 8, c8 = e % 8, t = r0 + (r < n ? r : 0);
-    mma::cp_async16(sm.p[r] + 8 * c8, ws.p + (static_cast<size_t>(t) * s.nv + h) * kChunk + 8 * c8,
-                    r < n);
-  }
-  if (threadIdx.x < kChunk)
-    mma::cp_async4(&sm.gam[threadIdx.x],
-                   ws.gam + static_cast<size_t>(h) * T + r0 + (threadIdx.x < n ? threadIdx.x : 0),
-                   threadIdx.x < n);
-  mma::cp_async_commit();
+  tma::arrive_expect_bytes(&ready[1], sizeof(sm.v) + sizeof(sm.p));
+  for (int half = 0; half < 2; ++half)
+    tma::load_2d(sm.v + half * kBox, &maps.v, h * kDim + 64 * half, r0, &ready[1]);
+  tma::load_2d(sm.p, &maps.p, h * kChunk, r0, &ready[1]);
 }
 
-__global__ void __launch_bounds__(kThreads, 2)
-    out_kernel(BatchMeta b, Workspace ws, GdnShape s, bf16* __restrict__ out) {
-  extern __shared__ __align__(128) unsigned char out_raw[];
-  OutSmem& sm = *reinterpret_cast<OutSmem*>(out_raw);
+__global__ void __launch_bounds__(kThreads, 3)
+    out_kernel(BatchMeta b, const __grid_constant__ OutMaps maps, Workspace ws, GdnShape s,
+               bf16* __restrict__ out) {
+  extern __shared__ unsigned char out_raw[];
+  OutSmem& sm = *wgmma::atom_aligned<OutSmem>(out_raw);
+  __shared__ uint64_t ready[2];
   const int seq = blockIdx.x, c = blockIdx.y, h = blockIdx.z, len = b.seq_len[seq];
   if (c * kChunk >= len) return;
   const int r0 = b.seq_begin[seq] + c * kChunk, n = min(kChunk, len - c * kChunk);
-  const size_t head = static_cast<size_t>(kDim) * kDim;
-  const bf16* H =
-      ws.h + (static_cast<size_t>(chunk_state_index(b.seq_begin[seq], seq, c)) * s.nv + h) * head;
-  stage(sm, r0, n, h, h / (s.nv / s.nk), H, ws, s, b.num_tokens);
-  mma::cp_async_wait<0>();
-  __syncthreads();
+  if (threadIdx.x == 0) {
+    tma::barrier_init(&ready[0], 1);
+    tma::barrier_init(&ready[1], 1);
+    tma::barrier_init_fence();
+    const int state = chunk_state_index(b.seq_begin[seq], seq, c);
+    copy_operands(sm, maps, r0, h / (s.nv / s.nk), h, (state * s.nv + h) * kDim, ready);
+  }
+  __syncthreads();  // the barriers initialised
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, cl = lane % 4;
   const int m = warp % 4, half = warp / 4;
   float o[8][4] = {};
-  mma::tile_16x64<kDim, true>(o, sm.q[16 * m], kLd, sm.s[64 * half], kLd);  // q S, from S^T
+  tma::wait(&ready[0], 0);
+  // q S, from S^T
+  mma::tile_16x64_at<kDim, true>(o, Sw128Rows<kChunk>{sm.q}, 16 * m, Sw128Rows<kDim>{sm.s},
+                                 64 * half);
   for (int hf = 0; hf < 2; ++hf) {
-    const float eg = __expf(sm.gam[16 * m + g + 8 * hf]);
+    const int i = min(16 * m + g + 8 * hf, n - 1);
+    const float eg = __expf(ws.gam[static_cast<size_t>(h) * b.num_tokens + r0 + i]);
     for (int nt = 0; nt < 8; ++nt) {
       o[nt][2 * hf] *= eg;
       o[nt][2 * hf + 1] *= eg;
     }
   }
-  mma::tile_16x64<kChunk>(o, sm.p[16 * m], kLdC, sm.v[0] + 64 * half, kLd);
+  tma::wait(&ready[1], 0);
+  mma::tile_16x64_at<kChunk>(o, Sw128Rows<kChunk>{sm.p}, 16 * m, Sw128Rows<kChunk>{sm.v},
+                             64 * half);
   for (int hf = 0; hf < 2; ++hf) {
     const int i = 16 * m + g + 8 * hf;
     if (i >= n) continue;
@@ -85,9 +98,13 @@ __global__ void __launch_bounds__(kThreads, 2)
 void launch_out(const BatchMeta& b, const Workspace& ws, const GdnShape& s, bf16* out,
                 cudaStream_t stream) {
   const int chunks = (b.max_seq_len + kChunk - 1) / kChunk;
-  constexpr int smem = sizeof(OutSmem);
-  cudaFuncSetAttribute(out_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  out_kernel<<<dim3(b.num_seqs, chunks, s.nv), kThreads, smem, stream>>>(b, ws, s, out);
+  const int64_t T = b.num_tokens, states = T / kChunk + b.num_seqs;
+  const OutMaps maps{encode_tma_2d_bf16(ws.q, T, static_cast<int64_t>(s.nk) * kDim, kChunk),
+                     encode_tma_2d_bf16(ws.h, states * s.nv * kDim, kDim, kDim),
+                     encode_tma_2d_bf16(ws.u, T, static_cast<int64_t>(s.nv) * kDim, kChunk),
+                     encode_tma_2d_bf16(ws.p, T, static_cast<int64_t>(s.nv) * kChunk, kChunk)};
+  cudaFuncSetAttribute(out_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  out_kernel<<<dim3(b.num_seqs, chunks, s.nv), kThreads, kSmem, stream>>>(b, maps, ws, s, out);
 }
 
 }  // namespace deltaserve::cuda::gdn_chunk

@@ -120,7 +120,7 @@ struct Pass {
                                 int t0, int n, const GdnShape& s, const Workspace& ws) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
     Acc v;
-    WgState::issue<kDim / 16>(v, Sw128Rows{st.w}, st_tile, false);
+    WgState::issue<kDim / 16>(v, Sw128Rows<kChunk>{st.w}, st_tile, false);
     wgmma::commit();
     wgmma::wait<0>();
 #pragma unroll
@@ -151,7 +151,7 @@ struct Pass {
     for (int half = 0; half < 2; ++half)
 #pragma unroll
       for (int e = 0; e < 16; ++e) hs[half][e] *= decay;
-    WgState::issue_update(hs, Sw128Rows{st.kd}, vt);
+    WgState::issue_update(hs, Sw128Rows<kChunk>{st.kd}, vt);
     wgmma::commit();
     wgmma::wait<0>();
   }

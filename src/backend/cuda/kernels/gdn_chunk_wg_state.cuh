@@ -11,24 +11,10 @@
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "backend/cuda/kernels/gdn_state.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
+#include "backend/cuda/kernels/smem_view.cuh"
 #include "backend/cuda/kernels/wgmma.cuh"
 
 namespace deltaserve::cuda::gdn_chunk {
-
-// Where an A operand's element (r, c) lies in shared memory: row-major with a padded leading
-// dimension, or 64-row SW128 tiles (wgmma.cuh's layout, as the bulk tensor copies write it).
-struct PaddedRows {
-  const __nv_bfloat16* m;
-  int ld;
-  __device__ const __nv_bfloat16* at(int r, int c) const { return m + r * ld + c; }
-};
-struct Sw128Rows {
-  const __nv_bfloat16* tile;
-  __device__ const __nv_bfloat16* at(int r, int c) const {
-    return reinterpret_cast<const __nv_bfloat16*>(reinterpret_cast<const char*>(tile) +
-                                                  wgmma::sw128_offset(64, r, c));
-  }
-};
 
 template <int kCols>
 struct WarpgroupState {
@@ -90,8 +76,9 @@ struct WarpgroupState {
       wgmma::mma_64x64_rs<false>(d, a, b, accumulate);
   }
 
-  // acc (= or +=) A B over K = 16 kSteps, issued (not waited): A = rows 16 w.. of `a` by
-  // ldmatrix, B the K-major SW128 operand at `b` (64-row blocks of kBlockBytes along K).
+  // acc (= or +=) A B over K = 16 kSteps, issued (not waited): A = rows 16 w.. of `a` (a
+  // smem_view.cuh view) by ldmatrix, B the K-major SW128 operand at `b` (64-row blocks of
+  // kBlockBytes along K).
   template <int kSteps, class A>
   __device__ static void issue(Acc& acc, const A& a, uint32_t b, bool accumulate) {
     const int lane = threadIdx.x % 32;

@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "backend/cuda/kernels/smem_view.cuh"
+
 namespace deltaserve::cuda::mma {
 
 __device__ inline uint32_t smem_u32(const void* p) {
@@ -85,25 +87,34 @@ __device__ inline void load_b_trans(uint32_t (&b)[4], const __nv_bfloat16* x, in
   ldsm_x4(b, x + (lane % 8 + (lane / 16) * 8) * ld + ((lane / 8) % 2) * 8);
 }
 
-// acc (eight 16 x 8 tiles) += A . B for a 16 x K tile of A at `a` (row-major, lda) and a K x 64
-// tile of B at `b`: k-major (B[k][n] row-major, ldb), or with kBT its transpose X = B^T n-major
-// (X[n][k] row-major, e.g. K for Q K^T, or S^T for q S).
-template <int K, bool kBT = false>
-__device__ inline void tile_16x64(float (&acc)[8][4], const __nv_bfloat16* a, int lda,
-                                  const __nv_bfloat16* b, int ldb) {
+// acc (eight 16 x 8 tiles) += A . B for the 16 x K tile of A at rows r0.. of view `a` and the K x
+// 64 tile of B at columns n0.. : k-major (B[k][n] = b.at(k, n)), or with kBT its transpose X = B^T
+// n-major (X[n][k] = b.at(n, k): e.g. K for Q K^T, or S^T for q S). Views: smem_view.cuh.
+template <int K, bool kBT = false, class A, class B>
+__device__ inline void tile_16x64_at(float (&acc)[8][4], const A& a, int r0, const B& b, int n0) {
+  const int lane = threadIdx.x % 32;
   for (int ks = 0; ks < K / 16; ++ks) {
     uint32_t af[4];
-    load_a(af, a + 16 * ks, lda);
+    ldsm_x4(af, a.at(r0 + lane % 16, 16 * ks + (lane / 16) * 8));
     for (int np = 0; np < 4; ++np) {
       uint32_t bf[4];
       if constexpr (kBT)
-        load_b_trans(bf, b + 16 * np * ldb + 16 * ks, ldb);
+        ldsm_x4(bf,
+                b.at(n0 + 16 * np + lane % 8 + (lane / 16) * 8, 16 * ks + ((lane / 8) % 2) * 8));
       else
-        load_b(bf, b + 16 * ks * ldb + 16 * np, ldb);
+        ldsm_x4_trans(
+            bf, b.at(16 * ks + lane % 8 + ((lane / 8) % 2) * 8, n0 + 16 * np + (lane / 16) * 8));
       mma(acc[2 * np], af, bf[0], bf[1]);
       mma(acc[2 * np + 1], af, bf[2], bf[3]);
     }
   }
+}
+
+// As tile_16x64_at for A at `a` (row-major, lda) and B at `b` (ldb).
+template <int K, bool kBT = false>
+__device__ inline void tile_16x64(float (&acc)[8][4], const __nv_bfloat16* a, int lda,
+                                  const __nv_bfloat16* b, int ldb) {
+  tile_16x64_at<K, kBT>(acc, PaddedRows{a, lda}, 0, PaddedRows{b, ldb}, 0);
 }
 
 __device__ inline uint32_t pack_bf16(float lo, float hi) {
