@@ -3,7 +3,10 @@
 // value head), two warpgroups; warpgroup j owns columns 64 j .. 64 j + 63 of the state (two m64n64
 // f32 accumulators, rows 0..63 and 64..127), of V' and of the output, and shares the staged chunk
 // operands (W, kd, q, P, U: one copy a head, read once from L2) with the other. The next chunk's
-// operands stream into shared memory (cp.async) while the current one computes. Per chunk:
+// operands stream into shared memory while the current one computes, copied by the bulk tensor
+// copy engine (one thread issues them) into 128-byte-swizzled tiles; rows past a sequence's end
+// are the next sequence's (or zeros past the step): V' is zeroed there, P is zero above its
+// diagonal, and those output rows are not stored. Per chunk:
 //   V' = U - W S and O = q S              (A = W, q by ldmatrix; B = S^T in shared memory)
 //   O = e^gam O + P V'                    (A = P; B = V'^T in shared memory), to the output
 //   S <- e^gam_last S + kd^T V'           (A = kd^T by ldmatrix.trans)
@@ -12,6 +15,8 @@
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "backend/cuda/kernels/gdn_chunk_wg_state.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
+#include "backend/cuda/kernels/tma.cuh"
+#include "backend/cuda/kernels/tma_map.h"
 #include "backend/cuda/kernels/wgmma.cuh"
 
 namespace deltaserve::cuda::gdn_chunk {
@@ -26,43 +31,49 @@ struct Seq {
   int base, len, h, kh, T;
 };
 
-struct Stage {
-  bf16 w[kChunk][kLd];   // W
-  bf16 kd[kChunk][kLd];  // k e^(gam_last - gam)
-  bf16 q[kChunk][kLd];   // q (the key head's)
-  bf16 u[kChunk][kLd];   // U
-  bf16 p[kChunk][kLdC];  // P
+// W, kd, U [T][nv dk], q [T][nk dk], P [T][nv 64], copied in boxes of 64 tokens x 64 columns.
+struct PassMaps {
+  CUtensorMap w, kd, u, q, p;
+};
+
+struct alignas(wgmma::kAtomBytes) Stage {  // SW128 tiles: 64-column blocks of the 64 rows
+  bf16 w[kChunk * kDim];                   // W
+  bf16 kd[kChunk * kDim];                  // k e^(gam_last - gam)
+  bf16 q[kChunk * kDim];                   // q (the key head's)
+  bf16 u[kChunk * kDim];                   // U
+  bf16 p[kChunk * kChunk];                 // P
   float gam[kChunk];
 };
 struct Smem {
   bf16 st[2][2 * kCols * 64];  // per warpgroup S^T [column][dk]: two SW128 blocks of 64 dk
   bf16 vt[2][kCols * 64];      // per warpgroup V'^T [column][token]: one SW128 block
   Stage stage[2];              // chunk c in stage c % 2, the next one loading into the other
+  uint64_t full[2];            // a stage's tiles landed
 };
 constexpr size_t kSmemBytes = sizeof(Smem) + wgmma::kAtomBytes;  // + alignment
+constexpr uint32_t kTileBytes = 4 * sizeof(Stage::w) + sizeof(Stage::p);
+
+using Tile = Sw128Rows<kChunk>;
 
 __device__ int warpgroup() { return threadIdx.x / 128; }
 __device__ int warp_in_group() { return threadIdx.x / 32 % 4; }
 
-// Chunk `c`'s operands into `st` (rows past the sequence zero), as one cp.async group.
-__device__ void load_chunk(Stage& st, const Seq& q, int c, const Workspace& ws, const GdnShape& s) {
+// Chunk `c`'s tiles into `st` by thread 0, completing on `full`; its gam (rows past the sequence
+// zero) as one cp.async group by the first 64 threads.
+__device__ void load_chunk(Stage& st, uint64_t* full, const PassMaps& maps, const Seq& q, int c,
+                           const Workspace& ws) {
   const int t0 = c * kChunk, n = min(kChunk, q.len - t0), first = q.base + t0;
-  const int tid = threadIdx.x, col = 8 * (tid % 16);
-#pragma unroll
-  for (int i = 0; i < kChunk / 16; ++i) {
-    const int r = tid / 16 + 16 * i;
-    const size_t row = static_cast<size_t>(first + (r < n ? r : 0));
-    const size_t at = (row * s.nv + q.h) * kDim + col;
-    mma::cp_async16(st.w[r] + col, ws.w + at, r < n);
-    mma::cp_async16(st.kd[r] + col, ws.kd + at, r < n);
-    mma::cp_async16(st.u[r] + col, ws.u + at, r < n);
-    mma::cp_async16(st.q[r] + col, ws.q + (row * s.nk + q.kh) * kDim + col, r < n);
-  }
-#pragma unroll
-  for (int j = 0; j < kChunk / 32; ++j) {
-    const int r = tid / 8 + 32 * j, pc = 8 * (tid % 8);
-    const size_t row = static_cast<size_t>(first + (r < n ? r : 0));
-    mma::cp_async16(st.p[r] + pc, ws.p + (row * s.nv + q.h) * kChunk + pc, r < n);
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    tma::arrive_expect_bytes(full, kTileBytes);
+    for (int half = 0; half < 2; ++half) {
+      const int at = half * kChunk * 64, col = q.h * kDim + 64 * half;
+      tma::load_2d(st.w + at, &maps.w, col, first, full);
+      tma::load_2d(st.kd + at, &maps.kd, col, first, full);
+      tma::load_2d(st.u + at, &maps.u, col, first, full);
+      tma::load_2d(st.q + at, &maps.q, q.kh * kDim + 64 * half, first, full);
+    }
+    tma::load_2d(st.p, &maps.p, q.h * kChunk, first, full);
   }
   if (tid < kChunk)
     mma::cp_async4(&st.gam[tid],
@@ -70,8 +81,8 @@ __device__ void load_chunk(Stage& st, const Seq& q, int c, const Workspace& ws, 
   mma::cp_async_commit();
 }
 
-// V' = U - W S (in v) as bf16 into V'^T.
-__device__ void form_v(Acc& v, const Stage& st, uint32_t vt) {
+// V' = U - W S (in v; rows past n zero: their kd must add nothing to S) as bf16 into V'^T.
+__device__ void form_v(Acc& v, const Stage& st, uint32_t vt, int n) {
   const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int c0 = kCols * warpgroup() + 2 * c;
 #pragma unroll
@@ -79,10 +90,10 @@ __device__ void form_v(Acc& v, const Stage& st, uint32_t vt) {
     const int i = 16 * warp_in_group() + g + 8 * hf;
 #pragma unroll
     for (int nt = 0; nt < kCols / 8; ++nt) {
-      const float2 u =
-          __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&st.u[i][c0 + 8 * nt]));
-      v[4 * nt + 2 * hf] = u.x - v[4 * nt + 2 * hf];
-      v[4 * nt + 2 * hf + 1] = u.y - v[4 * nt + 2 * hf + 1];
+      const float2 u = __bfloat1622float2(
+          *reinterpret_cast<const __nv_bfloat162*>(Tile{st.u}.at(i, c0 + 8 * nt)));
+      v[4 * nt + 2 * hf] = i < n ? u.x - v[4 * nt + 2 * hf] : 0.0f;
+      v[4 * nt + 2 * hf + 1] = i < n ? u.y - v[4 * nt + 2 * hf + 1] : 0.0f;
     }
   }
   WgState::store_transposed(vt, v);
@@ -123,12 +134,12 @@ __device__ void store_output(const Acc& o, const Seq& q, int t0, int n, const Gd
 __device__ void step(Acc (&hs)[2], const Stage& st, uint32_t st_tile, uint32_t vt, const Seq& q,
                      int t0, int n, const GdnShape& s, bf16* out) {
   Acc v, o;
-  WgState::issue<kDim / 16>(v, st.w[0], kLd, st_tile, false);
+  WgState::issue<kDim / 16>(v, Tile{st.w}, st_tile, false);
   wgmma::commit();
-  WgState::issue<kDim / 16>(o, st.q[0], kLd, st_tile, false);
+  WgState::issue<kDim / 16>(o, Tile{st.q}, st_tile, false);
   wgmma::commit();
   wgmma::wait<1>();  // W S
-  form_v(v, st, vt);
+  form_v(v, st, vt, n);
   asm volatile("bar.sync %0, 128;\n" ::"r"(1 + warpgroup()) : "memory");  // V'^T complete
   wgmma::wait<0>();                                                       // q S
   scale_rows(o, st);
@@ -137,9 +148,9 @@ __device__ void step(Acc (&hs)[2], const Stage& st, uint32_t st_tile, uint32_t v
   for (int half = 0; half < 2; ++half)
 #pragma unroll
     for (int e = 0; e < 32; ++e) hs[half][e] *= decay;
-  WgState::issue<kChunk / 16>(o, st.p[0], kLdC, vt, true);
+  WgState::issue<kChunk / 16>(o, Tile{st.p}, vt, true);
   wgmma::commit();
-  WgState::issue_update(hs, st.kd, vt);
+  WgState::issue_update(hs, Tile{st.kd}, vt);
   wgmma::commit();
   wgmma::wait<1>();  // P V'
   store_output(o, q, t0, n, s, out);
@@ -149,8 +160,8 @@ __device__ void step(Acc (&hs)[2], const Stage& st, uint32_t st_tile, uint32_t v
 
 template <class StateT>
 __global__ void __launch_bounds__(kThreads, 1)
-    pass_kernel(BatchMeta b, Workspace ws, StateT* __restrict__ state, GdnShape s,
-                bf16* __restrict__ out) {
+    pass_kernel(BatchMeta b, const __grid_constant__ PassMaps maps, Workspace ws,
+                StateT* __restrict__ state, GdnShape s, bf16* __restrict__ out) {
   extern __shared__ __align__(128) unsigned char pass_raw[];
   Smem& sm = *wgmma::atom_aligned<Smem>(pass_raw);
   const int seq = blockIdx.x, h = blockIdx.y;
@@ -162,13 +173,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   Acc hs[2] = {};
   if (b.seq_start[seq] != 0) WgState::io<false>(S, kCols * warpgroup(), hs);
   const int chunks = (q.len + kChunk - 1) / kChunk, snap_at = b.seq_snap_at[seq];
-  load_chunk(sm.stage[0], q, 0, ws, s);
+  if (threadIdx.x == 0) {
+    tma::barrier_init(&sm.full[0], 1);
+    tma::barrier_init(&sm.full[1], 1);
+    tma::barrier_init_fence();
+  }
+  __syncthreads();  // the barriers initialised
+  load_chunk(sm.stage[0], &sm.full[0], maps, q, 0, ws);
   WgState::publish(st_tile, hs);
   for (int c = 0; c < chunks; ++c) {
     mma::cp_async_wait<0>();
-    __syncthreads();  // chunk c staged, S^T published, every read of chunk c - 1's stage done
-    if (c + 1 < chunks) load_chunk(sm.stage[(c + 1) % 2], q, c + 1, ws, s);
+    __syncthreads();  // chunk c's gam staged, S^T published, every read of chunk c - 1's done
+    if (c + 1 < chunks)
+      load_chunk(sm.stage[(c + 1) % 2], &sm.full[(c + 1) % 2], maps, q, c + 1, ws);
     const int t0 = c * kChunk, n = min(kChunk, q.len - t0);
+    tma::wait(&sm.full[c % 2], (c / 2) & 1);
     step(hs, sm.stage[c % 2], st_tile, vt, q, t0, n, s, out);
     if (t0 + n == snap_at)  // the in-step snapshot: the state after this chunk
       WgState::io<true>(state + (static_cast<size_t>(b.seq_snap_slot[seq]) * s.nv + h) * head,
@@ -181,8 +200,15 @@ template <class StateT>
 void launch_typed(const BatchMeta& b, const Workspace& ws, StateT* state, const GdnShape& s,
                   bf16* out, cudaStream_t stream) {
   constexpr int smem = kSmemBytes;
+  const int64_t T = b.num_tokens, cols = static_cast<int64_t>(s.nv) * kDim;
+  const PassMaps maps{encode_tma_2d_bf16(ws.w, T, cols, kChunk),
+                      encode_tma_2d_bf16(ws.kd, T, cols, kChunk),
+                      encode_tma_2d_bf16(ws.u, T, cols, kChunk),
+                      encode_tma_2d_bf16(ws.q, T, static_cast<int64_t>(s.nk) * kDim, kChunk),
+                      encode_tma_2d_bf16(ws.p, T, static_cast<int64_t>(s.nv) * kChunk, kChunk)};
   cudaFuncSetAttribute(pass_kernel<StateT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  pass_kernel<StateT><<<dim3(b.num_seqs, s.nv), kThreads, smem, stream>>>(b, ws, state, s, out);
+  pass_kernel<StateT>
+      <<<dim3(b.num_seqs, s.nv), kThreads, smem, stream>>>(b, maps, ws, state, s, out);
 }
 
 }  // namespace
