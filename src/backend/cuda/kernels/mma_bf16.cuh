@@ -62,18 +62,6 @@ __device__ inline void mma_rows8(float (&d)[2], uint32_t a0, uint32_t a2, uint32
       : "r"(a0), "r"(a2), "r"(0u), "r"(b0), "r"(b1), "f"(0.0f));
 }
 
-// The A tile at `m` (row-major, leading dimension ld, in elements).
-__device__ inline void load_a(uint32_t (&a)[4], const __nv_bfloat16* m, int ld) {
-  const int lane = threadIdx.x % 32;
-  ldsm_x4(a, m + (lane % 16) * ld + (lane / 16) * 8);
-}
-
-// The A tile X^T, X stored k-major at `x` (rows = the inner dimension, row-major, ld).
-__device__ inline void load_a_trans(uint32_t (&a)[4], const __nv_bfloat16* x, int ld) {
-  const int lane = threadIdx.x % 32;
-  ldsm_x4_trans(a, x + (lane % 8 + (lane / 16) * 8) * ld + ((lane / 8) % 2) * 8);
-}
-
 // Two B tiles (16 x 16: columns n0..n0+7 in b[0..1], n0+8.. in b[2..3]) of B stored k-major at
 // `m` (B[k][n] row-major, ld).
 __device__ inline void load_b(uint32_t (&b)[4], const __nv_bfloat16* m, int ld) {
