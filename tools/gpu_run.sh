@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
-# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench ncu ncusrc ncufull ncuattn attn fla model nccl bench1 prof bench mixed linear decodeab ab hf real serve prefix
+# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench gdnab ncu ncusrc ncufull ncuattn attn fla model nccl bench1 prof bench mixed linear decodeab ab hf real serve prefix
 #        prefixab serve8k offline8k
 #        benchtp[:MODELS] servetp   (multi-GPU: TP1 vs TP2 vs TP4 on the visible GPUs)
 # Logs go to $OUT (or ./gpu_logs); a summary line is printed as each stage ends.
@@ -108,8 +108,18 @@ for stage in "$@"; do
     gdnbench)  # the chunked delta rule's per-layer bench alone
       $BIN/gdn_bench >"$LOG/gdn_bench.md" 2>"$LOG/gdn_bench.err"
       note "gdn_bench rc=$? $(tr '\n' ' ' <"$LOG/gdn_bench.md")" ;;
-    ncu)  # kernel times of one GDN layer call and one attention call at 8k (ncu, clocks untouched)
-      timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum \
+    gdnab)  # A/B of the per-layer bench against a base build's (.device_out/bin/gdn_bench_base,
+            # staged from another commit), interleaved: new, base, new, base
+      for i in 1 2; do
+        for v in gdn_bench gdn_bench_base; do
+          [ -x $BIN/$v ] || continue
+          timeout 90 $BIN/$v >"$LOG/gdnab_${v}_$i.md" 2>>"$LOG/gdnab.err"
+          note "gdnab $v $i rc=$? $(grep -E '^\| [0-9]' "$LOG/gdnab_${v}_$i.md" | cut -d'|' -f2,3,5 | tr '\n' ' ')"
+        done
+      done ;;
+    ncu)  # kernel times (with L2 and DRAM bytes) of one GDN layer call at 8k (ncu, clocks untouched)
+      timeout 200 ncu --clock-control none \
+        --metrics gpu__time_duration.sum,lts__t_bytes.sum,dram__bytes.sum \
         $BIN/gdn_bench --len 8192 --rounds 1 --calls 2 ${GDN_ARGS:-} >"$LOG/ncu_gdn${GDN_ARGS:+_mixer}.log" 2>&1
       note "ncu gdn rc=$? $(grep -E 'kernel|gpu__time_duration' "$LOG/ncu_gdn${GDN_ARGS:+_mixer}.log" | tr -s ' ' | tail -12 | tr '\n' ' ')" ;;
     ncusrc)  # ncu's source-level counters (SASS with stall samples) of a GDN kernel at 8k
