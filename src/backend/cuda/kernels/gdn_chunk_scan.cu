@@ -274,14 +274,16 @@ void launch(const BatchMeta& b, const Workspace& ws, StateT* state, const GdnSha
     throw DeviceError(std::string("GDN slice pass launch: ") + cudaGetErrorString(e));
 }
 
-// How many of the pass's clusters the GPU holds at once (asked once per pass and state type).
+// How many of the pass's clusters the GPU holds at once (asked once per pass and state type; 0
+// when the query fails, its error cleared so that no later check reports it).
 template <class P, class StateT>
 int resident_clusters() {
   static const int count = [] {
     const ClusterLaunch<P, StateT> l(1, 1, nullptr);
     int n = 0;
-    return cudaOccupancyMaxActiveClusters(&n, pass_kernel<P, StateT>, &l.cfg) == cudaSuccess ? n
-                                                                                             : 0;
+    if (cudaOccupancyMaxActiveClusters(&n, pass_kernel<P, StateT>, &l.cfg) == cudaSuccess) return n;
+    (void)cudaGetLastError();
+    return 0;
   }();
   return count;
 }
