@@ -22,5 +22,6 @@ stages() {
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$G/gpu.txt"
 cat .device_out/COMMIT 2>/dev/null | tee -a "$G/gpu.txt"  # written by tools/stage_device.sh
+[ -f .device_out/BASE_COMMIT ] && echo "base $(cat .device_out/BASE_COMMIT)" | tee -a "$G/gpu.txt"
 eval "$1"
 pack

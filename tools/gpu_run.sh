@@ -109,7 +109,7 @@ for stage in "$@"; do
       $BIN/gdn_bench >"$LOG/gdn_bench.md" 2>"$LOG/gdn_bench.err"
       note "gdn_bench rc=$? $(tr '\n' ' ' <"$LOG/gdn_bench.md")" ;;
     gdnab)  # A/B of the per-layer bench against a base build's (.device_out/bin/gdn_bench_base,
-            # staged from another commit), interleaved: new, base, new, base
+            # staged from another commit by tools/stage_base.sh), interleaved: new, base, new, base
       for i in 1 2; do
         for v in gdn_bench gdn_bench_base; do
           [ -x $BIN/$v ] || continue
@@ -194,7 +194,7 @@ for stage in "$@"; do
         done
       done ;;
     ab)  # A/B of the model-level bench against a base build's (.device_out/bin/gpu_bench_base,
-         # staged from another commit), interleaved: new, base, new, base
+         # staged from another commit by tools/stage_base.sh), interleaved: new, base, new, base
       for i in 1 2; do
         for v in gpu_bench gpu_bench_base; do
           [ -x $BIN/$v ] || continue
