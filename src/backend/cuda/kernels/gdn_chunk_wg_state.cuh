@@ -81,11 +81,9 @@ struct WarpgroupState {
   // kBlockBytes along K).
   template <int kSteps, class A>
   __device__ static void issue(Acc& acc, const A& a, uint32_t b, bool accumulate) {
-    const int lane = threadIdx.x % 32;
     uint32_t frag[kSteps][4];  // every fragment first: the MMAs read them asynchronously
 #pragma unroll
-    for (int ks = 0; ks < kSteps; ++ks)
-      mma::ldsm_x4(frag[ks], a.at(16 * warp() + lane % 16, 16 * ks + (lane / 16) * 8));
+    for (int ks = 0; ks < kSteps; ++ks) mma::load_a_at(frag[ks], a, 16 * warp(), 16 * ks);
     const uint64_t bd = wgmma::desc(b, 16, wgmma::kAtomBytes);
     wgmma::fence();  // the fragments' registers, and any of acc's written since the last MMA
 #pragma unroll
@@ -105,14 +103,12 @@ struct WarpgroupState {
   // (half h: dk 64 h ..), B = V'^T [column][token] (an SW128 block at `vt`).
   template <class A>
   __device__ static void issue_update(Acc (&hs)[2], const A& kd, uint32_t vt) {
-    const int lane = threadIdx.x % 32;
     uint32_t frag[2][kChunk / 16][4];  // every fragment first: the MMAs read them asynchronously
 #pragma unroll
     for (int half = 0; half < 2; ++half)
 #pragma unroll
       for (int ks = 0; ks < kChunk / 16; ++ks)
-        mma::ldsm_x4_trans(frag[half][ks], kd.at(16 * ks + lane % 8 + (lane / 16) * 8,
-                                                 64 * half + 16 * warp() + ((lane / 8) % 2) * 8));
+        mma::load_a_trans_at(frag[half][ks], kd, 16 * ks, 64 * half + 16 * warp());
     const uint64_t vd = wgmma::desc(vt, 16, wgmma::kAtomBytes);
     wgmma::fence();
 #pragma unroll

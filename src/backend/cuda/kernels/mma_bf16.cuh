@@ -62,17 +62,39 @@ __device__ inline void mma_rows8(float (&d)[2], uint32_t a0, uint32_t a2, uint32
       : "r"(a0), "r"(a2), "r"(0u), "r"(b0), "r"(b1), "f"(0.0f));
 }
 
-// Two B tiles (16 x 16: columns n0..n0+7 in b[0..1], n0+8.. in b[2..3]) of B stored k-major at
-// `m` (B[k][n] row-major, ld).
-__device__ inline void load_b(uint32_t (&b)[4], const __nv_bfloat16* m, int ld) {
+// Fragment loads from a shared-memory view (smem_view.cuh: element (r, c) at v.at(r, c)).
+// The A tile (16 x 16) at rows r0.., columns k0.. of `a`.
+template <class V>
+__device__ inline void load_a_at(uint32_t (&r)[4], const V& a, int r0, int k0) {
   const int lane = threadIdx.x % 32;
-  ldsm_x4_trans(b, m + (lane % 8 + ((lane / 8) % 2) * 8) * ld + (lane / 16) * 8);
+  ldsm_x4(r, a.at(r0 + lane % 16, k0 + (lane / 16) * 8));
+}
+// The A tile X^T for X stored k-major in `x` (X[k][m] = x.at(k, m)): rows k0.., columns m0...
+template <class V>
+__device__ inline void load_a_trans_at(uint32_t (&r)[4], const V& x, int k0, int m0) {
+  const int lane = threadIdx.x % 32;
+  ldsm_x4_trans(r, x.at(k0 + lane % 8 + (lane / 16) * 8, m0 + ((lane / 8) % 2) * 8));
+}
+// Two B tiles (16 x 16: columns n0..n0+7 in r[0..1], n0+8.. in r[2..3]) of B stored k-major in
+// `b` (B[k][n] = b.at(k, n)).
+template <class V>
+__device__ inline void load_b_at(uint32_t (&r)[4], const V& b, int k0, int n0) {
+  const int lane = threadIdx.x % 32;
+  ldsm_x4_trans(r, b.at(k0 + lane % 8 + ((lane / 8) % 2) * 8, n0 + (lane / 16) * 8));
+}
+// Two B tiles of B = X^T for X stored n-major in `x` (X[n][k] = x.at(n, k)): e.g. K^T for Q K^T.
+template <class V>
+__device__ inline void load_b_trans_at(uint32_t (&r)[4], const V& x, int n0, int k0) {
+  const int lane = threadIdx.x % 32;
+  ldsm_x4(r, x.at(n0 + lane % 8 + (lane / 16) * 8, k0 + ((lane / 8) % 2) * 8));
 }
 
-// Two B tiles of B = X^T, X stored n-major at `x` (X[n][k] row-major, ld): e.g. K^T for Q K^T.
+// load_b_at / load_b_trans_at at `m` / `x` (row-major, ld).
+__device__ inline void load_b(uint32_t (&b)[4], const __nv_bfloat16* m, int ld) {
+  load_b_at(b, PaddedRows{m, ld}, 0, 0);
+}
 __device__ inline void load_b_trans(uint32_t (&b)[4], const __nv_bfloat16* x, int ld) {
-  const int lane = threadIdx.x % 32;
-  ldsm_x4(b, x + (lane % 8 + (lane / 16) * 8) * ld + ((lane / 8) % 2) * 8);
+  load_b_trans_at(b, PaddedRows{x, ld}, 0, 0);
 }
 
 // acc (eight 16 x 8 tiles) += A . B for the 16 x K tile of A at rows r0.. of view `a` and the K x
@@ -80,18 +102,15 @@ __device__ inline void load_b_trans(uint32_t (&b)[4], const __nv_bfloat16* x, in
 // n-major (X[n][k] = b.at(n, k): e.g. K for Q K^T, or S^T for q S). Views: smem_view.cuh.
 template <int K, bool kBT = false, class A, class B>
 __device__ inline void tile_16x64_at(float (&acc)[8][4], const A& a, int r0, const B& b, int n0) {
-  const int lane = threadIdx.x % 32;
   for (int ks = 0; ks < K / 16; ++ks) {
     uint32_t af[4];
-    ldsm_x4(af, a.at(r0 + lane % 16, 16 * ks + (lane / 16) * 8));
+    load_a_at(af, a, r0, 16 * ks);
     for (int np = 0; np < 4; ++np) {
       uint32_t bf[4];
       if constexpr (kBT)
-        ldsm_x4(bf,
-                b.at(n0 + 16 * np + lane % 8 + (lane / 16) * 8, 16 * ks + ((lane / 8) % 2) * 8));
+        load_b_trans_at(bf, b, n0 + 16 * np, 16 * ks);
       else
-        ldsm_x4_trans(
-            bf, b.at(16 * ks + lane % 8 + ((lane / 8) % 2) * 8, n0 + 16 * np + (lane / 16) * 8));
+        load_b_at(bf, b, 16 * ks, n0 + 16 * np);
       mma(acc[2 * np], af, bf[0], bf[1]);
       mma(acc[2 * np + 1], af, bf[2], bf[3]);
     }
