@@ -242,7 +242,7 @@ void launch_gated_delta_rule(const BatchMeta& b, const __nv_bfloat16* y, const _
   if (b.num_seqs == 0) return;
   if (ws != nullptr && b.num_tokens > b.num_seqs && gdn_chunked_supported(s)) {
     launch_gdn_chunked(b, GdnQkvSource{y, nullptr, nullptr, nullptr}, a, bgate, A_log, dt_bias,
-                       state, s, ws, num_sms, out, stream);
+                       state, s, GatedNorm{}, ws, num_sms, out, stream);
     return;
   }
   if (state.bf16)

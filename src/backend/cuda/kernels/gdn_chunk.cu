@@ -3,6 +3,7 @@
 // sequences gdn_chunk_scan.cu over 32-column slices (the states only) with gdn_chunk_out.cu
 // forming every chunk's output in parallel after it, for enough sequences to fill the GPU
 // gdn_chunk_pass.cu, a block a head, forming the outputs itself.
+#include "backend/cuda/kernels/gated_rms_norm.cuh"
 #include "backend/cuda/kernels/gdn_chunk.cuh"
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "backend/cuda/kernels/gdn_conv4.cuh"
@@ -21,15 +22,20 @@ bool gdn_chunked_conv_supported(const GdnShape& s, int conv_kernel, const GdnQkv
 
 void launch_gdn_chunked(const BatchMeta& b, const GdnQkvSource& in, const __nv_bfloat16* a,
                         const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
-                        GdnState state, const GdnShape& s, float* ws, int num_sms,
-                        __nv_bfloat16* out, cudaStream_t stream) {
+                        GdnState state, const GdnShape& s, const GatedNorm& norm, float* ws,
+                        int num_sms, __nv_bfloat16* out, cudaStream_t stream) {
   const gdn_chunk::Workspace w(ws, b.num_tokens, s);
   gdn_chunk::launch_prep(b, in, a, bgate, A_log, dt_bias, s, w, stream);
   if (gdn_chunk::use_head_pass(b.num_seqs, s, num_sms)) {
     gdn_chunk::launch_head_pass(b, w, state, s, out, stream);
+    if (norm.z != nullptr) {
+      const size_t at = static_cast<size_t>(norm.first_row) * s.nv * s.dv;
+      launch_gated_rms_norm_bf16(out + at, norm.z + at, norm.w, norm.eps,
+                                 (b.num_tokens - norm.first_row) * s.nv, s.dv, stream);
+    }
   } else {
     gdn_chunk::launch_slice_pass(b, w, state, s, stream);
-    gdn_chunk::launch_out(b, w, s, out, stream);
+    gdn_chunk::launch_out(b, w, s, norm, out, stream);
   }
 }
 

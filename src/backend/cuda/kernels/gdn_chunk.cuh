@@ -20,11 +20,23 @@ struct GdnQkvSource {
 // the way in: width 4, 16-byte aligned u, conv_w, conv_state (and the shapes it handles).
 bool gdn_chunked_conv_supported(const GdnShape& s, int conv_kernel, const GdnQkvSource& in);
 
-// As launch_gated_delta_rule, for a step with a prefill; `ws` holds
+// The gated RMSNorm of the output: out = o * rsqrt(mean(o^2) + eps) * w * silu(z) per value head,
+// z [T, nv dv] bf16 (rows as the output's), w [dv] f32, over the rows from first_row on (the
+// batch's sequences' rows: a mixed step's leading decode rows are not theirs). The slice pass's
+// output kernel applies it as it stores the output (gdn_chunk_norm.cuh); after the head pass, whose
+// chunk-to-chunk chain it would lengthen, the gated_rms_norm kernel runs. A null z: no norm.
+struct GatedNorm {
+  const __nv_bfloat16* z;
+  const float* w;
+  float eps;
+  int first_row;
+};
+
+// As launch_gated_delta_rule, for a step with a prefill, the output normed by `norm`; `ws` holds
 // gdn_chunk_workspace_floats(b.num_tokens, s) floats.
 void launch_gdn_chunked(const BatchMeta& b, const GdnQkvSource& in, const __nv_bfloat16* a,
                         const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
-                        GdnState state, const GdnShape& s, float* ws, int num_sms,
-                        __nv_bfloat16* out, cudaStream_t stream);
+                        GdnState state, const GdnShape& s, const GatedNorm& norm, float* ws,
+                        int num_sms, __nv_bfloat16* out, cudaStream_t stream);
 
 }  // namespace deltaserve::cuda

@@ -74,8 +74,9 @@ void launch_head_pass(const BatchMeta& b, const Workspace& ws, GdnState state, c
 // final state.
 void launch_slice_pass(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
                        cudaStream_t stream);
-// Every chunk's output from the chunk-start states and V' (gdn_chunk_out.cu), after the slice pass.
-void launch_out(const BatchMeta& b, const Workspace& ws, const GdnShape& s, __nv_bfloat16* out,
-                cudaStream_t stream);
+// Every chunk's output from the chunk-start states and V' (gdn_chunk_out.cu), after the slice
+// pass, normed by `norm`.
+void launch_out(const BatchMeta& b, const Workspace& ws, const GdnShape& s, const GatedNorm& norm,
+                __nv_bfloat16* out, cudaStream_t stream);
 
 }  // namespace deltaserve::cuda::gdn_chunk
