@@ -2,15 +2,20 @@
 // projections that share an input): us per call (median of timed rounds of calls, each weight set
 // rotated over copies larger than L2, so every call streams from HBM; a 4-byte memset between
 // calls, its time taken off, so that no call overlaps the one before) and the weights' GB/s, for T
-// = 1 / 4 / 8 / 16 tokens. Columns: ours (CudaBackend::linear_multi: the weight-streaming GEMM),
-// ours after a residual add + RMSNorm instead of the memset (the norm's time taken off: what the
-// early start of a programmatic dependent saves), the grouped GEMV kernel it replaced (T <= 8; 0
-// above) and cuBLASLt (one GEMM per projection). A
-// last row per T sums one decode step's projections (24 GDN layers, 8 attention layers, 32 MLPs,
-// the lm_head). Usage: linear_bench [--rows 1,4,8,16] [--rounds 5] [--only NAME-PART]
+// = 1 / 4 / 8 / 16 tokens by default. Weights and inputs hold uniform noise (zeros draw less power,
+// so their GEMMs clock higher). Columns: ours (CudaBackend::linear_multi, as routed), ours after a
+// residual add + RMSNorm instead of the memset (the norm's time taken off: what the early start of
+// a programmatic dependent saves), the grouped GEMV kernel (T <= 8; 0 above), the weight-streaming
+// GEMM forced (T <= 64; 0 above), cuBLASLt (one GEMM per projection), and ours in TFLOP/s (for
+// prefill-sized T, up to 16,384). A last row per T sums one decode step's projections (24 GDN
+// layers, 8 attention layers, 32 MLPs, the lm_head; no lm_head over 256 rows, as a prefill step
+// runs it on the rows it samples only).
+// Usage: linear_bench [--rows 1,4,8,16] [--rounds 5] [--only NAME-PART]
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -28,6 +33,7 @@ namespace ds = deltaserve;
 namespace {
 
 using bf16 = __nv_bfloat16;
+constexpr int kMaxRows = 16384, kDecodeMaxRows = 256;
 
 // One launch's projections: output widths sharing the input width K, and how often a step runs it.
 struct Group {
@@ -49,12 +55,23 @@ const std::vector<Group>& groups_4b() {
 }
 
 struct Timings {
-  double ours, ours_after_norm, gemv, cublaslt;  // gemv 0: not run (T > kGemvMaxRows)
+  double ours, ours_after_norm, gemv, gemm, cublaslt;  // gemv / gemm 0: not run (T past theirs)
 };
 
 class LinearBench {
  public:
-  explicit LinearBench(int rounds) : be_(0), rounds_(rounds) {}
+  explicit LinearBench(int rounds) : be_(0), rounds_(rounds) {
+    cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, 0);
+    skinny_partials_ =
+        be_.alloc(ds::DType::kF32, {static_cast<int64_t>(ds::cuda::skinny_workspace_floats(sms_))});
+    std::vector<float> host(kNoiseElems);
+    uint32_t state = 12345;
+    for (float& v : host) {  // uniform in [-1, 1): zeros would draw less power than real data
+      state = state * 1664525u + 1013904223u;
+      v = static_cast<float>(state >> 8) / static_cast<float>(1u << 23) - 1.0f;
+    }
+    be_.upload(ds::DType::kF32, host.data(), host.size(), noise_.tensor());
+  }
 
   Timings time(const Group& g, int64_t T) {
     int64_t bytes = 0;
@@ -63,9 +80,13 @@ class LinearBench {
     std::vector<std::vector<ds::Buffer>> w(static_cast<size_t>(copies));
     std::vector<ds::Buffer> y;
     for (auto& set : w)
-      for (int64_t n : g.n) set.push_back(be_.alloc(ds::DType::kBF16, {n, g.K}));
+      for (int64_t n : g.n) {
+        set.push_back(be_.alloc(ds::DType::kBF16, {n, g.K}));
+        fill_noise(set.back());
+      }
     for (int64_t n : g.n) y.push_back(be_.alloc(ds::DType::kBF16, {T, n}));
     ds::Buffer x = be_.alloc(ds::DType::kBF16, {T, g.K});
+    fill_noise(x);
     const int calls = std::max(copies * 4, 40);
     int next = 0;
     // A 4-byte memset before each call keeps it from overlapping the previous one (as in a model
@@ -114,6 +135,17 @@ class LinearBench {
       ds::cuda::launch_gemv_multi_bf16(ptr(x), gg, static_cast<int>(T), static_cast<int>(g.K),
                                        be_.stream());
     });
+    t.gemm = T > ds::cuda::kSkinnyMaxRows ? 0.0 : timed([&](const std::vector<ds::Buffer>& set) {
+      ds::cuda::SkinnyGroup sg[ds::cuda::kSkinnyMaxGroups];
+      for (size_t i = 0; i < set.size(); ++i)
+        sg[i] = {ptr(set[i]), ptr(y[i]), static_cast<int>(g.n[i])};
+      const cudaError_t e = ds::cuda::launch_skinny_gemm_bf16(
+          ptr(x), sg, static_cast<int>(set.size()), static_cast<int>(T), static_cast<int>(g.K),
+          {static_cast<float*>(skinny_partials_.tensor().data),
+           static_cast<int*>(skinny_counters_.tensor().data)},
+          sms_, be_.stream());
+      if (e != cudaSuccess) throw ds::Error(std::string("skinny GEMM: ") + cudaGetErrorString(e));
+    });
     t.cublaslt = timed([&](const std::vector<ds::Buffer>& set) {
       for (size_t i = 0; i < set.size(); ++i)
         lt_.run(ptr(x), ptr(set[i]), ptr(y[i]), T, g.K, g.n[i], be_.stream());
@@ -122,40 +154,67 @@ class LinearBench {
   }
 
  private:
+  static constexpr int64_t kNoiseElems = 1 << 22;
   static bf16* ptr(const ds::Buffer& b) { return static_cast<bf16*>(b.tensor().data); }
 
+  // b tiled with the noise values (a GEMM's power, and so its clocks, depends on its data).
+  void fill_noise(const ds::Buffer& b) {
+    const int64_t n = b.tensor().numel();
+    for (int64_t at = 0; at < n; at += kNoiseElems)
+      cudaMemcpyAsync(ptr(b) + at, ptr(noise_), std::min(kNoiseElems, n - at) * sizeof(bf16),
+                      cudaMemcpyDeviceToDevice, be_.stream());
+  }
+
   ds::backend::CudaBackend be_;
+  ds::Buffer noise_ = be_.alloc(ds::DType::kBF16, {kNoiseElems});
+  ds::Buffer skinny_partials_,
+      skinny_counters_ = be_.alloc(ds::DType::kI32, {ds::cuda::kSkinnyMaxTiles});
+  int sms_ = 0;
   ds::cuda::CublasLtLinear lt_;
   int rounds_;
 };
 
+// GB/s of `bytes` in `us` (0 for a column not run).
+double gbps(double bytes, double us) { return us > 0 ? bytes / us / 1e3 : 0.0; }
+
 // Groups whose name contains `only` (all for "").
 void print_table(LinearBench& bench, const std::vector<int32_t>& rows, const std::string& only) {
   std::printf(
-      "| group | T | MB | ours us | ours GB/s | ours after a norm us | GEMV us | GEMV GB/s | "
-      "cuBLASLt us | cuBLASLt GB/s |\n|---|---|---|---|---|---|---|---|---|---|\n");
+      "| group | T | MB | ours us | ours GB/s | ours after a norm us | GEMV us | GEMV GB/s | GEMM "
+      "us | "
+      "GEMM GB/s | cuBLASLt us | cuBLASLt GB/s | ours TFLOP/s |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const int32_t T : rows) {
     Timings step{};
     double step_bytes = 0;
     for (const Group& g : groups_4b()) {
       if (g.name.find(only) == std::string::npos) continue;
+      if (T > kDecodeMaxRows && g.name == "lm_head") continue;  // a prefill's rows skip it
       double bytes = 0;
       for (int64_t n : g.n) bytes += static_cast<double>(n * g.K * 2);
       const Timings t = bench.time(g, T);
-      std::printf("| %s | %d | %.1f | %.1f | %.0f | %.1f | %.1f | %.0f | %.1f | %.0f |\n",
-                  g.name.c_str(), T, bytes / 1e6, t.ours, bytes / t.ours / 1e3, t.ours_after_norm,
-                  t.gemv, t.gemv > 0 ? bytes / t.gemv / 1e3 : 0.0, t.cublaslt,
-                  bytes / t.cublaslt / 1e3);
+      const double flops = static_cast<double>(T) * bytes;  // 2 T n K
+      std::printf(
+          "| %s | %d | %.1f | %.1f | %.0f | %.1f | %.1f | %.0f | %.1f | %.0f | %.1f | %.0f | %.0f "
+          "|\n",
+          g.name.c_str(), T, bytes / 1e6, t.ours, bytes / t.ours / 1e3, t.ours_after_norm, t.gemv,
+          gbps(bytes, t.gemv), t.gemm, gbps(bytes, t.gemm), t.cublaslt, gbps(bytes, t.cublaslt),
+          flops / t.ours / 1e6);
       step.ours += g.per_step * t.ours;
       step.ours_after_norm += g.per_step * t.ours_after_norm;
       step.gemv += g.per_step * t.gemv;
+      step.gemm += g.per_step * t.gemm;
       step.cublaslt += g.per_step * t.cublaslt;
       step_bytes += g.per_step * bytes;
     }
-    std::printf("| **step** | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", T,
-                step_bytes / 1e6, step.ours, step_bytes / step.ours / 1e3, step.ours_after_norm,
-                step.gemv, step.gemv > 0 ? step_bytes / step.gemv / 1e3 : 0.0, step.cublaslt,
-                step_bytes / step.cublaslt / 1e3);
+    std::printf(
+        "| **step** | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | "
+        "%.0f "
+        "|\n",
+        T, step_bytes / 1e6, step.ours, step_bytes / step.ours / 1e3, step.ours_after_norm,
+        step.gemv, gbps(step_bytes, step.gemv), step.gemm, gbps(step_bytes, step.gemm),
+        step.cublaslt, gbps(step_bytes, step.cublaslt),
+        static_cast<double>(T) * step_bytes / step.ours / 1e6);
     std::fflush(stdout);
   }
 }
@@ -166,8 +225,7 @@ int main(int argc, char** argv) {
   try {
     std::vector<std::string> args(argv + 1, argv + argc);
     const ds::app::Args a(args, "linear_bench", {"rows", "rounds", "only"});
-    const std::vector<int32_t> rows =
-        ds::app::parse_ids(a.get("rows", "1,4,8,16"), ds::cuda::kSkinnyMaxRows + 1);
+    const std::vector<int32_t> rows = ds::app::parse_ids(a.get("rows", "1,4,8,16"), kMaxRows + 1);
     for (int32_t T : rows)
       if (T < 1) throw ds::Error("--rows: token counts start at 1");
     LinearBench bench(static_cast<int>(a.get_int("rounds", 5, 1, 1000)));
