@@ -131,6 +131,16 @@ class Backend {
                             std::span<const Tensor* const> ys) {
     for (size_t i = 0; i < ws.size(); ++i) linear(x, *ws[i], *ys[i]);
   }
+  // residual += x . w^T, then out = rms_norm(residual) by norm_w: a row-parallel projection whose
+  // output is already the whole sum (one rank), added to the residual stream and normalised.
+  // x [T, in], w [H, in], residual, out and scratch [T, H]. By default the projection goes to
+  // `scratch`, then add_rms_norm; a backend may add it to the residual inside the GEMM.
+  virtual void linear_add_rms_norm(const Tensor& x, const Tensor& w, const Tensor& residual,
+                                   const Tensor& norm_w, float eps, const Tensor& out,
+                                   const Tensor& scratch) {
+    linear(x, w, scratch);
+    add_rms_norm(residual, scratch, norm_w, eps, out);
+  }
   // out = silu(gate) * up, all [T, I].
   virtual void silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
   // out[i] = x[rows[i]]. rows [R] i32, x [T, H], out [R, H].

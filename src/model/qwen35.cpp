@@ -57,16 +57,15 @@ void Qwen35Model::mixer(const StepBatch& batch, int64_t i, const StepBuffers& s,
       gdn_dims_, static_cast<float>(cfg_.rms_norm_eps));
 }
 
-void Qwen35Model::project_out(int64_t i, const StepBuffers& s, dist::RowRange c) const {
+Qwen35Model::RowParallelProjection Qwen35Model::out_projection(int64_t i,
+                                                               const StepBuffers& s) const {
   const LayerWeights& l = w_.layers[static_cast<size_t>(i)];
   const int64_t T = s.h.dim(0);
-  const bool attn = l.type == LayerType::kFullAttention;
-  const Tensor in = attn ? s.attn : s.o.view({T, local_.value_dim()});
-  be_.linear(in.rows(c.begin, c.end), attn ? l.attn.o_proj : l.gdn.out_proj,
-             s.mix.rows(c.begin, c.end));
+  if (l.type == LayerType::kFullAttention) return {s.attn, &l.attn.o_proj};
+  return {s.o.view({T, local_.value_dim()}), &l.gdn.out_proj};
 }
 
-void Qwen35Model::mlp(int64_t i, const StepBuffers& s, dist::RowRange c) const {
+void Qwen35Model::mlp_in(int64_t i, const StepBuffers& s, dist::RowRange c) const {
   const auto rows = [c](const Tensor& t) { return t.rows(c.begin, c.end); };
   const LayerWeights& l = w_.layers[static_cast<size_t>(i)];
   const Tensor gate = rows(s.mlp_gate), up = rows(s.mlp_up), act = rows(s.mlp_act);
@@ -74,7 +73,6 @@ void Qwen35Model::mlp(int64_t i, const StepBuffers& s, dist::RowRange c) const {
   const Tensor* ys[] = {&gate, &up};
   be_.linear_multi(rows(s.h), ws, ys);
   be_.silu_mul(gate, up, act);
-  be_.linear(act, l.down_proj, rows(s.mix));
 }
 
 void Qwen35Model::forward(const StepBatch& batch, const StepBuffers& s,
@@ -90,10 +88,19 @@ void Qwen35Model::forward(const StepBatch& batch, const StepBuffers& s,
   const auto own = [&](const Tensor& t, dist::RowRange c) {
     return parallel_.own_rows(t, c, sharded);
   };
-  // Sum the row-parallel partials in s.mix, add them to the residual and normalise by `norm`,
-  // then (with `gather`) give every rank all the normalised rows (TPSP: reduce-scatter, add + norm
-  // of the shard, all-gather; else all-reduce, add + norm of every row).
-  const auto reduce_add_norm = [&](MicrochunkPipeline& p, const Tensor& norm, bool gather) {
+  // The row-parallel projection `proj` into s.mix, its partials summed, added to the residual and
+  // normalised by `norm`, then (with `gather`) every rank given all the normalised rows (TPSP:
+  // reduce-scatter, add + norm of the shard, all-gather; else all-reduce, add + norm of every row).
+  // On one rank the projection, add and norm are one op (the backend may add inside the GEMM).
+  const auto project_add_norm = [&](MicrochunkPipeline& p, const RowParallelProjection& proj,
+                                    const Tensor& norm, bool gather) {
+    const auto rows = [](const Tensor& t, dist::RowRange c) { return t.rows(c.begin, c.end); };
+    if (parallel_.degree() == 1)
+      return p.compute([&](dist::RowRange c) {
+        be_.linear_add_rms_norm(rows(proj.in, c), *proj.w, rows(s.x, c), norm, eps, rows(s.h, c),
+                                rows(s.mix, c));
+      });
+    p.compute([&](dist::RowRange c) { be_.linear(rows(proj.in, c), *proj.w, rows(s.mix, c)); });
     p.communicate(
         [&](dist::RowRange c) { parallel_.reduce_row_parallel_output(s.mix, c, sharded); });
     p.compute([&](dist::RowRange c) {
@@ -117,14 +124,14 @@ void Qwen35Model::forward(const StepBatch& batch, const StepBuffers& s,
     const LayerWeights& l = w_.layers[static_cast<size_t>(i)];
     mixer(batch, i, s, cache[static_cast<size_t>(i)]);
     MicrochunkPipeline p(be_, chunks, overlap);
-    p.compute([&](dist::RowRange c) { project_out(i, s, c); });
-    reduce_add_norm(p, l.post_norm, true);
-    p.compute([&](dist::RowRange c) { mlp(i, s, c); });
+    project_add_norm(p, out_projection(i, s), l.post_norm, true);
+    p.compute([&](dist::RowRange c) { mlp_in(i, s, c); });
     const bool last = i + 1 == L;
     // After the last layer: the final norm, gathered when there are logits (the lm_head's rows
     // may be any rank's).
-    reduce_add_norm(p, last ? w_.final_norm : w_.layers[static_cast<size_t>(i + 1)].input_norm,
-                    !last || R > 0);
+    project_add_norm(p, {s.mlp_act, &l.down_proj},
+                     last ? w_.final_norm : w_.layers[static_cast<size_t>(i + 1)].input_norm,
+                     !last || R > 0);
     if (!last) p.compute([&](dist::RowRange c) { project_in(i + 1, s, c); });
     p.join();
   }

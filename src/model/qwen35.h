@@ -66,10 +66,15 @@ class Qwen35Model {
   void project_in(int64_t i, const StepBuffers& s, dist::RowRange c) const;
   // its mixer on the whole step (attention -> s.attn; conv, delta rule, gated norm -> s.o);
   void mixer(const StepBatch& batch, int64_t i, const StepBuffers& s, const LayerCache& c) const;
-  // its row-parallel output projection into s.mix (this rank's partial sums under TP);
-  void project_out(int64_t i, const StepBuffers& s, dist::RowRange c) const;
-  // its MLP of s.h into s.mix (partial sums under TP).
-  void mlp(int64_t i, const StepBuffers& s, dist::RowRange c) const;
+  // its row-parallel output projection: the input (all rows) and weight;
+  struct RowParallelProjection {
+    Tensor in;
+    const Tensor* w;
+  };
+  RowParallelProjection out_projection(int64_t i, const StepBuffers& s) const;
+  // its MLP's gate / up projections of s.h and SiLU-mul into s.mlp_act, the down projection's
+  // input (the down projection is row-parallel too).
+  void mlp_in(int64_t i, const StepBuffers& s, dist::RowRange c) const;
   // Logits of the rows `hr` into s.out (vocabulary-parallel under TP).
   void lm_head(const Tensor& hr, const StepBuffers& s) const;
 

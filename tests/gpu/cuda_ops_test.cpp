@@ -42,9 +42,9 @@ TEST_F(CudaOps, RmsNormAndAddRmsNorm) {
 
 // K % 8 == 0 and T <= 8, or T <= 16 with n >= 48 tiles of 128 rows, takes the weight-streaming
 // GEMM (tiles whole in a block and shared between blocks; K and n past a tile's edge; n % 4 != 0),
-// the rest cuBLASLt. Each case runs twice, on a poisoned output: bit for bit the same result (the
-// GEMM adds a tile's partials in a fixed order, and its tile counters are back to zero after a
-// launch).
+// the rest cuBLASLt (a lone projection from 17 tokens on). Each case runs twice, on a poisoned
+// output: bit for bit the same result (the GEMM adds a tile's partials in a fixed order, and its
+// tile counters are back to zero after a launch).
 TEST_F(CudaOps, LinearGemvAndCublasLt) {
   for (auto [T, in, out] :
        {std::tuple{1, 2560, 9216},  std::tuple{3, 9216, 2560},  std::tuple{8, 2560, 32},
@@ -53,7 +53,8 @@ TEST_F(CudaOps, LinearGemvAndCublasLt) {
         std::tuple{33, 2560, 8192}, std::tuple{40, 2560, 32},   std::tuple{64, 2560, 40000},
         std::tuple{12, 2560, 1000}, std::tuple{20, 100, 50},    std::tuple{130, 1024, 2560},
         std::tuple{16, 264, 777},   std::tuple{13, 2600, 72},   std::tuple{16, 2560, 248320 / 16},
-        std::tuple{16, 264, 6200},  std::tuple{5, 2600, 6150}}) {
+        std::tuple{16, 264, 6200},  std::tuple{5, 2600, 6150},  std::tuple{24, 2600, 6150},
+        std::tuple{32, 2560, 9216}, std::tuple{49, 264, 6200}}) {
     auto x = rnd(static_cast<size_t>(T) * in, 4), w = rnd(static_cast<size_t>(out) * in, 5, 0.05f);
     auto dx = dev(x, DType::kBF16, {T, in}), dw = dev(w, DType::kBF16, {out, in});
     auto dy = gpu_->alloc(DType::kBF16, {T, out});
@@ -95,10 +96,10 @@ TEST_F(CudaOps, LinearFallsBackToGemvForUnalignedOutput) {
   }
 }
 
-// Projections of one input in one launch (the grouped weight-streaming GEMM up to 16 tokens;
-// separate GEMMs above).
+// Projections of one input in one launch: the grouped weight-streaming GEMM (its 16-, 32- and
+// 64-token forms: the group holds narrow projections) up to 64 tokens; separate GEMMs above.
 TEST_F(CudaOps, LinearMulti) {
-  for (int T : {1, 5, 12, 16, 17}) {
+  for (int T : {1, 5, 12, 16, 17, 32, 64, 65}) {
     const int in = 2560;
     const std::vector<int> outs{8192, 1024, 32, 2600};
     auto x = rnd(static_cast<size_t>(T) * in, 60);

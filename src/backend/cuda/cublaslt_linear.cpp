@@ -72,10 +72,10 @@ const CublasLtLinear::Plan& CublasLtLinear::plan(int64_t T, int64_t in, int64_t 
 }
 
 void CublasLtLinear::run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y,
-                         int64_t T, int64_t in, int64_t out, cudaStream_t stream) {
+                         int64_t T, int64_t in, int64_t out, cudaStream_t stream, bool accumulate) {
   if (T == 0) return;
   const Plan& p = plan(T, in, out);
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   check(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo,
                        workspace_, workspace_bytes_, stream),
         "matmul");

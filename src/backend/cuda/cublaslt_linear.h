@@ -1,5 +1,6 @@
-// Linear layers through cuBLASLt: y = x . w^T for row-major bf16 x [T, in], w [out, in],
-// y [T, out], f32 accumulation. The algorithm for each shape is chosen once and cached.
+// Linear layers through cuBLASLt: y = x . w^T (or y += x . w^T) for row-major bf16 x [T, in],
+// w [out, in], y [T, out], f32 accumulation. The algorithm for each shape is chosen once and
+// cached.
 #pragma once
 
 #include <cublasLt.h>
@@ -21,10 +22,11 @@ class CublasLtLinear {
   CublasLtLinear(const CublasLtLinear&) = delete;
   CublasLtLinear& operator=(const CublasLtLinear&) = delete;
 
-  // Enqueues the GEMM on `stream`; never allocates device memory or syncs. Throws
-  // deltaserve::Error when no algorithm supports the shape.
+  // Enqueues the GEMM on `stream`, y = x . w^T, or with `accumulate` y += x . w^T (summed in f32,
+  // rounded once); never allocates device memory or syncs. Throws deltaserve::Error when no
+  // algorithm supports the shape.
   void run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int64_t T, int64_t in,
-           int64_t out, cudaStream_t stream);
+           int64_t out, cudaStream_t stream, bool accumulate = false);
 
  private:
   struct Plan {

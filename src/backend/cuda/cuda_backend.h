@@ -81,6 +81,9 @@ class CudaBackend final : public Backend {
   void linear(const Tensor& x, const Tensor& w, const Tensor& y) override;
   void linear_multi(const Tensor& x, std::span<const Tensor* const> ws,
                     std::span<const Tensor* const> ys) override;
+  void linear_add_rms_norm(const Tensor& x, const Tensor& w, const Tensor& residual,
+                           const Tensor& norm_w, float eps, const Tensor& out,
+                           const Tensor& scratch) override;
   void silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void gather_rows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
   void gated_rms_norm(const Tensor& o, const Tensor& z, const Tensor& w, float eps) override;
@@ -107,6 +110,11 @@ class CudaBackend final : public Backend {
                  float eps) override;
 
  private:
+  enum class LinearRoute { kSkinny, kGemv, kCublasLt };
+  // Where linear_multi sends these projections (checking their shapes).
+  LinearRoute linear_route(const Tensor& x, std::span<const Tensor* const> ws,
+                           std::span<const Tensor* const> ys) const;
+
   int device_;
   cudaStream_t main_stream_ = nullptr, side_stream_ = nullptr;
   cudaStream_t stream_ = nullptr;  // the current one of the two
@@ -121,7 +129,7 @@ class CudaBackend final : public Backend {
   class OpTimer;
   void account();
   bool profile_ = false;
-  bool skinny_gemm_ = true;  // the weight-streaming GEMM for T <= 16 (DS_SKINNY_GEMM)
+  bool skinny_gemm_ = true;  // the weight-streaming GEMM for T <= 64 (DS_SKINNY_GEMM)
   std::vector<Timed> pending_;
   std::vector<std::pair<const char*, std::pair<double, int64_t>>> totals_;
 

@@ -14,8 +14,8 @@ using bf16 = __nv_bfloat16;
 
 // A block: two consumer warpgroups (warps 0-7) multiplying 128 weight rows, 64 each, and one
 // producer warp (warp 8) issuing the copies. A unit is one tile's k-tile: 64 columns of K, one
-// SW128 atom row per matrix row.
-constexpr int kRows = kSkinnyMaxRows;  // the token rows every launch computes (past T: zeros)
+// SW128 atom row per matrix row. A launch computes kRows token rows (16, 32 or 64: T rounded up;
+// rows past T are zeros), the N of its wgmma.
 constexpr int kTileRows = kSkinnyTileRows, kTileK = 64, kConsumers = 256,
               kThreads = kConsumers + 32;
 // Shared memory for the pipeline: more than half an SM's, so that a block never shares an SM with
@@ -34,10 +34,24 @@ struct Params {
 };
 
 // A pipeline stage: the weight tile, then the activation tile (both SW128, 1024-byte aligned).
-constexpr int kWBytes = kTileRows * wgmma::kRowBytes,
-              kStageBytes = kWBytes + kRows * wgmma::kRowBytes;
-constexpr int kStages = kPipelineBytes / kStageBytes;
-constexpr int kSmemBytes = kStages * kStageBytes + wgmma::kAtomBytes;
+constexpr int kWBytes = kTileRows * wgmma::kRowBytes;
+template <int kRows>
+struct Pipe {
+  static constexpr int kStageBytes = kWBytes + kRows * wgmma::kRowBytes;
+  static constexpr int kStages = kPipelineBytes / kStageBytes;
+  static constexpr int kSmemBytes = kStages * kStageBytes + wgmma::kAtomBytes;
+};
+
+// acc (64 weight rows x kRows tokens) += A B over one 16-column step of K.
+template <int kRows>
+__device__ inline void mma_step(float (&acc)[kRows / 2], uint64_t a, uint64_t b) {
+  if constexpr (kRows == 16)
+    wgmma::mma_64x16_ss(acc, a, b, true);
+  else if constexpr (kRows == 32)
+    wgmma::mma_64x32_ss(acc, a, b, true);
+  else
+    wgmma::mma_64x64_ss(acc, a, b, true);
+}
 
 __device__ inline int first_unit(const Params& p, int c) {
   return skinny::first_unit(c, p.units, p.blocks);
@@ -63,8 +77,10 @@ __device__ inline TileRef tile_ref(const Params& p, int tile) {
 
 // One thread issues every copy: the first stages' weight tiles before waiting for the previous
 // kernel (weights are never written by one), then activations and the rest as stages free up.
+template <int kRows>
 __device__ void produce(const Params& p, int u0, int u1, unsigned char* stages, uint64_t* full,
                         uint64_t* empty) {
+  constexpr int kStageBytes = Pipe<kRows>::kStageBytes, kStages = Pipe<kRows>::kStages;
   tma::prefetch_map(&p.x);
   const auto load_w = [&](int i) {
     const int u = u0 + i, s = i % kStages;
@@ -103,6 +119,7 @@ struct Frag {
   __device__ int tok(int i, int j) const { return 8 * i + tok0 + (j & 1); }
 };
 
+template <int kRows>
 __device__ void store_tile(const Params& p, const TileRef& t, const float (&acc)[kRows / 2]) {
   const Frag f;
   const int n = p.n[t.g];
@@ -117,6 +134,7 @@ __device__ void store_tile(const Params& p, const TileRef& t, const float (&acc)
     }
 }
 
+template <int kRows>
 __device__ void store_partial(const Params& p, int slot, const float (&acc)[kRows / 2]) {
   const Frag f;
   float* part = slot_ptr(p, slot);
@@ -180,10 +198,11 @@ __device__ void reduce_tile(const Params& p, int tile, const float** parts) {
 
 // A tile's sum over k-tiles [kt0, kt1) is done: stored as bf16 when that is all of K, else left as
 // a partial; the block that completes a tile's k-tiles (a counter per tile) adds its partials.
+template <int kRows>
 __device__ void finish_segment(const Params& p, int c, int tile, int kt0, int kt1,
                                const float (&acc)[kRows / 2], int* last, const float** parts) {
-  if (kt0 == 0 && kt1 == p.k_tiles) return store_tile(p, tile_ref(p, tile), acc);
-  store_partial(p, slot_of(p, c, tile), acc);
+  if (kt0 == 0 && kt1 == p.k_tiles) return store_tile<kRows>(p, tile_ref(p, tile), acc);
+  store_partial<kRows>(p, slot_of(p, c, tile), acc);
   __threadfence();
   consumers_sync();
   if (threadIdx.x == 0) *last = atomicAdd(&p.ws.counters[tile], kt1 - kt0) + kt1 - kt0 == p.k_tiles;
@@ -196,8 +215,10 @@ __device__ void finish_segment(const Params& p, int c, int tile, int kt0, int kt
 
 // The consumer warpgroups over the block's units, tile segment by tile segment; each stage is
 // released once the MMAs reading it have completed.
+template <int kRows>
 __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* stages,
                         uint64_t* full, uint64_t* empty, int* last, const float** parts) {
+  constexpr int kStageBytes = Pipe<kRows>::kStageBytes, kStages = Pipe<kRows>::kStages;
   const uint32_t base = tma::smem_addr(stages);
   const uint32_t rows = (threadIdx.x / 128) * 64 * wgmma::kRowBytes;  // this warpgroup's 64
   constexpr uint32_t kStep = 32 >> 4;  // 16 bf16 along K, in the descriptor's 16-byte units
@@ -216,17 +237,19 @@ __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* s
       wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < kTileK / 16; ++kk)
-        wgmma::mma_64x16_ss(acc, wd + kk * kStep, xd + kk * kStep, true);
+        mma_step<kRows>(acc, wd + kk * kStep, xd + kk * kStep);
       wgmma::commit();
       wgmma::wait<0>();
       tma::arrive(&empty[s]);
     }
-    finish_segment(p, c, tile, kt0, end - tile * p.k_tiles, acc, last, parts);
+    finish_segment<kRows>(p, c, tile, kt0, end - tile * p.k_tiles, acc, last, parts);
   }
 }
 
+template <int kRows>
 __global__ void __launch_bounds__(kThreads, 1)
     skinny_gemm_kernel(const __grid_constant__ Params p) {
+  constexpr int kStages = Pipe<kRows>::kStages;
   extern __shared__ unsigned char raw[];
   unsigned char* stages = wgmma::atom_aligned<unsigned char>(raw);
   __shared__ uint64_t full[kStages], empty[kStages];
@@ -243,16 +266,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   pdl::allow_successor();  // the next kernel's blocks may start streaming their weights
   if (threadIdx.x >= kConsumers) {
-    if (threadIdx.x == kConsumers) produce(p, u0, u1, stages, full, empty);
+    if (threadIdx.x == kConsumers) produce<kRows>(p, u0, u1, stages, full, empty);
     return;
   }
   pdl::wait_for_predecessor();  // before the stores and the workspace
-  consume(p, c, u0, u1, stages, full, empty, &last, parts);
+  consume<kRows>(p, c, u0, u1, stages, full, empty, &last, parts);
 }
 
+template <int kRows>
 cudaError_t launch(const Params& p, cudaStream_t stream) {
-  const auto kernel = skinny_gemm_kernel;
-  constexpr int smem = kSmemBytes;
+  const auto kernel = skinny_gemm_kernel<kRows>;
+  constexpr int smem = Pipe<kRows>::kSmemBytes;
   const cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
@@ -286,8 +310,10 @@ bool skinny_supported(const void* x, const void* w, const void* y, int T, int K)
 cudaError_t launch_skinny_gemm_bf16(const bf16* x, const SkinnyGroup* groups, int count, int T,
                                     int K, const SkinnyWorkspace& ws, int sm_count,
                                     cudaStream_t stream) {
+  if (T < 1 || T > kSkinnyMaxRows) return cudaErrorInvalidValue;
+  const int rows = T <= 16 ? 16 : T <= 32 ? 32 : 64;
   Params p{};
-  p.x = encode_tma_2d_bf16(x, T, K, kRows);
+  p.x = encode_tma_2d_bf16(x, T, K, rows);
   int tiles = 0;
   for (int g = 0; g < count; ++g) {
     p.w[g] = encode_tma_2d_bf16(groups[g].w, groups[g].n, K, kTileRows);
@@ -303,7 +329,9 @@ cudaError_t launch_skinny_gemm_bf16(const bf16* x, const SkinnyGroup* groups, in
   p.units = tiles * p.k_tiles;
   p.blocks = skinny::blocks_for(p.units, p.k_tiles, sm_count);
   p.ws = ws;
-  return launch(p, stream);
+  return rows == 16   ? launch<16>(p, stream)
+         : rows == 32 ? launch<32>(p, stream)
+                      : launch<64>(p, stream);
 }
 
 }  // namespace deltaserve::cuda

@@ -2,7 +2,7 @@
 // 1 <= T <= kSkinnyMaxRows, bf16 in and out, f32 accumulation, up to kSkinnyMaxGroups
 // projections of the same x in one launch. Each weight is read once a step by the bulk tensor copy
 // engine (TMA) into a deep shared-memory pipeline and multiplied on wgmma (tiles of 128 weight
-// rows, two warpgroups of 64, x T padded to 16). A persistent grid of one block an
+// rows, two warpgroups of 64, x T padded to 16, 32 or 64). A persistent grid of one block an
 // SM splits the (tile, 64-column k-tile) units evenly (stream-K), so narrow projections still fill
 // the GPU and no block waits on a wave tail; a tile split between blocks is summed from f32
 // partials, in a fixed order, by the block that completes it. Launched as a programmatic dependent:
@@ -12,20 +12,33 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 namespace deltaserve::cuda {
 
-// Up to 16 tokens: measured on the H200 (bench/linear_bench), cuBLASLt streams the weights faster
-// from 32 tokens on, where this kernel's partial sums grow with T.
-constexpr int kSkinnyMaxRows = 16;
+// Up to 64 tokens (the wgmma N of 16, 32 or 64).
+constexpr int kSkinnyMaxRows = 64;
 constexpr int kSkinnyMaxGroups = 4;
 
 // Most tiles of kSkinnyTileRows weight rows in one launch (the lm_head of a 248k vocabulary
-// takes 1,940); and the fewest for which the GEMM pays over cuBLASLt (9 to 16 tokens): with fewer,
-// most tiles are shared between blocks (measured on the H200 at the 4B shapes: the 20-tile
-// projections, n = 2560, run faster on cuBLASLt; the 80- to 1,940-tile ones faster here). Up to 8
-// tokens the GEMM takes every projection (a step that mixes it with the GEMV kernel ran slower
-// than either alone).
+// takes 1,940); and the fewest for which the GEMM pays over cuBLASLt from 9 tokens on: with fewer,
+// most tiles are shared between blocks.
 constexpr int kSkinnyTileRows = 128, kSkinnyMaxTiles = 8192, kSkinnyMinTiles = 48;
+
+// Whether the GEMM beats cuBLASLt at T tokens for a group of `tiles` 128-row tiles in all whose
+// narrowest projection has `narrowest` (measured on the H200 at the 4B shapes, bench/linear_bench):
+// - up to 8 tokens, always (a step that mixed it with the GEMV kernel ran slower than either);
+// - up to 16, for kSkinnyMinTiles tiles or more (the 20-tile projections, n = 2560, run faster on
+//   cuBLASLt; the 80- to 1,940-tile ones faster here);
+// - up to 64, only for such groups holding a narrow projection (fewer than kSkinnyMinTiles tiles),
+//   which cuBLASLt runs as a poorly filled GEMM of its own: the GDN and attention input groups. Its
+//   time grows with T (partial sums, scattered stores), so wide projections alone (the MLP's gate /
+//   up, the lm_head) stream faster on cuBLASLt there.
+inline bool skinny_gemm_pays(int T, int64_t tiles, int64_t narrowest) {
+  if (T <= 8) return true;
+  if (tiles < kSkinnyMinTiles) return false;
+  return T <= 16 || (T <= kSkinnyMaxRows && narrowest < kSkinnyMinTiles);
+}
 
 // Device memory the launches share (one launch at a time: stream order): f32 partial sums
 // (skinny_workspace_floats) and kSkinnyMaxTiles tile counters, zero before the first launch (every

@@ -89,6 +89,19 @@ __device__ inline void mma_64x16_ss(float (&d)[8], uint64_t a, uint64_t b, bool 
       : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
 }
 
+// d (64 x 32) = (accumulate ? d : 0) + A B, A (64 x 16) and B (16 x 32, stored N x K) both
+// K-major in shared memory.
+__device__ inline void mma_64x32_ss(float (&d)[16], uint64_t a, uint64_t b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, "
+      "0, 0;\n"
+      "}\n"
+      : DS_WGMMA_ACC8(0), DS_WGMMA_ACC8(8)
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+}
+
 // d (64 x 32) = (accumulate ? d : 0) + A B, A (64 x 16) in registers (the mma.sync A fragment
 // layout per warp), B (16 x 32, stored N x K) K-major in shared memory.
 __device__ inline void mma_64x32_rs_kmajor(float (&d)[16], const uint32_t (&a)[4], uint64_t b,
