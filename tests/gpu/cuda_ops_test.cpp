@@ -77,6 +77,35 @@ TEST_F(CudaOps, LinearGemvAndCublasLt) {
   }
 }
 
+// A row-parallel projection added into the residual stream and normalised, against the CPU's
+// linear + add_rms_norm in f32: up to 8 tokens the weight-streaming GEMM into the scratch then the
+// fused add + norm; from 16 tokens on (20 tiles of 128 rows: cuBLASLt) the GEMM adding into the
+// residual itself (beta = 1), then the norm alone. The scratch holds nothing the result needs.
+TEST_F(CudaOps, LinearAddRmsNorm) {
+  const int in = 4096, H = 2560;
+  for (int T : {1, 8, 16, 64, 300}) {
+    SCOPED_TRACE("T " + std::to_string(T));
+    auto x = rnd(static_cast<size_t>(T) * in, 80), w = rnd(static_cast<size_t>(H) * in, 81, 0.05f),
+         r = rnd(static_cast<size_t>(T) * H, 82), nw = rnd(H, 83, 0.3f);
+    auto dx = dev(x, DType::kBF16, {T, in}), dw = dev(w, DType::kBF16, {H, in}),
+         dr = dev(r, DType::kBF16, {T, H}), dnw = dev(nw, DType::kF32, {H});
+    auto dout = gpu_->alloc(DType::kBF16, {T, H}), scratch = gpu_->alloc(DType::kBF16, {T, H});
+    poison(dout.tensor());
+    poison(scratch.tensor());
+    gpu_->linear_add_rms_norm(dx.tensor(), dw.tensor(), dr.tensor(), dnw.tensor(), 1e-6f,
+                              dout.tensor(), scratch.tensor());
+    std::vector<float> y(static_cast<size_t>(T) * H), ref(y.size());
+    cpu_.linear(Tensor(x.data(), DType::kF32, {T, in}), Tensor(w.data(), DType::kF32, {H, in}),
+                Tensor(y.data(), DType::kF32, {T, H}));
+    cpu_.add_rms_norm(Tensor(r.data(), DType::kF32, {T, H}), Tensor(y.data(), DType::kF32, {T, H}),
+                      Tensor(nw.data(), DType::kF32, {H}), 1e-6f,
+                      Tensor(ref.data(), DType::kF32, {T, H}));
+    ASSERT_GT(deltaserve::testing::max_abs(y), 1.0f);  // the projection moves the residual
+    expect_close(host(dr.tensor()), r, 1e-2f, "residual");
+    expect_close(host(dout.tensor()), ref, 1e-2f, "normalised");
+  }
+}
+
 // An output the weight-streaming GEMM cannot store (not 8-byte aligned) takes the GEMV kernel.
 TEST_F(CudaOps, LinearFallsBackToGemvForUnalignedOutput) {
   const int in = 2560, out = 77;
