@@ -1,10 +1,10 @@
 // The gated RMSNorm of the chunked rule's output (HF's Qwen3NextRMSNormGated over a value head's
-// 128 values), applied by the kernels that store the output (gdn_chunk_out.cu, gdn_chunk_pass.cu):
+// 128 values), applied by the slice pass's output kernel as it stores it (gdn_chunk_out.cu):
 //   y = o * rsqrt(mean(o^2) + eps) * w * silu(z)
 // with o rounded to bf16 first, the value the unfused path stores and gated_rms_norm reads.
 // A thread holds 16 x 64 of O in the mma accumulator layout: frag[4 nt + 2 hf + e] is row
 // 16 m + lane / 4 + 8 hf, column 64 half + 8 nt + 2 (lane % 4) + e. A row's two column halves
-// belong to two warps (or warpgroups), whose sums of squares meet in shared memory.
+// belong to two warps, whose sums of squares meet in shared memory.
 #pragma once
 
 #include "backend/cuda/kernels/bf16x8.cuh"
