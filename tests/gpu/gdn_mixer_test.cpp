@@ -5,7 +5,10 @@
 // - prefill (sequences fresh and continued, shorter and longer than a chunk, a decode row among
 //   them): the conv inside the chunked delta rule's prep, the conv state read for the rows before a
 //   continued sequence's first step token;
-// - a mixed step (decode rows first): those rows on the fused decode kernel, the rest chunked.
+// - a mixed step (decode rows first): those rows on the fused decode kernel, the rest chunked —
+//   with few prefill sequences on the slice pass (the gated norm inside its output kernel), with
+//   five at 32 value heads on the head pass (the norm kernel after it, over the rows past the
+//   decode rows).
 // Bounds: the output within bf16 rounding, the conv state exactly, the recurrent state within f32
 // rounding (one bf16 ulp for a bf16 state).
 #include <gtest/gtest.h>
@@ -18,7 +21,7 @@
 namespace deltaserve::backend {
 namespace {
 
-constexpr int kPage = 16, kSlots = 5;
+constexpr int kPage = 16, kSlots = 8;
 
 StepBatch decode_step() {
   return make_batch(kPage, {{1, 7, 2, {1}}, {1, 0, 0, {2}}, {1, 30, 1, {3, 4}}});
@@ -109,6 +112,14 @@ class GdnMixer : public CudaOps {
                      sdt == DType::kBF16 ? 1.0f / 128 : 1e-5f, "recurrent state");
       }
   }
+
+  // A mixed step of `decode_rows` then `prefill` against the unfused ops on those two parts.
+  void check_mixed(const std::vector<SeqSpec>& decode_rows, const std::vector<SeqSpec>& prefill) {
+    std::vector<SeqSpec> all = decode_rows;
+    all.insert(all.end(), prefill.begin(), prefill.end());
+    check_fused_against_ops(make_batch(kPage, all),
+                            {make_batch(kPage, decode_rows), make_batch(kPage, prefill)});
+  }
 };
 
 TEST_F(GdnMixer, FusedDecodeMatchesUnfusedOps) { check_fused_against_ops(decode_step()); }
@@ -116,10 +127,16 @@ TEST_F(GdnMixer, FusedDecodeMatchesUnfusedOps) { check_fused_against_ops(decode_
 TEST_F(GdnMixer, FusedPrefillMatchesUnfusedOps) { check_fused_against_ops(prefill_step()); }
 
 TEST_F(GdnMixer, MixedStepMatchesUnfusedOpsOnItsParts) {
-  std::vector<SeqSpec> all = kMixedDecodeRows;
-  all.insert(all.end(), kMixedPrefill.begin(), kMixedPrefill.end());
-  check_fused_against_ops(make_batch(kPage, all),
-                          {make_batch(kPage, kMixedDecodeRows), make_batch(kPage, kMixedPrefill)});
+  check_mixed(kMixedDecodeRows, kMixedPrefill);
+}
+
+// Five prefill sequences x 32 value heads fill an H200's (or H100's) 132 SMs: the head pass.
+TEST_F(GdnMixer, MixedStepOnTheHeadPassMatchesUnfusedOps) {
+  check_mixed({{1, 40, 3, range(40, 3)}, {1, 0, 1, {43}}}, {{70, 0, 0, range(0, 5)},
+                                                            {65, 37, 2, range(5, 7)},
+                                                            {2, 5, 4, {12}},
+                                                            {64, 0, 5, range(13, 4)},
+                                                            {3, 0, 6, {17}}});
 }
 
 }  // namespace
