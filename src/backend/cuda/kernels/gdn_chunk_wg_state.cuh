@@ -11,7 +11,6 @@
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "backend/cuda/kernels/gdn_state.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
-#include "backend/cuda/kernels/smem_view.cuh"
 #include "backend/cuda/kernels/wgmma.cuh"
 
 namespace deltaserve::cuda::gdn_chunk {
@@ -93,12 +92,6 @@ struct WarpgroupState {
     }
   }
 
-  template <int kSteps>
-  __device__ static void issue(Acc& acc, const __nv_bfloat16* a, int lda, uint32_t b,
-                               bool accumulate) {
-    issue<kSteps>(acc, PaddedRows{a, lda}, b, accumulate);
-  }
-
   // S += kd^T V' (issued, not waited): A = kd^T by ldmatrix.trans from the staged kd [token][dk]
   // (half h: dk 64 h ..), B = V'^T [column][token] (an SW128 block at `vt`).
   template <class A>
@@ -116,9 +109,6 @@ struct WarpgroupState {
 #pragma unroll
       for (int ks = 0; ks < kChunk / 16; ++ks)
         mma(hs[half], frag[half][ks], vd + ((ks * 32) >> 4), true);
-  }
-  __device__ static void issue_update(Acc (&hs)[2], const __nv_bfloat16 (*kd)[kLd], uint32_t vt) {
-    issue_update(hs, PaddedRows{kd[0], kLd}, vt);
   }
 
   // S^T (bf16, two SW128 blocks of 64 dk at `st`) for the next chunk's MMAs, the generic-proxy
