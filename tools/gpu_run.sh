@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
-# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench gdnab ncu ncusrc ncufull ncuattn attn fla model nccl bench1 prof bench mixed linear decodeab ab hf real serve prefix
+# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench gdnab ncu ncudecode ncuskinny ncusrc ncufull ncuattn attn fla model nccl bench1 prof bench mixed linear decodeab ab pdlab hf real serve prefix
 #        prefixab serve8k offline8k
 #        benchtp[:MODELS] servetp   (multi-GPU: TP1 vs TP2 vs TP4 on the visible GPUs)
 # Logs go to $OUT (or ./gpu_logs); a summary line is printed as each stage ends.
@@ -122,6 +122,12 @@ for stage in "$@"; do
         --metrics gpu__time_duration.sum,lts__t_bytes.sum,dram__bytes.sum \
         $BIN/gdn_bench --len 8192 --rounds 1 --calls 2 ${GDN_ARGS:-} >"$LOG/ncu_gdn${GDN_ARGS:+_mixer}.log" 2>&1
       note "ncu gdn rc=$? $(grep -E 'kernel|gpu__time_duration' "$LOG/ncu_gdn${GDN_ARGS:+_mixer}.log" | tr -s ' ' | tail -12 | tr '\n' ' ')" ;;
+    ncudecode)  # every kernel's time of gpu_bench's decode steps at B = $NCU_B (default 1), ctx 1k
+                # (ncu serializes kernels: bodies without launch gaps or programmatic overlap)
+      timeout 300 ncu --clock-control none --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum \
+        $BIN/gpu_bench --model $M --batches ${NCU_B:-1} --iters 1 --prefill 512 \
+        >"$LOG/ncu_decode_b${NCU_B:-1}.csv" 2>"$LOG/ncu_decode.err"
+      note "ncu decode rc=$? $(wc -l <"$LOG/ncu_decode_b${NCU_B:-1}.csv") lines" ;;
     ncusrc)  # ncu's source-level counters (SASS with stall samples) of a GDN kernel at 8k
              # ($NCU_KERNEL, default prep_kernel; $GDN_ARGS e.g. --mixer)
       k=${NCU_KERNEL:-prep_kernel}
@@ -203,6 +209,23 @@ for stage in "$@"; do
           note "ab $v $i rc=$? $(grep -E '^\| (1|16|64|256|8192) \|' "$LOG/ab_${v}_$i.md" | tr '\n' ' ')"
         done
       done ;;
+    pdlab)  # decode steps: this build with and without programmatic dependent launches of the
+            # small kernels (DS_PDL=0), and the base build (gpu_bench_base), interleaved twice
+      for i in 1 2; do
+        for v in gpu_bench:1 gpu_bench:0 gpu_bench_base:1; do
+          b=${v%:*} pdl=${v#*:}
+          [ -x $BIN/$b ] || continue
+          DS_PDL=$pdl timeout 200 $BIN/$b --model $M --batches 1,16,64,256 --prefill 512 --profile \
+            >"$LOG/pdlab_${b}_pdl${pdl}_$i.md" 2>>"$LOG/pdlab.err"
+          note "pdlab $b pdl=$pdl $i rc=$? $(grep -E '^\| [0-9]+ \| [0-9]+ \|' "$LOG/pdlab_${b}_pdl${pdl}_$i.md" |
+            cut -d'|' -f2,5 | tr '\n' ' ')"
+        done
+      done ;;
+    ncuskinny)  # ncu's source-level counters of the weight-streaming GEMM at T = $NCU_T (default 1)
+                # on one projection group ($NCU_ONLY, default "gdn out")
+      ncu_source skinny_t${NCU_T:-1} skinny_gemm_kernel $BIN/linear_bench --rows ${NCU_T:-1} --rounds 1 \
+        --only "${NCU_ONLY:-gdn out}"
+      note "ncu skinny rc=$? $(grep -E 'Duration|Registers' "$LOG/skinny_t${NCU_T:-1}_details.txt" | tr -s ' ' | tr '\n' ' ')" ;;
     hf)  # HF transformers on the same shapes (the peer in the table)
       python3 tools/hf_bench.py >"$LOG/hf_bench.md" 2>"$LOG/hf_bench.err"
       note "hf rc=$?" ;;

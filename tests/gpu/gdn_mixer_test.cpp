@@ -1,7 +1,8 @@
 // The fused GDN layer paths of CudaBackend::gdn_mixer against its three unfused GPU ops (gdn_conv,
 // gated_delta_rule, gated_rms_norm) on copies of the same inputs and caches, for 1 to 4 value heads
 // per key head and both state dtypes:
-// - decode (one token per sequence, one of them fresh): the fused decode kernel;
+// - decode (one token per sequence, one of them fresh): the fused decode kernel, in its two forms
+//   (two value heads a block for few sequences, one for many);
 // - prefill (sequences fresh and continued, shorter and longer than a chunk, a decode row among
 //   them): the conv inside the chunked delta rule's prep, the conv state read for the rows before a
 //   continued sequence's first step token;
@@ -21,7 +22,7 @@
 namespace deltaserve::backend {
 namespace {
 
-constexpr int kPage = 16, kSlots = 8;
+constexpr int kPage = 16, kSlots = 10;
 
 StepBatch decode_step() {
   return make_batch(kPage, {{1, 7, 2, {1}}, {1, 0, 0, {2}}, {1, 30, 1, {3, 4}}});
@@ -123,6 +124,14 @@ class GdnMixer : public CudaOps {
 };
 
 TEST_F(GdnMixer, FusedDecodeMatchesUnfusedOps) { check_fused_against_ops(decode_step()); }
+
+// Ten sequences x 16 key heads: a grid past an H200's 132 SMs, where the decode kernel runs a value
+// head a block (the three-sequence step above takes the two-heads-a-block form at nv = 2 nk).
+TEST_F(GdnMixer, FusedDecodeOfManySequencesMatchesUnfusedOps) {
+  std::vector<SeqSpec> rows;
+  for (int32_t i = 0; i < kSlots; ++i) rows.push_back({1, i, i, {i}});  // the first one fresh
+  check_fused_against_ops(make_batch(kPage, rows));
+}
 
 TEST_F(GdnMixer, FusedPrefillMatchesUnfusedOps) { check_fused_against_ops(prefill_step()); }
 

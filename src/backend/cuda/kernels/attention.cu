@@ -10,8 +10,9 @@ namespace deltaserve::cuda {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kTile = 16;   // keys a warp folds in at once
-constexpr int kStages = 3;  // tiles of a warp in shared memory (two loading while one is used)
+constexpr int kTile = 16;       // keys a warp folds in at once
+constexpr int kStages = 3;      // tiles of a warp in shared memory (two loading while one is used)
+constexpr int kMaxSplits = 32;  // key-range splits of a decode row (attention_splits)
 
 // A warp's key / value tiles: kStages x {K, V} x 16 rows of kHd elements, each row padded by 16
 // bytes so the eight rows an ldmatrix reads fall on distinct banks. kHd is the head size rounded
@@ -133,6 +134,7 @@ __global__ void __launch_bounds__(32 * kWarps)
                       float* __restrict__ ws, __nv_bfloat16* __restrict__ out) {
   using L = DecodeTiles<kHd>;
   pdl::allow_successor();  // a programmatic dependent may start streaming its weights
+  pdl::wait_for_predecessor();
   extern __shared__ __align__(16) __nv_bfloat16 tiles[];
   __shared__ float sm[kWarps][8], sl[kWarps][8];
   const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
@@ -214,28 +216,39 @@ __global__ void __launch_bounds__(32 * kWarps)
   }
 }
 
-// Block (t, head): merges the splits' partials and applies the gate.
+// Block (t, head): merges the splits' partials and applies the gate. The splits' maxima and sums
+// come first, one thread a split, so that every load of a thread's column is independent of the
+// others (a split's scale is 0 where it saw no key: its partial is not read).
 __global__ void attn_combine_kernel(BatchMeta b, AttnShape s, int splits, int min_len,
                                     const float* __restrict__ ws,
                                     const __nv_bfloat16* __restrict__ gate,
                                     __nv_bfloat16* __restrict__ out) {
   pdl::allow_successor();  // a programmatic dependent may start streaming its weights
+  __shared__ float max_k[kMaxSplits], sum_k[kMaxSplits], scale_k[kMaxSplits];
   const int t = blockIdx.x, h = blockIdx.y, hd = s.hd;
   if (b.seq_len[b.token_seq[t]] >= min_len) return;
+  pdl::wait_for_predecessor();
   const float* part = ws + (static_cast<size_t>(t) * s.nh + h) * splits * (hd + 2);
+  for (int k = threadIdx.x; k < splits; k += blockDim.x) {
+    max_k[k] = part[k * (hd + 2)];
+    sum_k[k] = part[k * (hd + 2) + 1];
+  }
+  __syncthreads();
   float M = -INFINITY;
-  for (int k = 0; k < splits; ++k) M = fmaxf(M, part[k * (hd + 2)]);
+  for (int k = 0; k < splits; ++k) M = fmaxf(M, max_k[k]);
+  for (int k = threadIdx.x; k < splits; k += blockDim.x)
+    scale_k[k] = max_k[k] == -INFINITY ? 0.0f : exp2f(max_k[k] - M);  // maxima in log2 units
+  __syncthreads();
+  float L = 0.0f;
+  for (int k = 0; k < splits; ++k) L += scale_k[k] == 0.0f ? 0.0f : sum_k[k] * scale_k[k];
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float L = 0.0f, o = 0.0f;
-    for (int k = 0; k < splits; ++k) {
-      const float* pk = part + k * (hd + 2);
-      if (pk[0] == -INFINITY) continue;
-      const float c = exp2f(pk[0] - M);  // maxima in log2 units
-      L += pk[1] * c;
-      o += pk[2 + d] * c;
-    }
     const size_t idx = (static_cast<size_t>(t) * s.nh + h) * hd + d;
-    out[idx] = __float2bfloat16(o / L / (1.0f + __expf(-__bfloat162float(gate[idx]))));
+    const float g = __bfloat162float(gate[idx]);
+    float o = 0.0f;
+#pragma unroll 8
+    for (int k = 0; k < splits; ++k)
+      o += scale_k[k] == 0.0f ? 0.0f : part[k * (hd + 2) + 2 + d] * scale_k[k];
+    out[idx] = __float2bfloat16(o / L / (1.0f + __expf(-g)));
   }
 }
 
@@ -245,8 +258,8 @@ void launch_split(const BatchMeta& b, int rows, const __nv_bfloat16* q, const __
                   int splits, int min_len, float* ws, __nv_bfloat16* out, cudaStream_t stream) {
   constexpr size_t smem = DecodeTiles<kHd>::kBytes;
   cudaFuncSetAttribute(attn_split_kernel<kHd>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  attn_split_kernel<kHd><<<dim3(rows, s.nkv, splits), 32 * kWarps, smem, stream>>>(
-      b, q, gate, k_cache, v_cache, s, splits, min_len, ws, out);
+  pdl::launch_dependent(attn_split_kernel<kHd>, dim3(rows, s.nkv, splits), 32 * kWarps, smem,
+                        stream, b, q, gate, k_cache, v_cache, s, splits, min_len, ws, out);
 }
 
 }  // namespace
@@ -254,7 +267,7 @@ void launch_split(const BatchMeta& b, int rows, const __nv_bfloat16* q, const __
 int attention_splits(int num_tokens, const AttnShape& s, int num_sms, size_t ws_bytes) {
   if (num_tokens == 0 || num_tokens > 256) return 1;  // prefill: enough blocks without splitting
   const int blocks = num_tokens * s.nkv;
-  int splits = std::min(32, std::max(1, (2 * num_sms + blocks - 1) / blocks));
+  int splits = std::min(kMaxSplits, std::max(1, (2 * num_sms + blocks - 1) / blocks));
   while (splits > 1 &&
          static_cast<size_t>(num_tokens) * s.nh * splits * (s.hd + 2) * sizeof(float) > ws_bytes)
     --splits;
@@ -284,8 +297,8 @@ void launch_paged_attention(const BatchMeta& b, int split_rows, int prefill_from
     launch_split<256>(b, split_rows, q, gate, k_cache, v_cache, s, splits, min_len, ws, out,
                       stream);
   if (splits > 1)
-    attn_combine_kernel<<<dim3(split_rows, s.nh), std::min(s.hd, 256), 0, stream>>>(
-        b, s, splits, min_len, ws, gate, out);
+    pdl::launch_dependent(attn_combine_kernel, dim3(split_rows, s.nh), std::min(s.hd, 256), 0,
+                          stream, b, s, splits, min_len, ws, gate, out);
 }
 
 }  // namespace deltaserve::cuda

@@ -5,6 +5,7 @@
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/bf16x8.cuh"
 #include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/pdl.cuh"
 
 namespace deltaserve::cuda {
 namespace {
@@ -107,6 +108,7 @@ __global__ void __launch_bounds__(32 * kPrepWarps)
                          AttnShape s, __nv_bfloat16* __restrict__ q,
                          __nv_bfloat16* __restrict__ gate, __nv_bfloat16* __restrict__ k_cache,
                          __nv_bfloat16* __restrict__ v_cache) {
+  pdl::allow_successor();  // the attention kernel after this one may take its place early
   using V = Vec<kPer>;
   __shared__ float cos_f[16 * kPer], sin_f[16 * kPer];  // f in [0, rotary_dim / 2 <= hd / 2)
   const int t = blockIdx.x, head = blockIdx.y * kPrepWarps + threadIdx.x / 32;
@@ -121,6 +123,12 @@ __global__ void __launch_bounds__(32 * kPrepWarps)
   if (head >= s.nh + s.nkv) return;  // whole warps
   const bool is_q = head < s.nh;
   const int h = is_q ? head : head - s.nh;
+  // The rotation (from the step's positions, uploaded before its first kernel) and the norm's
+  // weights (never written by a kernel) are ready before the wait for the projection's output.
+  float w[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) w[i] = (is_q ? q_norm : k_norm)[e0 + i];
+  pdl::wait_for_predecessor();
   const __nv_bfloat16* src = is_q ? qg + (static_cast<size_t>(t) * s.nh + h) * 2 * hd
                                   : k + (static_cast<size_t>(t) * s.nkv + h) * hd;
   float x[kPer];
@@ -131,7 +139,6 @@ __global__ void __launch_bounds__(32 * kPrepWarps)
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
   const float inv = rsqrtf(ss / static_cast<float>(hd) + s.eps);
-  const float* w = (is_q ? q_norm : k_norm) + e0;
 #pragma unroll
   for (int i = 0; i < kPer; ++i) x[i] = x[i] * inv * (1.0f + w[i]);
   // NeoX rotate-half over [0, rotary_dim): element i pairs with i +- half, kept by the lane
@@ -170,8 +177,8 @@ void launch_vec(const BatchMeta& b, const __nv_bfloat16* qg, __nv_bfloat16* k,
                 const AttnShape& s, __nv_bfloat16* q, __nv_bfloat16* gate, __nv_bfloat16* k_cache,
                 __nv_bfloat16* v_cache, cudaStream_t stream) {
   const dim3 grid(b.num_tokens, (s.nh + s.nkv + kPrepWarps - 1) / kPrepWarps);
-  attn_prep_vec_kernel<kPer><<<grid, 32 * kPrepWarps, 0, stream>>>(b, qg, k, v, q_norm, k_norm, s,
-                                                                   q, gate, k_cache, v_cache);
+  pdl::launch_dependent(attn_prep_vec_kernel<kPer>, grid, 32 * kPrepWarps, 0, stream, b, qg, k, v,
+                        q_norm, k_norm, s, q, gate, k_cache, v_cache);
 }
 
 }  // namespace

@@ -8,8 +8,10 @@
 namespace deltaserve::cuda {
 namespace {
 
-// 8 warps of up to 128 registers a thread (ptxas: 124 f32 state / 128 bf16): two blocks an SM, so
-// one block's conv and norms overlap the other's state traffic (16 warps ran one block an SM).
+// 8 warps of up to 128 registers a thread (ptxas: 124 f32 state / 128 bf16) a value head: two
+// blocks an SM, so one block's conv and norms overlap the other's state traffic (16 warps ran one
+// block an SM). Where the grid is small (few sequences) a block runs kPar = 2 value heads side by
+// side, one warpgroup of 8 each, which halves the chain of dependent loads a block waits through.
 constexpr int kWarps = 8, kThreads = 32 * kWarps;
 constexpr int kDk = 128, kDv = 128, kK = 4;  // the shape this kernel is written for
 constexpr int kRows = kDk / kWarps;          // state rows per thread (per value head)
@@ -35,19 +37,38 @@ __device__ inline void load_state(const StateT* S, bool fresh, int warp, int lan
                   : StateIo<StateT>::load4(S + ((warp + kWarps * r) * 32 + lane) * 4);
 }
 
+// A warpgroup's barrier (named barrier 1 + group): the groups of a block run their heads apart.
+// (Immediate ids: a register id makes ptxas reserve all 16 barriers.)
+template <int kPar>
+__device__ inline void group_sync(int group) {
+  if (kPar == 1 || group == 0)
+    asm volatile("bar.sync 1, %0;\n" ::"n"(kThreads) : "memory");
+  else
+    asm volatile("bar.sync 2, %0;\n" ::"n"(kThreads) : "memory");
+}
+
 // Block (sequence, key head): the conv of the key head's q and k channels and of the v channels
 // of its value heads (each channel, and so its conv state, belongs to one block), then the delta
-// rule of each of those value heads in turn, its state in registers (the first head's loads issued
-// before the conv), then the gated RMSNorm of its output row.
-template <class StateT>
-__global__ void __launch_bounds__(kThreads, 2)
+// rule of each of those value heads, warpgroup `group` taking heads group, group + kPar, ..., its
+// state in registers (the first head's loads issued before the conv), then the gated RMSNorm of
+// its output row.
+template <class StateT, int kPar>
+__global__ void __launch_bounds__(kPar* kThreads, 2 / kPar)
     gdn_decode_kernel(BatchMeta b, GdnDecodeArgs p, StateT* __restrict__ state) {
+  static_assert(kPar == 1 || kPar == 2, "group_sync names two barriers");
   pdl::allow_successor();  // a programmatic dependent may start streaming its weights
+  // The gated norm's weights (never written by a kernel) before the wait: the norm ends the chain.
+  float nw[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) nw[e] = p.norm_w[4 * (threadIdx.x % 32) + e];
+  pdl::wait_for_predecessor();
   __shared__ float ys[2 * kDk + kMaxHeadsPerKey * kDv];  // conv outputs: q | k | v per head
-  __shared__ float4 red_m[kWarps][32], red_o[kWarps][32];
+  __shared__ float4 red_m[kPar][kWarps][32], red_o[kPar][kWarps][32];
   __shared__ float norms[3];  // |q|^-1 dk^-1/2, |k|^-1, q . k (normalised)
   const int seq = blockIdx.x, kh = blockIdx.y, g = p.nv / p.nk;
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int tid = threadIdx.x, lane = tid % 32;
+  const int warp = kPar == 1 ? tid / 32 : (tid / 32) % kWarps,
+            group = kPar == 1 ? 0 : tid / kThreads;
   const int key_dim = p.nk * kDk, C = 2 * key_dim + p.nv * kDv;
   const int t = b.seq_begin[seq];
   const bool fresh = b.seq_start[seq] == 0;
@@ -56,11 +77,11 @@ __global__ void __launch_bounds__(kThreads, 2)
     return state + (slot * p.nv + kh * g + j) * static_cast<size_t>(kDk * kDv);
   };
   float4 st[kRows];
-  load_state(head_state(0), fresh, warp, lane, st);
+  if (group < g) load_state(head_state(group), fresh, warp, lane, st);
 
   // Conv + SiLU of the block's channels; the conv state becomes the last K - 1 inputs.
   const int n_ch = 2 * kDk + g * kDv;
-  for (int i = tid; i < n_ch; i += kThreads) {
+  for (int i = tid; i < n_ch; i += kPar * kThreads) {
     const int c = i < kDk       ? kh * kDk + i
                   : i < 2 * kDk ? key_dim + kh * kDk + (i - kDk)
                                 : 2 * key_dim + kh * g * kDv + (i - 2 * kDk);
@@ -79,7 +100,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     cs[kK - 2] = u;
   }
   __syncthreads();
-  if (warp < 2) {  // warp 0: |q|^2, warp 1: |k|^2
+  if (tid < 64) {  // warp 0: |q|^2, warp 1: |k|^2
     float ss = 0.0f;
     for (int i = lane; i < kDk; i += 32) ss += ys[warp * kDk + i] * ys[warp * kDk + i];
     ss = warp_sum(ss);
@@ -90,7 +111,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   __syncthreads();
   if (tid < 2 * kDk) ys[tid] *= norms[tid / kDk];
   __syncthreads();
-  if (warp == 0) {
+  if (tid < 32) {
     float qk = 0.0f;
     for (int i = lane; i < kDk; i += 32) qk += ys[i] * ys[kDk + i];
     qk = warp_sum(qk);
@@ -99,9 +120,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   __syncthreads();
   const float qk = norms[2];
 
-  for (int j = 0; j < g; ++j) {
+  for (int j = group; j < g; j += kPar) {
     const int h = kh * g + j;
-    if (j > 0) load_state(head_state(j), fresh, warp, lane, st);
+    if (j > group) load_state(head_state(j), fresh, warp, lane, st);
     const size_t gi = static_cast<size_t>(t) * p.nv + h;
     const float beta = 1.0f / (1.0f + __expf(-__bfloat162float(p.bgate[gi])));
     const float xa = __bfloat162float(p.a[gi]) + p.dt_bias[h];
@@ -115,15 +136,15 @@ __global__ void __launch_bounds__(kThreads, 2)
       m = fma4(st[r], ys[kDk + i], m);
       o = fma4(st[r], ys[i], o);
     }
-    red_m[warp][lane] = m;
-    red_o[warp][lane] = o;
-    __syncthreads();
+    red_m[group][warp][lane] = m;
+    red_o[group][warp][lane] = o;
+    group_sync<kPar>(group);
     m = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     o = m;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
-      m = add4(m, red_m[w][lane]);
-      if (warp == 0) o = add4(o, red_o[w][lane]);
+      m = add4(m, red_m[group][w][lane]);
+      if (warp == 0) o = add4(o, red_o[group][w][lane]);
     }
     const float* v = ys + 2 * kDk + j * kDv + 4 * lane;
     const float4 delta = make_float4(beta * (v[0] - alpha * m.x), beta * (v[1] - alpha * m.y),
@@ -148,11 +169,32 @@ __global__ void __launch_bounds__(kThreads, 2)
       const size_t at = gi * kDv + 4 * lane;
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        p.out[at + e] = __float2bfloat16(ov[e] * inv * p.norm_w[4 * lane + e] *
-                                         silu(__bfloat162float(p.z[at + e])));
+        p.out[at + e] = __float2bfloat16(ov[e] * inv * nw[e] * silu(__bfloat162float(p.z[at + e])));
     }
-    __syncthreads();  // red_m / red_o are rewritten by the next head
+    group_sync<kPar>(group);  // red_m / red_o are rewritten by the group's next head
   }
+}
+
+// The device's multiprocessors (looked up once: a hint for the form, not for correctness).
+int small_grid_blocks() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    return n;
+  }();
+  return sms;
+}
+
+template <class StateT>
+void launch(const BatchMeta& b, const GdnDecodeArgs& p, StateT* state, cudaStream_t stream) {
+  const dim3 grid(b.num_seqs, p.nk);
+  // Two heads a block where a grid of single-head blocks would leave most SMs without a second
+  // block (a few sequences: the chain of dependent loads bounds the step, not the state traffic).
+  if (p.nv / p.nk >= 2 && b.num_seqs * p.nk <= small_grid_blocks())
+    pdl::launch_dependent(gdn_decode_kernel<StateT, 2>, grid, 2 * kThreads, 0, stream, b, p, state);
+  else
+    pdl::launch_dependent(gdn_decode_kernel<StateT, 1>, grid, kThreads, 0, stream, b, p, state);
 }
 
 }  // namespace
@@ -164,11 +206,10 @@ bool gdn_decode_supported(int nk, int nv, int dk, int dv, int K) {
 void launch_gdn_decode(const BatchMeta& b, const GdnDecodeArgs& p, GdnState state,
                        cudaStream_t stream) {
   if (b.num_seqs == 0) return;
-  const dim3 grid(b.num_seqs, p.nk);
   if (state.bf16)
-    gdn_decode_kernel<<<grid, kThreads, 0, stream>>>(b, p, static_cast<__nv_bfloat16*>(state.data));
+    launch(b, p, static_cast<__nv_bfloat16*>(state.data), stream);
   else
-    gdn_decode_kernel<<<grid, kThreads, 0, stream>>>(b, p, static_cast<float*>(state.data));
+    launch(b, p, static_cast<float*>(state.data), stream);
 }
 
 }  // namespace deltaserve::cuda

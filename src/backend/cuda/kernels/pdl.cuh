@@ -1,8 +1,16 @@
 // Programmatic dependent launch (sm_90): a kernel launched with the programmatic stream
-// serialization attribute may start while the kernel before it in the stream still runs, once
-// every block of that one has called allow_successor (or exited); it must call
-// wait_for_predecessor before it touches anything the predecessor writes or reads.
+// serialization attribute (launch_dependent) may start while the kernel before it in the stream
+// still runs, once every block of that one has called allow_successor (or exited); it must call
+// wait_for_predecessor before it touches anything an earlier kernel writes or reads (the wait
+// returns once the predecessor has completed, which itself waited on its own: the chain orders
+// every earlier kernel).
 #pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <utility>
 
 namespace deltaserve::cuda::pdl {
 
@@ -16,6 +24,43 @@ __device__ inline void wait_for_predecessor() {
 // take SM room beside this kernel's; a no-op for other successors).
 __device__ inline void allow_successor() {
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+// Host: whether launch_dependent sets the attribute (DS_PDL=0 turns it off, for A/B timing: each
+// such kernel then starts once the one before it has completed; its waits return at once).
+inline bool dependent_launch_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("DS_PDL");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+
+// Launches `kernel`, as a programmatic dependent of the stream's previous kernel when `dependent`.
+// The kernel must call wait_for_predecessor before touching memory that earlier kernels write or
+// read.
+template <class... Params, class... Args>
+cudaError_t launch_with(bool dependent, void (*kernel)(Params...), dim3 grid, dim3 block,
+                        size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = dependent ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+// launch_with, dependent unless DS_PDL=0.
+template <class... Params, class... Args>
+cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                             cudaStream_t stream, Args&&... args) {
+  return launch_with(dependent_launch_enabled(), kernel, grid, block, smem, stream,
+                     std::forward<Args>(args)...);
 }
 
 }  // namespace deltaserve::cuda::pdl

@@ -18,8 +18,16 @@ __global__ void __launch_bounds__(kThreads)
                         const float* __restrict__ w, float eps, int n,
                         __nv_bfloat16* __restrict__ out) {
   pdl::allow_successor();  // a programmatic dependent may start streaming its weights
-  const size_t base = static_cast<size_t>(blockIdx.x) * n;
   const int vecs = n / 8;
+  F32x8 wv[kMaxVecs];  // the norm's weights (never written by a kernel) before the wait
+#pragma unroll
+  for (int j = 0; j < kMaxVecs; ++j) {
+    const int i = threadIdx.x + j * kThreads;
+    if (i >= vecs) break;
+    wv[j] = load_f32x8(w + 8 * i);
+  }
+  pdl::wait_for_predecessor();
+  const size_t base = static_cast<size_t>(blockIdx.x) * n;
   F32x8 v[kMaxVecs];
   float ss = 0.0f;
 #pragma unroll
@@ -41,10 +49,9 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j < kMaxVecs; ++j) {
     const int i = threadIdx.x + j * kThreads;
     if (i >= vecs) break;
-    const F32x8 wv = load_f32x8(w + 8 * i);
     F32x8 y;
 #pragma unroll
-    for (int e = 0; e < 8; ++e) y.v[e] = v[j].v[e] * inv * (1.0f + wv.v[e]);
+    for (int e = 0; e < 8; ++e) y.v[e] = v[j].v[e] * inv * (1.0f + wv[j].v[e]);
     store_bf16x8(out + base + 8 * i, y);
   }
 }
@@ -55,6 +62,7 @@ __global__ void rms_norm_kernel(__nv_bfloat16* __restrict__ residual,
                                 const __nv_bfloat16* __restrict__ x, const float* __restrict__ w,
                                 float eps, int n, __nv_bfloat16* __restrict__ out) {
   pdl::allow_successor();  // a programmatic dependent may start streaming its weights
+  pdl::wait_for_predecessor();
   const size_t row = blockIdx.x;
   __nv_bfloat16* r = residual + row * n;
   const __nv_bfloat16* xr = x + row * n;
@@ -81,9 +89,11 @@ void launch(__nv_bfloat16* residual, const __nv_bfloat16* x, const float* w, flo
   const bool vec =
       n % 8 == 0 && n <= 8 * kThreads * kMaxVecs && aligned16(x, w, out, kAdd ? residual : x);
   if (vec)
-    rms_norm_vec_kernel<kAdd><<<rows, kThreads, 0, stream>>>(residual, x, w, eps, n, out);
+    pdl::launch_dependent(rms_norm_vec_kernel<kAdd>, rows, kThreads, 0, stream, residual, x, w, eps,
+                          n, out);
   else
-    rms_norm_kernel<kAdd><<<rows, kThreads, 0, stream>>>(residual, x, w, eps, n, out);
+    pdl::launch_dependent(rms_norm_kernel<kAdd>, rows, kThreads, 0, stream, residual, x, w, eps, n,
+                          out);
 }
 
 }  // namespace
