@@ -211,8 +211,9 @@ for stage in "$@"; do
       done ;;
     pdlab)  # decode steps: this build with and without programmatic dependent launches of the
             # small kernels (DS_PDL=0), and the base build (gpu_bench_base), interleaved twice
+            # ($AB_BINS: other BINARY:DS_PDL pairs, e.g. a third build staged by hand)
       for i in 1 2; do
-        for v in gpu_bench:1 gpu_bench:0 gpu_bench_base:1; do
+        for v in ${AB_BINS:-gpu_bench:1 gpu_bench:0 gpu_bench_base:1}; do
           b=${v%:*} pdl=${v#*:}
           [ -x $BIN/$b ] || continue
           DS_PDL=$pdl timeout 200 $BIN/$b --model $M --batches 1,16,64,256 --prefill 512 --profile \
