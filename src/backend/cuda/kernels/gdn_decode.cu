@@ -8,10 +8,11 @@
 namespace deltaserve::cuda {
 namespace {
 
-// 8 warps of up to 128 registers a thread (ptxas: 124 f32 state / 128 bf16) a value head: two
-// blocks an SM, so one block's conv and norms overlap the other's state traffic (16 warps ran one
-// block an SM). Where the grid is small (few sequences) a block runs kPar = 2 value heads side by
-// side, one warpgroup of 8 each, which halves the chain of dependent loads a block waits through.
+// 8 warps of up to 128 registers a thread a value head (ptxas: 125 f32 state / 127 bf16; 128 in
+// the two-head form): two blocks an SM, so one block's conv and norms overlap the other's state
+// traffic (16 warps ran one block an SM). Where the grid is small (few sequences) a block runs
+// kPar = 2 value heads side by side, one warpgroup of 8 each, which halves the chain of dependent
+// loads a block waits through.
 constexpr int kWarps = 8, kThreads = 32 * kWarps;
 constexpr int kDk = 128, kDv = 128, kK = 4;  // the shape this kernel is written for
 constexpr int kRows = kDk / kWarps;          // state rows per thread (per value head)

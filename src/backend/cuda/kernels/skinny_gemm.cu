@@ -196,6 +196,19 @@ __device__ void reduce_tile(const Params& p, int tile, const float** parts) {
   }
 }
 
+// atomicAdd with release and acquire semantics at GPU scope, by one thread: the consumers' barrier
+// before it orders their partial stores ahead of the release, the one after it their reads of the
+// other blocks' partials behind the acquire (the pattern of a grid barrier, in place of a
+// sequentially consistent fence by every consumer thread).
+__device__ inline int add_acq_rel(int* counter, int v) {
+  int old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n"
+               : "=r"(old)
+               : "l"(counter), "r"(v)
+               : "memory");
+  return old;
+}
+
 // A tile's sum over k-tiles [kt0, kt1) is done: stored as bf16 when that is all of K, else left as
 // a partial; the block that completes a tile's k-tiles (a counter per tile) adds its partials.
 template <int kRows>
@@ -203,12 +216,11 @@ __device__ void finish_segment(const Params& p, int c, int tile, int kt0, int kt
                                const float (&acc)[kRows / 2], int* last, const float** parts) {
   if (kt0 == 0 && kt1 == p.k_tiles) return store_tile<kRows>(p, tile_ref(p, tile), acc);
   store_partial<kRows>(p, slot_of(p, c, tile), acc);
-  __threadfence();
-  consumers_sync();
-  if (threadIdx.x == 0) *last = atomicAdd(&p.ws.counters[tile], kt1 - kt0) + kt1 - kt0 == p.k_tiles;
-  consumers_sync();
+  consumers_sync();  // every consumer's partial stored before the count's release
+  if (threadIdx.x == 0)
+    *last = add_acq_rel(&p.ws.counters[tile], kt1 - kt0) + kt1 - kt0 == p.k_tiles;
+  consumers_sync();  // the count's acquire before any consumer reads the other blocks' partials
   if (!*last) return;
-  __threadfence();
   reduce_tile(p, tile, parts);
   if (threadIdx.x == 0) p.ws.counters[tile] = 0;  // ready for the next launch
 }
