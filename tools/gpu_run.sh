@@ -127,7 +127,9 @@ for stage in "$@"; do
       timeout 300 ncu --clock-control none --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum \
         $BIN/gpu_bench --model $M --batches ${NCU_B:-1} --iters 1 --prefill 512 \
         >"$LOG/ncu_decode_b${NCU_B:-1}.csv" 2>"$LOG/ncu_decode.err"
-      note "ncu decode rc=$? $(wc -l <"$LOG/ncu_decode_b${NCU_B:-1}.csv") lines" ;;
+      note "ncu decode rc=$? $(wc -l <"$LOG/ncu_decode_b${NCU_B:-1}.csv") lines"
+      python3 tools/ncu_step.py "$LOG/ncu_decode_b${NCU_B:-1}.csv" >"$LOG/ncu_decode_b${NCU_B:-1}.md" 2>&1
+      note "ncu decode B=${NCU_B:-1} step: $(head -1 "$LOG/ncu_decode_b${NCU_B:-1}.md")" ;;
     ncusrc)  # ncu's source-level counters (SASS with stall samples) of a GDN kernel at 8k
              # ($NCU_KERNEL, default prep_kernel; $GDN_ARGS e.g. --mixer)
       k=${NCU_KERNEL:-prep_kernel}
