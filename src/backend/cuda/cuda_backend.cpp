@@ -504,7 +504,7 @@ void CudaBackend::gdn_decode_rows(const cuda::BatchMeta& m, const GdnMixerTensor
       bf(t.u),      bf(t.conv_w),   bf(t.conv_state), bf(t.a),       bf(t.b),
       f32(t.A_log), f32(t.dt_bias), bf(t.z),          f32(t.norm_w), eps,
       d.nk,         d.nv,           bf(t.o)};
-  cuda::launch_gdn_decode(m, args, gdn_state(t.state), stream_);
+  cuda::launch_gdn_decode(m, args, gdn_state(t.state), num_sms_, stream_);
 }
 
 }  // namespace deltaserve::backend

@@ -176,23 +176,13 @@ __global__ void __launch_bounds__(kPar* kThreads, 2 / kPar)
   }
 }
 
-// The device's multiprocessors (looked up once: a hint for the form, not for correctness).
-int small_grid_blocks() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-    return n;
-  }();
-  return sms;
-}
-
 template <class StateT>
-void launch(const BatchMeta& b, const GdnDecodeArgs& p, StateT* state, cudaStream_t stream) {
+void launch(const BatchMeta& b, const GdnDecodeArgs& p, StateT* state, int num_sms,
+            cudaStream_t stream) {
   const dim3 grid(b.num_seqs, p.nk);
   // Two heads a block where a grid of single-head blocks would leave most SMs without a second
   // block (a few sequences: the chain of dependent loads bounds the step, not the state traffic).
-  if (p.nv / p.nk >= 2 && b.num_seqs * p.nk <= small_grid_blocks())
+  if (p.nv / p.nk >= 2 && b.num_seqs * p.nk <= num_sms)
     pdl::launch_dependent(gdn_decode_kernel<StateT, 2>, grid, 2 * kThreads, 0, stream, b, p, state);
   else
     pdl::launch_dependent(gdn_decode_kernel<StateT, 1>, grid, kThreads, 0, stream, b, p, state);
@@ -204,13 +194,13 @@ bool gdn_decode_supported(int nk, int nv, int dk, int dv, int K) {
   return dk == kDk && dv == kDv && K == kK && nk > 0 && nv % nk == 0 && nv / nk <= kMaxHeadsPerKey;
 }
 
-void launch_gdn_decode(const BatchMeta& b, const GdnDecodeArgs& p, GdnState state,
+void launch_gdn_decode(const BatchMeta& b, const GdnDecodeArgs& p, GdnState state, int num_sms,
                        cudaStream_t stream) {
   if (b.num_seqs == 0) return;
   if (state.bf16)
-    launch(b, p, static_cast<__nv_bfloat16*>(state.data), stream);
+    launch(b, p, static_cast<__nv_bfloat16*>(state.data), num_sms, stream);
   else
-    launch(b, p, static_cast<float*>(state.data), stream);
+    launch(b, p, static_cast<float*>(state.data), num_sms, stream);
 }
 
 }  // namespace deltaserve::cuda

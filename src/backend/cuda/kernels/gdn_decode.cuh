@@ -32,7 +32,9 @@ bool gdn_decode_supported(int nk, int nv, int dk, int dv, int K);
 
 // Precondition: one token per sequence (num_tokens == num_seqs), gdn_decode_supported; a
 // sequence starting at 0 starts from zero states. No in-step snapshots (one token per sequence).
-void launch_gdn_decode(const BatchMeta& b, const GdnDecodeArgs& p, GdnState state,
+// num_sms, the device's multiprocessors, picks the form: two value heads a block while the grid
+// has no more blocks than that.
+void launch_gdn_decode(const BatchMeta& b, const GdnDecodeArgs& p, GdnState state, int num_sms,
                        cudaStream_t stream);
 
 }  // namespace deltaserve::cuda
