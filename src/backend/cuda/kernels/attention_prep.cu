@@ -11,6 +11,9 @@ namespace deltaserve::cuda {
 namespace {
 
 constexpr int kPrepThreads = 128;
+// Tokens up to which a step is decode-sized (the largest decode graph bucket): the vector kernel
+// is launched as a dependent with its norm weights loaded early.
+constexpr int kDecodeTokens = 512;
 
 // Any head size (hd <= 512): block (t, head), heads [0, nh) query heads, [nh, nh + nkv) key/value
 // heads; a value per thread at a time, through shared memory.
@@ -100,7 +103,9 @@ struct Vec {  // kPer bf16 as one 4-, 8- or 16-byte access
   }
 };
 
-template <int kPer>
+// kEarly (decode-sized steps, launched as a programmatic dependent): the norm weights are loaded
+// before the wait; without it (prefill-sized steps, a plain launch) after the sum of squares.
+template <int kPer, bool kEarly>
 __global__ void __launch_bounds__(32 * kPrepWarps)
     attn_prep_vec_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ qg,
                          __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
@@ -123,11 +128,15 @@ __global__ void __launch_bounds__(32 * kPrepWarps)
   if (head >= s.nh + s.nkv) return;  // whole warps
   const bool is_q = head < s.nh;
   const int h = is_q ? head : head - s.nh;
-  // The rotation (from the step's positions, uploaded before its first kernel) and the norm's
-  // weights (never written by a kernel) are ready before the wait for the projection's output.
+  // The rotation (from the step's positions, uploaded before its first kernel) and, kEarly, the
+  // norm's weights (never written by a kernel) are ready before the wait for the projection's
+  // output.
   float w[kPer];
+  const float* wp = (is_q ? q_norm : k_norm) + e0;
+  if constexpr (kEarly) {
 #pragma unroll
-  for (int i = 0; i < kPer; ++i) w[i] = (is_q ? q_norm : k_norm)[e0 + i];
+    for (int i = 0; i < kPer; ++i) w[i] = wp[i];
+  }
   pdl::wait_for_predecessor();
   const __nv_bfloat16* src = is_q ? qg + (static_cast<size_t>(t) * s.nh + h) * 2 * hd
                                   : k + (static_cast<size_t>(t) * s.nkv + h) * hd;
@@ -139,6 +148,10 @@ __global__ void __launch_bounds__(32 * kPrepWarps)
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
   const float inv = rsqrtf(ss / static_cast<float>(hd) + s.eps);
+  if constexpr (!kEarly) {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) w[i] = wp[i];
+  }
 #pragma unroll
   for (int i = 0; i < kPer; ++i) x[i] = x[i] * inv * (1.0f + w[i]);
   // NeoX rotate-half over [0, rotary_dim): element i pairs with i +- half, kept by the lane
@@ -177,8 +190,12 @@ void launch_vec(const BatchMeta& b, const __nv_bfloat16* qg, __nv_bfloat16* k,
                 const AttnShape& s, __nv_bfloat16* q, __nv_bfloat16* gate, __nv_bfloat16* k_cache,
                 __nv_bfloat16* v_cache, cudaStream_t stream) {
   const dim3 grid(b.num_tokens, (s.nh + s.nkv + kPrepWarps - 1) / kPrepWarps);
-  pdl::launch_dependent(attn_prep_vec_kernel<kPer>, grid, 32 * kPrepWarps, 0, stream, b, qg, k, v,
-                        q_norm, k_norm, s, q, gate, k_cache, v_cache);
+  if (b.num_tokens <= kDecodeTokens)
+    pdl::launch_dependent(attn_prep_vec_kernel<kPer, true>, grid, 32 * kPrepWarps, 0, stream, b, qg,
+                          k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache);
+  else
+    attn_prep_vec_kernel<kPer, false><<<grid, 32 * kPrepWarps, 0, stream>>>(
+        b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache);
 }
 
 }  // namespace

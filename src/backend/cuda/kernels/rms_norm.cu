@@ -8,23 +8,32 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxVecs = 4;  // 16-byte vectors per thread: rows of up to 8192 values
+// Rows up to which a step is decode-sized: the norm is launched as a dependent with its weights
+// loaded early (the largest decode graph bucket, --max-num-seqs' default from the memory plan).
+constexpr int kDecodeRows = 512;
 
 // One block per row, n % 8 == 0 and 16-byte aligned rows: each thread keeps its (at most kMaxVecs)
 // vectors of the row in registers between the sum of squares and the scaled write. With `add`,
-// residual += x first (rounded to bf16, as the residual stream is).
-template <bool kAdd>
+// residual += x first (rounded to bf16, as the residual stream is). kEarly (decode-sized steps,
+// launched as a programmatic dependent): the weights (never written by a kernel) are loaded into
+// registers before the wait, off the step's critical path; without it (prefill-sized steps, a
+// plain launch) after the sum, so that the kernel keeps four blocks an SM (79 registers with the
+// early weights, 51 without).
+template <bool kAdd, bool kEarly>
 __global__ void __launch_bounds__(kThreads)
     rms_norm_vec_kernel(__nv_bfloat16* __restrict__ residual, const __nv_bfloat16* __restrict__ x,
                         const float* __restrict__ w, float eps, int n,
                         __nv_bfloat16* __restrict__ out) {
   pdl::allow_successor();  // a programmatic dependent may start streaming its weights
   const int vecs = n / 8;
-  F32x8 wv[kMaxVecs];  // the norm's weights (never written by a kernel) before the wait
+  F32x8 wv[kMaxVecs];
+  if constexpr (kEarly) {
 #pragma unroll
-  for (int j = 0; j < kMaxVecs; ++j) {
-    const int i = threadIdx.x + j * kThreads;
-    if (i >= vecs) break;
-    wv[j] = load_f32x8(w + 8 * i);
+    for (int j = 0; j < kMaxVecs; ++j) {
+      const int i = threadIdx.x + j * kThreads;
+      if (i >= vecs) break;
+      wv[j] = load_f32x8(w + 8 * i);
+    }
   }
   pdl::wait_for_predecessor();
   const size_t base = static_cast<size_t>(blockIdx.x) * n;
@@ -49,6 +58,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j < kMaxVecs; ++j) {
     const int i = threadIdx.x + j * kThreads;
     if (i >= vecs) break;
+    if constexpr (!kEarly) wv[j] = load_f32x8(w + 8 * i);
     F32x8 y;
 #pragma unroll
     for (int e = 0; e < 8; ++e) y.v[e] = v[j].v[e] * inv * (1.0f + wv[j].v[e]);
@@ -88,9 +98,11 @@ void launch(__nv_bfloat16* residual, const __nv_bfloat16* x, const float* w, flo
   if (rows == 0) return;
   const bool vec =
       n % 8 == 0 && n <= 8 * kThreads * kMaxVecs && aligned16(x, w, out, kAdd ? residual : x);
-  if (vec)
-    pdl::launch_dependent(rms_norm_vec_kernel<kAdd>, rows, kThreads, 0, stream, residual, x, w, eps,
-                          n, out);
+  if (vec && rows <= kDecodeRows)
+    pdl::launch_dependent(rms_norm_vec_kernel<kAdd, true>, rows, kThreads, 0, stream, residual, x,
+                          w, eps, n, out);
+  else if (vec)
+    rms_norm_vec_kernel<kAdd, false><<<rows, kThreads, 0, stream>>>(residual, x, w, eps, n, out);
   else
     pdl::launch_dependent(rms_norm_kernel<kAdd>, rows, kThreads, 0, stream, residual, x, w, eps, n,
                           out);
