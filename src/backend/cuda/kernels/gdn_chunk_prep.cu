@@ -28,6 +28,17 @@ struct PrepSmem {
 };
 static_assert(2 * (sizeof(PrepSmem) + 1024) <= 228 * 1024, "two blocks per SM");
 
+// Staging over regions dead at the time: the conv taps of the chunk's q, k and v channels
+// ([3 x 128][kConvK], as in the checkpoint) over l before the products; the W and U tiles over l
+// and t in the solve.
+constexpr int kTapBytes = 3 * kDim * kConvK * 2;
+static_assert(kTapBytes <= sizeof(PrepSmem::l), "the taps fit over L");
+static_assert(kChunk * kLd * 2 <= sizeof(PrepSmem::l), "a 64 x 128 bf16 tile fits over L / T");
+__device__ bf16* taps_of(PrepSmem& sm) { return reinterpret_cast<bf16*>(&sm.l[0][0]); }
+__device__ bf16 (*out_tile(PrepSmem& sm, bool is_u))[kLd] {
+  return reinterpret_cast<bf16(*)[kLd]>(is_u ? &sm.t[0][0] : &sm.l[0][0]);
+}
+
 struct Chunk {
   int begin, n, t0;  // first token row, valid rows, offset in the sequence's step tokens
   int h, kh, T;      // value head, key head, step tokens
@@ -60,11 +71,17 @@ __device__ void load_conv_outputs(PrepSmem& sm, const Chunk& ch, const bf16* y, 
 }
 
 // The conv inputs of the chunk's rows -3 .. 63 into rows 0..66 (rows past n zero; rows before the
-// sequence's first step token from its conv state, oldest first, or zeros for a fresh sequence).
-// A thread copies one 16-byte column piece of every 16th row.
+// sequence's first step token from its conv state, oldest first, or zeros for a fresh sequence),
+// and the channels' conv taps. A thread copies one 16-byte column piece of every 16th row.
 __device__ void load_conv_inputs(PrepSmem& sm, const Chunk& ch, const GdnQkvSource& in,
                                  const GdnShape& s) {
   const int C = conv_dim(s), c8 = 8 * (threadIdx.x % 16);
+  constexpr int kTapPieces = kTapBytes / 16, kPiecesPerTile = kTapPieces / 3;
+  if (threadIdx.x < kTapPieces) {  // two channels' taps a piece
+    const int which = threadIdx.x / kPiecesPerTile, c2 = 2 * (threadIdx.x % kPiecesPerTile);
+    mma::cp_async16(taps_of(sm) + (which * kDim + c2) * kConvK,
+                    in.conv_w + static_cast<size_t>(channel0(which, ch, s) + c2) * kConvK, true);
+  }
 #pragma unroll
   for (int which = 0; which < 3; ++which) {
     const int c = channel0(which, ch, s) + c8;
@@ -87,8 +104,7 @@ __device__ void load_conv_inputs(PrepSmem& sm, const Chunk& ch, const GdnQkvSour
 
 // Rows 0..63 <- silu(conv) of rows 0..66, in place: a thread per (8 channels, 16 rows); row r's
 // output (inputs r .. r + 3) goes to row r, which only its own thread still reads.
-__device__ void convolve_in_place(PrepSmem& sm, const Chunk& ch, const bf16* conv_w,
-                                  const GdnShape& s) {
+__device__ void convolve_in_place(PrepSmem& sm) {
   constexpr int kRows = 16, kVecs = 3 * kDim / 8;
   const int tid = threadIdx.x, which = (tid % kVecs) / 16, c8 = 8 * (tid % 16);
   const int r0 = kRows * (tid / kVecs);
@@ -100,7 +116,7 @@ __device__ void convolve_in_place(PrepSmem& sm, const Chunk& ch, const bf16* con
       below[i] = *reinterpret_cast<const uint4*>(m[r0 + kRows + i] + c8);
   __syncthreads();
   if (active) {
-    const ConvTaps taps = load_conv_taps(conv_w, channel0(which, ch, s) + c8);
+    const ConvTaps taps = load_conv_taps(taps_of(sm) + which * kDim * kConvK, c8);
     F32x8 win[kHalo];
     for (int i = 0; i < kHalo; ++i) win[i] = load_bf16x8(m[r0 + i] + c8);
 #pragma unroll
@@ -150,7 +166,7 @@ __device__ void stage_inputs(PrepSmem& sm, const Chunk& ch, const GdnQkvSource& 
   }
   mma::cp_async_wait<0>();
   __syncthreads();
-  if (in.y == nullptr) convolve_in_place(sm, ch, in.conv_w, s);
+  if (in.y == nullptr) convolve_in_place(sm);
 }
 
 // q / |q| / sqrt(dk) and k / |k| in place; q to the workspace (once per key head), k e^(gam_last -
@@ -209,32 +225,68 @@ __device__ void normalise(PrepSmem& sm, const Chunk& ch, const GdnShape& s, cons
   __syncthreads();
 }
 
-// Warps 0-3: K K^T -> L (shared, f32); warps 4-7: Q K^T -> P (the workspace, bf16). A 16-row tile
-// per warp.
-__device__ void products(PrepSmem& sm, const Chunk& ch, const GdnShape& s, const Workspace& ws) {
+// L = beta_i (k_i . k_j) e^(gam_i - gam_j) (j < i) into shared memory (f32) and P = (q_i . k_j)
+// e^(gam_i - gam_j) (j <= i) staged over a_u (bf16), each decay factor computed once for both: warp
+// w takes rows 16 (w % 4) .. + 15, columns 32 (w / 4) .. + 31 of both (its tiles above the
+// diagonal are zeros: no MMAs). L above its diagonal blocks is never read and not written.
+__device__ void products(PrepSmem& sm) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
-  const bool is_p = warp >= 4;
-  const int m = warp % 4;
-  float acc[8][4] = {};
-  mma::tile_16x64<kDim, true>(acc, (is_p ? sm.q : sm.k)[16 * m], kLd, sm.k[0], kLd);
-  for (int nt = 0; nt < 8; ++nt)
-    for (int hf = 0; hf < 2; ++hf) {
-      const int i = 16 * m + g + 8 * hf, j = 8 * nt + 2 * c;
-      float v[2];
-      for (int e = 0; e < 2; ++e) {
-        const bool keep = is_p ? (j + e <= i) : (j + e < i);
-        v[e] = keep ? acc[nt][2 * hf + e] * __expf(sm.gam[i] - sm.gam[j + e]) : 0.0f;
+  const int m = warp % 4, n0 = 32 * (warp / 4);
+  float kk[4][4] = {}, qk[4][4] = {};
+  const bool zero = n0 >= 16 * (m + 1);  // warp-uniform
+  if (!zero) {
+    const PaddedRows q{sm.q[0], kLd}, k{sm.k[0], kLd};
+#pragma unroll
+    for (int ks = 0; ks < kDim / 16; ++ks) {
+      uint32_t ka[4], qa[4];
+      mma::load_a_at(ka, k, 16 * m, 16 * ks);
+      mma::load_a_at(qa, q, 16 * m, 16 * ks);
+#pragma unroll
+      for (int np = 0; np < 2; ++np) {
+        uint32_t kb[4];
+        mma::load_b_trans_at(kb, k, n0 + 16 * np, 16 * ks);
+        mma::mma(kk[2 * np], ka, kb[0], kb[1]);
+        mma::mma(kk[2 * np + 1], ka, kb[2], kb[3]);
+        mma::mma(qk[2 * np], qa, kb[0], kb[1]);
+        mma::mma(qk[2 * np + 1], qa, kb[2], kb[3]);
       }
-      if (!is_p) {
-        sm.l[i][j] = sm.beta[i] * v[0];
-        sm.l[i][j + 1] = sm.beta[i] * v[1];
-      } else if (i < ch.n) {
-        const size_t row = static_cast<size_t>(ch.begin + i) * s.nv + ch.h;
-        *reinterpret_cast<__nv_bfloat162*>(ws.p + row * kChunk + j) =
-            __floats2bfloat162_rn(v[0], v[1]);
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int i = 16 * m + g + 8 * hf, j = n0 + 8 * nt + 2 * c;
+      float l[2] = {0.0f, 0.0f}, p[2] = {0.0f, 0.0f};
+      if (!zero)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          if (j + e <= i) {
+            const float decay = __expf(sm.gam[i] - sm.gam[j + e]);
+            p[e] = qk[nt][2 * hf + e] * decay;
+            if (j + e < i) l[e] = sm.beta[i] * kk[nt][2 * hf + e] * decay;
+          }
+      *reinterpret_cast<__nv_bfloat162*>(&sm.a_u[i][j]) = __floats2bfloat162_rn(p[0], p[1]);
+      if (!zero) {
+        sm.l[i][j] = l[0];
+        sm.l[i][j + 1] = l[1];
       }
     }
   __syncthreads();
+}
+
+// P from its staging over a_u to the workspace in 16-byte pieces (rows past n not stored), by
+// warps 4-7 while warps 0-1 invert L's diagonal blocks (a_u is next written after the inverse).
+__device__ void store_p(const PrepSmem& sm, const Chunk& ch, const GdnShape& s,
+                        const Workspace& ws) {
+  constexpr int kFirst = 128, kPieces = kChunk / 8;
+  for (int e = threadIdx.x - kFirst; e < kChunk * kPieces; e += kThreads - kFirst) {
+    const int r = e / kPieces, c8 = 8 * (e % kPieces);
+    if (r >= ch.n) break;
+    const size_t row = static_cast<size_t>(ch.begin + r) * s.nv + ch.h;
+    *reinterpret_cast<uint4*>(ws.p + row * kChunk + c8) =
+        *reinterpret_cast<const uint4*>(&sm.a_u[r][c8]);
+  }
 }
 
 // T = (I + L)^-1 by 16 x 16 blocks. The four diagonal blocks by forward substitution, a column
@@ -290,9 +342,13 @@ __device__ void invert_below_diagonal(PrepSmem& sm) {
   __syncthreads();
 }
 
-// T, then T diag(beta) and T diag(beta e^gam) as bf16 (blocks above the diagonal zero).
-__device__ void invert(PrepSmem& sm) {
-  invert_diagonal(sm);
+// T, then T diag(beta) and T diag(beta e^gam) as bf16 (blocks above the diagonal zero); P stored
+// beside the first step.
+__device__ void invert(PrepSmem& sm, const Chunk& ch, const GdnShape& s, const Workspace& ws) {
+  if (threadIdx.x >= 128)
+    store_p(sm, ch, s, ws);
+  else
+    invert_diagonal(sm);
   __syncthreads();
   invert_below_diagonal(sm);
   for (int e = threadIdx.x; e < kChunk * kChunk / 2; e += kThreads) {
@@ -308,25 +364,31 @@ __device__ void invert(PrepSmem& sm) {
 }
 
 // Warps 0-3: W = (T diag(beta e^gam)) K; warps 4-7: U = (T diag(beta)) V; 16 rows per warp, in two
-// halves of 64 columns; straight to the workspace.
+// halves of 64 columns; staged over L / T, then stored to the workspace in 16-byte pieces.
 __device__ void solve(PrepSmem& sm, const Chunk& ch, const GdnShape& s, const Workspace& ws) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
   const bool is_u = warp >= 4;
   const int m = warp % 4;
   const bf16(*A)[kLdC] = is_u ? sm.a_u : sm.a_w;
   const bf16(*X)[kLd] = is_u ? sm.v : sm.k;
-  bf16* dst = is_u ? ws.u : ws.w;
+  bf16(*tile)[kLd] = out_tile(sm, is_u);
   for (int half = 0; half < 2; ++half) {
     float acc[8][4] = {};
     mma::tile_16x64<kChunk>(acc, A[16 * m], kLdC, X[0] + 64 * half, kLd);
-    for (int hf = 0; hf < 2; ++hf) {
-      const int i = 16 * m + g + 8 * hf;
-      if (i >= ch.n) continue;
-      bf16* row = dst + (static_cast<size_t>(ch.begin + i) * s.nv + ch.h) * kDim + 64 * half;
+    for (int hf = 0; hf < 2; ++hf)
       for (int nt = 0; nt < 8; ++nt)
-        *reinterpret_cast<__nv_bfloat162*>(row + 8 * nt + 2 * c) =
+        *reinterpret_cast<__nv_bfloat162*>(&tile[16 * m + g + 8 * hf][64 * half + 8 * nt + 2 * c]) =
             __floats2bfloat162_rn(acc[nt][2 * hf], acc[nt][2 * hf + 1]);
-    }
+  }
+  __syncthreads();
+  constexpr int kPieces = kDim / 8;
+  for (int e = threadIdx.x; e < 2 * kChunk * kPieces; e += kThreads) {
+    const bool u = e >= kChunk * kPieces;
+    const int r = (e / kPieces) % kChunk, c8 = 8 * (e % kPieces);
+    if (r >= ch.n) continue;
+    const size_t row = static_cast<size_t>(ch.begin + r) * s.nv + ch.h;
+    *reinterpret_cast<uint4*>((u ? ws.u : ws.w) + row * kDim + c8) =
+        *reinterpret_cast<const uint4*>(&out_tile(sm, u)[r][c8]);
   }
 }
 
@@ -344,8 +406,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       b.seq_slot[seq],       b.seq_start[seq] == 0};
   stage_inputs(sm, ch, in, a, bg, A_log, dt_bias, s);
   normalise(sm, ch, s, ws);
-  products(sm, ch, s, ws);
-  invert(sm);
+  products(sm);
+  invert(sm, ch, s, ws);
   solve(sm, ch, s, ws);
 }
 
