@@ -10,7 +10,9 @@
 // prefill-sized T, up to 16,384). A last row per T sums one decode step's projections (24 GDN
 // layers, 8 attention layers, 32 MLPs, the lm_head; no lm_head over 256 rows, as a prefill step
 // runs it on the rows it samples only).
-// Usage: linear_bench [--rows 1,4,8,16] [--rounds 5] [--only NAME-PART]
+// With --tune 1: instead, per projection, cuBLASLt's first heuristic algorithm against the fastest
+// of its first eight (CublasLtLinear::tune), us per call.
+// Usage: linear_bench [--rows 1,4,8,16] [--rounds 5] [--only NAME-PART] [--tune 1]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -153,6 +155,16 @@ class LinearBench {
     return t;
   }
 
+  // One projection's cuBLASLt tuning at T tokens.
+  ds::cuda::CublasLtLinear::Tuning tune(int64_t n, int64_t K, int64_t T) {
+    ds::Buffer w = be_.alloc(ds::DType::kBF16, {n, K}), x = be_.alloc(ds::DType::kBF16, {T, K}),
+               y = be_.alloc(ds::DType::kBF16, {T, n});
+    fill_noise(w);
+    fill_noise(x);
+    ds::cuda::CublasLtLinear lt;
+    return lt.tune(ptr(x), ptr(w), ptr(y), T, K, n, be_.stream());
+  }
+
  private:
   static constexpr int64_t kNoiseElems = 1 << 22;
   static bf16* ptr(const ds::Buffer& b) { return static_cast<bf16*>(b.tensor().data); }
@@ -219,17 +231,37 @@ void print_table(LinearBench& bench, const std::vector<int32_t>& rows, const std
   }
 }
 
+void print_tuning(LinearBench& bench, const std::vector<int32_t>& rows, const std::string& only) {
+  std::printf(
+      "| group | n | K | T | heuristic us | tuned us | chosen of | tuned TFLOP/s |\n"
+      "|---|---|---|---|---|---|---|---|\n");
+  for (const int32_t T : rows)
+    for (const Group& g : groups_4b()) {
+      if (g.name.find(only) == std::string::npos) continue;
+      for (const int64_t n : g.n) {
+        const auto t = bench.tune(n, g.K, T);
+        std::printf("| %s | %lld | %lld | %d | %.1f | %.1f | %d of %d | %.0f |\n", g.name.c_str(),
+                    static_cast<long long>(n), static_cast<long long>(g.K), T, 1e3 * t.heuristic_ms,
+                    1e3 * t.best_ms, t.chosen, t.candidates, 2.0 * T * n * g.K / (1e9 * t.best_ms));
+        std::fflush(stdout);
+      }
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     std::vector<std::string> args(argv + 1, argv + argc);
-    const ds::app::Args a(args, "linear_bench", {"rows", "rounds", "only"});
+    const ds::app::Args a(args, "linear_bench", {"rows", "rounds", "only", "tune"});
     const std::vector<int32_t> rows = ds::app::parse_ids(a.get("rows", "1,4,8,16"), kMaxRows + 1);
     for (int32_t T : rows)
       if (T < 1) throw ds::Error("--rows: token counts start at 1");
     LinearBench bench(static_cast<int>(a.get_int("rounds", 5, 1, 1000)));
-    print_table(bench, rows, a.get("only", ""));
+    if (a.has("tune"))
+      print_tuning(bench, rows, a.get("only", ""));
+    else
+      print_table(bench, rows, a.get("only", ""));
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "linear_bench: %s\n", e.what());

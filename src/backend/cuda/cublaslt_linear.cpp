@@ -1,6 +1,7 @@
 #include "backend/cuda/cublaslt_linear.h"
 
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 
@@ -12,6 +13,11 @@ void check(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS)
     throw DeviceError(std::string("cuBLASLt ") + what + " failed (status " + std::to_string(s) +
                       ")");
+}
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw DeviceError(std::string("cuBLASLt tuning: ") + what + ": " + cudaGetErrorString(e));
 }
 
 }  // namespace
@@ -54,21 +60,68 @@ const CublasLtLinear::Plan& CublasLtLinear::plan(int64_t T, int64_t in, int64_t 
   check(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_16BF, static_cast<uint64_t>(out),
                                    static_cast<uint64_t>(T), out),
         "layout c");
+  const std::vector<cublasLtMatmulAlgo_t> algos = heuristics(p, 1);
+  if (algos.empty())
+    throw DeviceError("cuBLASLt has no algorithm for a bf16 GEMM of T=" + std::to_string(T) +
+                      ", in=" + std::to_string(in) + ", out=" + std::to_string(out));
+  p.algo = algos.front();
+  return plans_.emplace(key, p).first->second;
+}
+
+std::vector<cublasLtMatmulAlgo_t> CublasLtLinear::heuristics(const Plan& p, int count) {
   cublasLtMatmulPreference_t pref;
   check(cublasLtMatmulPreferenceCreate(&pref), "preference");
   check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                              &workspace_bytes_, sizeof workspace_bytes_),
         "workspace preference");
-  cublasLtMatmulHeuristicResult_t result{};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(count));
   int found = 0;
-  const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref,
+                                                           count, results.data(), &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (st != CUBLAS_STATUS_SUCCESS || found == 0)
-    throw DeviceError("cuBLASLt has no algorithm for a bf16 GEMM of T=" + std::to_string(T) +
-                      ", in=" + std::to_string(in) + ", out=" + std::to_string(out));
-  p.algo = result.algo;
-  return plans_.emplace(key, p).first->second;
+  std::vector<cublasLtMatmulAlgo_t> algos;
+  if (st != CUBLAS_STATUS_SUCCESS) return algos;
+  for (int i = 0; i < found; ++i)
+    if (results[static_cast<size_t>(i)].state == CUBLAS_STATUS_SUCCESS)
+      algos.push_back(results[static_cast<size_t>(i)].algo);
+  return algos;
+}
+
+CublasLtLinear::Tuning CublasLtLinear::tune(const __nv_bfloat16* x, const __nv_bfloat16* w,
+                                            __nv_bfloat16* y, int64_t T, int64_t in, int64_t out,
+                                            cudaStream_t stream, int candidates) {
+  plan(T, in, out);
+  Plan& p = plans_.at(std::make_tuple(T, in, out));
+  const std::vector<cublasLtMatmulAlgo_t> algos = heuristics(p, candidates);
+  cudaEvent_t e0, e1;
+  check_cuda(cudaEventCreate(&e0), "event");
+  check_cuda(cudaEventCreate(&e1), "event");
+  const float alpha = 1.0f, beta = 0.0f;
+  constexpr int kCalls = 5;
+  Tuning t{static_cast<int>(algos.size()), 0, 0.0f, 0.0f};
+  for (size_t i = 0; i < algos.size(); ++i) {
+    const auto call = [&] {
+      return cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &algos[i],
+                            workspace_, workspace_bytes_, stream);
+    };
+    if (call() != CUBLAS_STATUS_SUCCESS) continue;  // warm-up; an algorithm may refuse at run time
+    check_cuda(cudaEventRecord(e0, stream), "event record");
+    for (int c = 0; c < kCalls; ++c) check(call(), "matmul (tuning)");
+    check_cuda(cudaEventRecord(e1, stream), "event record");
+    check_cuda(cudaEventSynchronize(e1), "event sync");
+    float ms = 0.0f;
+    check_cuda(cudaEventElapsedTime(&ms, e0, e1), "event time");
+    ms /= kCalls;
+    if (i == 0) t.heuristic_ms = ms;
+    if (t.best_ms == 0.0f || ms < t.best_ms) {
+      t.best_ms = ms;
+      t.chosen = static_cast<int>(i);
+      p.algo = algos[i];
+    }
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return t;
 }
 
 void CublasLtLinear::run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y,

@@ -1,6 +1,6 @@
 // Linear layers through cuBLASLt: y = x . w^T (or y += x . w^T) for row-major bf16 x [T, in],
 // w [out, in], y [T, out], f32 accumulation. The algorithm for each shape is chosen once and
-// cached.
+// cached: cuBLASLt's first heuristic, or the fastest of its first few timed by tune().
 #pragma once
 
 #include <cublasLt.h>
@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <tuple>
+#include <vector>
 
 namespace deltaserve::cuda {
 
@@ -28,6 +29,16 @@ class CublasLtLinear {
   void run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int64_t T, int64_t in,
            int64_t out, cudaStream_t stream, bool accumulate = false);
 
+  struct Tuning {
+    int candidates, chosen;       // algorithms timed; the index of the one kept
+    float heuristic_ms, best_ms;  // the first heuristic's time a call, the kept one's
+  };
+  // Times cuBLASLt's first `candidates` heuristic algorithms for the shape on x / w (y
+  // overwritten) and keeps the fastest for it. Synchronizes `stream`: for a warm-up or a
+  // benchmark, never inside graph capture. Throws deltaserve::Error on a CUDA failure.
+  Tuning tune(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int64_t T,
+              int64_t in, int64_t out, cudaStream_t stream, int candidates = 8);
+
  private:
   struct Plan {
     cublasLtMatmulDesc_t op = nullptr;
@@ -35,6 +46,7 @@ class CublasLtLinear {
     cublasLtMatmulAlgo_t algo{};
   };
   const Plan& plan(int64_t T, int64_t in, int64_t out);
+  std::vector<cublasLtMatmulAlgo_t> heuristics(const Plan& p, int count);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
