@@ -25,7 +25,7 @@ void launch_gdn_chunked(const BatchMeta& b, const GdnQkvSource& in, const __nv_b
                         GdnState state, const GdnShape& s, const GatedNorm& norm, float* ws,
                         int num_sms, __nv_bfloat16* out, cudaStream_t stream) {
   const gdn_chunk::Workspace w(ws, b.num_tokens, s);
-  gdn_chunk::launch_prep(b, in, a, bgate, A_log, dt_bias, s, w, num_sms, stream);
+  gdn_chunk::launch_prep(b, in, a, bgate, A_log, dt_bias, s, w, stream);
   if (gdn_chunk::use_head_pass(b.num_seqs, s, num_sms)) {
     gdn_chunk::launch_head_pass(b, w, state, s, out, stream);
     if (norm.z != nullptr) {

@@ -63,7 +63,7 @@ struct Workspace {
 
 void launch_prep(const BatchMeta& b, const GdnQkvSource& in, const __nv_bfloat16* a,
                  const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
-                 const GdnShape& s, const Workspace& ws, int num_sms, cudaStream_t stream);
+                 const GdnShape& s, const Workspace& ws, cudaStream_t stream);
 // Whether a step takes the head pass (enough sequences x value heads to fill sm_count SMs with a
 // block a head, or too many for the slice pass's room) rather than the slice pass and launch_out.
 bool use_head_pass(int num_seqs, const GdnShape& s, int sm_count);

@@ -130,40 +130,16 @@ __device__ void convolve_in_place(PrepSmem& sm) {
   __syncthreads();
 }
 
-// Warms L2 with the inputs of the block `ahead` after this one in launch order: blocks are
-// dispatched in that order, `ahead` of them resident at a time, so that one starts about when
-// this one ends and finds its inputs in L2 rather than waiting on DRAM with nothing to overlap.
-__device__ void prefetch_ahead(const BatchMeta& b, const GdnQkvSource& in, const GdnShape& s,
-                               int ahead) {
-  const int id = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z) + ahead;
-  const int seq = id % gridDim.x, chunk = (id / gridDim.x) % gridDim.y;
-  const int h = id / (gridDim.x * gridDim.y);
-  if (h >= static_cast<int>(gridDim.z)) return;
-  const int t0 = chunk * kChunk, len = b.seq_len[seq];
-  if (t0 >= len) return;
-  const Chunk next{
-      b.seq_begin[seq] + t0, min(kChunk, len - t0), t0, h, h / (s.nv / s.nk), 0, 0, false};
-  const int halo = in.y != nullptr ? 0 : min(kHalo, t0), rows = next.n + halo, C = conv_dim(s);
-  const bf16* src = (in.y != nullptr ? in.y : in.u) + static_cast<size_t>(next.begin - halo) * C;
-  for (int e = threadIdx.x; e < 3 * rows; e += kThreads) {
-    const bf16* piece = src + static_cast<size_t>(e / 3) * C + channel0(e % 3, next, s);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(piece), "n"(kDim * 2)
-                 : "memory");
-  }
-}
-
 // q, k (key head) and v (value head) rows into shared rows 0..63 (from y, or convolved from u;
 // rows past n finite); beta and the cumulative log decay gam (rows past n: beta 0, gam flat).
-__device__ void stage_inputs(PrepSmem& sm, const Chunk& ch, const BatchMeta& b,
-                             const GdnQkvSource& in, const bf16* a, const bf16* bg,
-                             const float* A_log, const float* dt_bias, const GdnShape& s,
-                             int ahead) {
+__device__ void stage_inputs(PrepSmem& sm, const Chunk& ch, const GdnQkvSource& in, const bf16* a,
+                             const bf16* bg, const float* A_log, const float* dt_bias,
+                             const GdnShape& s) {
   if (in.y != nullptr)
     load_conv_outputs(sm, ch, in.y, s);
   else
     load_conv_inputs(sm, ch, in, s);
   mma::cp_async_commit();
-  prefetch_ahead(b, in, s, ahead);
   if (threadIdx.x < 32) {  // gates, then an inclusive scan of the log decay (two rows per lane)
     const int lane = threadIdx.x;
     float g[2];
@@ -419,7 +395,7 @@ __device__ void solve(PrepSmem& sm, const Chunk& ch, const GdnShape& s, const Wo
 __global__ void __launch_bounds__(kThreads, 2)
     prep_kernel(BatchMeta b, GdnQkvSource in, const bf16* __restrict__ a,
                 const bf16* __restrict__ bg, const float* __restrict__ A_log,
-                const float* __restrict__ dt_bias, GdnShape s, Workspace ws, int ahead) {
+                const float* __restrict__ dt_bias, GdnShape s, Workspace ws) {
   extern __shared__ __align__(128) unsigned char prep_raw[];
   PrepSmem& sm = *reinterpret_cast<PrepSmem*>(prep_raw);
   const int seq = blockIdx.x, t0 = blockIdx.y * kChunk, len = b.seq_len[seq];
@@ -428,7 +404,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const Chunk ch{
       b.seq_begin[seq] + t0, min(kChunk, len - t0), t0, h, h / (s.nv / s.nk), b.num_tokens,
       b.seq_slot[seq],       b.seq_start[seq] == 0};
-  stage_inputs(sm, ch, b, in, a, bg, A_log, dt_bias, s, ahead);
+  stage_inputs(sm, ch, in, a, bg, A_log, dt_bias, s);
   normalise(sm, ch, s, ws);
   products(sm);
   invert(sm, ch, s, ws);
@@ -439,13 +415,12 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 void launch_prep(const BatchMeta& b, const GdnQkvSource& in, const bf16* a, const bf16* bgate,
                  const float* A_log, const float* dt_bias, const GdnShape& s, const Workspace& ws,
-                 int num_sms, cudaStream_t stream) {
+                 cudaStream_t stream) {
   constexpr int smem = sizeof(PrepSmem);
   cudaFuncSetAttribute(prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   const int chunks = (b.max_seq_len + kChunk - 1) / kChunk;
-  const int resident = 2 * num_sms;  // two blocks an SM
   prep_kernel<<<dim3(b.num_seqs, chunks, s.nv), kThreads, smem, stream>>>(b, in, a, bgate, A_log,
-                                                                          dt_bias, s, ws, resident);
+                                                                          dt_bias, s, ws);
 }
 
 }  // namespace deltaserve::cuda::gdn_chunk
