@@ -3,6 +3,8 @@
 // sampling on the GPU included) and prefill throughput for prompts of N tokens (one step each),
 // next to the memory-bandwidth floor of a decode step and the tensor-core peak. With --profile, a
 // per-op breakdown (CUDA events) of one eager decode step per B and of each prefill follows.
+// Each prefill of N tokens runs on the cuBLASLt algorithms tuned for N first (as a server whose
+// step budget is N tunes them at start-up; DS_GEMM_TUNE=0: cuBLASLt's first heuristic).
 // Usage: gpu_bench --model DIR [--batches 1,16,64,256] [--context 1024]
 //                  [--prefill 512,2048,8192] [--iters 30] [--profile]
 //                  [--mamba-ssm-cache-dtype auto|float32|bfloat16]  (the GDN state: bf16 halves
@@ -277,6 +279,7 @@ int run_tp(const std::string& dir, const std::vector<int32_t>& tps,
     }
     for (const int32_t P : prefills) {
       const ds::StepBatch fb = prefill_batch(P, V, page, maxB, maxB * pps, ppp);
+      ex.tune_linears(P);
       rows.push_back({N, "prefill " + std::to_string(P), P, true,
                       time_steps(fb, 1, std::max(3, iters / 10), true), 0});
     }
@@ -438,6 +441,7 @@ void SingleGpuBench::prefill_table() {
   for (const int32_t N : prefills_) {
     const ds::StepBatch fb =
         prefill_batch(N, static_cast<int32_t>(c.vocab_size), kPage, maxB_, maxB_ * pps_, ppp_);
+    runner_.tune_linears(N);
     const double ms = time_steps(fb, 1, std::max(3, iters_ / 10) - 1, 1);
     if (profile_) {
       be_.set_profiling(true);

@@ -174,6 +174,10 @@ void TpExecutor::run_padding_step(int32_t tokens) {
   run_on_all([&](Worker& w) { w.runner->run_padding_step(tokens); });
 }
 
+void TpExecutor::tune_linears(int32_t tokens) {
+  run_on_all([&](Worker& w) { w.runner->tune_linears(tokens); });
+}
+
 void TpExecutor::copy_state(int32_t src, int32_t dst) {
   run_on_all([&](Worker& w) { w.runner->copy_state(src, dst); });
 }

@@ -58,6 +58,8 @@ class Executor {
   // One eager step of `tokens` padding rows on every rank, returning when all are done (the TPSP
   // startup profile times it; ModelRunner::run_padding_step).
   virtual void run_padding_step(int32_t tokens) = 0;
+  // ModelRunner::tune_linears on every rank.
+  virtual void tune_linears(int32_t tokens) = 0;
 };
 
 class LocalExecutor final : public Executor {
@@ -89,6 +91,7 @@ class LocalExecutor final : public Executor {
     return m_.backend().memory_info(free_bytes, total_bytes);
   }
   void run_padding_step(int32_t tokens) override { runner().run_padding_step(tokens); }
+  void tune_linears(int32_t tokens) override { runner().tune_linears(tokens); }
 
  private:
   runtime::ModelRunner& runner() {
@@ -135,6 +138,7 @@ class TpExecutor final : public Executor {
   int degree() const override { return static_cast<int>(workers_.size()); }
   void set_tpsp(const dist::TpspConfig& tpsp) override;
   void run_padding_step(int32_t tokens) override;
+  void tune_linears(int32_t tokens) override;
 
  private:
   struct Worker {

@@ -229,6 +229,18 @@ void ModelRunner::run_padding_step(int32_t tokens) {
   be_.synchronize();
 }
 
+void ModelRunner::tune_linears(int32_t tokens) {
+  if (!be_.tunes_linears() || tokens < backend::Backend::kMinTunedRows) return;
+  be_.set_linear_tuning(true);
+  try {
+    run_padding_step(tokens);
+  } catch (...) {
+    be_.set_linear_tuning(false);
+    throw;
+  }
+  be_.set_linear_tuning(false);
+}
+
 // A decode-only step replays the smallest graph that fits; -1 when none does.
 int ModelRunner::find_graph(const StepBatch& batch, int32_t& bucket) const {
   if (eager_ || graphs_.empty() || !batch.is_decode()) return -1;

@@ -44,6 +44,11 @@ class ModelRunner {
   // One eager step of `tokens` padding rows through the layers (no logits), waited for: what the
   // TPSP startup profile times. Needs tokens <= the plan's scratch tokens.
   void run_padding_step(int32_t tokens);
+  // One padding step of `tokens` rows with the backend's GEMM tuning on
+  // (Backend::set_linear_tuning): the GEMM shapes of steps of that many tokens keep their fastest
+  // algorithm. For start-up, before graphs are captured; nothing where the backend has nothing to
+  // tune or for fewer than Backend::kMinTunedRows tokens.
+  void tune_linears(int32_t tokens);
   // Graph buckets currently usable (empty when none were captured or they were dropped).
   std::vector<int32_t> graph_buckets() const;
   // Turns graph replay off (true) or back on for steps that follow.

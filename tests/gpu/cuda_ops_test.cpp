@@ -107,6 +107,42 @@ TEST_F(CudaOps, LinearAddRmsNorm) {
   }
 }
 
+// cuBLASLt's GEMMs tuned (Backend::set_linear_tuning) on a first call of each shape: that call's
+// outputs are garbage (the candidates ran on them), the calls after it compute the projection as
+// the CPU does — plain, and added into the residual stream then normalised.
+TEST_F(CudaOps, TunedCublasLtGemmsMatchTheCpu) {
+  ASSERT_TRUE(gpu_->tunes_linears()) << "run without DS_GEMM_TUNE=0";
+  const int T = 1024, in = 4096, out = 2560;
+  auto x = rnd(static_cast<size_t>(T) * in, 90), w = rnd(static_cast<size_t>(out) * in, 91, 0.05f),
+       r = rnd(static_cast<size_t>(T) * out, 92), nw = rnd(out, 93, 0.3f);
+  const std::vector<float> r0 = r;  // the CPU's add_rms_norm adds into r
+  auto dx = dev(x, DType::kBF16, {T, in}), dw = dev(w, DType::kBF16, {out, in}),
+       dr = dev(r, DType::kBF16, {T, out}), dnw = dev(nw, DType::kF32, {out});
+  auto dy = gpu_->alloc(DType::kBF16, {T, out}), dout = gpu_->alloc(DType::kBF16, {T, out});
+  std::vector<float> y(static_cast<size_t>(T) * out), ref(y.size());
+  cpu_.linear(Tensor(x.data(), DType::kF32, {T, in}), Tensor(w.data(), DType::kF32, {out, in}),
+              Tensor(y.data(), DType::kF32, {T, out}));
+  const std::vector<float> plain = y;
+  cpu_.add_rms_norm(Tensor(r.data(), DType::kF32, {T, out}),
+                    Tensor(y.data(), DType::kF32, {T, out}), Tensor(nw.data(), DType::kF32, {out}),
+                    1e-6f, Tensor(ref.data(), DType::kF32, {T, out}));
+  const auto add_norm = [&] {
+    gpu_->linear_add_rms_norm(dx.tensor(), dw.tensor(), dr.tensor(), dnw.tensor(), 1e-6f,
+                              dout.tensor(), dy.tensor());
+  };
+  gpu_->set_linear_tuning(true);
+  gpu_->linear(dx.tensor(), dw.tensor(), dy.tensor());
+  add_norm();
+  gpu_->set_linear_tuning(false);
+  poison(dy.tensor());
+  gpu_->linear(dx.tensor(), dw.tensor(), dy.tensor());
+  expect_close(host(dy.tensor()), plain, 1e-2f, "tuned linear");
+  gpu_->upload(DType::kF32, r0.data(), r0.size(), dr.tensor());  // the tuning call added into it
+  poison(dout.tensor());
+  add_norm();
+  expect_close(host(dout.tensor()), ref, 1e-2f, "tuned linear + add + norm");
+}
+
 // An output the weight-streaming GEMM cannot store (not 8-byte aligned) takes the GEMV kernel.
 TEST_F(CudaOps, LinearFallsBackToGemvForUnalignedOutput) {
   const int in = 2560, out = 77;

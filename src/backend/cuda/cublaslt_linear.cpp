@@ -1,5 +1,7 @@
 #include "backend/cuda/cublaslt_linear.h"
 
+#include <algorithm>
+#include <array>
 #include <string>
 #include <vector>
 
@@ -89,15 +91,15 @@ std::vector<cublasLtMatmulAlgo_t> CublasLtLinear::heuristics(const Plan& p, int 
 
 CublasLtLinear::Tuning CublasLtLinear::tune(const __nv_bfloat16* x, const __nv_bfloat16* w,
                                             __nv_bfloat16* y, int64_t T, int64_t in, int64_t out,
-                                            cudaStream_t stream, int candidates) {
+                                            cudaStream_t stream, int candidates, bool accumulate) {
   plan(T, in, out);
   Plan& p = plans_.at(std::make_tuple(T, in, out));
   const std::vector<cublasLtMatmulAlgo_t> algos = heuristics(p, candidates);
   cudaEvent_t e0, e1;
   check_cuda(cudaEventCreate(&e0), "event");
   check_cuda(cudaEventCreate(&e1), "event");
-  const float alpha = 1.0f, beta = 0.0f;
-  constexpr int kCalls = 5;
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  constexpr int kRounds = 3, kCalls = 5;  // a candidate's time: the median round's mean call
   Tuning t{static_cast<int>(algos.size()), 0, 0.0f, 0.0f};
   for (size_t i = 0; i < algos.size(); ++i) {
     const auto call = [&] {
@@ -105,13 +107,16 @@ CublasLtLinear::Tuning CublasLtLinear::tune(const __nv_bfloat16* x, const __nv_b
                             workspace_, workspace_bytes_, stream);
     };
     if (call() != CUBLAS_STATUS_SUCCESS) continue;  // warm-up; an algorithm may refuse at run time
-    check_cuda(cudaEventRecord(e0, stream), "event record");
-    for (int c = 0; c < kCalls; ++c) check(call(), "matmul (tuning)");
-    check_cuda(cudaEventRecord(e1, stream), "event record");
-    check_cuda(cudaEventSynchronize(e1), "event sync");
-    float ms = 0.0f;
-    check_cuda(cudaEventElapsedTime(&ms, e0, e1), "event time");
-    ms /= kCalls;
+    std::array<float, kRounds> rounds{};
+    for (float& ms : rounds) {
+      check_cuda(cudaEventRecord(e0, stream), "event record");
+      for (int c = 0; c < kCalls; ++c) check(call(), "matmul (tuning)");
+      check_cuda(cudaEventRecord(e1, stream), "event record");
+      check_cuda(cudaEventSynchronize(e1), "event sync");
+      check_cuda(cudaEventElapsedTime(&ms, e0, e1), "event time");
+    }
+    std::sort(rounds.begin(), rounds.end());
+    const float ms = rounds[kRounds / 2] / kCalls;
     if (i == 0) t.heuristic_ms = ms;
     if (t.best_ms == 0.0f || ms < t.best_ms) {
       t.best_ms = ms;
@@ -127,6 +132,8 @@ CublasLtLinear::Tuning CublasLtLinear::tune(const __nv_bfloat16* x, const __nv_b
 void CublasLtLinear::run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y,
                          int64_t T, int64_t in, int64_t out, cudaStream_t stream, bool accumulate) {
   if (T == 0) return;
+  if (tune_min_rows_ > 0 && T >= tune_min_rows_ && !plans_.count(std::make_tuple(T, in, out)))
+    tune(x, w, y, T, in, out, stream, 8, accumulate);
   const Plan& p = plan(T, in, out);
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   check(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo,

@@ -24,8 +24,8 @@ class CublasLtLinear {
   CublasLtLinear& operator=(const CublasLtLinear&) = delete;
 
   // Enqueues the GEMM on `stream`, y = x . w^T, or with `accumulate` y += x . w^T (summed in f32,
-  // rounded once); never allocates device memory or syncs. Throws deltaserve::Error when no
-  // algorithm supports the shape.
+  // rounded once); never allocates device memory or syncs (but see set_tuning). Throws
+  // deltaserve::Error when no algorithm supports the shape.
   void run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int64_t T, int64_t in,
            int64_t out, cudaStream_t stream, bool accumulate = false);
 
@@ -37,7 +37,11 @@ class CublasLtLinear {
   // overwritten) and keeps the fastest for it. Synchronizes `stream`: for a warm-up or a
   // benchmark, never inside graph capture. Throws deltaserve::Error on a CUDA failure.
   Tuning tune(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int64_t T,
-              int64_t in, int64_t out, cudaStream_t stream, int candidates = 8);
+              int64_t in, int64_t out, cudaStream_t stream, int candidates = 8,
+              bool accumulate = false);
+  // While min_rows > 0, run() tunes (as tune(), on its own operands: y is garbage after it) each
+  // shape of at least min_rows tokens it has no plan for yet; 0 turns it off.
+  void set_tuning(int64_t min_rows) { tune_min_rows_ = min_rows; }
 
  private:
   struct Plan {
@@ -52,6 +56,7 @@ class CublasLtLinear {
   void* workspace_ = nullptr;
   size_t workspace_bytes_;
   std::map<std::tuple<int64_t, int64_t, int64_t>, Plan> plans_;
+  int64_t tune_min_rows_ = 0;
 };
 
 }  // namespace deltaserve::cuda

@@ -61,6 +61,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   profile_ = prof && std::string(prof) == "1";
   const char* skinny = std::getenv("DS_SKINNY_GEMM");
   skinny_gemm_ = !(skinny && std::string(skinny) == "0");
+  const char* tune = std::getenv("DS_GEMM_TUNE");
+  gemm_tuning_ = !(tune && std::string(tune) == "0");
   int count = 0;
   if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess)
     throw DeviceError(std::string("no usable CUDA device: ") + cudaGetErrorString(e));
@@ -235,6 +237,10 @@ void CudaBackend::add_rms_norm(const Tensor& residual, const Tensor& x, const Te
   const int64_t n = x.dim(-1);
   cuda::launch_add_rms_norm_bf16(bf(residual), bf(x), f32(w), eps, static_cast<int>(x.numel() / n),
                                  static_cast<int>(n), bf(out), stream_);
+}
+
+void CudaBackend::set_linear_tuning(bool on) {
+  if (gemm_tuning_) gemm_->set_tuning(on ? kMinTunedRows : 0);
 }
 
 void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& y) {

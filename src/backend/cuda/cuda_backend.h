@@ -66,6 +66,8 @@ class CudaBackend final : public Backend {
   void replay(int id) override;
   bool graph_valid(int id) const override;
   void drop_graphs() override;
+  bool tunes_linears() const override { return gemm_tuning_; }
+  void set_linear_tuning(bool on) override;
   // The per-op table (DS_CUDA_PROFILE=1) of what ran since the last reset; empty when off.
   std::string profile_report(bool reset);
   // Turns the per-op timing on or off from here on (DS_CUDA_PROFILE=1 turns it on at start).
@@ -130,6 +132,7 @@ class CudaBackend final : public Backend {
   void account();
   bool profile_ = false;
   bool skinny_gemm_ = true;  // the weight-streaming GEMM for T <= 64 (DS_SKINNY_GEMM)
+  bool gemm_tuning_ = true;  // set_linear_tuning takes effect (DS_GEMM_TUNE=0: it does not)
   std::vector<Timed> pending_;
   std::vector<std::pair<const char*, std::pair<double, int64_t>>> totals_;
 
