@@ -22,6 +22,27 @@ void check_cuda(cudaError_t e, const char* what) {
     throw DeviceError(std::string("cuBLASLt tuning: ") + what + ": " + cudaGetErrorString(e));
 }
 
+// Two CUDA events, destroyed with the object.
+struct EventPair {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  EventPair() {
+    check_cuda(cudaEventCreate(&start), "event");
+    check_cuda(cudaEventCreate(&stop), "event");
+  }
+  ~EventPair() {
+    if (start) cudaEventDestroy(start);
+    if (stop) cudaEventDestroy(stop);
+  }
+  EventPair(const EventPair&) = delete;
+  EventPair& operator=(const EventPair&) = delete;
+};
+
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(stream, &status) == cudaSuccess &&
+         status != cudaStreamCaptureStatusNone;
+}
+
 }  // namespace
 
 CublasLtLinear::CublasLtLinear(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
@@ -95,9 +116,7 @@ CublasLtLinear::Tuning CublasLtLinear::tune(const __nv_bfloat16* x, const __nv_b
   plan(T, in, out);
   Plan& p = plans_.at(std::make_tuple(T, in, out));
   const std::vector<cublasLtMatmulAlgo_t> algos = heuristics(p, candidates);
-  cudaEvent_t e0, e1;
-  check_cuda(cudaEventCreate(&e0), "event");
-  check_cuda(cudaEventCreate(&e1), "event");
+  const EventPair ev;
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   constexpr int kRounds = 3, kCalls = 5;  // a candidate's time: the median round's mean call
   Tuning t{static_cast<int>(algos.size()), 0, 0.0f, 0.0f};
@@ -109,11 +128,11 @@ CublasLtLinear::Tuning CublasLtLinear::tune(const __nv_bfloat16* x, const __nv_b
     if (call() != CUBLAS_STATUS_SUCCESS) continue;  // warm-up; an algorithm may refuse at run time
     std::array<float, kRounds> rounds{};
     for (float& ms : rounds) {
-      check_cuda(cudaEventRecord(e0, stream), "event record");
+      check_cuda(cudaEventRecord(ev.start, stream), "event record");
       for (int c = 0; c < kCalls; ++c) check(call(), "matmul (tuning)");
-      check_cuda(cudaEventRecord(e1, stream), "event record");
-      check_cuda(cudaEventSynchronize(e1), "event sync");
-      check_cuda(cudaEventElapsedTime(&ms, e0, e1), "event time");
+      check_cuda(cudaEventRecord(ev.stop, stream), "event record");
+      check_cuda(cudaEventSynchronize(ev.stop), "event sync");
+      check_cuda(cudaEventElapsedTime(&ms, ev.start, ev.stop), "event time");
     }
     std::sort(rounds.begin(), rounds.end());
     const float ms = rounds[kRounds / 2] / kCalls;
@@ -124,15 +143,14 @@ CublasLtLinear::Tuning CublasLtLinear::tune(const __nv_bfloat16* x, const __nv_b
       p.algo = algos[i];
     }
   }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
   return t;
 }
 
 void CublasLtLinear::run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y,
                          int64_t T, int64_t in, int64_t out, cudaStream_t stream, bool accumulate) {
   if (T == 0) return;
-  if (tune_min_rows_ > 0 && T >= tune_min_rows_ && !plans_.count(std::make_tuple(T, in, out)))
+  if (tune_min_rows_ > 0 && T >= tune_min_rows_ && !plans_.count(std::make_tuple(T, in, out)) &&
+      !capturing(stream))
     tune(x, w, y, T, in, out, stream, 8, accumulate);
   const Plan& p = plan(T, in, out);
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;

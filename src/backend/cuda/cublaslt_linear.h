@@ -40,7 +40,8 @@ class CublasLtLinear {
               int64_t in, int64_t out, cudaStream_t stream, int candidates = 8,
               bool accumulate = false);
   // While min_rows > 0, run() tunes (as tune(), on its own operands: y is garbage after it) each
-  // shape of at least min_rows tokens it has no plan for yet; 0 turns it off.
+  // shape of at least min_rows tokens it has no plan for yet, unless its stream is being captured
+  // (then the first heuristic); 0 turns it off.
   void set_tuning(int64_t min_rows) { tune_min_rows_ = min_rows; }
 
  private:
