@@ -13,11 +13,14 @@
 namespace deltaserve::backend {
 namespace {
 
-// n % 8 == 0 takes the 16-byte vector kernel, other n the scalar one.
+// n % 8 == 0 takes the 16-byte vector kernels, other n the scalar one; decode-sized steps (37 rows)
+// the block-a-row kernels with early weights, prefill-sized ones (1030) the warp-a-row norm (n up
+// to 4096) or the block-a-row kernels with late weights.
 TEST_F(CudaOps, RmsNormAndAddRmsNorm) {
-  const int rows = 37;
-  for (const int n : {2560, 2555}) {
-    SCOPED_TRACE(n);
+  for (const auto [rows, n] :
+       {std::pair{37, 2560}, std::pair{37, 2555}, std::pair{1030, 2560}, std::pair{1030, 4096},
+        std::pair{1030, 1000}, std::pair{1030, 5120}, std::pair{1030, 2555}}) {
+    SCOPED_TRACE(std::to_string(rows) + " x " + std::to_string(n));
     auto x = rnd(rows * n, 1), r = rnd(rows * n, 2), w = rnd(n, 3, 0.3f);
     auto dx = dev(x, DType::kBF16, {rows, n}), dr = dev(r, DType::kBF16, {rows, n}),
          dw = dev(w, DType::kF32, {n});

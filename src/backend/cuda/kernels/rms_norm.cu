@@ -66,6 +66,47 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Prefill-sized steps without the add: a warp per row (kThreads / 32 rows a block), n % 8 == 0 and
+// n <= 8 * 32 * kVecs, 16-byte aligned rows. A lane issues all its row loads first and keeps them
+// packed until the scaled write; the sum of squares is a warp reduction (no block barrier); the
+// weights are read at the write (the same for every row: cache hits).
+constexpr int kMaxWarpVecs = 16;  // rows of up to 4096 values
+template <int kVecs>
+__global__ void __launch_bounds__(kThreads)
+    rms_norm_warp_kernel(const __nv_bfloat16* __restrict__ x, const float* __restrict__ w,
+                         float eps, int rows, int n, __nv_bfloat16* __restrict__ out) {
+  const int row = static_cast<int>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32, vecs = n / 8;
+  if (row >= rows) return;
+  const size_t base = static_cast<size_t>(row) * n;
+  uint4 raw[kVecs];
+#pragma unroll
+  for (int j = 0; j < kVecs; ++j) {
+    const int i = lane + 32 * j;
+    if (i >= vecs) break;
+    raw[j] = *reinterpret_cast<const uint4*>(x + base + 8 * i);
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kVecs; ++j) {
+    if (lane + 32 * j >= vecs) break;
+    const F32x8 v = unpack_bf16x8(raw[j]);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) ss += v.v[e] * v.v[e];
+  }
+  const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(n) + eps);
+#pragma unroll
+  for (int j = 0; j < kVecs; ++j) {
+    const int i = lane + 32 * j;
+    if (i >= vecs) break;
+    const F32x8 v = unpack_bf16x8(raw[j]), wv = load_f32x8(w + 8 * i);
+    F32x8 y;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) y.v[e] = v.v[e] * inv * (1.0f + wv.v[e]);
+    store_bf16x8(out + base + 8 * i, y);
+  }
+}
+
 // Any n and alignment: one block per row, one value per thread at a time.
 template <bool kAdd>
 __global__ void rms_norm_kernel(__nv_bfloat16* __restrict__ residual,
@@ -98,7 +139,14 @@ void launch(__nv_bfloat16* residual, const __nv_bfloat16* x, const float* w, flo
   if (rows == 0) return;
   const bool vec =
       n % 8 == 0 && n <= 8 * kThreads * kMaxVecs && aligned16(x, w, out, kAdd ? residual : x);
-  if (vec && rows <= kDecodeRows)
+  if (!kAdd && vec && rows > kDecodeRows && n <= 8 * 32 * kMaxWarpVecs) {
+    const int blocks = (rows + kThreads / 32 - 1) / (kThreads / 32), lane_vecs = (n / 8 + 31) / 32;
+    const auto kernel = lane_vecs <= 4    ? rms_norm_warp_kernel<4>
+                        : lane_vecs <= 8  ? rms_norm_warp_kernel<8>
+                        : lane_vecs <= 12 ? rms_norm_warp_kernel<12>
+                                          : rms_norm_warp_kernel<kMaxWarpVecs>;
+    kernel<<<blocks, kThreads, 0, stream>>>(x, w, eps, rows, n, out);
+  } else if (vec && rows <= kDecodeRows)
     pdl::launch_dependent(rms_norm_vec_kernel<kAdd, true>, rows, kThreads, 0, stream, residual, x,
                           w, eps, n, out);
   else if (vec)
