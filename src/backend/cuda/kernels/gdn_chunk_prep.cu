@@ -72,7 +72,8 @@ __device__ void load_conv_outputs(PrepSmem& sm, const Chunk& ch, const bf16* y, 
 
 // The conv inputs of the chunk's rows -3 .. 63 into rows 0..66 (rows past n zero; rows before the
 // sequence's first step token from its conv state, oldest first, or zeros for a fresh sequence),
-// and the channels' conv taps. A thread copies one 16-byte column piece of every 16th row.
+// and the channels' conv taps. A thread copies one 16-byte column piece of q, k and v of every
+// 16th row (the row's address once for the three).
 __device__ void load_conv_inputs(PrepSmem& sm, const Chunk& ch, const GdnQkvSource& in,
                                  const GdnShape& s) {
   const int C = conv_dim(s), c8 = 8 * (threadIdx.x % 16);
@@ -82,19 +83,23 @@ __device__ void load_conv_inputs(PrepSmem& sm, const Chunk& ch, const GdnQkvSour
     mma::cp_async16(taps_of(sm) + (which * kDim + c2) * kConvK,
                     in.conv_w + static_cast<size_t>(channel0(which, ch, s) + c2) * kConvK, true);
   }
+  int cols[3];  // this thread's channel piece of q, k and v
 #pragma unroll
-  for (int which = 0; which < 3; ++which) {
-    const int c = channel0(which, ch, s) + c8;
-    const bf16* src = in.u + static_cast<size_t>(ch.begin) * C + c;
-    bf16(*m)[kLd] = rows_of(sm, which);
+  for (int which = 0; which < 3; ++which) cols[which] = channel0(which, ch, s) + c8;
+  constexpr int kRowStep = kThreads / 16, kRowSteps = (kConvRows + kRowStep - 1) / kRowStep;
 #pragma unroll
-    for (int j = threadIdx.x / 16; j < kConvRows; j += kThreads / 16) {
-      const int r = j - kHalo;
-      bf16* dst = m[j] + c8;
-      if (ch.t0 + r >= 0) {
-        mma::cp_async16(dst, src + static_cast<ptrdiff_t>(min(r, ch.n - 1)) * C, r < ch.n);
-      } else {
-        const bf16* st = in.conv_state + (static_cast<size_t>(ch.slot) * C + c) * kHalo;
+  for (int k = 0; k < kRowSteps; ++k) {
+    const int j = static_cast<int>(threadIdx.x) / 16 + k * kRowStep, r = j - kHalo;
+    if (j >= kConvRows) break;
+    if (ch.t0 + r >= 0) {
+      const bf16* row = in.u + static_cast<size_t>(ch.begin + min(r, ch.n - 1)) * C;
+#pragma unroll
+      for (int which = 0; which < 3; ++which)
+        mma::cp_async16(rows_of(sm, which)[j] + c8, row + cols[which], r < ch.n);
+    } else {
+      for (int which = 0; which < 3; ++which) {
+        const bf16* st = in.conv_state + (static_cast<size_t>(ch.slot) * C + cols[which]) * kHalo;
+        bf16* dst = rows_of(sm, which)[j] + c8;
         for (int i = 0; i < 8; ++i)
           dst[i] = ch.fresh ? __float2bfloat16(0.0f) : st[i * kHalo + kHalo + ch.t0 + r];
       }
