@@ -29,8 +29,9 @@ struct PrepSmem {
 static_assert(2 * (sizeof(PrepSmem) + 1024) <= 228 * 1024, "two blocks per SM");
 
 // Staging over regions dead at the time: the conv taps of the chunk's q, k and v channels
-// ([3 x 128][kConvK], as in the checkpoint) over l before the products; the W and U tiles over l
-// and t in the solve.
+// ([3 x 128][kConvK], as in the checkpoint) over l before the products; P over a_u from the
+// products until it is stored (before the inverse writes a_u); the W and U tiles over l and t in
+// the solve.
 constexpr int kTapBytes = 3 * kDim * kConvK * 2;
 static_assert(kTapBytes <= sizeof(PrepSmem::l), "the taps fit over L");
 static_assert(kChunk * kLd * 2 <= sizeof(PrepSmem::l), "a 64 x 128 bf16 tile fits over L / T");
