@@ -114,7 +114,7 @@ TEST_F(CudaOps, LinearAddRmsNorm) {
 // outputs are garbage (the candidates ran on them), the calls after it compute the projection as
 // the CPU does — plain, and added into the residual stream then normalised.
 TEST_F(CudaOps, TunedCublasLtGemmsMatchTheCpu) {
-  ASSERT_TRUE(gpu_->tunes_linears()) << "run without DS_GEMM_TUNE=0";
+  if (!gpu_->tunes_linears()) GTEST_SKIP() << "GEMM tuning is off (DS_GEMM_TUNE=0)";
   const int T = 1024, in = 4096, out = 2560;
   auto x = rnd(static_cast<size_t>(T) * in, 90), w = rnd(static_cast<size_t>(out) * in, 91, 0.05f),
        r = rnd(static_cast<size_t>(T) * out, 92), nw = rnd(out, 93, 0.3f);
