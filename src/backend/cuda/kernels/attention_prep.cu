@@ -11,9 +11,6 @@ namespace deltaserve::cuda {
 namespace {
 
 constexpr int kPrepThreads = 128;
-// Tokens up to which a step is decode-sized (the largest decode graph bucket): the vector kernel
-// is launched as a dependent with its norm weights loaded early.
-constexpr int kDecodeTokens = 512;
 
 // Any head size (hd <= 512): block (t, head), heads [0, nh) query heads, [nh, nh + nkv) key/value
 // heads; a value per thread at a time, through shared memory.
@@ -190,7 +187,7 @@ void launch_vec(const BatchMeta& b, const __nv_bfloat16* qg, __nv_bfloat16* k,
                 const AttnShape& s, __nv_bfloat16* q, __nv_bfloat16* gate, __nv_bfloat16* k_cache,
                 __nv_bfloat16* v_cache, cudaStream_t stream) {
   const dim3 grid(b.num_tokens, (s.nh + s.nkv + kPrepWarps - 1) / kPrepWarps);
-  if (b.num_tokens <= kDecodeTokens)
+  if (b.num_tokens <= pdl::kDecodeSizedRows)
     pdl::launch_dependent(attn_prep_vec_kernel<kPer, true>, grid, 32 * kPrepWarps, 0, stream, b, qg,
                           k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache);
   else

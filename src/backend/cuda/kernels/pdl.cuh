@@ -26,6 +26,12 @@ __device__ inline void allow_successor() {
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
 
+// Steps of up to this many rows are decode-sized (the engine's largest decode graph bucket,
+// EngineConfig::max_graph_batch): their norm and attention-prep kernels launch as dependents with
+// their constant inputs loaded before the wait. Above it (prefill) they launch plainly, loading
+// those inputs late: the early loads' registers would cost occupancy there.
+constexpr int kDecodeSizedRows = 512;
+
 // Host: whether launch_dependent sets the attribute (DS_PDL=0 turns it off, for A/B timing: each
 // such kernel then starts once the one before it has completed; its waits return at once).
 inline bool dependent_launch_enabled() {

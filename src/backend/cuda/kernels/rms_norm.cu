@@ -8,9 +8,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxVecs = 4;  // 16-byte vectors per thread: rows of up to 8192 values
-// Rows up to which a step is decode-sized: the norm is launched as a dependent with its weights
-// loaded early (the largest decode graph bucket, --max-num-seqs' default from the memory plan).
-constexpr int kDecodeRows = 512;
 
 // One block per row, n % 8 == 0 and 16-byte aligned rows: each thread keeps its (at most kMaxVecs)
 // vectors of the row in registers between the sum of squares and the scaled write. With `add`,
@@ -139,14 +136,14 @@ void launch(__nv_bfloat16* residual, const __nv_bfloat16* x, const float* w, flo
   if (rows == 0) return;
   const bool vec =
       n % 8 == 0 && n <= 8 * kThreads * kMaxVecs && aligned16(x, w, out, kAdd ? residual : x);
-  if (!kAdd && vec && rows > kDecodeRows && n <= 8 * 32 * kMaxWarpVecs) {
+  if (!kAdd && vec && rows > pdl::kDecodeSizedRows && n <= 8 * 32 * kMaxWarpVecs) {
     const int blocks = (rows + kThreads / 32 - 1) / (kThreads / 32), lane_vecs = (n / 8 + 31) / 32;
     const auto kernel = lane_vecs <= 4    ? rms_norm_warp_kernel<4>
                         : lane_vecs <= 8  ? rms_norm_warp_kernel<8>
                         : lane_vecs <= 12 ? rms_norm_warp_kernel<12>
                                           : rms_norm_warp_kernel<kMaxWarpVecs>;
     kernel<<<blocks, kThreads, 0, stream>>>(x, w, eps, rows, n, out);
-  } else if (vec && rows <= kDecodeRows)
+  } else if (vec && rows <= pdl::kDecodeSizedRows)
     pdl::launch_dependent(rms_norm_vec_kernel<kAdd, true>, rows, kThreads, 0, stream, residual, x,
                           w, eps, n, out);
   else if (vec)
