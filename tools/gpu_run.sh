@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
-# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench gdnab ncu ncudecode ncuskinny ncusrc ncufull ncuattn attn fla model nccl bench1 prof bench mixed linear decodeab prefetchab ab pdlab hf real serve prefix
+# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench gdnab ncu ncudecode ncuskinny ncusrc ncufull ncuattn attn fla model nccl bench1 prof bench mixed linear decodeab ab pdlab hf real serve prefix
 #        prefixab serve8k offline8k
 #        benchtp[:MODELS] servetp   (multi-GPU: TP1 vs TP2 vs TP4 on the visible GPUs)
 # Logs go to $OUT (or ./gpu_logs); a summary line is printed as each stage ends.
@@ -96,9 +96,7 @@ for stage in "$@"; do
   case $stage in
     ops)
       $BIN/cuda_ops_test >"$LOG/ops.log" 2>&1; note "ops rc=$? $(tail -1 "$LOG/ops.log")"
-      $BIN/gdn_mixer_test >"$LOG/gdn_mixer.log" 2>&1; note "gdn_mixer rc=$? $(tail -1 "$LOG/gdn_mixer.log")"
-      $BIN/projection_prefetch_test >"$LOG/prefetch_test.log" 2>&1
-      note "projection_prefetch rc=$? $(tail -1 "$LOG/prefetch_test.log")" ;;
+      $BIN/gdn_mixer_test >"$LOG/gdn_mixer.log" 2>&1; note "gdn_mixer rc=$? $(tail -1 "$LOG/gdn_mixer.log")" ;;
     gdn)  # the chunked delta rule: its op test against the CPU chunked form, then its per-layer bench
       $BIN/gdn_chunk_test >"$LOG/gdn_chunk.log" 2>&1
       note "gdn_chunk rc=$? $(grep -cE '^gdn chunk' "$LOG/gdn_chunk.log") cases $(tail -1 "$LOG/gdn_chunk.log")"
@@ -200,18 +198,6 @@ for stage in "$@"; do
           DS_SKINNY_GEMM=$s $BIN/gpu_bench --model $M --batches 1,4,16,64 --prefill 512 \
             >"$LOG/decode_ab_${i}_$s.md" 2>&1
           note "decode skinny=$s: $(grep -E '^\| [0-9]+ \| [0-9]+ \|' "$LOG/decode_ab_${i}_$s.md" |
-            cut -d'|' -f2,5 | tr '\n' ' ')"
-        done
-      done ;;
-    prefetchab)  # decode steps with the GEMM pulling the next projection's first units into L2,
-                 # DS_SKINNY_PREFETCH = each of $PREFETCH_VALUES (0: off; a trailing e adds
-                 # DS_SKINNY_EVICT_FIRST=1), interleaved twice in one lease
-      for i in 1 2; do
-        for v in ${PREFETCH_VALUES:-0 16}; do
-          DS_SKINNY_PREFETCH=${v%e} DS_SKINNY_EVICT_FIRST=$([[ $v == *e ]] && echo 1 || echo 0) \
-            $BIN/gpu_bench --model $M --batches ${PREFETCH_BATCHES:-1,16,64} --prefill 512 \
-            >"$LOG/prefetch_${i}_$v.md" 2>&1
-          note "prefetch=$v: $(grep -E '^\| [0-9]+ \| [0-9]+ \|' "$LOG/prefetch_${i}_$v.md" |
             cut -d'|' -f2,5 | tr '\n' ' ')"
         done
       done ;;

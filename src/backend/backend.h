@@ -115,15 +115,6 @@ class Backend {
   virtual bool tunes_linears() const { return false; }
   virtual void set_linear_tuning(bool on) { (void)on; }
 
-  // The projections a forward runs, in order: each entry the weights of one linear /
-  // linear_multi / linear_add_rms_norm call, the first entry also following the last (the next
-  // step's first). A backend may start pulling a projection's weights toward the cores while the
-  // one before it runs (the CUDA one: into L2). A hint only: no result depends on it. Replaces the
-  // earlier order; the weights must stay allocated until then (an empty order drops them).
-  virtual void set_projection_order(std::span<const std::vector<const Tensor*>> order) {
-    (void)order;
-  }
-
   // Two streams (TPSP's microchunk pipeline, model/microchunk_pipeline.h): ops and the collectives
   // of the rank's communicator run on the current stream — the main one, or the side one between
   // use_side_stream(true) and use_side_stream(false). record_event(e) marks the current stream's

@@ -24,37 +24,19 @@ Qwen35Model::Qwen35Model(const ModelConfig& cfg, Backend& be, ModelWeights weigh
   gdn_dims_ = {static_cast<int32_t>(local_.lin_num_k_heads),
                static_cast<int32_t>(local_.lin_num_v_heads), static_cast<int32_t>(local_.lin_k_dim),
                static_cast<int32_t>(local_.lin_v_dim), static_cast<int32_t>(local_.conv_kernel)};
-  build_projection_order();
-  be_.set_projection_order(order_);
-}
-
-Qwen35Model::~Qwen35Model() { be_.set_projection_order({}); }
-
-void Qwen35Model::build_projection_order() {
-  for (const LayerWeights& l : w_.layers) {
-    if (l.type == LayerType::kFullAttention) {
-      order_.push_back({&l.attn.q_proj, &l.attn.k_proj, &l.attn.v_proj});
-      order_.push_back({&l.attn.o_proj});
-    } else {
-      order_.push_back({&l.gdn.in_proj_qkv, &l.gdn.in_proj_z, &l.gdn.in_proj_b, &l.gdn.in_proj_a});
-      order_.push_back({&l.gdn.out_proj});
-    }
-    order_.push_back({&l.gate_proj, &l.up_proj});
-    order_.push_back({&l.down_proj});
-  }
-  order_.push_back({&w_.lm_head});
 }
 
 void Qwen35Model::project_in(int64_t i, const StepBuffers& s, dist::RowRange c) const {
   const auto rows = [c](const Tensor& t) { return t.rows(c.begin, c.end); };
   const LayerWeights& l = w_.layers[static_cast<size_t>(i)];
   const Tensor h = rows(s.h);
-  const std::vector<const Tensor*>& ws = projection(i, kIn);  // q, k, v or qkv, z, b, a
   if (l.type == LayerType::kFullAttention) {
+    const Tensor* ws[] = {&l.attn.q_proj, &l.attn.k_proj, &l.attn.v_proj};
     const Tensor qg = rows(s.qg), k = rows(s.k), v = rows(s.v);
     const Tensor* ys[] = {&qg, &k, &v};
     return be_.linear_multi(h, ws, ys);
   }
+  const Tensor* ws[] = {&l.gdn.in_proj_qkv, &l.gdn.in_proj_z, &l.gdn.in_proj_b, &l.gdn.in_proj_a};
   const Tensor u = rows(s.u), z = rows(s.z), b = rows(s.b), a = rows(s.a);
   const Tensor* ys[] = {&u, &z, &b, &a};
   be_.linear_multi(h, ws, ys);
@@ -79,16 +61,17 @@ Qwen35Model::RowParallelProjection Qwen35Model::out_projection(int64_t i,
                                                                const StepBuffers& s) const {
   const LayerWeights& l = w_.layers[static_cast<size_t>(i)];
   const int64_t T = s.h.dim(0);
-  const Tensor* w = projection(i, kOut)[0];
-  if (l.type == LayerType::kFullAttention) return {s.attn, w};
-  return {s.o.view({T, local_.value_dim()}), w};
+  if (l.type == LayerType::kFullAttention) return {s.attn, &l.attn.o_proj};
+  return {s.o.view({T, local_.value_dim()}), &l.gdn.out_proj};
 }
 
 void Qwen35Model::mlp_in(int64_t i, const StepBuffers& s, dist::RowRange c) const {
   const auto rows = [c](const Tensor& t) { return t.rows(c.begin, c.end); };
+  const LayerWeights& l = w_.layers[static_cast<size_t>(i)];
   const Tensor gate = rows(s.mlp_gate), up = rows(s.mlp_up), act = rows(s.mlp_act);
+  const Tensor* ws[] = {&l.gate_proj, &l.up_proj};
   const Tensor* ys[] = {&gate, &up};
-  be_.linear_multi(rows(s.h), projection(i, kGateUp), ys);
+  be_.linear_multi(rows(s.h), ws, ys);
   be_.silu_mul(gate, up, act);
 }
 
@@ -146,7 +129,7 @@ void Qwen35Model::forward(const StepBatch& batch, const StepBuffers& s,
     const bool last = i + 1 == L;
     // After the last layer: the final norm, gathered when there are logits (the lm_head's rows
     // may be any rank's).
-    project_add_norm(p, {s.mlp_act, projection(i, kDown)[0]},
+    project_add_norm(p, {s.mlp_act, &l.down_proj},
                      last ? w_.final_norm : w_.layers[static_cast<size_t>(i + 1)].input_norm,
                      !last || R > 0);
     if (!last) p.compute([&](dist::RowRange c) { project_in(i + 1, s, c); });
@@ -161,10 +144,9 @@ void Qwen35Model::forward(const StepBatch& batch, const StepBuffers& s,
 void Qwen35Model::lm_head(const Tensor& hr, const StepBuffers& s) const {
   const int64_t R = hr.dim(0), shards = local_.vocab_shards, rows = local_.vocab_size;
   const Tensor out = s.out.rows(0, R);
-  const Tensor& w = *order_.back()[0];
-  if (shards == 1) return be_.linear(hr, w, out);
+  if (shards == 1) return be_.linear(hr, w_.lm_head, out);
   const Tensor shard = s.out_shard.rows(0, R), gathered = s.gathered.rows(0, shards * R);
-  be_.linear(hr, w, shard);
+  be_.linear(hr, w_.lm_head, shard);
   parallel_.gather_vocab_shards(shard, gathered);
   be_.gather_rows(gathered, s.vocab_order.rows(0, shards * R), out.view({R * shards, rows}));
 }

@@ -39,12 +39,8 @@ class Qwen35Model {
  public:
   // `cfg` is the global config; `weights` hold the shard of rank `parallel.rank()` of
   // `parallel.degree()`, whose collectives go through the parallel layer.
-  // Tells the backend the order its projections run in (Backend::set_projection_order).
   Qwen35Model(const ModelConfig& cfg, backend::Backend& be, ModelWeights weights,
               dist::Parallel parallel = {});
-  ~Qwen35Model();
-  Qwen35Model(const Qwen35Model&) = delete;
-  Qwen35Model& operator=(const Qwen35Model&) = delete;
 
   // Runs the layers, then the lm_head for the R logits rows into s.out (rows s.row_ids of the
   // step, or the first R rows when `identity_rows`). s.ids holds the step's token ids (under TP,
@@ -81,14 +77,6 @@ class Qwen35Model {
   void mlp_in(int64_t i, const StepBuffers& s, dist::RowRange c) const;
   // Logits of the rows `hr` into s.out (vocabulary-parallel under TP).
   void lm_head(const Tensor& hr, const StepBuffers& s) const;
-  // The weights of each projection call of a forward (a linear_multi's group, in its order), in
-  // the order forward() makes them: four a layer, then the lm_head.
-  enum Projection { kIn, kOut, kGateUp, kDown, kPerLayer };
-  std::vector<std::vector<const Tensor*>> order_;
-  void build_projection_order();
-  const std::vector<const Tensor*>& projection(int64_t layer, Projection p) const {
-    return order_[static_cast<size_t>(layer * kPerLayer + p)];
-  }
 
   ModelConfig cfg_, local_;
   backend::Backend& be_;

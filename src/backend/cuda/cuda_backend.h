@@ -11,7 +11,6 @@
 #include <atomic>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -67,7 +66,6 @@ class CudaBackend final : public Backend {
   void replay(int id) override;
   bool graph_valid(int id) const override;
   void drop_graphs() override;
-  void set_projection_order(std::span<const std::vector<const Tensor*>> order) override;
   bool tunes_linears() const override { return gemm_tuning_; }
   void set_linear_tuning(bool on) override;
   // The per-op table (DS_CUDA_PROFILE=1) of what ran since the last reset; empty when off.
@@ -135,13 +133,6 @@ class CudaBackend final : public Backend {
   bool profile_ = false;
   bool skinny_gemm_ = true;  // the weight-streaming GEMM for T <= 64 (DS_SKINNY_GEMM)
   bool gemm_tuning_ = true;  // set_linear_tuning takes effect (DS_GEMM_TUNE=0: it does not)
-  // The projection after each one (set_projection_order), by its first weight's address, as the
-  // weight-streaming GEMM pulls it into L2: DS_SKINNY_PREFETCH units of each of its blocks'
-  // shares (0: none), DS_SKINNY_EVICT_FIRST=1 marking the GEMM's own copies evict-first.
-  std::unordered_map<const void*, cuda::SkinnyNext> next_projection_;
-  int skinny_prefetch_units_ = 16;
-  bool skinny_evict_first_ = false;
-  const cuda::SkinnyNext* next_projection(const Tensor& w) const;
   std::vector<Timed> pending_;
   std::vector<std::pair<const char*, std::pair<double, int64_t>>> totals_;
 

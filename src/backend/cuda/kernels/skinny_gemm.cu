@@ -23,22 +23,13 @@ constexpr int kTileRows = kSkinnyTileRows, kTileK = 64, kConsumers = 256,
 // the previous kernel's blocks.
 constexpr int kPipelineBytes = 160 * 1024;
 
-// A launch's weights and their split into units between its blocks.
-struct Weights {
-  CUtensorMap w[kSkinnyMaxGroups];   // [n, K], boxes of 128 x 64
-  int first_tile[kSkinnyMaxGroups];  // group g's 128-row tiles start here
-  int count, k_tiles, units, blocks;
-};
-
 struct Params {
-  CUtensorMap x;  // [T, K], boxes of kRows rows x 64
-  Weights own;
-  Weights next;               // the next launch's, pulled into L2 (count 0: none)
-  bf16* y[kSkinnyMaxGroups];  // [T, n]
+  CUtensorMap x;                    // [T, K], boxes of kRows rows x 64
+  CUtensorMap w[kSkinnyMaxGroups];  // [n, K], boxes of 128 x 64
+  bf16* y[kSkinnyMaxGroups];        // [T, n]
   int n[kSkinnyMaxGroups];
-  int T;
-  int prefetch_units;  // of each of the next launch's blocks' shares
-  bool evict_first;    // own weight copies marked first to leave L2
+  int first_tile[kSkinnyMaxGroups];  // group g's 128-row tiles start here
+  int count, T, k_tiles, units, blocks;
   SkinnyWorkspace ws;
 };
 
@@ -63,13 +54,13 @@ __device__ inline void mma_step(float (&acc)[kRows / 2], uint64_t a, uint64_t b)
 }
 
 __device__ inline int first_unit(const Params& p, int c) {
-  return skinny::first_unit(c, p.own.units, p.own.blocks);
+  return skinny::first_unit(c, p.units, p.blocks);
 }
 __device__ inline int block_of(const Params& p, int u) {
-  return skinny::block_of(u, p.own.units, p.own.blocks);
+  return skinny::block_of(u, p.units, p.blocks);
 }
 __device__ inline int slot_of(const Params& p, int c, int tile) {
-  return skinny::slot_of(c, tile, p.own.units, p.own.blocks, p.own.k_tiles);
+  return skinny::slot_of(c, tile, p.units, p.blocks, p.k_tiles);
 }
 __device__ inline float* slot_ptr(const Params& p, int slot) {
   return p.ws.partials + static_cast<size_t>(slot) * kTileRows * kSkinnyMaxRows;
@@ -78,49 +69,27 @@ __device__ inline float* slot_ptr(const Params& p, int slot) {
 struct TileRef {
   int g, n0;
 };
-__device__ inline TileRef tile_ref(const Weights& w, int tile) {
+__device__ inline TileRef tile_ref(const Params& p, int tile) {
   int g = 0;
-  while (g + 1 < w.count && tile >= w.first_tile[g + 1]) ++g;
-  return {g, (tile - w.first_tile[g]) * kTileRows};
-}
-__device__ inline TileRef tile_ref(const Params& p, int tile) { return tile_ref(p.own, tile); }
-
-// The first p.prefetch_units units of the next launch's blocks c, c + blocks, ... into L2.
-__device__ void prefetch_next(const Params& p, int c) {
-  const Weights& nx = p.next;
-  for (int b = c; b < nx.blocks; b += p.own.blocks) {
-    const int v0 = skinny::first_unit(b, nx.units, nx.blocks);
-    const int v1 = min(skinny::first_unit(b + 1, nx.units, nx.blocks), v0 + p.prefetch_units);
-    for (int v = v0; v < v1; ++v) {
-      const TileRef t = tile_ref(nx, v / nx.k_tiles);
-      tma::prefetch_2d_l2(&nx.w[t.g], (v % nx.k_tiles) * kTileK, t.n0);
-    }
-  }
+  while (g + 1 < p.count && tile >= p.first_tile[g + 1]) ++g;
+  return {g, (tile - p.first_tile[g]) * kTileRows};
 }
 
 // One thread issues every copy: the first stages' weight tiles before waiting for the previous
-// kernel (weights are never written by one), then activations and the rest as stages free up;
-// then the next launch's first weight tiles into L2.
+// kernel (weights are never written by one), then activations and the rest as stages free up.
 template <int kRows>
-__device__ void produce(const Params& p, int c, int u0, int u1, unsigned char* stages,
-                        uint64_t* full, uint64_t* empty) {
+__device__ void produce(const Params& p, int u0, int u1, unsigned char* stages, uint64_t* full,
+                        uint64_t* empty) {
   constexpr int kStageBytes = Pipe<kRows>::kStageBytes, kStages = Pipe<kRows>::kStages;
   tma::prefetch_map(&p.x);
-  const uint64_t policy = tma::evict_first_policy();
   const auto load_w = [&](int i) {
     const int u = u0 + i, s = i % kStages;
-    const TileRef t = tile_ref(p, u / p.own.k_tiles);
-    void* dst = stages + s * kStageBytes;
-    const int k0 = (u % p.own.k_tiles) * kTileK;
-    if (p.evict_first)
-      tma::load_2d_hinted(dst, &p.own.w[t.g], k0, t.n0, &full[s], policy);
-    else
-      tma::load_2d(dst, &p.own.w[t.g], k0, t.n0, &full[s]);
+    const TileRef t = tile_ref(p, u / p.k_tiles);
+    tma::load_2d(stages + s * kStageBytes, &p.w[t.g], (u % p.k_tiles) * kTileK, t.n0, &full[s]);
   };
   const auto load_x = [&](int i) {
     const int u = u0 + i, s = i % kStages;
-    tma::load_2d(stages + s * kStageBytes + kWBytes, &p.x, (u % p.own.k_tiles) * kTileK, 0,
-                 &full[s]);
+    tma::load_2d(stages + s * kStageBytes + kWBytes, &p.x, (u % p.k_tiles) * kTileK, 0, &full[s]);
   };
   const int first = min(u1 - u0, kStages);
   for (int i = 0; i < first; ++i) {
@@ -135,7 +104,6 @@ __device__ void produce(const Params& p, int c, int u0, int u1, unsigned char* s
     load_w(i);
     load_x(i);
   }
-  prefetch_next(p, c);
 }
 
 // This thread's accumulator elements: element j (0..3) of 8-token block i is tile row row(j),
@@ -199,8 +167,8 @@ __device__ inline void store4(bf16* out, int col, int n, const float4& v) {
 // different blocks' partials are in flight at a time.
 __device__ void reduce_tile(const Params& p, int tile, const float** parts) {
   const TileRef t = tile_ref(p, tile);
-  const int c0 = block_of(p, tile * p.own.k_tiles);
-  const int np = block_of(p, (tile + 1) * p.own.k_tiles - 1) - c0 + 1;
+  const int c0 = block_of(p, tile * p.k_tiles);
+  const int np = block_of(p, (tile + 1) * p.k_tiles - 1) - c0 + 1;
   for (int i = static_cast<int>(threadIdx.x); i < np; i += kConsumers)
     parts[i] = slot_ptr(p, slot_of(p, c0 + i, tile));
   consumers_sync();
@@ -246,11 +214,11 @@ __device__ inline int add_acq_rel(int* counter, int v) {
 template <int kRows>
 __device__ void finish_segment(const Params& p, int c, int tile, int kt0, int kt1,
                                const float (&acc)[kRows / 2], int* last, const float** parts) {
-  if (kt0 == 0 && kt1 == p.own.k_tiles) return store_tile<kRows>(p, tile_ref(p, tile), acc);
+  if (kt0 == 0 && kt1 == p.k_tiles) return store_tile<kRows>(p, tile_ref(p, tile), acc);
   store_partial<kRows>(p, slot_of(p, c, tile), acc);
   consumers_sync();  // every consumer's partial stored before the count's release
   if (threadIdx.x == 0)
-    *last = add_acq_rel(&p.ws.counters[tile], kt1 - kt0) + kt1 - kt0 == p.own.k_tiles;
+    *last = add_acq_rel(&p.ws.counters[tile], kt1 - kt0) + kt1 - kt0 == p.k_tiles;
   consumers_sync();  // the count's acquire before any consumer reads the other blocks' partials
   if (!*last) return;
   reduce_tile(p, tile, parts);
@@ -268,8 +236,8 @@ __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* s
   constexpr uint32_t kStep = 32 >> 4;  // 16 bf16 along K, in the descriptor's 16-byte units
   float acc[kRows / 2];
   for (int u = u0, i = 0; u < u1;) {
-    const int tile = u / p.own.k_tiles, kt0 = u - tile * p.own.k_tiles;
-    const int end = min(u1, (tile + 1) * p.own.k_tiles);
+    const int tile = u / p.k_tiles, kt0 = u - tile * p.k_tiles;
+    const int end = min(u1, (tile + 1) * p.k_tiles);
 #pragma unroll
     for (int a = 0; a < kRows / 2; ++a) acc[a] = 0.0f;
     for (; u < end; ++u, ++i) {
@@ -286,7 +254,7 @@ __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* s
       wgmma::wait<0>();
       tma::arrive(&empty[s]);
     }
-    finish_segment<kRows>(p, c, tile, kt0, end - tile * p.own.k_tiles, acc, last, parts);
+    finish_segment<kRows>(p, c, tile, kt0, end - tile * p.k_tiles, acc, last, parts);
   }
 }
 
@@ -310,7 +278,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   pdl::allow_successor();  // the next kernel's blocks may start streaming their weights
   if (threadIdx.x >= kConsumers) {
-    if (threadIdx.x == kConsumers) produce<kRows>(p, c, u0, u1, stages, full, empty);
+    if (threadIdx.x == kConsumers) produce<kRows>(p, u0, u1, stages, full, empty);
     return;
   }
   pdl::wait_for_predecessor();  // before the stores and the workspace
@@ -324,24 +292,7 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
   const cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
-  return pdl::launch_with(true, kernel, p.own.blocks, kThreads, smem, stream, p);
-}
-
-// The weights of `count` groups [n, K] and their split between blocks; false past
-// kSkinnyMaxTiles tiles.
-bool describe_weights(Weights& w, const SkinnyGroup* groups, int count, int K, int sm_count) {
-  int tiles = 0;
-  for (int g = 0; g < count; ++g) {
-    w.w[g] = encode_tma_2d_bf16(groups[g].w, groups[g].n, K, kTileRows);
-    w.first_tile[g] = tiles;
-    tiles += (groups[g].n + kTileRows - 1) / kTileRows;
-  }
-  if (tiles > kSkinnyMaxTiles) return false;
-  w.count = count;
-  w.k_tiles = (K + kTileK - 1) / kTileK;
-  w.units = tiles * w.k_tiles;
-  w.blocks = skinny::blocks_for(w.units, w.k_tiles, sm_count);
-  return true;
+  return pdl::launch_with(true, kernel, p.blocks, kThreads, smem, stream, p);
 }
 
 }  // namespace
@@ -360,24 +311,25 @@ bool skinny_supported(const void* x, const void* w, const void* y, int T, int K)
 
 cudaError_t launch_skinny_gemm_bf16(const bf16* x, const SkinnyGroup* groups, int count, int T,
                                     int K, const SkinnyWorkspace& ws, int sm_count,
-                                    cudaStream_t stream, const SkinnyNext* next) {
+                                    cudaStream_t stream) {
   if (T < 1 || T > kSkinnyMaxRows) return cudaErrorInvalidValue;
   const int rows = T <= 16 ? 16 : T <= 32 ? 32 : 64;
   Params p{};
   p.x = encode_tma_2d_bf16(x, T, K, rows);
-  if (!describe_weights(p.own, groups, count, K, sm_count)) return cudaErrorInvalidValue;
+  int tiles = 0;
   for (int g = 0; g < count; ++g) {
+    p.w[g] = encode_tma_2d_bf16(groups[g].w, groups[g].n, K, kTileRows);
     p.y[g] = groups[g].y;
     p.n[g] = groups[g].n;
+    p.first_tile[g] = tiles;
+    tiles += (groups[g].n + kTileRows - 1) / kTileRows;
   }
-  if (next != nullptr && next->count > 0 && next->units_per_block > 0 &&
-      describe_weights(p.next, next->groups, next->count, next->K, sm_count)) {
-    p.prefetch_units = next->units_per_block;
-    p.evict_first = next->evict_first;
-  } else {
-    p.next.count = p.next.blocks = 0;
-  }
+  if (tiles > kSkinnyMaxTiles) return cudaErrorInvalidValue;
+  p.count = count;
   p.T = T;
+  p.k_tiles = (K + kTileK - 1) / kTileK;
+  p.units = tiles * p.k_tiles;
+  p.blocks = skinny::blocks_for(p.units, p.k_tiles, sm_count);
   p.ws = ws;
   return rows == 16   ? launch<16>(p, stream)
          : rows == 32 ? launch<32>(p, stream)

@@ -6,10 +6,7 @@
 // SM splits the (tile, 64-column k-tile) units evenly (stream-K), so narrow projections still fill
 // the GPU and no block waits on a wave tail; a tile split between blocks is summed from f32
 // partials, in a fixed order, by the block that completes it. Launched as a programmatic dependent:
-// its first weight tiles stream while the previous kernel drains. Given the projection launched
-// next, each block pulls that one's first weight tiles into L2 once its own copies are issued, so
-// that DRAM keeps streaming through this launch's tail, the kernels between and the next launch's
-// start (the fixed cost of a launch that a batch-1 step pays ~130 times).
+// its first weight tiles stream while the previous kernel drains.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -60,17 +57,6 @@ struct SkinnyGroup {
   int n;
 };
 
-// The projection launched after this one, whose weights a launch may start pulling into L2: its
-// groups' weights [n, K] (y unused), and how many of its units (a 128-row tile's 64 columns of K)
-// each of its blocks' share to pull, from the share's start.
-struct SkinnyNext {
-  SkinnyGroup groups[kSkinnyMaxGroups];
-  int count = 0, K = 0, units_per_block = 0;
-  // This launch's own weight copies marked first to leave L2 (they are read once a step), so
-  // that they do not push the pulled tiles out.
-  bool evict_first = false;
-};
-
 // True when the skinny path takes this x / w / y: 1 <= T <= kSkinnyMaxRows, K a multiple of 8,
 // x and w 16-byte aligned, y 8-byte aligned.
 bool skinny_supported(const void* x, const void* w, const void* y, int T, int K);
@@ -78,12 +64,11 @@ bool skinny_supported(const void* x, const void* w, const void* y, int T, int K)
 // Precondition: skinny_supported(x, g.w, g.y, T, K) for each of the `count`
 // (1..kSkinnyMaxGroups) groups, at most kSkinnyMaxTiles tiles of 128 rows in all (else
 // cudaErrorInvalidValue); no kernel writes the w (weights): their copies start before the launch
-// waits for the previous kernel; sm_count the device's multiprocessors; `next` (optional) as
-// above, its weights never written by a kernel and allocated while the launch runs (a prefetch is
-// a hint: it changes no result). Never allocates or syncs; returns the launch's error (throws
-// deltaserve::DeviceError when a tensor map cannot be encoded).
+// waits for the previous kernel; sm_count the device's multiprocessors. Never allocates or
+// syncs; returns the launch's error (throws deltaserve::DeviceError when a tensor map cannot be
+// encoded).
 cudaError_t launch_skinny_gemm_bf16(const __nv_bfloat16* x, const SkinnyGroup* groups, int count,
                                     int T, int K, const SkinnyWorkspace& ws, int sm_count,
-                                    cudaStream_t stream, const SkinnyNext* next = nullptr);
+                                    cudaStream_t stream);
 
 }  // namespace deltaserve::cuda

@@ -57,31 +57,6 @@ __device__ inline void load_2d(void* dst, const CUtensorMap* map, int c0, int c1
       : "memory");
 }
 
-// As load_2d, with an L2 cache policy (evict_first_policy) for the copied lines.
-__device__ inline void load_2d_hinted(void* dst, const CUtensorMap* map, int c0, int c1,
-                                      uint64_t* bar, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
-      "[%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_addr(bar)), "l"(policy)
-      : "memory");
-}
-
-// An L2 policy under which lines are the first to be evicted (data read once).
-__device__ inline uint64_t evict_first_policy() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
-
-// Pulls the box at (c0, c1) of `map` into L2 (no destination, no completion: a hint).
-__device__ inline void prefetch_2d_l2(const CUtensorMap* map, int c0, int c1) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(c0), "r"(c1)
-               : "memory");
-}
-
 // As load_2d, the box landing at `dst`'s offset in each CTA of the cluster whose rank is a bit of
 // `ranks`, completing on the barrier at `bar`'s offset in each.
 __device__ inline void load_2d_multicast(void* dst, const CUtensorMap* map, int c0, int c1,
