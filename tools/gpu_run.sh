@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
-# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench gdnab ncu ncudecode ncuskinny ncusrc ncufull ncuattn attn fla model nccl bench1 prof bench mixed linear decodeab ab pdlab hf real serve prefix
+# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench gdnab ncu ncudecode ncuskinny ncusrc ncufull ncuattn attn fla model nccl bench1 prof bench mixed linear envab ab hf real serve prefix
 #        prefixab serve8k offline8k
 #        benchtp[:MODELS] servetp   (multi-GPU: TP1 vs TP2 vs TP4 on the visible GPUs)
 # Logs go to $OUT (or ./gpu_logs); a summary line is printed as each stage ends.
@@ -191,16 +191,6 @@ for stage in "$@"; do
     linear)  # the decode projections alone: weight-streaming GEMM / GEMV / cuBLASLt
       $BIN/linear_bench >"$LOG/linear_bench.md" 2>"$LOG/linear_bench.err"
       note "linear_bench rc=$? $(grep -F '**step**' "$LOG/linear_bench.md" | tr '\n' ' ')" ;;
-    decodeab)  # decode steps with the weight-streaming GEMM and with the previous routing
-               # (DS_SKINNY_GEMM=0), interleaved in one lease
-      for i in 1 2; do
-        for s in 1 0; do
-          DS_SKINNY_GEMM=$s $BIN/gpu_bench --model $M --batches 1,4,16,64 --prefill 512 \
-            >"$LOG/decode_ab_${i}_$s.md" 2>&1
-          note "decode skinny=$s: $(grep -E '^\| [0-9]+ \| [0-9]+ \|' "$LOG/decode_ab_${i}_$s.md" |
-            cut -d'|' -f2,5 | tr '\n' ' ')"
-        done
-      done ;;
     ab)  # A/B of the model-level bench against a base build's (.device_out/bin/gpu_bench_base,
          # staged from another commit by tools/stage_base.sh), interleaved: new, base, new, base
       for i in 1 2; do
@@ -211,17 +201,19 @@ for stage in "$@"; do
           note "ab $v $i rc=$? $(grep -E '^\| (1|16|64|256|8192) \|' "$LOG/ab_${v}_$i.md" | tr '\n' ' ')"
         done
       done ;;
-    pdlab)  # decode steps: this build with and without programmatic dependent launches of the
-            # small kernels (DS_PDL=0), and the base build (gpu_bench_base), interleaved twice
-            # ($AB_BINS: other BINARY:DS_PDL pairs, e.g. a third build staged by hand)
+    envab)  # decode steps of several runs, interleaved twice in one lease: each of $AB_RUNS is
+            # BINARY:VAR=VALUE (e.g. gpu_bench:DS_GDN_DECODE_SPLIT=0, gpu_bench_base:DS_PDL=1 for
+            # a base build staged by tools/stage_base.sh), at batches $AB_BATCHES (default
+            # 1,16,64,256), with per-op tables; the ms and calls of op $AB_OP noted per B
       for i in 1 2; do
-        for v in ${AB_BINS:-gpu_bench:1 gpu_bench:0 gpu_bench_base:1}; do
-          b=${v%:*} pdl=${v#*:}
+        for run in ${AB_RUNS:?AB_RUNS=BINARY:VAR=VALUE ...}; do
+          b=${run%%:*} setting=${run#*:} tag=${run//[:=]/_}
           [ -x $BIN/$b ] || continue
-          DS_PDL=$pdl timeout 200 $BIN/$b --model $M --batches 1,16,64,256 --prefill 512 --profile \
-            >"$LOG/pdlab_${b}_pdl${pdl}_$i.md" 2>>"$LOG/pdlab.err"
-          note "pdlab $b pdl=$pdl $i rc=$? $(grep -E '^\| [0-9]+ \| [0-9]+ \|' "$LOG/pdlab_${b}_pdl${pdl}_$i.md" |
-            cut -d'|' -f2,5 | tr '\n' ' ')"
+          env "$setting" timeout 200 $BIN/$b --model $M --batches ${AB_BATCHES:-1,16,64,256} \
+            --prefill 512 --profile >"$LOG/envab_${tag}_$i.md" 2>>"$LOG/envab.err"
+          note "envab $run $i rc=$? $(grep -E '^\| [0-9]+ \| [0-9]+ \|' "$LOG/envab_${tag}_$i.md" |
+            cut -d'|' -f2,5 | tr '\n' ' ') ${AB_OP:+$(grep -E "^ +$AB_OP " "$LOG/envab_${tag}_$i.md" |
+            awk '{print $2 "/" $3}' | tr '\n' ' ')}"
         done
       done ;;
     ncuskinny)  # ncu's source-level counters of the weight-streaming GEMM at T = $NCU_T (default 1)

@@ -1,8 +1,9 @@
 // The fused GDN layer paths of CudaBackend::gdn_mixer against its three unfused GPU ops (gdn_conv,
 // gated_delta_rule, gated_rms_norm) on copies of the same inputs and caches, for 1 to 4 value heads
 // per key head and both state dtypes:
-// - decode (one token per sequence, one of them fresh): the fused decode kernel, in its two forms
-//   (two value heads a block for few sequences, one for many);
+// - decode (one token per sequence, one of them fresh): the fused decode kernel, in its three forms
+//   (a cluster of column-quarter blocks a key head for few sequences at up to two value heads a
+//   key head, else two value heads a block; one for many);
 // - prefill (sequences fresh and continued, shorter and longer than a chunk, a decode row among
 //   them): the conv inside the chunked delta rule's prep, the conv state read for the rows before a
 //   continued sequence's first step token;
@@ -126,7 +127,8 @@ class GdnMixer : public CudaOps {
 TEST_F(GdnMixer, FusedDecodeMatchesUnfusedOps) { check_fused_against_ops(decode_step()); }
 
 // Ten sequences x 16 key heads: a grid past an H200's 132 SMs, where the decode kernel runs a value
-// head a block (the three-sequence step above takes the two-heads-a-block form at nv = 2 nk).
+// head a block (the three-sequence step above takes the cluster form at nv <= 2 nk, the
+// two-heads-a-block form at nv = 3 nk and 4 nk).
 TEST_F(GdnMixer, FusedDecodeOfManySequencesMatchesUnfusedOps) {
   std::vector<SeqSpec> rows;
   for (int32_t i = 0; i < kSlots; ++i) rows.push_back({1, i, i, {i}});  // the first one fresh

@@ -1,12 +1,19 @@
 // The fused GDN decode layer (gdn_decode.cuh): conv + SiLU with the conv-state update, q / k L2
 // norms, the gates, the delta rule and the gated RMSNorm for one token per sequence, one kernel.
+#include <cstdlib>
+#include <cstring>
+
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gdn_decode.cuh"
+#include "backend/cuda/kernels/gdn_decode_split.cuh"
+#include "backend/cuda/kernels/gdn_decode_step.cuh"
 #include "backend/cuda/kernels/gdn_state.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
 
 namespace deltaserve::cuda {
 namespace {
+
+using namespace gdn_decode;
 
 // 8 warps of up to 128 registers a thread a value head (ptxas: 125 f32 state / 127 bf16; 128 in
 // the two-head form): two blocks an SM, so one block's conv and norms overlap the other's state
@@ -14,12 +21,9 @@ namespace {
 // kPar = 2 value heads side by side, one warpgroup of 8 each, which halves the chain of dependent
 // loads a block waits through.
 constexpr int kWarps = 8, kThreads = 32 * kWarps;
-constexpr int kDk = 128, kDv = 128, kK = 4;  // the shape this kernel is written for
-constexpr int kRows = kDk / kWarps;          // state rows per thread (per value head)
+constexpr int kRows = kDk / kWarps;  // state rows per thread (per value head)
 constexpr int kMaxHeadsPerKey = 4;
 static_assert(kThreads >= 2 * kDk, "a thread per q / k channel scales them by their norms");
-
-__device__ inline float round_bf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
 __device__ inline float4 fma4(float4 a, float s, float4 c) {
   return make_float4(fmaf(a.x, s, c.x), fmaf(a.y, s, c.y), fmaf(a.z, s, c.z), fmaf(a.w, s, c.w));
 }
@@ -86,48 +90,19 @@ __global__ void __launch_bounds__(kPar* kThreads, 2 / kPar)
     const int c = i < kDk       ? kh * kDk + i
                   : i < 2 * kDk ? key_dim + kh * kDk + (i - kDk)
                                 : 2 * key_dim + kh * g * kDv + (i - 2 * kDk);
-    __nv_bfloat16* cs = p.conv_state + (slot * C + c) * (kK - 1);
-    const __nv_bfloat16 u = p.u[static_cast<size_t>(t) * C + c];
-    float x[kK];
-#pragma unroll
-    for (int k = 0; k < kK - 1; ++k) x[k] = fresh ? 0.0f : __bfloat162float(cs[k]);
-    x[kK - 1] = __bfloat162float(u);
-    float acc = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kK; ++k) acc += __bfloat162float(p.conv_w[c * kK + k]) * x[k];
-    ys[i] = round_bf16(silu_fast(acc));  // what the unfused conv stores
-#pragma unroll
-    for (int k = 0; k < kK - 2; ++k) cs[k] = fresh ? __float2bfloat16(0.0f) : cs[k + 1];
-    cs[kK - 2] = u;
+    const ConvWindow w = read_conv_window(p, slot, C, t, c, fresh);
+    ys[i] = conv_silu(p, c, w);
+    write_conv_state(p, slot, C, c, w);
   }
   __syncthreads();
-  if (tid < 64) {  // warp 0: |q|^2, warp 1: |k|^2
-    float ss = 0.0f;
-    for (int i = lane; i < kDk; i += 32) ss += ys[warp * kDk + i] * ys[warp * kDk + i];
-    ss = warp_sum(ss);
-    if (lane == 0)
-      norms[warp] =
-          warp == 0 ? rsqrtf(ss + 1e-6f) * rsqrtf(static_cast<float>(kDk)) : rsqrtf(ss + 1e-6f);
-  }
-  __syncthreads();
-  if (tid < 2 * kDk) ys[tid] *= norms[tid / kDk];
-  __syncthreads();
-  if (tid < 32) {
-    float qk = 0.0f;
-    for (int i = lane; i < kDk; i += 32) qk += ys[i] * ys[kDk + i];
-    qk = warp_sum(qk);
-    if (lane == 0) norms[2] = qk;
-  }
-  __syncthreads();
-  const float qk = norms[2];
+  const float qk = normalise_qk(ys, norms);
 
   for (int j = group; j < g; j += kPar) {
     const int h = kh * g + j;
     if (j > group) load_state(head_state(j), fresh, warp, lane, st);
     const size_t gi = static_cast<size_t>(t) * p.nv + h;
-    const float beta = 1.0f / (1.0f + __expf(-__bfloat162float(p.bgate[gi])));
-    const float xa = __bfloat162float(p.a[gi]) + p.dt_bias[h];
-    const float alpha = __expf(-__expf(p.A_log[h]) * (xa > 20.0f ? xa : log1pf(__expf(xa))));
+    float beta, alpha;
+    decode_gates(p, gi, h, beta, alpha);
     // One pass over the state: m = S^T k and S^T q; with S' = alpha S + k delta^T,
     // delta = beta (v - alpha S^T k) and o = S'^T q = alpha S^T q + delta (k . q).
     float4 m = make_float4(0.0f, 0.0f, 0.0f, 0.0f), o = m;
@@ -197,6 +172,14 @@ bool gdn_decode_supported(int nk, int nv, int dk, int dv, int K) {
 void launch_gdn_decode(const BatchMeta& b, const GdnDecodeArgs& p, GdnState state, int num_sms,
                        cudaStream_t stream) {
   if (b.num_seqs == 0) return;
+  static const bool split_on = [] {
+    const char* v = std::getenv("DS_GDN_DECODE_SPLIT");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  if (split_on && gdn_decode_split_pays(p.nk, p.nv, b.num_seqs, num_sms)) {
+    launch_gdn_decode_split(b, p, state, stream);
+    return;
+  }
   if (state.bf16)
     launch(b, p, static_cast<__nv_bfloat16*>(state.data), num_sms, stream);
   else

@@ -42,23 +42,40 @@ inline bool dependent_launch_enabled() {
   return on;
 }
 
-// Launches `kernel`, as a programmatic dependent of the stream's previous kernel when `dependent`.
-// The kernel must call wait_for_predecessor before touching memory that earlier kernels write or
-// read.
+// Launches `kernel` in thread-block clusters of `cluster` blocks (1 x 1 x 1: none), as a
+// programmatic dependent of the stream's previous kernel when `dependent`. The kernel must call
+// wait_for_predecessor before touching memory that earlier kernels write or read.
 template <class... Params, class... Args>
-cudaError_t launch_with(bool dependent, void (*kernel)(Params...), dim3 grid, dim3 block,
-                        size_t smem, cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
+cudaError_t launch_clustered(bool dependent, dim3 cluster, void (*kernel)(Params...), dim3 grid,
+                             dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attrs[2];
+  unsigned n = 0;
+  if (dependent) {
+    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster.x * cluster.y * cluster.z > 1) {
+    attrs[n].id = cudaLaunchAttributeClusterDimension;
+    attrs[n].val.clusterDim.x = cluster.x;
+    attrs[n].val.clusterDim.y = cluster.y;
+    attrs[n++].val.clusterDim.z = cluster.z;
+  }
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cfg.attrs = &attr;
-  cfg.numAttrs = dependent ? 1 : 0;
+  cfg.attrs = attrs;
+  cfg.numAttrs = n;
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+// launch_clustered without clusters.
+template <class... Params, class... Args>
+cudaError_t launch_with(bool dependent, void (*kernel)(Params...), dim3 grid, dim3 block,
+                        size_t smem, cudaStream_t stream, Args&&... args) {
+  return launch_clustered(dependent, dim3(1, 1, 1), kernel, grid, block, smem, stream,
+                          std::forward<Args>(args)...);
 }
 
 // launch_with, dependent unless DS_PDL=0.
