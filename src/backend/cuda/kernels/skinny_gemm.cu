@@ -231,8 +231,9 @@ __device__ void finish_segment(const Params& p, int c, int tile, int kt0, int kt
 }
 
 // The consumer warpgroups over the block's units, tile segment by tile segment; each stage is
-// released once the MMAs reading it have completed.
-template <int kRows, int kPipeKB>
+// released once the MMAs reading it have completed. With kDeep (EXPERIMENT, DS_SKINNY_WAIT1=1) a
+// stage's MMAs stay in flight while the next stage's are issued, the stage released one later.
+template <int kRows, int kPipeKB, bool kDeep>
 __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* stages,
                         uint64_t* full, uint64_t* empty, int* last, const float** parts) {
   constexpr int kStageBytes = Pipe<kRows, kPipeKB>::kStageBytes,
@@ -246,6 +247,7 @@ __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* s
     const int end = min(u1, (tile + 1) * p.k_tiles);
 #pragma unroll
     for (int a = 0; a < kRows / 2; ++a) acc[a] = 0.0f;
+    int in_flight = -1;  // kDeep: the stage whose MMAs may still run
     for (; u < end; ++u, ++i) {
       const int s = i % kStages;
       tma::wait(&full[s], (i / kStages) & 1);
@@ -257,14 +259,24 @@ __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* s
       for (int kk = 0; kk < kTileK / 16; ++kk)
         mma_step<kRows>(acc, wd + kk * kStep, xd + kk * kStep);
       wgmma::commit();
+      if constexpr (kDeep) {
+        wgmma::wait<1>();
+        if (in_flight >= 0) tma::arrive(&empty[in_flight]);
+        in_flight = s;
+      } else {
+        wgmma::wait<0>();
+        tma::arrive(&empty[s]);
+      }
+    }
+    if constexpr (kDeep) {
       wgmma::wait<0>();
-      tma::arrive(&empty[s]);
+      if (in_flight >= 0) tma::arrive(&empty[in_flight]);
     }
     finish_segment<kRows>(p, c, tile, kt0, end - tile * p.k_tiles, acc, last, parts);
   }
 }
 
-template <int kRows, int kPipeKB>
+template <int kRows, int kPipeKB, bool kDeep>
 __global__ void __launch_bounds__(kThreads, 1)
     skinny_gemm_kernel(const __grid_constant__ Params p) {
   constexpr int kStages = Pipe<kRows, kPipeKB>::kStages;
@@ -288,12 +300,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
   pdl::wait_for_predecessor();  // before the stores and the workspace
-  consume<kRows, kPipeKB>(p, c, u0, u1, stages, full, empty, &last, parts);
+  consume<kRows, kPipeKB, kDeep>(p, c, u0, u1, stages, full, empty, &last, parts);
 }
 
 template <int kRows, int kPipeKB = kPipelineKB>
 cudaError_t launch(const Params& p, cudaStream_t stream) {
-  const auto kernel = skinny_gemm_kernel<kRows, kPipeKB>;
+  static const bool deep = [] {
+    const char* v = std::getenv("DS_SKINNY_WAIT1");
+    return v && std::atoi(v) == 1;
+  }();
+  const auto kernel =
+      deep ? skinny_gemm_kernel<kRows, kPipeKB, true> : skinny_gemm_kernel<kRows, kPipeKB, false>;
   constexpr int smem = Pipe<kRows, kPipeKB>::kSmemBytes;
   const cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
