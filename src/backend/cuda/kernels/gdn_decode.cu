@@ -172,11 +172,12 @@ bool gdn_decode_supported(int nk, int nv, int dk, int dv, int K) {
 void launch_gdn_decode(const BatchMeta& b, const GdnDecodeArgs& p, GdnState state, int num_sms,
                        cudaStream_t stream) {
   if (b.num_seqs == 0) return;
-  static const bool split_on = [] {
+  static const int split_mode = [] {  // 0 off, 1 where it pays, 2 (EXPERIMENT) always
     const char* v = std::getenv("DS_GDN_DECODE_SPLIT");
-    return !(v && std::strcmp(v, "0") == 0);
+    return v ? std::atoi(v) : 1;
   }();
-  if (split_on && gdn_decode_split_pays(p.nk, p.nv, b.num_seqs, num_sms)) {
+  if (split_mode == 2 ? gdn_decode_split_pays(p.nk, p.nv, 1, num_sms)
+                      : split_mode == 1 && gdn_decode_split_pays(p.nk, p.nv, b.num_seqs, num_sms)) {
     launch_gdn_decode_split(b, p, state, stream);
     return;
   }
