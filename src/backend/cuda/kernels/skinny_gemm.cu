@@ -1,5 +1,4 @@
 #include <cstdint>
-#include <cstdlib>
 
 #include "backend/cuda/kernels/pdl.cuh"
 #include "backend/cuda/kernels/skinny_gemm.cuh"
@@ -22,10 +21,7 @@ constexpr int kTileRows = kSkinnyTileRows, kTileK = 64, kConsumers = 256,
 // Shared memory for the pipeline: more than half an SM's, so that a block never shares an SM with
 // another of the grid (one block an SM: the even split's premise), also when it starts early beside
 // the previous kernel's blocks.
-constexpr int kPipelineKB = 160;
-// EXPERIMENT: DS_SKINNY_PIPE_KB=112 gives launches of up to 16 tokens a 112 KB pipeline instead:
-// two blocks fit an SM, so a launch's blocks can start streaming beside the previous launch's.
-constexpr int kSmallPipelineKB = 112;
+constexpr int kPipelineBytes = 160 * 1024;
 
 struct Params {
   CUtensorMap x;                    // [T, K], boxes of kRows rows x 64
@@ -39,10 +35,10 @@ struct Params {
 
 // A pipeline stage: the weight tile, then the activation tile (both SW128, 1024-byte aligned).
 constexpr int kWBytes = kTileRows * wgmma::kRowBytes;
-template <int kRows, int kPipeKB>
+template <int kRows>
 struct Pipe {
   static constexpr int kStageBytes = kWBytes + kRows * wgmma::kRowBytes;
-  static constexpr int kStages = kPipeKB * 1024 / kStageBytes;
+  static constexpr int kStages = kPipelineBytes / kStageBytes;
   static constexpr int kSmemBytes = kStages * kStageBytes + wgmma::kAtomBytes;
 };
 
@@ -81,11 +77,10 @@ __device__ inline TileRef tile_ref(const Params& p, int tile) {
 
 // One thread issues every copy: the first stages' weight tiles before waiting for the previous
 // kernel (weights are never written by one), then activations and the rest as stages free up.
-template <int kRows, int kPipeKB>
+template <int kRows>
 __device__ void produce(const Params& p, int u0, int u1, unsigned char* stages, uint64_t* full,
                         uint64_t* empty) {
-  constexpr int kStageBytes = Pipe<kRows, kPipeKB>::kStageBytes,
-                kStages = Pipe<kRows, kPipeKB>::kStages;
+  constexpr int kStageBytes = Pipe<kRows>::kStageBytes, kStages = Pipe<kRows>::kStages;
   tma::prefetch_map(&p.x);
   const auto load_w = [&](int i) {
     const int u = u0 + i, s = i % kStages;
@@ -231,13 +226,11 @@ __device__ void finish_segment(const Params& p, int c, int tile, int kt0, int kt
 }
 
 // The consumer warpgroups over the block's units, tile segment by tile segment; each stage is
-// released once the MMAs reading it have completed. With kDeep (EXPERIMENT, DS_SKINNY_WAIT1=1) a
-// stage's MMAs stay in flight while the next stage's are issued, the stage released one later.
-template <int kRows, int kPipeKB, bool kDeep>
+// released once the MMAs reading it have completed.
+template <int kRows>
 __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* stages,
                         uint64_t* full, uint64_t* empty, int* last, const float** parts) {
-  constexpr int kStageBytes = Pipe<kRows, kPipeKB>::kStageBytes,
-                kStages = Pipe<kRows, kPipeKB>::kStages;
+  constexpr int kStageBytes = Pipe<kRows>::kStageBytes, kStages = Pipe<kRows>::kStages;
   const uint32_t base = tma::smem_addr(stages);
   const uint32_t rows = (threadIdx.x / 128) * 64 * wgmma::kRowBytes;  // this warpgroup's 64
   constexpr uint32_t kStep = 32 >> 4;  // 16 bf16 along K, in the descriptor's 16-byte units
@@ -247,7 +240,6 @@ __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* s
     const int end = min(u1, (tile + 1) * p.k_tiles);
 #pragma unroll
     for (int a = 0; a < kRows / 2; ++a) acc[a] = 0.0f;
-    int in_flight = -1;  // kDeep: the stage whose MMAs may still run
     for (; u < end; ++u, ++i) {
       const int s = i % kStages;
       tma::wait(&full[s], (i / kStages) & 1);
@@ -259,27 +251,17 @@ __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* s
       for (int kk = 0; kk < kTileK / 16; ++kk)
         mma_step<kRows>(acc, wd + kk * kStep, xd + kk * kStep);
       wgmma::commit();
-      if constexpr (kDeep) {
-        wgmma::wait<1>();
-        if (in_flight >= 0) tma::arrive(&empty[in_flight]);
-        in_flight = s;
-      } else {
-        wgmma::wait<0>();
-        tma::arrive(&empty[s]);
-      }
-    }
-    if constexpr (kDeep) {
       wgmma::wait<0>();
-      if (in_flight >= 0) tma::arrive(&empty[in_flight]);
+      tma::arrive(&empty[s]);
     }
     finish_segment<kRows>(p, c, tile, kt0, end - tile * p.k_tiles, acc, last, parts);
   }
 }
 
-template <int kRows, int kPipeKB, bool kDeep>
+template <int kRows>
 __global__ void __launch_bounds__(kThreads, 1)
     skinny_gemm_kernel(const __grid_constant__ Params p) {
-  constexpr int kStages = Pipe<kRows, kPipeKB>::kStages;
+  constexpr int kStages = Pipe<kRows>::kStages;
   extern __shared__ unsigned char raw[];
   unsigned char* stages = wgmma::atom_aligned<unsigned char>(raw);
   __shared__ uint64_t full[kStages], empty[kStages];
@@ -296,22 +278,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   pdl::allow_successor();  // the next kernel's blocks may start streaming their weights
   if (threadIdx.x >= kConsumers) {
-    if (threadIdx.x == kConsumers) produce<kRows, kPipeKB>(p, u0, u1, stages, full, empty);
+    if (threadIdx.x == kConsumers) produce<kRows>(p, u0, u1, stages, full, empty);
     return;
   }
   pdl::wait_for_predecessor();  // before the stores and the workspace
-  consume<kRows, kPipeKB, kDeep>(p, c, u0, u1, stages, full, empty, &last, parts);
+  consume<kRows>(p, c, u0, u1, stages, full, empty, &last, parts);
 }
 
-template <int kRows, int kPipeKB = kPipelineKB>
+template <int kRows>
 cudaError_t launch(const Params& p, cudaStream_t stream) {
-  static const bool deep = [] {
-    const char* v = std::getenv("DS_SKINNY_WAIT1");
-    return v && std::atoi(v) == 1;
-  }();
-  const auto kernel =
-      deep ? skinny_gemm_kernel<kRows, kPipeKB, true> : skinny_gemm_kernel<kRows, kPipeKB, false>;
-  constexpr int smem = Pipe<kRows, kPipeKB>::kSmemBytes;
+  const auto kernel = skinny_gemm_kernel<kRows>;
+  constexpr int smem = Pipe<kRows>::kSmemBytes;
   const cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
@@ -354,11 +331,6 @@ cudaError_t launch_skinny_gemm_bf16(const bf16* x, const SkinnyGroup* groups, in
   p.units = tiles * p.k_tiles;
   p.blocks = skinny::blocks_for(p.units, p.k_tiles, sm_count);
   p.ws = ws;
-  static const bool small_pipe = [] {
-    const char* v = std::getenv("DS_SKINNY_PIPE_KB");
-    return v && std::atoi(v) == kSmallPipelineKB;
-  }();
-  if (rows == 16 && small_pipe) return launch<16, kSmallPipelineKB>(p, stream);
   return rows == 16   ? launch<16>(p, stream)
          : rows == 32 ? launch<32>(p, stream)
                       : launch<64>(p, stream);
