@@ -2,8 +2,8 @@
 // gated_delta_rule, gated_rms_norm) on copies of the same inputs and caches, for 1 to 4 value heads
 // per key head and both state dtypes:
 // - decode (one token per sequence, one of them fresh): the fused decode kernel, in its three forms
-//   (a cluster of column-quarter blocks a key head for few sequences at up to two value heads a
-//   key head, else two value heads a block; one for many);
+//   (a cluster of column-quarter blocks a key head for one sequence at up to two value heads a key
+//   head, else two value heads a block; one for many);
 // - prefill (sequences fresh and continued, shorter and longer than a chunk, a decode row among
 //   them): the conv inside the chunked delta rule's prep, the conv state read for the rows before a
 //   continued sequence's first step token;
@@ -124,11 +124,19 @@ class GdnMixer : public CudaOps {
   }
 };
 
+// Three sequences: the cluster form at nk = 4 (an H200's 132 SMs hold 8 x 3 x 4 blocks), the
+// two-heads-a-block form at the other shapes.
 TEST_F(GdnMixer, FusedDecodeMatchesUnfusedOps) { check_fused_against_ops(decode_step()); }
 
+// One sequence, fresh, then continued: the cluster form at nv <= 2 nk (16 key heads included),
+// the two-heads-a-block form at nv = 3 nk and 4 nk.
+TEST_F(GdnMixer, FusedDecodeOfOneSequenceMatchesUnfusedOps) {
+  check_fused_against_ops(make_batch(kPage, {{1, 0, 1, {5}}}));
+  check_fused_against_ops(make_batch(kPage, {{1, 30, 2, {3, 4}}}));
+}
+
 // Ten sequences x 16 key heads: a grid past an H200's 132 SMs, where the decode kernel runs a value
-// head a block (the three-sequence step above takes the cluster form at nv <= 2 nk, the
-// two-heads-a-block form at nv = 3 nk and 4 nk).
+// head a block.
 TEST_F(GdnMixer, FusedDecodeOfManySequencesMatchesUnfusedOps) {
   std::vector<SeqSpec> rows;
   for (int32_t i = 0; i < kSlots; ++i) rows.push_back({1, i, i, {i}});  // the first one fresh

@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kPar* kThreads, 2 / kPar)
     if (j > group) load_state(head_state(j), fresh, warp, lane, st);
     const size_t gi = static_cast<size_t>(t) * p.nv + h;
     float beta, alpha;
-    decode_gates(p, gi, h, beta, alpha);
+    decode_gates(load_gate_inputs(p, gi, h), beta, alpha);
     // One pass over the state: m = S^T k and S^T q; with S' = alpha S + k delta^T,
     // delta = beta (v - alpha S^T k) and o = S'^T q = alpha S^T q + delta (k . q).
     float4 m = make_float4(0.0f, 0.0f, 0.0f, 0.0f), o = m;
@@ -172,12 +172,11 @@ bool gdn_decode_supported(int nk, int nv, int dk, int dv, int K) {
 void launch_gdn_decode(const BatchMeta& b, const GdnDecodeArgs& p, GdnState state, int num_sms,
                        cudaStream_t stream) {
   if (b.num_seqs == 0) return;
-  static const int split_mode = [] {  // 0 off, 1 where it pays, 2 (EXPERIMENT) always
+  static const bool split_on = [] {
     const char* v = std::getenv("DS_GDN_DECODE_SPLIT");
-    return v ? std::atoi(v) : 1;
+    return !(v && std::strcmp(v, "0") == 0);
   }();
-  if (split_mode == 2 ? gdn_decode_split_pays(p.nk, p.nv, 1, num_sms)
-                      : split_mode == 1 && gdn_decode_split_pays(p.nk, p.nv, b.num_seqs, num_sms)) {
+  if (split_on && gdn_decode_split_pays(p.nk, p.nv, b.num_seqs, num_sms)) {
     launch_gdn_decode_split(b, p, state, stream);
     return;
   }

@@ -33,10 +33,10 @@ bool gdn_decode_supported(int nk, int nv, int dk, int dv, int K);
 // Precondition: one token per sequence (num_tokens == num_seqs), gdn_decode_supported; a
 // sequence starting at 0 starts from zero states. No in-step snapshots (one token per sequence).
 // num_sms, the device's multiprocessors, picks the form: while a grid of a block per (sequence,
-// key head) has no more blocks than that, a cluster of blocks per key head, each a quarter of a
-// value head's state columns (gdn_decode_split.cuh; up to 2 value heads a key head;
-// DS_GDN_DECODE_SPLIT=0 turns it off, for A/B timing), or else two value heads a block; one value
-// head a block for larger grids.
+// key head) fills at most an eighth of them (one sequence at the 4B shape), a cluster of blocks
+// per key head, each a quarter of a value head's state columns (gdn_decode_split.cuh; up to 2
+// value heads a key head; DS_GDN_DECODE_SPLIT=0 turns it off, for A/B timing); while it fills at
+// most all of them, two value heads a block; else one.
 void launch_gdn_decode(const BatchMeta& b, const GdnDecodeArgs& p, GdnState state, int num_sms,
                        cudaStream_t stream);
 

@@ -47,12 +47,16 @@ __global__ void __launch_bounds__(kThreads)
   const int col = c * kCols + lane;
   const float nw = p.norm_w[col];  // never written by a kernel: before the wait
   pdl::wait_for_predecessor();
+  const int t = b.seq_begin[seq];
+  const size_t gi = static_cast<size_t>(t) * p.nv + h, at = gi * kDv + col;
+  // The gates and the output gate loaded with the state, not at the ends of the chain.
+  const GateInputs gates = load_gate_inputs(p, gi, h);
+  const float zv = __bfloat162float(p.z[at]);
   __shared__ float ys[kChannels];  // conv outputs: q | k | v quarter
   __shared__ float red_m[kWarps][kCols], red_o[kWarps][kCols];
   __shared__ float norms[3];
   __shared__ float head_ss;  // this block's sum of squares of its outputs (read by its head's)
   const int key_dim = p.nk * kDk, C = 2 * key_dim + p.nv * kDv;
-  const int t = b.seq_begin[seq];
   const bool fresh = b.seq_start[seq] == 0;
   const size_t slot = static_cast<size_t>(b.seq_slot[seq]);
   StateT* S = state + (slot * p.nv + h) * static_cast<size_t>(kDk * kDv) + col;
@@ -73,9 +77,8 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   const float qk = normalise_qk(ys, norms);
 
-  const size_t gi = static_cast<size_t>(t) * p.nv + h;
   float beta, alpha;
-  decode_gates(p, gi, h, beta, alpha);
+  decode_gates(gates, beta, alpha);
   // m = S^T k and S^T q over this thread's rows, then over the block's warps; with S' = alpha S +
   // k delta^T, delta = beta (v - alpha S^T k) and o = S'^T q = alpha S^T q + delta (k . q).
   float m = 0.0f, o = 0.0f;
@@ -112,8 +115,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int q = 0; q < kSlices; ++q) ss += tma::load_f32_from_cta(&head_ss, j * kSlices + q);
     const float inv = rsqrtf(ss / static_cast<float>(kDv) + p.eps);
-    const size_t at = gi * kDv + col;
-    p.out[at] = __float2bfloat16(ov * inv * nw * silu(__bfloat162float(p.z[at])));
+    p.out[at] = __float2bfloat16(ov * inv * nw * silu(zv));
   }
 #pragma unroll
   for (int s = 0; s < kChannelSteps; ++s) {
@@ -134,8 +136,11 @@ cudaError_t launch(const BatchMeta& b, const GdnDecodeArgs& p, StateT* state, cu
 
 }  // namespace
 
+// Measured on the H200 at the 4B shape (16 key heads), per layer: one sequence 9.2 us against
+// the two-head form's 11.5; four sequences 15.6 against 13.1 (the form repeats each key head's q
+// / k conv and norms in every block of its cluster, and waits on two cluster barriers).
 bool gdn_decode_split_pays(int nk, int nv, int num_seqs, int num_sms) {
-  return nv / nk * kSlices <= 8 && num_seqs * nk <= num_sms;
+  return nv / nk * kSlices <= 8 && 8 * num_seqs * nk <= num_sms;
 }
 
 cudaError_t launch_gdn_decode_split(const BatchMeta& b, const GdnDecodeArgs& p, GdnState state,

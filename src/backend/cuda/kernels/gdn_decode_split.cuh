@@ -12,7 +12,8 @@
 namespace deltaserve::cuda {
 
 // Whether the split form takes this step: at most 2 value heads a key head (a cluster of up to 8
-// blocks) and a grid of key-head blocks no larger than the device's multiprocessors (`num_sms`).
+// blocks) and a grid of key-head blocks filling at most an eighth of the device's `num_sms`
+// multiprocessors.
 bool gdn_decode_split_pays(int nk, int nv, int num_seqs, int num_sms);
 
 // Preconditions as launch_gdn_decode's, and gdn_decode_split_pays. Returns the launch's error.

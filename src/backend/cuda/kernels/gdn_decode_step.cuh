@@ -55,13 +55,19 @@ __device__ inline void write_conv_state(const GdnDecodeArgs& p, size_t slot, int
   cs[kK - 2] = w.u;
 }
 
-// beta = sigmoid(b) and the decay alpha = e^g, g = -e^A_log softplus(a + dt_bias), of value
-// head h at gate index gi (token * nv + h).
-__device__ inline void decode_gates(const GdnDecodeArgs& p, size_t gi, int h, float& beta,
-                                    float& alpha) {
-  beta = 1.0f / (1.0f + __expf(-__bfloat162float(p.bgate[gi])));
-  const float xa = __bfloat162float(p.a[gi]) + p.dt_bias[h];
-  alpha = __expf(-__expf(p.A_log[h]) * (xa > 20.0f ? xa : log1pf(__expf(xa))));
+// What value head h's gates are computed from, at gate index gi (token * nv + h).
+struct GateInputs {
+  float b, a, A_log, dt_bias;
+};
+__device__ inline GateInputs load_gate_inputs(const GdnDecodeArgs& p, size_t gi, int h) {
+  return {__bfloat162float(p.bgate[gi]), __bfloat162float(p.a[gi]), p.A_log[h], p.dt_bias[h]};
+}
+
+// beta = sigmoid(b) and the decay alpha = e^g, g = -e^A_log softplus(a + dt_bias).
+__device__ inline void decode_gates(const GateInputs& in, float& beta, float& alpha) {
+  beta = 1.0f / (1.0f + __expf(-in.b));
+  const float xa = in.a + in.dt_bias;
+  alpha = __expf(-__expf(in.A_log) * (xa > 20.0f ? xa : log1pf(__expf(xa))));
 }
 
 // In place on the conv outputs ys = q [kDk] | k [kDk] | ... in shared memory: q scaled by
