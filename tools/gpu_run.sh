@@ -96,7 +96,8 @@ for stage in "$@"; do
   case $stage in
     ops)
       $BIN/cuda_ops_test >"$LOG/ops.log" 2>&1; note "ops rc=$? $(tail -1 "$LOG/ops.log")"
-      $BIN/gdn_mixer_test >"$LOG/gdn_mixer.log" 2>&1; note "gdn_mixer rc=$? $(tail -1 "$LOG/gdn_mixer.log")" ;;
+      $BIN/gdn_mixer_test >"$LOG/gdn_mixer.log" 2>&1; note "gdn_mixer rc=$? $(tail -1 "$LOG/gdn_mixer.log")"
+      $BIN/linear_silu_mul_test >"$LOG/silu_mul.log" 2>&1; note "linear_silu_mul rc=$? $(tail -1 "$LOG/silu_mul.log")" ;;
     gdn)  # the chunked delta rule: its op test against the CPU chunked form, then its per-layer bench
       $BIN/gdn_chunk_test >"$LOG/gdn_chunk.log" 2>&1
       note "gdn_chunk rc=$? $(grep -cE '^gdn chunk' "$LOG/gdn_chunk.log") cases $(tail -1 "$LOG/gdn_chunk.log")"

@@ -152,6 +152,16 @@ class Backend {
   }
   // out = silu(gate) * up, all [T, I].
   virtual void silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
+  // The MLP's input side: act = silu(x . w_gate^T) * (x . w_up^T). x [T, H], w_gate / w_up [I, H],
+  // gate, up (scratch a backend may leave unwritten) and act [T, I]. By default the two
+  // projections into gate and up, then silu_mul; a backend may form act in the GEMM.
+  virtual void linear_silu_mul(const Tensor& x, const Tensor& w_gate, const Tensor& w_up,
+                               const Tensor& gate, const Tensor& up, const Tensor& act) {
+    const Tensor* ws[] = {&w_gate, &w_up};
+    const Tensor* ys[] = {&gate, &up};
+    linear_multi(x, ws, ys);
+    silu_mul(gate, up, act);
+  }
   // out[i] = x[rows[i]]. rows [R] i32, x [T, H], out [R, H].
   virtual void gather_rows(const Tensor& x, const Tensor& rows, const Tensor& out) = 0;
 

@@ -68,11 +68,8 @@ Qwen35Model::RowParallelProjection Qwen35Model::out_projection(int64_t i,
 void Qwen35Model::mlp_in(int64_t i, const StepBuffers& s, dist::RowRange c) const {
   const auto rows = [c](const Tensor& t) { return t.rows(c.begin, c.end); };
   const LayerWeights& l = w_.layers[static_cast<size_t>(i)];
-  const Tensor gate = rows(s.mlp_gate), up = rows(s.mlp_up), act = rows(s.mlp_act);
-  const Tensor* ws[] = {&l.gate_proj, &l.up_proj};
-  const Tensor* ys[] = {&gate, &up};
-  be_.linear_multi(rows(s.h), ws, ys);
-  be_.silu_mul(gate, up, act);
+  be_.linear_silu_mul(rows(s.h), l.gate_proj, l.up_proj, rows(s.mlp_gate), rows(s.mlp_up),
+                      rows(s.mlp_act));
 }
 
 void Qwen35Model::forward(const StepBatch& batch, const StepBuffers& s,

@@ -61,6 +61,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   profile_ = prof && std::string(prof) == "1";
   const char* skinny = std::getenv("DS_SKINNY_GEMM");
   skinny_gemm_ = !(skinny && std::string(skinny) == "0");
+  const char* fused = std::getenv("DS_FUSED_SILU_MUL");
+  fused_silu_mul_ = !(fused && std::string(fused) == "0");
   const char* tune = std::getenv("DS_GEMM_TUNE");
   gemm_tuning_ = !(tune && std::string(tune) == "0");
   int count = 0;
@@ -316,6 +318,24 @@ void CudaBackend::linear_add_rms_norm(const Tensor& x, const Tensor& w, const Te
     gemm_->run(bf(x), bf(w), bf(residual), x.dim(0), x.dim(1), w.dim(0), stream_, true);
   }
   rms_norm(residual, norm_w, eps, out);
+}
+
+void CudaBackend::linear_silu_mul(const Tensor& x, const Tensor& w_gate, const Tensor& w_up,
+                                  const Tensor& gate, const Tensor& up, const Tensor& act) {
+  const Tensor* ws[] = {&w_gate, &w_up};
+  const Tensor* ys[] = {&gate, &up};
+  const int64_t T = x.dim(0), K = x.dim(1), I = w_gate.dim(0);
+  if (!fused_silu_mul_ || T > cuda::kSkinnySiluMulMaxRows ||
+      linear_route(x, ws, ys) != LinearRoute::kSkinny || w_up.dim(0) != I || act.dim(0) != T ||
+      act.dim(1) != I ||
+      !cuda::skinny_supported(x.data, w_up.data, act.data, static_cast<int>(T),
+                              static_cast<int>(K)))
+    return Backend::linear_silu_mul(x, w_gate, w_up, gate, up, act);
+  OpTimer timer(*this, "linear");
+  check(cuda::launch_skinny_gemm_silu_mul_bf16(bf(x), bf(w_gate), bf(w_up), bf(act),
+                                               static_cast<int>(T), static_cast<int>(K),
+                                               static_cast<int>(I), skinny_ws_, num_sms_, stream_),
+        "skinny GEMM + SiLU-mul launch");
 }
 
 void CudaBackend::silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) {

@@ -87,6 +87,10 @@ class CudaBackend final : public Backend {
                            const Tensor& norm_w, float eps, const Tensor& out,
                            const Tensor& scratch) override;
   void silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  // On the weight-streaming GEMM's SiLU-mul form where the projections would take that GEMM (up
+  // to kSkinnySiluMulMaxRows tokens): gate and up are not written.
+  void linear_silu_mul(const Tensor& x, const Tensor& w_gate, const Tensor& w_up,
+                       const Tensor& gate, const Tensor& up, const Tensor& act) override;
   void gather_rows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
   void gated_rms_norm(const Tensor& o, const Tensor& z, const Tensor& w, float eps) override;
   void copy_state_rows(std::span<const Tensor> tensors, std::span<const SlotMove> moves) override;
@@ -132,6 +136,8 @@ class CudaBackend final : public Backend {
   void account();
   bool profile_ = false;
   bool skinny_gemm_ = true;  // the weight-streaming GEMM for T <= 64 (DS_SKINNY_GEMM)
+  // linear_silu_mul in the weight-streaming GEMM (DS_FUSED_SILU_MUL=0 for A/B: the unfused ops)
+  bool fused_silu_mul_ = true;
   bool gemm_tuning_ = true;  // set_linear_tuning takes effect (DS_GEMM_TUNE=0: it does not)
   std::vector<Timed> pending_;
   std::vector<std::pair<const char*, std::pair<double, int64_t>>> totals_;

@@ -1,5 +1,6 @@
 #include <cstdint>
 
+#include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
 #include "backend/cuda/kernels/skinny_gemm.cuh"
 #include "backend/cuda/kernels/skinny_partition.h"
@@ -24,13 +25,26 @@ constexpr int kTileRows = kSkinnyTileRows, kTileK = 64, kConsumers = 256,
 constexpr int kPipelineBytes = 160 * 1024;
 
 struct Params {
+  const bf16* x_ptr;                // [T, K]
   CUtensorMap x;                    // [T, K], boxes of kRows rows x 64
   CUtensorMap w[kSkinnyMaxGroups];  // [n, K], boxes of 128 x 64
   bf16* y[kSkinnyMaxGroups];        // [T, n]
   int n[kSkinnyMaxGroups];
   int first_tile[kSkinnyMaxGroups];  // group g's 128-row tiles start here
   int count, T, k_tiles, units, blocks;
+  // SiLU-mul form: w[0] / w[1] the gate / up weights in boxes of 64 rows, a tile's rows 0-63
+  // gate rows and 64-127 the same up rows; y[0] the product, n[0] its width.
+  bool paired;
   SkinnyWorkspace ws;
+};
+constexpr int kPairRows = kTileRows / 2;
+
+// A block's shared scratch besides the pipeline: whether it completes the tile in hand, the
+// addresses of that tile's partials, and (SiLU-mul form) the up half's sums of a whole tile.
+struct BlockShared {
+  int last;
+  const float* parts[skinny::kMaxParts];
+  float xchg[kPairRows][16];
 };
 
 // A pipeline stage: the weight tile, then the activation tile (both SW128, 1024-byte aligned).
@@ -70,6 +84,7 @@ struct TileRef {
   int g, n0;
 };
 __device__ inline TileRef tile_ref(const Params& p, int tile) {
+  if (p.paired) return {0, tile * kPairRows};
   int g = 0;
   while (g + 1 < p.count && tile >= p.first_tile[g + 1]) ++g;
   return {g, (tile - p.first_tile[g]) * kTileRows};
@@ -85,7 +100,10 @@ __device__ void produce(const Params& p, int u0, int u1, unsigned char* stages, 
   const auto load_w = [&](int i) {
     const int u = u0 + i, s = i % kStages;
     const TileRef t = tile_ref(p, u / p.k_tiles);
-    tma::load_2d(stages + s * kStageBytes, &p.w[t.g], (u % p.k_tiles) * kTileK, t.n0, &full[s]);
+    unsigned char* dst = stages + s * kStageBytes;
+    const int k0 = (u % p.k_tiles) * kTileK;
+    tma::load_2d(dst, &p.w[t.g], k0, t.n0, &full[s]);
+    if (p.paired) tma::load_2d(dst + kPairRows * wgmma::kRowBytes, &p.w[1], k0, t.n0, &full[s]);
   };
   const auto load_x = [&](int i) {
     const int u = u0 + i, s = i % kStages;
@@ -119,8 +137,48 @@ struct Frag {
   __device__ int tok(int i, int j) const { return 8 * i + tok0 + (j & 1); }
 };
 
+__device__ inline void consumers_sync() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers) : "memory");
+}
+
+__device__ inline float round_bf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
+
+// silu(gate) * up of the projections' sums, each rounded to bf16 first (as the unfused GEMMs
+// store them before silu_mul).
+__device__ inline float silu_mul_of(float gate, float up) {
+  return silu(round_bf16(gate)) * round_bf16(up);
+}
+
+// The SiLU-mul form's whole tile (kRows = 16): the up half's sums through shared `xchg` to the
+// threads holding the same gate rows.
+__device__ void store_pair_tile(const Params& p, const TileRef& t, const float (&acc)[8],
+                                float (*xchg)[16]) {
+  const Frag f;
+  const bool up = threadIdx.x >= 128;
+  if (up)
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) xchg[f.row(j) - kPairRows][f.tok(i, j)] = acc[4 * i + j];
+  consumers_sync();
+  if (!up)
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int tok = f.tok(i, j), col = t.n0 + f.row(j);
+        if (tok < p.T && col < p.n[0])
+          p.y[0][static_cast<size_t>(tok) * p.n[0] + col] =
+              __float2bfloat16(silu_mul_of(acc[4 * i + j], xchg[f.row(j)][tok]));
+      }
+  consumers_sync();  // xchg free for the next tile
+}
+
 template <int kRows>
-__device__ void store_tile(const Params& p, const TileRef& t, const float (&acc)[kRows / 2]) {
+__device__ void store_tile(const Params& p, const TileRef& t, const float (&acc)[kRows / 2],
+                           float (*xchg)[16]) {
+  if constexpr (kRows == 16)
+    if (p.paired) return store_pair_tile(p, t, acc, xchg);
   const Frag f;
   const int n = p.n[t.g];
   bf16* y = p.y[t.g];
@@ -143,10 +201,6 @@ __device__ void store_partial(const Params& p, int slot, const float (&acc)[kRow
 #pragma unroll
     for (int j = 0; j < 4; ++j)
       if (f.tok(i, j) < p.T) part[f.tok(i, j) * kTileRows + f.row(j)] = acc[4 * i + j];
-}
-
-__device__ inline void consumers_sync() {
-  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers) : "memory");
 }
 
 __device__ inline void store4(bf16* out, int col, int n, const float4& v) {
@@ -173,15 +227,13 @@ __device__ void reduce_tile(const Params& p, int tile, const float** parts) {
     parts[i] = slot_ptr(p, slot_of(p, c0 + i, tile));
   consumers_sync();
   const int n = p.n[t.g];
-  constexpr int kQuads = kTileRows / 4;
   const auto add = [](float4& s, const float4& v) {
     s.x += v.x;
     s.y += v.y;
     s.z += v.z;
     s.w += v.w;
   };
-  for (int item = static_cast<int>(threadIdx.x); item < p.T * kQuads; item += kConsumers) {
-    const int tok = item / kQuads, r = 4 * (item % kQuads), at = tok * kTileRows + r;
+  const auto sum_at = [&](int at) {  // the partials' sum of four rows of a token
     float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     int c = 0;
     for (; c + 4 <= np; c += 4) {
@@ -192,7 +244,18 @@ __device__ void reduce_tile(const Params& p, int tile, const float** parts) {
       for (int j = 0; j < 4; ++j) add(sum, v[j]);
     }
     for (; c < np; ++c) add(sum, __ldcg(reinterpret_cast<const float4*>(parts[c] + at)));
-    store4(p.y[t.g] + static_cast<size_t>(tok) * n + t.n0 + r, t.n0 + r, n, sum);
+    return sum;
+  };
+  const int quads = (p.paired ? kPairRows : kTileRows) / 4;  // of output rows
+  for (int item = static_cast<int>(threadIdx.x); item < p.T * quads; item += kConsumers) {
+    const int tok = item / quads, r = 4 * (item % quads), at = tok * kTileRows + r;
+    float4 v = sum_at(at);
+    if (p.paired) {
+      const float4 up = sum_at(at + kPairRows);
+      v = make_float4(silu_mul_of(v.x, up.x), silu_mul_of(v.y, up.y), silu_mul_of(v.z, up.z),
+                      silu_mul_of(v.w, up.w));
+    }
+    store4(p.y[t.g] + static_cast<size_t>(tok) * n + t.n0 + r, t.n0 + r, n, v);
   }
 }
 
@@ -213,15 +276,15 @@ __device__ inline int add_acq_rel(int* counter, int v) {
 // a partial; the block that completes a tile's k-tiles (a counter per tile) adds its partials.
 template <int kRows>
 __device__ void finish_segment(const Params& p, int c, int tile, int kt0, int kt1,
-                               const float (&acc)[kRows / 2], int* last, const float** parts) {
-  if (kt0 == 0 && kt1 == p.k_tiles) return store_tile<kRows>(p, tile_ref(p, tile), acc);
+                               const float (&acc)[kRows / 2], BlockShared& sh) {
+  if (kt0 == 0 && kt1 == p.k_tiles) return store_tile<kRows>(p, tile_ref(p, tile), acc, sh.xchg);
   store_partial<kRows>(p, slot_of(p, c, tile), acc);
   consumers_sync();  // every consumer's partial stored before the count's release
   if (threadIdx.x == 0)
-    *last = add_acq_rel(&p.ws.counters[tile], kt1 - kt0) + kt1 - kt0 == p.k_tiles;
+    sh.last = add_acq_rel(&p.ws.counters[tile], kt1 - kt0) + kt1 - kt0 == p.k_tiles;
   consumers_sync();  // the count's acquire before any consumer reads the other blocks' partials
-  if (!*last) return;
-  reduce_tile(p, tile, parts);
+  if (!sh.last) return;
+  reduce_tile(p, tile, sh.parts);
   if (threadIdx.x == 0) p.ws.counters[tile] = 0;  // ready for the next launch
 }
 
@@ -229,7 +292,7 @@ __device__ void finish_segment(const Params& p, int c, int tile, int kt0, int kt
 // released once the MMAs reading it have completed.
 template <int kRows>
 __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* stages,
-                        uint64_t* full, uint64_t* empty, int* last, const float** parts) {
+                        uint64_t* full, uint64_t* empty, BlockShared& sh) {
   constexpr int kStageBytes = Pipe<kRows>::kStageBytes, kStages = Pipe<kRows>::kStages;
   const uint32_t base = tma::smem_addr(stages);
   const uint32_t rows = (threadIdx.x / 128) * 64 * wgmma::kRowBytes;  // this warpgroup's 64
@@ -254,7 +317,7 @@ __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* s
       wgmma::wait<0>();
       tma::arrive(&empty[s]);
     }
-    finish_segment<kRows>(p, c, tile, kt0, end - tile * p.k_tiles, acc, last, parts);
+    finish_segment<kRows>(p, c, tile, kt0, end - tile * p.k_tiles, acc, sh);
   }
 }
 
@@ -265,8 +328,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ unsigned char raw[];
   unsigned char* stages = wgmma::atom_aligned<unsigned char>(raw);
   __shared__ uint64_t full[kStages], empty[kStages];
-  __shared__ int last;
-  __shared__ const float* parts[skinny::kMaxParts];
+  __shared__ BlockShared sh;
   const int c = static_cast<int>(blockIdx.x), u0 = first_unit(p, c), u1 = first_unit(p, c + 1);
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -282,7 +344,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
   pdl::wait_for_predecessor();  // before the stores and the workspace
-  consume<kRows>(p, c, u0, u1, stages, full, empty, &last, parts);
+  consume<kRows>(p, c, u0, u1, stages, full, empty, sh);
 }
 
 template <int kRows>
@@ -293,6 +355,22 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
   return pdl::launch_with(true, kernel, p.blocks, kThreads, smem, stream, p);
+}
+
+// The split of p's `tiles` tiles of K between blocks, then the launch for T tokens.
+cudaError_t launch_tiles(Params& p, int tiles, int T, int K, const SkinnyWorkspace& ws,
+                         int sm_count, cudaStream_t stream) {
+  if (tiles > kSkinnyMaxTiles) return cudaErrorInvalidValue;
+  const int rows = T <= 16 ? 16 : T <= 32 ? 32 : 64;
+  p.x = encode_tma_2d_bf16(p.x_ptr, T, K, rows);
+  p.T = T;
+  p.k_tiles = (K + kTileK - 1) / kTileK;
+  p.units = tiles * p.k_tiles;
+  p.blocks = skinny::blocks_for(p.units, p.k_tiles, sm_count);
+  p.ws = ws;
+  return rows == 16   ? launch<16>(p, stream)
+         : rows == 32 ? launch<32>(p, stream)
+                      : launch<64>(p, stream);
 }
 
 }  // namespace
@@ -313,9 +391,8 @@ cudaError_t launch_skinny_gemm_bf16(const bf16* x, const SkinnyGroup* groups, in
                                     int K, const SkinnyWorkspace& ws, int sm_count,
                                     cudaStream_t stream) {
   if (T < 1 || T > kSkinnyMaxRows) return cudaErrorInvalidValue;
-  const int rows = T <= 16 ? 16 : T <= 32 ? 32 : 64;
   Params p{};
-  p.x = encode_tma_2d_bf16(x, T, K, rows);
+  p.x_ptr = x;
   int tiles = 0;
   for (int g = 0; g < count; ++g) {
     p.w[g] = encode_tma_2d_bf16(groups[g].w, groups[g].n, K, kTileRows);
@@ -324,16 +401,24 @@ cudaError_t launch_skinny_gemm_bf16(const bf16* x, const SkinnyGroup* groups, in
     p.first_tile[g] = tiles;
     tiles += (groups[g].n + kTileRows - 1) / kTileRows;
   }
-  if (tiles > kSkinnyMaxTiles) return cudaErrorInvalidValue;
   p.count = count;
-  p.T = T;
-  p.k_tiles = (K + kTileK - 1) / kTileK;
-  p.units = tiles * p.k_tiles;
-  p.blocks = skinny::blocks_for(p.units, p.k_tiles, sm_count);
-  p.ws = ws;
-  return rows == 16   ? launch<16>(p, stream)
-         : rows == 32 ? launch<32>(p, stream)
-                      : launch<64>(p, stream);
+  return launch_tiles(p, tiles, T, K, ws, sm_count, stream);
+}
+
+cudaError_t launch_skinny_gemm_silu_mul_bf16(const bf16* x, const bf16* gate, const bf16* up,
+                                             bf16* act, int T, int K, int I,
+                                             const SkinnyWorkspace& ws, int sm_count,
+                                             cudaStream_t stream) {
+  if (T < 1 || T > kSkinnySiluMulMaxRows) return cudaErrorInvalidValue;
+  Params p{};
+  p.x_ptr = x;
+  p.paired = true;
+  p.w[0] = encode_tma_2d_bf16(gate, I, K, kPairRows);
+  p.w[1] = encode_tma_2d_bf16(up, I, K, kPairRows);
+  p.y[0] = act;
+  p.n[0] = I;
+  p.count = 1;
+  return launch_tiles(p, (I + kPairRows - 1) / kPairRows, T, K, ws, sm_count, stream);
 }
 
 }  // namespace deltaserve::cuda

@@ -71,4 +71,15 @@ cudaError_t launch_skinny_gemm_bf16(const __nv_bfloat16* x, const SkinnyGroup* g
                                     int T, int K, const SkinnyWorkspace& ws, int sm_count,
                                     cudaStream_t stream);
 
+// The MLP's gate and up projections and SiLU-mul in one launch, for up to kSkinnySiluMulMaxRows
+// tokens: act [T, I] = silu(x . gate^T) * (x . up^T), gate and up [I, K]. Each 128-row tile
+// streams 64 rows of gate and the same 64 of up, and the block that completes a tile's sum forms
+// the product: the values the two projections (rounded to bf16) then silu_mul give, without the
+// launch between them. Preconditions as launch_skinny_gemm_bf16's for x, gate / up and act.
+constexpr int kSkinnySiluMulMaxRows = 16;
+cudaError_t launch_skinny_gemm_silu_mul_bf16(const __nv_bfloat16* x, const __nv_bfloat16* gate,
+                                             const __nv_bfloat16* up, __nv_bfloat16* act, int T,
+                                             int K, int I, const SkinnyWorkspace& ws, int sm_count,
+                                             cudaStream_t stream);
+
 }  // namespace deltaserve::cuda
