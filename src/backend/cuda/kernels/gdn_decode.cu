@@ -177,8 +177,8 @@ void launch_gdn_decode(const BatchMeta& b, const GdnDecodeArgs& p, GdnState stat
     return !(v && std::strcmp(v, "0") == 0);
   }();
   if (split_on && gdn_decode_split_pays(p.nk, p.nv, b.num_seqs, num_sms)) {
-    launch_gdn_decode_split(b, p, state, stream);
-    return;
+    if (launch_gdn_decode_split(b, p, state, stream) == cudaSuccess) return;
+    (void)cudaGetLastError();  // a cluster launch refused (no room for a cluster): the other forms
   }
   if (state.bf16)
     launch(b, p, static_cast<__nv_bfloat16*>(state.data), num_sms, stream);

@@ -25,7 +25,6 @@ constexpr int kTileRows = kSkinnyTileRows, kTileK = 64, kConsumers = 256,
 constexpr int kPipelineBytes = 160 * 1024;
 
 struct Params {
-  const bf16* x_ptr;                // [T, K]
   CUtensorMap x;                    // [T, K], boxes of kRows rows x 64
   CUtensorMap w[kSkinnyMaxGroups];  // [n, K], boxes of 128 x 64
   bf16* y[kSkinnyMaxGroups];        // [T, n]
@@ -357,12 +356,12 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
   return pdl::launch_with(true, kernel, p.blocks, kThreads, smem, stream, p);
 }
 
-// The split of p's `tiles` tiles of K between blocks, then the launch for T tokens.
-cudaError_t launch_tiles(Params& p, int tiles, int T, int K, const SkinnyWorkspace& ws,
-                         int sm_count, cudaStream_t stream) {
+// x [T, K] and the split of p's `tiles` tiles of K between blocks, then the launch.
+cudaError_t launch_tiles(Params& p, const bf16* x, int tiles, int T, int K,
+                         const SkinnyWorkspace& ws, int sm_count, cudaStream_t stream) {
   if (tiles > kSkinnyMaxTiles) return cudaErrorInvalidValue;
   const int rows = T <= 16 ? 16 : T <= 32 ? 32 : 64;
-  p.x = encode_tma_2d_bf16(p.x_ptr, T, K, rows);
+  p.x = encode_tma_2d_bf16(x, T, K, rows);
   p.T = T;
   p.k_tiles = (K + kTileK - 1) / kTileK;
   p.units = tiles * p.k_tiles;
@@ -392,7 +391,6 @@ cudaError_t launch_skinny_gemm_bf16(const bf16* x, const SkinnyGroup* groups, in
                                     cudaStream_t stream) {
   if (T < 1 || T > kSkinnyMaxRows) return cudaErrorInvalidValue;
   Params p{};
-  p.x_ptr = x;
   int tiles = 0;
   for (int g = 0; g < count; ++g) {
     p.w[g] = encode_tma_2d_bf16(groups[g].w, groups[g].n, K, kTileRows);
@@ -402,7 +400,7 @@ cudaError_t launch_skinny_gemm_bf16(const bf16* x, const SkinnyGroup* groups, in
     tiles += (groups[g].n + kTileRows - 1) / kTileRows;
   }
   p.count = count;
-  return launch_tiles(p, tiles, T, K, ws, sm_count, stream);
+  return launch_tiles(p, x, tiles, T, K, ws, sm_count, stream);
 }
 
 cudaError_t launch_skinny_gemm_silu_mul_bf16(const bf16* x, const bf16* gate, const bf16* up,
@@ -411,14 +409,13 @@ cudaError_t launch_skinny_gemm_silu_mul_bf16(const bf16* x, const bf16* gate, co
                                              cudaStream_t stream) {
   if (T < 1 || T > kSkinnySiluMulMaxRows) return cudaErrorInvalidValue;
   Params p{};
-  p.x_ptr = x;
   p.paired = true;
   p.w[0] = encode_tma_2d_bf16(gate, I, K, kPairRows);
   p.w[1] = encode_tma_2d_bf16(up, I, K, kPairRows);
   p.y[0] = act;
   p.n[0] = I;
   p.count = 1;
-  return launch_tiles(p, (I + kPairRows - 1) / kPairRows, T, K, ws, sm_count, stream);
+  return launch_tiles(p, x, (I + kPairRows - 1) / kPairRows, T, K, ws, sm_count, stream);
 }
 
 }  // namespace deltaserve::cuda

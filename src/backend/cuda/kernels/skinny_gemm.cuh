@@ -6,7 +6,8 @@
 // SM splits the (tile, 64-column k-tile) units evenly (stream-K), so narrow projections still fill
 // the GPU and no block waits on a wave tail; a tile split between blocks is summed from f32
 // partials, in a fixed order, by the block that completes it. Launched as a programmatic dependent:
-// its first weight tiles stream while the previous kernel drains.
+// its first weight tiles stream while the previous kernel drains. A second form takes the MLP's
+// gate and up projections and stores silu(gate) * up (launch_skinny_gemm_silu_mul_bf16).
 #pragma once
 
 #include <cuda_bf16.h>
