@@ -283,23 +283,12 @@ void CudaBackend::linear_multi(const Tensor& x, std::span<const Tensor* const> w
   const int t = static_cast<int>(T), k = static_cast<int>(K), count = static_cast<int>(ws.size());
   OpTimer timer(*this, "linear");
   if (route == LinearRoute::kSkinny) {
-    // EXPERIMENT (DS_SPLIT_NARROW=1): past 16 tokens the group's wide projections on cuBLASLt,
-    // only its narrow ones on the weight-streaming GEMM.
-    static const bool split_narrow = [] {
-      const char* v = std::getenv("DS_SPLIT_NARROW");
-      return v && std::string(v) == "1";
-    }();
     cuda::SkinnyGroup g[cuda::kSkinnyMaxGroups];
-    int n = 0;
-    for (int i = 0; i < count; ++i) {
-      const int64_t rows = ws[i]->dim(0);
-      if (split_narrow && T > 16 && rows >= cuda::kSkinnyMinTiles * cuda::kSkinnyTileRows)
-        gemm_->run(bf(x), bf(*ws[i]), bf(*ys[i]), T, K, rows, stream_);
-      else
-        g[n++] = {bf(*ws[i]), bf(*ys[i]), static_cast<int>(rows)};
-    }
-    return check(cuda::launch_skinny_gemm_bf16(bf(x), g, n, t, k, skinny_ws_, num_sms_, stream_),
-                 "skinny GEMM launch");
+    for (int i = 0; i < count; ++i)
+      g[i] = {bf(*ws[i]), bf(*ys[i]), static_cast<int>(ws[i]->dim(0))};
+    return check(
+        cuda::launch_skinny_gemm_bf16(bf(x), g, count, t, k, skinny_ws_, num_sms_, stream_),
+        "skinny GEMM launch");
   }
   if (route == LinearRoute::kGemv) {
     cuda::GemvGroups g{};
