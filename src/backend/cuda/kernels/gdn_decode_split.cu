@@ -10,6 +10,9 @@
 // squares the head's four blocks exchange through distributed shared memory. q and k's conv state
 // is shared by the key head's blocks: only rank 0 writes it, after the cluster barrier that
 // follows every block's reads.
+#include <cstdlib>
+#include <string>
+
 #include "backend/cuda/kernels/gdn_decode_split.cuh"
 #include "backend/cuda/kernels/gdn_decode_step.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
@@ -38,7 +41,7 @@ __device__ inline int channel_of(int i, int kh, int h, int c, int key_dim) {
 // holds state rows w, w + kWarps, ... of column kCols c + l.
 template <class StateT>
 __global__ void __launch_bounds__(kThreads)
-    gdn_decode_split_kernel(BatchMeta b, GdnDecodeArgs p, StateT* __restrict__ state) {
+    gdn_decode_split_kernel(BatchMeta b, GdnDecodeArgs p, StateT* __restrict__ state, bool push) {
   pdl::allow_successor();  // a programmatic dependent may start streaming its weights
   const int rank = static_cast<int>(blockIdx.x), kh = static_cast<int>(blockIdx.y);
   const int seq = static_cast<int>(blockIdx.z), j = rank / kSlices, c = rank % kSlices;
@@ -55,7 +58,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float ys[kChannels];  // conv outputs: q | k | v quarter
   __shared__ float red_m[kWarps][kCols], red_o[kWarps][kCols];
   __shared__ float norms[3];
-  __shared__ float head_ss;  // this block's sum of squares of its outputs (read by its head's)
+  __shared__ float head_ss[kSlices];  // the head's blocks' sums of squares of their outputs
   const int key_dim = p.nk * kDk, C = 2 * key_dim + p.nv * kDv;
   const bool fresh = b.seq_start[seq] == 0;
   const size_t slot = static_cast<size_t>(b.seq_slot[seq]);
@@ -107,13 +110,17 @@ __global__ void __launch_bounds__(kThreads)
   const float ov = round_bf16(fmaf(alpha, o, delta * qk));  // as the unfused rule stores it
   if (warp == 0) {
     const float ss = warp_sum(ov * ov);
-    if (lane == 0) head_ss = ss;
+    if (push && lane < kSlices)  // into slot c of each of the head's blocks
+      tma::store_f32_to_cta(&head_ss[c], ss, j * kSlices + lane);
+    else if (!push && lane == 0)
+      head_ss[0] = ss;
   }
   tma::cluster_sync();  // every block's sum stored and its conv-state reads done
   if (warp == 0) {      // the gated RMSNorm over the head's four quarters
     float ss = 0.0f;
 #pragma unroll
-    for (int q = 0; q < kSlices; ++q) ss += tma::load_f32_from_cta(&head_ss, j * kSlices + q);
+    for (int q = 0; q < kSlices; ++q)
+      ss += push ? head_ss[q] : tma::load_f32_from_cta(&head_ss[0], j * kSlices + q);
     const float inv = rsqrtf(ss / static_cast<float>(kDv) + p.eps);
     p.out[at] = __float2bfloat16(ov * inv * nw * silu(zv));
   }
@@ -123,15 +130,21 @@ __global__ void __launch_bounds__(kThreads)
     if (i < kChannels && (i >= 2 * kDk || rank == 0))
       write_conv_state(p, slot, C, channel_of(i, kh, h, c, key_dim), win[s]);
   }
-  tma::cluster_sync();  // no block leaves while another reads its head_ss
+  if (!push) tma::cluster_sync();  // no block leaves while another reads its head_ss
 }
 
 template <class StateT>
 cudaError_t launch(const BatchMeta& b, const GdnDecodeArgs& p, StateT* state, cudaStream_t stream) {
   const int cluster = (p.nv / p.nk) * kSlices;
+  // EXPERIMENT: DS_GDN_SPLIT_PUSH=0 has each block read the others' sums (and wait for them all
+  // before leaving) instead of pushing its own into theirs.
+  static const bool push = [] {
+    const char* v = std::getenv("DS_GDN_SPLIT_PUSH");
+    return !(v && std::string(v) == "0");
+  }();
   return pdl::launch_clustered(pdl::dependent_launch_enabled(), dim3(cluster, 1, 1),
                                gdn_decode_split_kernel<StateT>, dim3(cluster, p.nk, b.num_seqs),
-                               kThreads, 0, stream, b, p, state);
+                               kThreads, 0, stream, b, p, state, push);
 }
 
 }  // namespace

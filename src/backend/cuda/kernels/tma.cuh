@@ -89,6 +89,15 @@ __device__ inline float load_f32_from_cta(const float* p, uint32_t rank) {
   return v;
 }
 
+// Stores v at `p`'s offset in the shared memory of the cluster's CTA of rank `rank`.
+__device__ inline void store_f32_to_cta(float* p, float v, uint32_t rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "st.shared::cluster.f32 [remote], %2;\n}\n" ::"r"(smem_addr(p)),
+      "r"(rank), "f"(v)
+      : "memory");
+}
+
 // This CTA's rank in its cluster.
 __device__ inline uint32_t cluster_rank() {
   uint32_t r;
