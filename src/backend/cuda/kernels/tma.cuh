@@ -77,18 +77,6 @@ __device__ inline void arrive_in_cta(uint64_t* bar, uint32_t rank) {
       : "memory");
 }
 
-// The f32 at `p`'s offset in the shared memory of the cluster's CTA of rank `rank`.
-__device__ inline float load_f32_from_cta(const float* p, uint32_t rank) {
-  float v;
-  asm volatile(
-      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %1, %2;\n"
-      "ld.shared::cluster.f32 %0, [remote];\n}\n"
-      : "=f"(v)
-      : "r"(smem_addr(p)), "r"(rank)
-      : "memory");
-  return v;
-}
-
 // Stores v at `p`'s offset in the shared memory of the cluster's CTA of rank `rank`.
 __device__ inline void store_f32_to_cta(float* p, float v, uint32_t rank) {
   asm volatile(
