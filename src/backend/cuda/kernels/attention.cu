@@ -1,5 +1,4 @@
 #include <algorithm>
-#include <cstdlib>
 
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/attention_prefill.cuh"
@@ -132,7 +131,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     attn_split_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ q,
                       const __nv_bfloat16* __restrict__ gate, const __nv_bfloat16* __restrict__ kc,
                       const __nv_bfloat16* __restrict__ vc, AttnShape s, int splits, int min_len,
-                      int min_chunk, float* __restrict__ ws, __nv_bfloat16* __restrict__ out) {
+                      float* __restrict__ ws, __nv_bfloat16* __restrict__ out) {
   using L = DecodeTiles<kHd>;
   pdl::allow_successor();  // a programmatic dependent may start streaming its weights
   pdl::wait_for_predecessor();
@@ -143,7 +142,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4;
   const int seq = b.token_seq[t], n = b.token_pos[t] + 1;
   if (b.seq_len[seq] >= min_len) return;  // the tensor-core prefill kernel's
-  const int chunk = max(min_chunk, (n + splits * kTile - 1) / (splits * kTile) * kTile);
+  const int chunk = (n + splits * kTile - 1) / (splits * kTile) * kTile;
   const int p0 = min(n, split * chunk), p1 = min(n, p0 + chunk);
   const int* pages = b.pages + b.seq_page_off[seq];
   __nv_bfloat16* mine = tiles + warp * L::kWarpElems;
@@ -258,16 +257,9 @@ void launch_split(const BatchMeta& b, int rows, const __nv_bfloat16* q, const __
                   const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache, const AttnShape& s,
                   int splits, int min_len, float* ws, __nv_bfloat16* out, cudaStream_t stream) {
   constexpr size_t smem = DecodeTiles<kHd>::kBytes;
-  // EXPERIMENT: DS_ATTN_MIN_SPLIT_KEYS=N gives every split at least N keys (short contexts then
-  // leave the last splits empty: the combine skips them).
-  static const int min_chunk = [] {
-    const char* v = std::getenv("DS_ATTN_MIN_SPLIT_KEYS");
-    return v ? std::max(0, std::atoi(v)) / kTile * kTile : 0;
-  }();
   cudaFuncSetAttribute(attn_split_kernel<kHd>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   pdl::launch_dependent(attn_split_kernel<kHd>, dim3(rows, s.nkv, splits), 32 * kWarps, smem,
-                        stream, b, q, gate, k_cache, v_cache, s, splits, min_len, min_chunk, ws,
-                        out);
+                        stream, b, q, gate, k_cache, v_cache, s, splits, min_len, ws, out);
 }
 
 }  // namespace
