@@ -265,6 +265,15 @@ StepBatch long_batch(int ps) {
   return make_batch(ps, {{1, 1000, 0, range(81, 63, -1)}, {1, 300, 1, range(0, 19)}});
 }
 
+// Four decode tokens (positions 1000, 300, 130 and 5): from four rows on each split takes at
+// least 128 keys, so the short rows leave splits empty.
+StepBatch four_rows_batch(int ps) {
+  return make_batch(ps, {{1, 1000, 0, range(81, 63, -1)},
+                         {1, 300, 1, range(0, 19)},
+                         {1, 130, 2, range(82, 9)},
+                         {1, 5, 3, {91}}});
+}
+
 // Longer prefills across several 128-query tiles (a partial last one): 600 fresh tokens, and 200
 // continuing 500 cached (not on a tile boundary), with interleaved pages, next to a decode row.
 StepBatch long_prefill_batch(int ps) {
@@ -289,19 +298,25 @@ void PagedAttention::run_cases(int ps) {
   SCOPED_TRACE("page size " + std::to_string(ps));
   // kind 0: mixed short prefill / decode, 1: long-context decode (split-KV), 2: long prefills
   // (the tensor-core kernel for hd 64 / 128 / 256, after cached positions), 3: longer prefills,
-  // 4: decode rows before a prefill.
+  // 4: decode rows before a prefill, 5: four decode rows (splits of at least 128 keys).
   for (auto [nh, nkv, hd, rd, kind] :
        {std::tuple{4, 2, 256, 64, 0}, std::tuple{4, 2, 32, 16, 0}, std::tuple{16, 4, 256, 64, 0},
         std::tuple{6, 2, 64, 32, 0}, std::tuple{16, 4, 256, 64, 1}, std::tuple{8, 8, 128, 32, 1},
         std::tuple{16, 4, 256, 64, 2}, std::tuple{8, 2, 128, 32, 2}, std::tuple{4, 4, 64, 64, 2},
         std::tuple{8, 2, 256, 64, 3}, std::tuple{4, 2, 128, 32, 3}, std::tuple{16, 4, 256, 64, 4},
-        std::tuple{6, 2, 64, 32, 4}}) {
+        std::tuple{6, 2, 64, 32, 4}, std::tuple{16, 4, 256, 64, 5}, std::tuple{8, 8, 128, 32, 5}}) {
     const StepBatch batch = kind == 1   ? long_batch(ps)
                             : kind == 2 ? prefill_batch(ps)
                             : kind == 3 ? long_prefill_batch(ps)
                             : kind == 4 ? decode_first_batch(ps)
+                            : kind == 5 ? four_rows_batch(ps)
                                         : test_batch(ps);
-    const int pages = kind == 1 ? 82 : kind == 2 ? 21 : kind == 3 ? 93 : kind == 4 ? 15 : 12;
+    const int pages = kind == 1   ? 82
+                      : kind == 2 ? 21
+                      : kind == 3 ? 93
+                      : kind == 4 ? 15
+                      : kind == 5 ? 92
+                                  : 12;
     const int T = batch.num_tokens();
     AttnDims d{nh, nkv, hd, rd, 1e6, 1e-6f};
     auto qg = rnd(static_cast<size_t>(T) * nh * 2 * hd, 20),
