@@ -9,9 +9,10 @@ G=/tmp/gpu_logs
 mkdir -p "$G"
 pack() { tar -C "$G" -czf "${OUT:-.}/logs.tgz" . 2>/dev/null; }
 trap 'pack; exit 143' TERM INT
-# stages [ENV=V ...] STAGE...: gpu_run.sh with logs in $G (a sub-folder SUB when SUB=name is given).
+# stages [ENV=V ...] STAGE...: gpu_run.sh with logs in $G (a sub-folder SUB when SUB=name is given,
+# as an argument or in the environment).
 stages() {
-  local sub=""
+  local sub=${SUB:-}
   local envs=()
   while [[ $# -gt 0 && $1 == *=* ]]; do
     [[ $1 == SUB=* ]] && sub=${1#SUB=} || envs+=("$1")
