@@ -64,7 +64,7 @@ CublasLtLinear::~CublasLtLinear() {
 
 // Row-major y [T, out] is column-major y^T [out, T] = W . x^T: A = the stored w (column-major
 // [in, out]) transposed, B = the stored x (column-major [in, T]).
-const CublasLtLinear::Plan& CublasLtLinear::plan(int64_t T, int64_t in, int64_t out) {
+CublasLtLinear::Plan& CublasLtLinear::plan(int64_t T, int64_t in, int64_t out) {
   const auto key = std::make_tuple(T, in, out);
   if (const auto it = plans_.find(key); it != plans_.end()) return it->second;
   Plan p;
@@ -113,8 +113,7 @@ std::vector<cublasLtMatmulAlgo_t> CublasLtLinear::heuristics(const Plan& p, int 
 CublasLtLinear::Tuning CublasLtLinear::tune(const __nv_bfloat16* x, const __nv_bfloat16* w,
                                             __nv_bfloat16* y, int64_t T, int64_t in, int64_t out,
                                             cudaStream_t stream, int candidates, bool accumulate) {
-  plan(T, in, out);
-  Plan& p = plans_.at(std::make_tuple(T, in, out));
+  Plan& p = plan(T, in, out);
   const std::vector<cublasLtMatmulAlgo_t> algos = heuristics(p, candidates);
   const EventPair ev;
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;

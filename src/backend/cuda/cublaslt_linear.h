@@ -50,7 +50,7 @@ class CublasLtLinear {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  const Plan& plan(int64_t T, int64_t in, int64_t out);
+  Plan& plan(int64_t T, int64_t in, int64_t out);  // made and cached on first use
   std::vector<cublasLtMatmulAlgo_t> heuristics(const Plan& p, int count);
 
   cublasLtHandle_t handle_ = nullptr;

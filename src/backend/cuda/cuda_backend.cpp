@@ -325,9 +325,11 @@ void CudaBackend::linear_silu_mul(const Tensor& x, const Tensor& w_gate, const T
   const Tensor* ws[] = {&w_gate, &w_up};
   const Tensor* ys[] = {&gate, &up};
   const int64_t T = x.dim(0), K = x.dim(1), I = w_gate.dim(0);
+  DS_CHECK(w_up.dim(0) == I && act.dim(0) == T && act.dim(1) == I && act.numel() == gate.numel(),
+           "linear_silu_mul: gate / up weights [I, H], act [T, I]");
+  // linear_route checks x, the weights, gate and up; the fused form writes act instead.
   if (!fused_silu_mul_ || T > cuda::kSkinnySiluMulMaxRows ||
-      linear_route(x, ws, ys) != LinearRoute::kSkinny || w_up.dim(0) != I || act.dim(0) != T ||
-      act.dim(1) != I ||
+      linear_route(x, ws, ys) != LinearRoute::kSkinny ||
       !cuda::skinny_supported(x.data, w_up.data, act.data, static_cast<int>(T),
                               static_cast<int>(K)))
     return Backend::linear_silu_mul(x, w_gate, w_up, gate, up, act);

@@ -43,7 +43,7 @@ constexpr int kPairRows = kTileRows / 2;
 struct BlockShared {
   int last;
   const float* parts[skinny::kMaxParts];
-  float xchg[kPairRows][16];
+  float xchg[kPairRows][kSkinnySiluMulMaxRows];
 };
 
 // A pipeline stage: the weight tile, then the activation tile (both SW128, 1024-byte aligned).
@@ -148,21 +148,22 @@ __device__ inline float silu_mul_of(float gate, float up) {
   return silu(round_bf16(gate)) * round_bf16(up);
 }
 
-// The SiLU-mul form's whole tile (kRows = 16): the up half's sums through shared `xchg` to the
-// threads holding the same gate rows.
-__device__ void store_pair_tile(const Params& p, const TileRef& t, const float (&acc)[8],
-                                float (*xchg)[16]) {
+// The SiLU-mul form's whole tile (kRows = kPairTokens): the up half's sums through shared `xchg`
+// to the threads holding the same gate rows (warpgroup 1 holds rows kPairRows.., the up rows).
+constexpr int kPairTokens = kSkinnySiluMulMaxRows;
+__device__ void store_pair_tile(const Params& p, const TileRef& t,
+                                const float (&acc)[kPairTokens / 2], float (*xchg)[kPairTokens]) {
   const Frag f;
-  const bool up = threadIdx.x >= 128;
+  const bool up = threadIdx.x >= kConsumers / 2;
   if (up)
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < kPairTokens / 8; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) xchg[f.row(j) - kPairRows][f.tok(i, j)] = acc[4 * i + j];
   consumers_sync();
   if (!up)
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < kPairTokens / 8; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int tok = f.tok(i, j), col = t.n0 + f.row(j);
@@ -175,8 +176,8 @@ __device__ void store_pair_tile(const Params& p, const TileRef& t, const float (
 
 template <int kRows>
 __device__ void store_tile(const Params& p, const TileRef& t, const float (&acc)[kRows / 2],
-                           float (*xchg)[16]) {
-  if constexpr (kRows == 16)
+                           float (*xchg)[kPairTokens]) {
+  if constexpr (kRows == kPairTokens)
     if (p.paired) return store_pair_tile(p, t, acc, xchg);
   const Frag f;
   const int n = p.n[t.g];
