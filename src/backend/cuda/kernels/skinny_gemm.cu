@@ -1,6 +1,4 @@
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
@@ -24,8 +22,7 @@ constexpr int kTileRows = kSkinnyTileRows, kTileK = 64, kConsumers = 256,
 // Shared memory for the pipeline: more than half an SM's, so that a block never shares an SM with
 // another of the grid (one block an SM: the even split's premise), also when it starts early beside
 // the previous kernel's blocks.
-// DS_SKINNY_PIPE_KB=200 (experiment): a deeper pipeline of 200 KB.
-constexpr int kPipelineBytes = 160 * 1024, kDeepPipelineBytes = 200 * 1024;
+constexpr int kPipelineBytes = 160 * 1024;
 
 struct Params {
   CUtensorMap x;                    // [T, K], boxes of kRows rows x 64
@@ -51,10 +48,10 @@ struct BlockShared {
 
 // A pipeline stage: the weight tile, then the activation tile (both SW128, 1024-byte aligned).
 constexpr int kWBytes = kTileRows * wgmma::kRowBytes;
-template <int kRows, int kBytes = kPipelineBytes>
+template <int kRows>
 struct Pipe {
   static constexpr int kStageBytes = kWBytes + kRows * wgmma::kRowBytes;
-  static constexpr int kStages = kBytes / kStageBytes;
+  static constexpr int kStages = kPipelineBytes / kStageBytes;
   static constexpr int kSmemBytes = kStages * kStageBytes + wgmma::kAtomBytes;
 };
 
@@ -94,11 +91,10 @@ __device__ inline TileRef tile_ref(const Params& p, int tile) {
 
 // One thread issues every copy: the first stages' weight tiles before waiting for the previous
 // kernel (weights are never written by one), then activations and the rest as stages free up.
-template <int kRows, int kBytes>
+template <int kRows>
 __device__ void produce(const Params& p, int u0, int u1, unsigned char* stages, uint64_t* full,
                         uint64_t* empty) {
-  constexpr int kStageBytes = Pipe<kRows, kBytes>::kStageBytes,
-                kStages = Pipe<kRows, kBytes>::kStages;
+  constexpr int kStageBytes = Pipe<kRows>::kStageBytes, kStages = Pipe<kRows>::kStages;
   tma::prefetch_map(&p.x);
   const auto load_w = [&](int i) {
     const int u = u0 + i, s = i % kStages;
@@ -294,11 +290,10 @@ __device__ void finish_segment(const Params& p, int c, int tile, int kt0, int kt
 
 // The consumer warpgroups over the block's units, tile segment by tile segment; each stage is
 // released once the MMAs reading it have completed.
-template <int kRows, int kBytes>
+template <int kRows>
 __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* stages,
                         uint64_t* full, uint64_t* empty, BlockShared& sh) {
-  constexpr int kStageBytes = Pipe<kRows, kBytes>::kStageBytes,
-                kStages = Pipe<kRows, kBytes>::kStages;
+  constexpr int kStageBytes = Pipe<kRows>::kStageBytes, kStages = Pipe<kRows>::kStages;
   const uint32_t base = tma::smem_addr(stages);
   const uint32_t rows = (threadIdx.x / 128) * 64 * wgmma::kRowBytes;  // this warpgroup's 64
   constexpr uint32_t kStep = 32 >> 4;  // 16 bf16 along K, in the descriptor's 16-byte units
@@ -326,10 +321,10 @@ __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* s
   }
 }
 
-template <int kRows, int kBytes>
+template <int kRows>
 __global__ void __launch_bounds__(kThreads, 1)
     skinny_gemm_kernel(const __grid_constant__ Params p) {
-  constexpr int kStages = Pipe<kRows, kBytes>::kStages;
+  constexpr int kStages = Pipe<kRows>::kStages;
   extern __shared__ unsigned char raw[];
   unsigned char* stages = wgmma::atom_aligned<unsigned char>(raw);
   __shared__ uint64_t full[kStages], empty[kStages];
@@ -345,31 +340,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   pdl::allow_successor();  // the next kernel's blocks may start streaming their weights
   if (threadIdx.x >= kConsumers) {
-    if (threadIdx.x == kConsumers) produce<kRows, kBytes>(p, u0, u1, stages, full, empty);
+    if (threadIdx.x == kConsumers) produce<kRows>(p, u0, u1, stages, full, empty);
     return;
   }
   pdl::wait_for_predecessor();  // before the stores and the workspace
-  consume<kRows, kBytes>(p, c, u0, u1, stages, full, empty, sh);
-}
-
-template <int kRows, int kBytes>
-cudaError_t launch_pipe(const Params& p, cudaStream_t stream) {
-  const auto kernel = skinny_gemm_kernel<kRows, kBytes>;
-  constexpr int smem = Pipe<kRows, kBytes>::kSmemBytes;
-  const cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (e != cudaSuccess) return e;
-  return pdl::launch_with(true, kernel, p.blocks, kThreads, smem, stream, p);
+  consume<kRows>(p, c, u0, u1, stages, full, empty, sh);
 }
 
 template <int kRows>
 cudaError_t launch(const Params& p, cudaStream_t stream) {
-  static const bool deep = [] {
-    const char* v = std::getenv("DS_SKINNY_PIPE_KB");
-    return v && std::strcmp(v, "200") == 0;
-  }();
-  return deep ? launch_pipe<kRows, kDeepPipelineBytes>(p, stream)
-              : launch_pipe<kRows, kPipelineBytes>(p, stream);
+  const auto kernel = skinny_gemm_kernel<kRows>;
+  constexpr int smem = Pipe<kRows>::kSmemBytes;
+  const cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess) return e;
+  return pdl::launch_with(true, kernel, p.blocks, kThreads, smem, stream, p);
 }
 
 // x [T, K] and the split of p's `tiles` tiles of K between blocks, then the launch.
