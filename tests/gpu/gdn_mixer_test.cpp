@@ -3,7 +3,8 @@
 // per key head and both state dtypes:
 // - decode (one token per sequence, one of them fresh): the fused decode kernel, in its three forms
 //   (a cluster of column-quarter blocks a key head for one sequence at up to two value heads a key
-//   head, else two value heads a block; one for many);
+//   head; two value heads a block while the (sequence, key head) items fit the SMs; past that, a
+//   persistent block an SM streaming its items' states);
 // - prefill (sequences fresh and continued, shorter and longer than a chunk, a decode row among
 //   them): the conv inside the chunked delta rule's prep, the conv state read for the rows before a
 //   continued sequence's first step token;
@@ -51,32 +52,33 @@ class GdnMixer : public CudaOps {
  protected:
   // The fused gdn_mixer on `batch` against the unfused ops on `parts` (steps of consecutive row
   // ranges of the batch, in order; the batch itself by default).
-  void check_fused_against_ops(const StepBatch& batch, const std::vector<StepBatch>& parts = {}) {
+  void check_fused_against_ops(const StepBatch& batch, const std::vector<StepBatch>& parts = {},
+                               int32_t slots = kSlots) {
     const int K = 4, dk = 128, dv = 128, T = batch.num_tokens();
     for (auto [nk, nv] : {std::pair{16, 32}, std::pair{2, 6}, std::pair{4, 4}, std::pair{1, 4}})
       for (DType sdt : {DType::kF32, DType::kBF16}) {
         const int C = 2 * nk * dk + nv * dv;
         const GdnDims d{nk, nv, dk, dv, K};
         const auto u = rnd(static_cast<size_t>(T) * C, 40), w = rnd(static_cast<size_t>(C) * K, 41),
-                   cs = rnd(static_cast<size_t>(kSlots) * C * (K - 1), 42),
+                   cs = rnd(static_cast<size_t>(slots) * C * (K - 1), 42),
                    a = rnd(static_cast<size_t>(T) * nv, 43),
                    bb = rnd(static_cast<size_t>(T) * nv, 44), alog = rnd(nv, 45, 0.5f),
                    dtb = rnd(nv, 46, 0.5f), z = rnd(static_cast<size_t>(T) * nv * dv, 47),
-                   nw = rnd(dv, 48), st = rnd(static_cast<size_t>(kSlots) * nv * dk * dv, 49, 0.1f);
+                   nw = rnd(dv, 48), st = rnd(static_cast<size_t>(slots) * nv * dk * dv, 49, 0.1f);
         struct Run {
           Buffer u, w, cs, a, b, alog, dtb, z, nw, st, y, o;
         };
         const auto make = [&] {
           return Run{dev(u, DType::kBF16, {T, C}),
                      dev(w, DType::kBF16, {C, K}),
-                     dev(cs, DType::kBF16, {kSlots, C, K - 1}),
+                     dev(cs, DType::kBF16, {slots, C, K - 1}),
                      dev(a, DType::kBF16, {T, nv}),
                      dev(bb, DType::kBF16, {T, nv}),
                      dev(alog, DType::kF32, {nv}),
                      dev(dtb, DType::kF32, {nv}),
                      dev(z, DType::kBF16, {T, nv * dv}),
                      dev(nw, DType::kF32, {dv}),
-                     dev(st, sdt, {kSlots, nv, dk, dv}),
+                     dev(st, sdt, {slots, nv, dk, dv}),
                      gpu_->alloc(DType::kBF16, {T, C}),
                      gpu_->alloc(DType::kBF16, {T, nv, dv})};
         };
@@ -135,12 +137,22 @@ TEST_F(GdnMixer, FusedDecodeOfOneSequenceMatchesUnfusedOps) {
   check_fused_against_ops(make_batch(kPage, {{1, 30, 2, {3, 4}}}));
 }
 
-// Ten sequences x 16 key heads: a grid past an H200's 132 SMs, where the decode kernel runs a value
-// head a block.
+// Ten sequences x 16 key heads: 160 (sequence, key head) items, past an H200's 132 SMs: the stream
+// form, most blocks taking one item.
 TEST_F(GdnMixer, FusedDecodeOfManySequencesMatchesUnfusedOps) {
   std::vector<SeqSpec> rows;
   for (int32_t i = 0; i < kSlots; ++i) rows.push_back({1, i, i, {i}});  // the first one fresh
   check_fused_against_ops(make_batch(kPage, rows));
+}
+
+// 72 sequences (every sixteenth fresh): past 132 (sequence, key head) items at nk = 16, 4 and 2,
+// the stream form, whose blocks then take up to 9 items each (18 value heads through 3 f32 / 6
+// bf16 stages: each stage refilled several times).
+TEST_F(GdnMixer, FusedDecodeOfManyItemsPerBlockMatchesUnfusedOps) {
+  constexpr int32_t kSeqs = 72;
+  std::vector<SeqSpec> rows;
+  for (int32_t i = 0; i < kSeqs; ++i) rows.push_back({1, i % 16, i, {i}});
+  check_fused_against_ops(make_batch(kPage, rows), {}, kSeqs);
 }
 
 TEST_F(GdnMixer, FusedPrefillMatchesUnfusedOps) { check_fused_against_ops(prefill_step()); }
