@@ -3,8 +3,7 @@
 // per key head and both state dtypes:
 // - decode (one token per sequence, one of them fresh): the fused decode kernel, in its three forms
 //   (a cluster of column-quarter blocks a key head for one sequence at up to two value heads a key
-//   head; two value heads a block while the (sequence, key head) items fit the SMs; past that, a
-//   persistent block an SM streaming its items' states);
+//   head, else two value heads a block; one for many);
 // - prefill (sequences fresh and continued, shorter and longer than a chunk, a decode row among
 //   them): the conv inside the chunked delta rule's prep, the conv state read for the rows before a
 //   continued sequence's first step token;
@@ -137,18 +136,17 @@ TEST_F(GdnMixer, FusedDecodeOfOneSequenceMatchesUnfusedOps) {
   check_fused_against_ops(make_batch(kPage, {{1, 30, 2, {3, 4}}}));
 }
 
-// Ten sequences x 16 key heads: 160 (sequence, key head) items, past an H200's 132 SMs: the stream
-// form, most blocks taking one item.
+// Ten sequences x 16 key heads: a grid past an H200's 132 SMs, where the decode kernel runs a value
+// head a block.
 TEST_F(GdnMixer, FusedDecodeOfManySequencesMatchesUnfusedOps) {
   std::vector<SeqSpec> rows;
   for (int32_t i = 0; i < kSlots; ++i) rows.push_back({1, i, i, {i}});  // the first one fresh
   check_fused_against_ops(make_batch(kPage, rows));
 }
 
-// 72 sequences (every sixteenth fresh): past 132 (sequence, key head) items at nk = 16, 4 and 2,
-// the stream form, whose blocks then take up to 9 items each (18 value heads through 3 f32 / 6
-// bf16 stages: each stage refilled several times).
-TEST_F(GdnMixer, FusedDecodeOfManyItemsPerBlockMatchesUnfusedOps) {
+// 72 sequences (every sixteenth fresh): grids of several waves at nk = 16 (1,152 blocks of a value
+// head), 4 and 2.
+TEST_F(GdnMixer, FusedDecodeOfManySequencesInWavesMatchesUnfusedOps) {
   constexpr int32_t kSeqs = 72;
   std::vector<SeqSpec> rows;
   for (int32_t i = 0; i < kSeqs; ++i) rows.push_back({1, i % 16, i, {i}});

@@ -7,7 +7,6 @@
 #include "backend/cuda/kernels/gdn_decode.cuh"
 #include "backend/cuda/kernels/gdn_decode_head.cuh"
 #include "backend/cuda/kernels/gdn_decode_split.cuh"
-#include "backend/cuda/kernels/gdn_decode_stream.cuh"
 #include "backend/cuda/kernels/gdn_state.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
 
@@ -99,17 +98,10 @@ bool gdn_decode_supported(int nk, int nv, int dk, int dv, int K) {
 void launch_gdn_decode(const BatchMeta& b, const GdnDecodeArgs& p, GdnState state, int num_sms,
                        cudaStream_t stream) {
   if (b.num_seqs == 0) return;
-  static const bool split_on = !switched_off("DS_GDN_DECODE_SPLIT"),
-                    stream_on = !switched_off("DS_GDN_DECODE_STREAM");
-  // A refused launch (no room for a cluster, or for the stream form's shared memory) falls
-  // through to the block-per-item forms.
+  static const bool split_on = !switched_off("DS_GDN_DECODE_SPLIT");
   if (split_on && gdn_decode_split_pays(p.nk, p.nv, b.num_seqs, num_sms)) {
     if (launch_gdn_decode_split(b, p, state, stream) == cudaSuccess) return;
-    (void)cudaGetLastError();
-  }
-  if (stream_on && gdn_decode_stream_pays(p.nk, b.num_seqs, num_sms)) {
-    if (launch_gdn_decode_stream(b, p, state, num_sms, stream) == cudaSuccess) return;
-    (void)cudaGetLastError();
+    (void)cudaGetLastError();  // a cluster launch refused (no room for a cluster): the other forms
   }
   if (state.bf16)
     launch(b, p, static_cast<__nv_bfloat16*>(state.data), num_sms, stream);

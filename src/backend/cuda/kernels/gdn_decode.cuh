@@ -36,10 +36,7 @@ bool gdn_decode_supported(int nk, int nv, int dk, int dv, int K);
 // key head) fills at most an eighth of them (one sequence at the 4B shape), a cluster of blocks
 // per key head, each a quarter of a value head's state columns (gdn_decode_split.cuh; up to 2
 // value heads a key head; DS_GDN_DECODE_SPLIT=0 turns it off, for A/B timing); while it fills at
-// most all of them, a block per (sequence, key head), two value heads side by side where there are
-// two; past that, a persistent block an SM streaming its share of the items' states
-// (gdn_decode_stream.cuh; DS_GDN_DECODE_STREAM=0 turns it off: a block an item, a value head at a
-// time).
+// most all of them, two value heads a block; else one.
 void launch_gdn_decode(const BatchMeta& b, const GdnDecodeArgs& p, GdnState state, int num_sms,
                        cudaStream_t stream);
 

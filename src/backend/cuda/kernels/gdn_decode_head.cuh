@@ -1,8 +1,7 @@
-// A value head's step of the fused GDN decode layer (gdn_decode.cuh) as its block-per-key-head
-// forms run it (gdn_decode.cu, gdn_decode_stream.cu): a key head's conv + SiLU, and the delta rule
-// and gated RMSNorm of one of its value heads, with the head's state held by kHeadWarps warps —
-// thread (warp w, lane l) rows w, w + kHeadWarps, ... and columns 4l .. 4l + 3. Included by the
-// kernels' .cu files only.
+// The steps of the fused GDN decode layer's block-per-key-head forms (gdn_decode.cu): a key head's
+// conv + SiLU, and the delta rule and gated RMSNorm of one of its value heads, with the head's
+// state held by kHeadWarps warps — thread (warp w, lane l) rows w, w + kHeadWarps, ... and columns
+// 4l .. 4l + 3.
 #pragma once
 
 #include <cuda_bf16.h>
