@@ -77,8 +77,7 @@ void launch(const BatchMeta& b, const GdnDecodeArgs& p, StateT* state, int num_s
   const dim3 grid(b.num_seqs, p.nk);
   // Two heads a block where a grid of single-head blocks would leave most SMs without a second
   // block (a few sequences: the chain of dependent loads bounds the step, not the state traffic).
-  static const bool par2_always = std::getenv("DS_GDN_DECODE_PAR2") != nullptr;  // experiment
-  if (p.nv / p.nk >= 2 && (par2_always || b.num_seqs * p.nk <= num_sms))
+  if (p.nv / p.nk >= 2 && b.num_seqs * p.nk <= num_sms)
     pdl::launch_dependent(gdn_decode_kernel<StateT, 2>, grid, 2 * kThreads, 0, stream, b, p, state);
   else
     pdl::launch_dependent(gdn_decode_kernel<StateT, 1>, grid, kThreads, 0, stream, b, p, state);
