@@ -26,8 +26,8 @@ void launch_gdn_chunked(const BatchMeta& b, const GdnQkvSource& in, const __nv_b
                         int num_sms, __nv_bfloat16* out, cudaStream_t stream) {
   const gdn_chunk::Workspace w(ws, b.num_tokens, s);
   gdn_chunk::launch_prep(b, in, a, bgate, A_log, dt_bias, s, w, stream);
-  if (gdn_chunk::use_head_pass(b.num_seqs, s, num_sms)) {
-    gdn_chunk::launch_head_pass(b, w, state, s, out, stream);
+  if (const int split = gdn_chunk::head_pass_split(b.num_seqs, s, num_sms); split > 0) {
+    gdn_chunk::launch_head_pass(b, w, state, s, split, out, stream);
     if (norm.z != nullptr) {
       const size_t at = static_cast<size_t>(norm.first_row) * s.nv * s.dv;
       launch_gated_rms_norm_bf16(out + at, norm.z + at, norm.w, norm.eps,

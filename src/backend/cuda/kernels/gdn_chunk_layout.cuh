@@ -64,12 +64,14 @@ struct Workspace {
 void launch_prep(const BatchMeta& b, const GdnQkvSource& in, const __nv_bfloat16* a,
                  const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
                  const GdnShape& s, const Workspace& ws, cudaStream_t stream);
-// Whether a step takes the head pass (enough sequences x value heads to fill sm_count SMs with a
-// block a head, or too many for the slice pass's room) rather than the slice pass and launch_out.
-bool use_head_pass(int num_seqs, const GdnShape& s, int sm_count);
-// The state pass forming every output, a block a head (gdn_chunk_pass.cu).
+// Whether a step takes the head pass, and in how many column parts a head (1: enough sequences x
+// value heads to fill sm_count SMs with a block a head, or too many for the slice pass's room), or
+// (0) the slice pass and launch_out.
+int head_pass_split(int num_seqs, const GdnShape& s, int sm_count);
+// The state pass forming every output, a block a head's `split` (1 or 2) column part
+// (gdn_chunk_pass.cu).
 void launch_head_pass(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
-                      __nv_bfloat16* out, cudaStream_t stream);
+                      int split, __nv_bfloat16* out, cudaStream_t stream);
 // The state pass over 32-column slices (gdn_chunk_scan.cu): V', the chunk-start states and the
 // final state.
 void launch_slice_pass(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,

@@ -12,6 +12,8 @@
 //   S <- e^gam_last S + kd^T V'           (A = kd^T by ldmatrix.trans)
 // S^T and V'^T go to shared memory through stmatrix (transposed) in the 128-byte-swizzled layout
 // the MMAs read (wgmma.cuh).
+#include <cstdlib>
+
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "backend/cuda/kernels/gdn_chunk_wg_state.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
@@ -23,7 +25,7 @@ namespace deltaserve::cuda::gdn_chunk {
 namespace {
 
 using bf16 = __nv_bfloat16;
-constexpr int kThreads = 256, kCols = 64;  // two warpgroups of 64 columns
+constexpr int kCols = 64;  // a warpgroup's state columns
 using WgState = WarpgroupState<kCols>;
 using Acc = WgState::Acc;  // an m64n64 accumulator
 
@@ -55,7 +57,6 @@ constexpr uint32_t kTileBytes = 4 * sizeof(Stage::w) + sizeof(Stage::p);
 
 using Tile = Sw128Rows<kChunk>;
 
-__device__ int warpgroup() { return threadIdx.x / 128; }
 __device__ int warp_in_group() { return threadIdx.x / 32 % 4; }
 
 // Chunk `c`'s tiles into `st` by thread 0, completing on `full`; its gam (rows past the sequence
@@ -82,9 +83,9 @@ __device__ void load_chunk(Stage& st, uint64_t* full, const PassMaps& maps, cons
 }
 
 // V' = U - W S (in v; rows past n zero: their kd must add nothing to S) as bf16 into V'^T.
-__device__ void form_v(Acc& v, const Stage& st, uint32_t vt, int n) {
+__device__ void form_v(Acc& v, const Stage& st, uint32_t vt, int n, int col0) {
   const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-  const int c0 = kCols * warpgroup() + 2 * c;
+  const int c0 = col0 + 2 * c;
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const int i = 16 * warp_in_group() + g + 8 * hf;
@@ -114,15 +115,14 @@ __device__ void scale_rows(Acc& o, const Stage& st) {
 }
 
 // The chunk's output rows below n.
-__device__ void store_output(const Acc& o, const Seq& q, int t0, int n, const GdnShape& s,
+__device__ void store_output(const Acc& o, const Seq& q, int t0, int n, const GdnShape& s, int col0,
                              bf16* out) {
   const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const int i = 16 * warp_in_group() + g + 8 * hf;
     if (i >= n) continue;
-    bf16* row = out + (static_cast<size_t>(q.base + t0 + i) * s.nv + q.h) * kDim +
-                kCols * warpgroup() + 2 * c;
+    bf16* row = out + (static_cast<size_t>(q.base + t0 + i) * s.nv + q.h) * kDim + col0 + 2 * c;
 #pragma unroll
     for (int nt = 0; nt < kCols / 8; ++nt)
       *reinterpret_cast<__nv_bfloat162*>(row + 8 * nt) =
@@ -130,18 +130,19 @@ __device__ void store_output(const Acc& o, const Seq& q, int t0, int n, const Gd
   }
 }
 
-// One chunk of warpgroup j's columns; S^T published for the next on return.
+// One chunk of the warpgroup's columns col0 .. col0 + kCols - 1 (its local index in the block
+// `group`); S^T published for the next on return.
 __device__ void step(Acc (&hs)[2], const Stage& st, uint32_t st_tile, uint32_t vt, const Seq& q,
-                     int t0, int n, const GdnShape& s, bf16* out) {
+                     int t0, int n, const GdnShape& s, int group, int col0, bf16* out) {
   Acc v, o;
   WgState::issue<kDim / 16>(v, Tile{st.w}, st_tile, false);
   wgmma::commit();
   WgState::issue<kDim / 16>(o, Tile{st.q}, st_tile, false);
   wgmma::commit();
   wgmma::wait<1>();  // W S
-  form_v(v, st, vt, n);
-  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + warpgroup()) : "memory");  // V'^T complete
-  wgmma::wait<0>();                                                       // q S
+  form_v(v, st, vt, n, col0);
+  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + group) : "memory");  // V'^T complete
+  wgmma::wait<0>();                                                 // q S
   scale_rows(o, st);
   const float decay = __expf(st.gam[n - 1]);
 #pragma unroll
@@ -153,25 +154,29 @@ __device__ void step(Acc (&hs)[2], const Stage& st, uint32_t st_tile, uint32_t v
   WgState::issue_update(hs, Tile{st.kd}, vt);
   wgmma::commit();
   wgmma::wait<1>();  // P V'
-  store_output(o, q, t0, n, s, out);
+  store_output(o, q, t0, n, s, col0, out);
   wgmma::wait<0>();  // the update
   WgState::publish(st_tile, hs);
 }
 
-template <class StateT>
-__global__ void __launch_bounds__(kThreads, 1)
+// Block (sequence, value head, column part): kSplit = 1, two warpgroups, a head's 128 columns;
+// kSplit = 2, one warpgroup, the part's 64 (for few sequences: twice the blocks, each staging the
+// head's operands itself).
+template <class StateT, int kSplit>
+__global__ void __launch_bounds__(256 / kSplit, 1)
     pass_kernel(BatchMeta b, const __grid_constant__ PassMaps maps, Workspace ws,
                 StateT* __restrict__ state, GdnShape s, bf16* __restrict__ out) {
   extern __shared__ __align__(128) unsigned char pass_raw[];
   Smem& sm = *wgmma::atom_aligned<Smem>(pass_raw);
   const int seq = blockIdx.x, h = blockIdx.y;
+  const int group = kSplit == 1 ? static_cast<int>(threadIdx.x) / 128 : 0;
+  const int col0 = kCols * (kSplit == 1 ? group : static_cast<int>(blockIdx.z));
   const Seq q{b.seq_begin[seq], b.seq_len[seq], h, h / (s.nv / s.nk), b.num_tokens};
-  const uint32_t st_tile = mma::smem_u32(sm.st[warpgroup()]),
-                 vt = mma::smem_u32(sm.vt[warpgroup()]);
+  const uint32_t st_tile = mma::smem_u32(sm.st[group]), vt = mma::smem_u32(sm.vt[group]);
   const size_t head = static_cast<size_t>(kDim) * kDim;
   StateT* S = state + (static_cast<size_t>(b.seq_slot[seq]) * s.nv + h) * head;
   Acc hs[2] = {};
-  if (b.seq_start[seq] != 0) WgState::io<false>(S, kCols * warpgroup(), hs);
+  if (b.seq_start[seq] != 0) WgState::io<false>(S, col0, hs);
   const int chunks = (q.len + kChunk - 1) / kChunk, snap_at = b.seq_snap_at[seq];
   if (threadIdx.x == 0) {
     tma::barrier_init(&sm.full[0], 1);
@@ -188,17 +193,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       load_chunk(sm.stage[(c + 1) % 2], &sm.full[(c + 1) % 2], maps, q, c + 1, ws);
     const int t0 = c * kChunk, n = min(kChunk, q.len - t0);
     tma::wait(&sm.full[c % 2], (c / 2) & 1);
-    step(hs, sm.stage[c % 2], st_tile, vt, q, t0, n, s, out);
+    step(hs, sm.stage[c % 2], st_tile, vt, q, t0, n, s, group, col0, out);
     if (t0 + n == snap_at)  // the in-step snapshot: the state after this chunk
-      WgState::io<true>(state + (static_cast<size_t>(b.seq_snap_slot[seq]) * s.nv + h) * head,
-                        kCols * warpgroup(), hs);
+      WgState::io<true>(state + (static_cast<size_t>(b.seq_snap_slot[seq]) * s.nv + h) * head, col0,
+                        hs);
   }
-  WgState::io<true>(S, kCols * warpgroup(), hs);
+  WgState::io<true>(S, col0, hs);
 }
 
 template <class StateT>
 void launch_typed(const BatchMeta& b, const Workspace& ws, StateT* state, const GdnShape& s,
-                  bf16* out, cudaStream_t stream) {
+                  int split, bf16* out, cudaStream_t stream) {
   constexpr int smem = kSmemBytes;
   const int64_t T = b.num_tokens, cols = static_cast<int64_t>(s.nv) * kDim;
   const PassMaps maps{encode_tma_2d_bf16(ws.w, T, cols, kChunk),
@@ -206,23 +211,28 @@ void launch_typed(const BatchMeta& b, const Workspace& ws, StateT* state, const 
                       encode_tma_2d_bf16(ws.u, T, cols, kChunk),
                       encode_tma_2d_bf16(ws.q, T, static_cast<int64_t>(s.nk) * kDim, kChunk),
                       encode_tma_2d_bf16(ws.p, T, static_cast<int64_t>(s.nv) * kChunk, kChunk)};
-  cudaFuncSetAttribute(pass_kernel<StateT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  pass_kernel<StateT>
-      <<<dim3(b.num_seqs, s.nv), kThreads, smem, stream>>>(b, maps, ws, state, s, out);
+  const auto kernel = split == 2 ? pass_kernel<StateT, 2> : pass_kernel<StateT, 1>;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  kernel<<<dim3(b.num_seqs, s.nv, split), 256 / split, smem, stream>>>(b, maps, ws, state, s, out);
 }
 
 }  // namespace
 
-bool use_head_pass(int num_seqs, const GdnShape& s, int sm_count) {
-  return num_seqs * s.nv >= sm_count || num_seqs * s.nv > kStatePassRoom;
+int head_pass_split(int num_seqs, const GdnShape& s, int sm_count) {
+  static const int forced = [] {  // experiment: DS_GDN_HEAD_PASS=1 / 2 forces that split
+    const char* v = std::getenv("DS_GDN_HEAD_PASS");
+    return v ? std::atoi(v) : 0;
+  }();
+  if (forced == 1 || forced == 2) return forced;
+  return num_seqs * s.nv >= sm_count || num_seqs * s.nv > kStatePassRoom ? 1 : 0;
 }
 
 void launch_head_pass(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
-                      bf16* out, cudaStream_t stream) {
+                      int split, bf16* out, cudaStream_t stream) {
   if (state.bf16)
-    launch_typed(b, ws, static_cast<bf16*>(state.data), s, out, stream);
+    launch_typed(b, ws, static_cast<bf16*>(state.data), s, split, out, stream);
   else
-    launch_typed(b, ws, static_cast<float*>(state.data), s, out, stream);
+    launch_typed(b, ws, static_cast<float*>(state.data), s, split, out, stream);
 }
 
 }  // namespace deltaserve::cuda::gdn_chunk
