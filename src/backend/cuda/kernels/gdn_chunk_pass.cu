@@ -25,9 +25,10 @@ namespace deltaserve::cuda::gdn_chunk {
 namespace {
 
 using bf16 = __nv_bfloat16;
-constexpr int kCols = 64;  // a warpgroup's state columns
-using WgState = WarpgroupState<kCols>;
-using Acc = WgState::Acc;  // an m64n64 accumulator
+// A warpgroup owns kCols state columns (64, or 32 where a head is split four ways): an m64 x kCols
+// accumulator of each.
+template <int kCols>
+using Acc = typename WarpgroupState<kCols>::Acc;
 
 struct Seq {
   int base, len, h, kh, T;
@@ -46,13 +47,15 @@ struct alignas(wgmma::kAtomBytes) Stage {  // SW128 tiles: 64-column blocks of t
   bf16 p[kChunk * kChunk];                 // P
   float gam[kChunk];
 };
+template <int kCols>
 struct Smem {
   bf16 st[2][2 * kCols * 64];  // per warpgroup S^T [column][dk]: two SW128 blocks of 64 dk
   bf16 vt[2][kCols * 64];      // per warpgroup V'^T [column][token]: one SW128 block
   Stage stage[2];              // chunk c in stage c % 2, the next one loading into the other
   uint64_t full[2];            // a stage's tiles landed
 };
-constexpr size_t kSmemBytes = sizeof(Smem) + wgmma::kAtomBytes;  // + alignment
+template <int kCols>
+constexpr size_t kSmemBytes = sizeof(Smem<kCols>) + wgmma::kAtomBytes;  // + alignment
 constexpr uint32_t kTileBytes = 4 * sizeof(Stage::w) + sizeof(Stage::p);
 
 using Tile = Sw128Rows<kChunk>;
@@ -83,7 +86,8 @@ __device__ void load_chunk(Stage& st, uint64_t* full, const PassMaps& maps, cons
 }
 
 // V' = U - W S (in v; rows past n zero: their kd must add nothing to S) as bf16 into V'^T.
-__device__ void form_v(Acc& v, const Stage& st, uint32_t vt, int n, int col0) {
+template <int kCols>
+__device__ void form_v(Acc<kCols>& v, const Stage& st, uint32_t vt, int n, int col0) {
   const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int c0 = col0 + 2 * c;
 #pragma unroll
@@ -97,12 +101,13 @@ __device__ void form_v(Acc& v, const Stage& st, uint32_t vt, int n, int col0) {
       v[4 * nt + 2 * hf + 1] = i < n ? u.y - v[4 * nt + 2 * hf + 1] : 0.0f;
     }
   }
-  WgState::store_transposed(vt, v);
+  WarpgroupState<kCols>::store_transposed(vt, v);
   wgmma::fence_shared_for_async();
 }
 
 // O *= e^gam (per row): the decay of q S.
-__device__ void scale_rows(Acc& o, const Stage& st) {
+template <int kCols>
+__device__ void scale_rows(Acc<kCols>& o, const Stage& st) {
   const int lane = threadIdx.x % 32, i = 16 * warp_in_group() + lane / 4;
   const float e0 = __expf(st.gam[i]), e1 = __expf(st.gam[i + 8]);
 #pragma unroll
@@ -115,8 +120,9 @@ __device__ void scale_rows(Acc& o, const Stage& st) {
 }
 
 // The chunk's output rows below n.
-__device__ void store_output(const Acc& o, const Seq& q, int t0, int n, const GdnShape& s, int col0,
-                             bf16* out) {
+template <int kCols>
+__device__ void store_output(const Acc<kCols>& o, const Seq& q, int t0, int n, const GdnShape& s,
+                             int col0, bf16* out) {
   const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
@@ -132,51 +138,55 @@ __device__ void store_output(const Acc& o, const Seq& q, int t0, int n, const Gd
 
 // One chunk of the warpgroup's columns col0 .. col0 + kCols - 1 (its local index in the block
 // `group`); S^T published for the next on return.
-__device__ void step(Acc (&hs)[2], const Stage& st, uint32_t st_tile, uint32_t vt, const Seq& q,
-                     int t0, int n, const GdnShape& s, int group, int col0, bf16* out) {
-  Acc v, o;
+template <int kCols>
+__device__ void step(Acc<kCols> (&hs)[2], const Stage& st, uint32_t st_tile, uint32_t vt,
+                     const Seq& q, int t0, int n, const GdnShape& s, int group, int col0,
+                     bf16* out) {
+  using WgState = WarpgroupState<kCols>;
+  Acc<kCols> v, o;
   WgState::issue<kDim / 16>(v, Tile{st.w}, st_tile, false);
   wgmma::commit();
   WgState::issue<kDim / 16>(o, Tile{st.q}, st_tile, false);
   wgmma::commit();
   wgmma::wait<1>();  // W S
-  form_v(v, st, vt, n, col0);
+  form_v<kCols>(v, st, vt, n, col0);
   asm volatile("bar.sync %0, 128;\n" ::"r"(1 + group) : "memory");  // V'^T complete
   wgmma::wait<0>();                                                 // q S
-  scale_rows(o, st);
+  scale_rows<kCols>(o, st);
   const float decay = __expf(st.gam[n - 1]);
 #pragma unroll
   for (int half = 0; half < 2; ++half)
 #pragma unroll
-    for (int e = 0; e < 32; ++e) hs[half][e] *= decay;
+    for (int e = 0; e < kCols / 2; ++e) hs[half][e] *= decay;
   WgState::issue<kChunk / 16>(o, Tile{st.p}, vt, true);
   wgmma::commit();
   WgState::issue_update(hs, Tile{st.kd}, vt);
   wgmma::commit();
   wgmma::wait<1>();  // P V'
-  store_output(o, q, t0, n, s, col0, out);
+  store_output<kCols>(o, q, t0, n, s, col0, out);
   wgmma::wait<0>();  // the update
   WgState::publish(st_tile, hs);
 }
 
-// Block (sequence, value head, column part): kSplit = 1, two warpgroups, a head's 128 columns;
-// kSplit = 2, one warpgroup, the part's 64 (for few sequences: twice the blocks, each staging the
-// head's operands itself).
-template <class StateT, int kSplit>
-__global__ void __launch_bounds__(256 / kSplit, 1)
+// Block (sequence, value head, column part), kGroups warpgroups of kCols columns each: a head's
+// 128 columns in one block of two warpgroups (many sequences), or in two or four blocks of one
+// (few sequences: more blocks, each staging the head's operands itself).
+template <class StateT, int kCols, int kGroups>
+__global__ void __launch_bounds__(128 * kGroups, 1)
     pass_kernel(BatchMeta b, const __grid_constant__ PassMaps maps, Workspace ws,
                 StateT* __restrict__ state, GdnShape s, bf16* __restrict__ out) {
+  using WgState = WarpgroupState<kCols>;
   extern __shared__ __align__(128) unsigned char pass_raw[];
-  Smem& sm = *wgmma::atom_aligned<Smem>(pass_raw);
+  Smem<kCols>& sm = *wgmma::atom_aligned<Smem<kCols>>(pass_raw);
   const int seq = blockIdx.x, h = blockIdx.y;
-  const int group = kSplit == 1 ? static_cast<int>(threadIdx.x) / 128 : 0;
-  const int col0 = kCols * (kSplit == 1 ? group : static_cast<int>(blockIdx.z));
+  const int group = kGroups == 1 ? 0 : static_cast<int>(threadIdx.x) / 128;
+  const int col0 = kCols * (kGroups * static_cast<int>(blockIdx.z) + group);
   const Seq q{b.seq_begin[seq], b.seq_len[seq], h, h / (s.nv / s.nk), b.num_tokens};
   const uint32_t st_tile = mma::smem_u32(sm.st[group]), vt = mma::smem_u32(sm.vt[group]);
   const size_t head = static_cast<size_t>(kDim) * kDim;
   StateT* S = state + (static_cast<size_t>(b.seq_slot[seq]) * s.nv + h) * head;
-  Acc hs[2] = {};
-  if (b.seq_start[seq] != 0) WgState::io<false>(S, col0, hs);
+  Acc<kCols> hs[2] = {};
+  if (b.seq_start[seq] != 0) WgState::template io<false>(S, col0, hs);
   const int chunks = (q.len + kChunk - 1) / kChunk, snap_at = b.seq_snap_at[seq];
   if (threadIdx.x == 0) {
     tma::barrier_init(&sm.full[0], 1);
@@ -193,37 +203,49 @@ __global__ void __launch_bounds__(256 / kSplit, 1)
       load_chunk(sm.stage[(c + 1) % 2], &sm.full[(c + 1) % 2], maps, q, c + 1, ws);
     const int t0 = c * kChunk, n = min(kChunk, q.len - t0);
     tma::wait(&sm.full[c % 2], (c / 2) & 1);
-    step(hs, sm.stage[c % 2], st_tile, vt, q, t0, n, s, group, col0, out);
+    step<kCols>(hs, sm.stage[c % 2], st_tile, vt, q, t0, n, s, group, col0, out);
     if (t0 + n == snap_at)  // the in-step snapshot: the state after this chunk
-      WgState::io<true>(state + (static_cast<size_t>(b.seq_snap_slot[seq]) * s.nv + h) * head, col0,
-                        hs);
+      WgState::template io<true>(
+          state + (static_cast<size_t>(b.seq_snap_slot[seq]) * s.nv + h) * head, col0, hs);
   }
-  WgState::io<true>(S, col0, hs);
+  WgState::template io<true>(S, col0, hs);
+}
+
+template <class StateT, int kCols, int kGroups>
+void launch_kernel(const BatchMeta& b, const PassMaps& maps, const Workspace& ws, StateT* state,
+                   const GdnShape& s, bf16* out, cudaStream_t stream) {
+  constexpr int smem = kSmemBytes<kCols>, parts = kDim / (kCols * kGroups);
+  const auto kernel = pass_kernel<StateT, kCols, kGroups>;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  kernel<<<dim3(b.num_seqs, s.nv, parts), 128 * kGroups, smem, stream>>>(b, maps, ws, state, s,
+                                                                         out);
 }
 
 template <class StateT>
 void launch_typed(const BatchMeta& b, const Workspace& ws, StateT* state, const GdnShape& s,
                   int split, bf16* out, cudaStream_t stream) {
-  constexpr int smem = kSmemBytes;
   const int64_t T = b.num_tokens, cols = static_cast<int64_t>(s.nv) * kDim;
   const PassMaps maps{encode_tma_2d_bf16(ws.w, T, cols, kChunk),
                       encode_tma_2d_bf16(ws.kd, T, cols, kChunk),
                       encode_tma_2d_bf16(ws.u, T, cols, kChunk),
                       encode_tma_2d_bf16(ws.q, T, static_cast<int64_t>(s.nk) * kDim, kChunk),
                       encode_tma_2d_bf16(ws.p, T, static_cast<int64_t>(s.nv) * kChunk, kChunk)};
-  const auto kernel = split == 2 ? pass_kernel<StateT, 2> : pass_kernel<StateT, 1>;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  kernel<<<dim3(b.num_seqs, s.nv, split), 256 / split, smem, stream>>>(b, maps, ws, state, s, out);
+  if (split == 4)
+    launch_kernel<StateT, 32, 1>(b, maps, ws, state, s, out, stream);
+  else if (split == 2)
+    launch_kernel<StateT, 64, 1>(b, maps, ws, state, s, out, stream);
+  else
+    launch_kernel<StateT, 64, 2>(b, maps, ws, state, s, out, stream);
 }
 
 }  // namespace
 
 int head_pass_split(int num_seqs, const GdnShape& s, int sm_count) {
-  static const int forced = [] {  // experiment: DS_GDN_HEAD_PASS=1 / 2 forces that split
+  static const int forced = [] {  // experiment: DS_GDN_HEAD_PASS=1 / 2 / 4 forces that split
     const char* v = std::getenv("DS_GDN_HEAD_PASS");
     return v ? std::atoi(v) : 0;
   }();
-  if (forced == 1 || forced == 2) return forced;
+  if (forced == 1 || forced == 2 || forced == 4) return forced;
   return num_seqs * s.nv >= sm_count || num_seqs * s.nv > kStatePassRoom ? 1 : 0;
 }
 
