@@ -1,7 +1,8 @@
 // The chunked delta rule of the CUDA backend (bf16 tensor-core operands, f32 accumulation and f32
 // state) against the CPU backend's chunked form (f32 throughout), at the real head shape (dk = dv =
 // 128, two value heads per key head): single sequences of T in {1, 63, 64, 65, 1000, 8192}, fresh
-// and continuing from a state; varlen mixes (40 sequences: the state pass's many-sequence form);
+// and continuing from a state; varlen mixes (the state pass in quarter-head, half-head and whole-
+// head blocks);
 // in-step snapshots; a bf16 state. Bounds are those of bf16
 // operands: |error| <= 2^-6 of the largest reference magnitude (at least 1) for the bf16 output and
 // 2^-7 for the f32 state (4 and 2 bf16 ulps at that magnitude).
@@ -113,17 +114,16 @@ TEST_F(GdnChunk, VarlenMixes) {
   check(
       Case{"mixed lengths and starts", {{1000, 0}, {65, 300}, {1, 40}, {64, 0}, {130, 5}, {1, 0}}});
   check(Case{"decode rows beside a prefill", {{1, 10}, {1, 20}, {200, 0}, {1, 30}}});
-  // The slice pass (few sequences: 32-column slices, pairs of a head's in a cluster sharing its W /
-  // kd copies, outputs by gdn_chunk_out) by how many of its clusters an H200 holds at once: 8 x 4
-  // heads x 2 pairs at one block an SM (two chunks ahead, "8 x 1024" above); 12 x 4 x 2 need two
-  // blocks an SM (one ahead). Chunks' rows past a sequence are the next sequence's.
+  // The state pass's blocks by how many fit an H200's 132 SMs at once: a quarter of a head's columns
+  // a block for 8 x 4 heads ("8 x 1024" above), a half for 12 x 4. Chunks' rows past a sequence
+  // are the next sequence's.
   std::vector<Seq> twelve;
   for (int i = 0; i < 12; ++i)
     twelve.push_back(
         Seq{std::array{300, 65, 1, 128}[static_cast<size_t>(i % 4)], i % 2 ? 9 * i : 0});
-  check(Case{"12 sequences (two blocks per SM)", twelve});
-  // Enough sequences (x value heads) to fill an H200's 132 SMs: the head pass (a block a head)
-  // forms every output itself, the in-step snapshot included.
+  check(Case{"12 sequences (half heads)", twelve});
+  // Enough sequences (x value heads) to fill an H200's 132 SMs: a block a head, the in-step
+  // snapshot included.
   std::vector<Seq> many;
   for (int i = 0; i < 40; ++i)
     many.push_back(

@@ -8,9 +8,8 @@
 //   them): the conv inside the chunked delta rule's prep, the conv state read for the rows before a
 //   continued sequence's first step token;
 // - a mixed step (decode rows first): those rows on the fused decode kernel, the rest chunked —
-//   with few prefill sequences on the slice pass (the gated norm inside its output kernel), with
-//   five at 32 value heads on the head pass (the norm kernel after it, over the rows past the
-//   decode rows).
+//   with few prefill sequences on quarter-head state-pass blocks, with five at 32 value heads on
+//   whole-head blocks (the norm kernel after the pass, over the rows past the decode rows).
 // Bounds: the output within bf16 rounding, the conv state exactly, the recurrent state within f32
 // rounding (one bf16 ulp for a bf16 state).
 #include <gtest/gtest.h>
@@ -159,7 +158,7 @@ TEST_F(GdnMixer, MixedStepMatchesUnfusedOpsOnItsParts) {
   check_mixed(kMixedDecodeRows, kMixedPrefill);
 }
 
-// Five prefill sequences x 32 value heads fill an H200's (or H100's) 132 SMs: the head pass.
+// Five prefill sequences x 32 value heads fill an H200's (or H100's) 132 SMs: whole-head blocks.
 TEST_F(GdnMixer, MixedStepOnTheHeadPassMatchesUnfusedOps) {
   check_mixed({{1, 40, 3, range(40, 3)}, {1, 0, 1, {43}}}, {{70, 0, 0, range(0, 5)},
                                                             {65, 37, 2, range(5, 7)},

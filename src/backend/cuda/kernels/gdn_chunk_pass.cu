@@ -1,19 +1,21 @@
-// Kernel 2 of the chunked delta rule for steps of enough sequences to fill the GPU: the state pass
-// on Hopper warpgroup MMAs (sm_90a), forming every chunk's output as it goes. Block (sequence,
-// value head), two warpgroups; warpgroup j owns columns 64 j .. 64 j + 63 of the state (two m64n64
-// f32 accumulators, rows 0..63 and 64..127), of V' and of the output, and shares the staged chunk
-// operands (W, kd, q, P, U: one copy a head, read once from L2) with the other. The next chunk's
-// operands stream into shared memory while the current one computes, copied by the bulk tensor
-// copy engine (one thread issues them) into 128-byte-swizzled tiles; rows past a sequence's end
-// are the next sequence's (or zeros past the step): V' is zeroed there, P is zero above its
-// diagonal, and those output rows are not stored. Per chunk:
+// Kernel 2 of the chunked delta rule: the state pass on Hopper warpgroup MMAs (sm_90a), forming
+// every chunk's output as it goes. A warpgroup owns kCols columns of a value head's state (two
+// m64 x kCols f32 accumulators, rows 0..63 and 64..127), of V' and of the output: block (sequence,
+// value head) of two warpgroups of 64 columns sharing the staged chunk operands (W, kd, q, P, U:
+// one copy a head, read once from L2) when the sequences fill the GPU; for few sequences, a block
+// of one warpgroup a half (64 columns) or a quarter (32) of a head, each staging the head's
+// operands itself, so that a single long sequence runs 128 blocks of shorter chunk steps at the
+// 4B shape (measured at 1 x 8192: 0.418 ms a layer against 0.495 for the earlier state-only
+// slice pass with an output kernel after it). The next chunk's operands stream into shared memory
+// while the current one computes, copied by the bulk tensor copy engine (one thread issues them)
+// into 128-byte-swizzled tiles; rows past a sequence's end are the next sequence's (or zeros past
+// the step): V' is zeroed there, P is zero above its diagonal, and those output rows are not
+// stored. Per chunk:
 //   V' = U - W S and O = q S              (A = W, q by ldmatrix; B = S^T in shared memory)
 //   O = e^gam O + P V'                    (A = P; B = V'^T in shared memory), to the output
 //   S <- e^gam_last S + kd^T V'           (A = kd^T by ldmatrix.trans)
 // S^T and V'^T go to shared memory through stmatrix (transposed) in the 128-byte-swizzled layout
 // the MMAs read (wgmma.cuh).
-#include <cstdlib>
-
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "backend/cuda/kernels/gdn_chunk_wg_state.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
@@ -168,9 +170,7 @@ __device__ void step(Acc<kCols> (&hs)[2], const Stage& st, uint32_t st_tile, uin
   WgState::publish(st_tile, hs);
 }
 
-// Block (sequence, value head, column part), kGroups warpgroups of kCols columns each: a head's
-// 128 columns in one block of two warpgroups (many sequences), or in two or four blocks of one
-// (few sequences: more blocks, each staging the head's operands itself).
+// Block (sequence, value head, column part), kGroups warpgroups of kCols columns each.
 template <class StateT, int kCols, int kGroups>
 __global__ void __launch_bounds__(128 * kGroups, 1)
     pass_kernel(BatchMeta b, const __grid_constant__ PassMaps maps, Workspace ws,
@@ -240,17 +240,10 @@ void launch_typed(const BatchMeta& b, const Workspace& ws, StateT* state, const 
 
 }  // namespace
 
-int head_pass_split(int num_seqs, const GdnShape& s, int sm_count) {
-  static const int forced = [] {  // experiment: DS_GDN_HEAD_PASS=1 / 2 / 4 forces that split
-    const char* v = std::getenv("DS_GDN_HEAD_PASS");
-    return v ? std::atoi(v) : 0;
-  }();
-  if (forced == 1 || forced == 2 || forced == 4) return forced;
-  return num_seqs * s.nv >= sm_count || num_seqs * s.nv > kStatePassRoom ? 1 : 0;
-}
-
-void launch_head_pass(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
-                      int split, bf16* out, cudaStream_t stream) {
+void launch_state_pass(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
+                       int sm_count, bf16* out, cudaStream_t stream) {
+  int split = 1;  // column parts a head: the most whose blocks all fit the SMs at once
+  while (split < 4 && b.num_seqs * s.nv * 2 * split <= sm_count) split *= 2;
   if (state.bf16)
     launch_typed(b, ws, static_cast<bf16*>(state.data), s, split, out, stream);
   else

@@ -1,7 +1,7 @@
-// The f32 GDN state of one warpgroup's kCols state columns in the state passes (gdn_chunk_scan.cu,
-// gdn_chunk_pass.cu): two m64 x kCols wgmma accumulators, rows 0..63 and 64..127 of dk; thread t
-// of the warpgroup holds rows 16 (t / 32 % 4) + t % 32 / 4 (+ 8) and, per 8-column block i,
-// columns 8 i + 2 (t % 4) (+ 1) (wgmma.cuh's accumulator layout).
+// The f32 GDN state of one warpgroup's kCols state columns in the state pass (gdn_chunk_pass.cu):
+// two m64 x kCols wgmma accumulators, rows 0..63 and 64..127 of dk; thread t of the warpgroup holds
+// rows 16 (t / 32 % 4) + t % 32 / 4 (+ 8) and, per 8-column block i, columns 8 i + 2 (t % 4) (+ 1)
+// (wgmma.cuh's accumulator layout).
 #pragma once
 
 #include <cuda_bf16.h>
