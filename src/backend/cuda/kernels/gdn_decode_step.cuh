@@ -7,14 +7,13 @@
 
 #include <cstddef>
 
+#include "backend/cuda/kernels/bf16x8.cuh"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gdn_decode.cuh"
 
 namespace deltaserve::cuda::gdn_decode {
 
 constexpr int kDk = 128, kDv = 128, kK = 4;  // the shape the kernels are written for
-
-__device__ inline float round_bf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
 // Conv channel c of a token: its last kK inputs, oldest first (the conv state's kK - 1, zeros
 // for a fresh sequence, then the token's own u).

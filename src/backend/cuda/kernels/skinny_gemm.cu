@@ -1,5 +1,6 @@
 #include <cstdint>
 
+#include "backend/cuda/kernels/bf16x8.cuh"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
 #include "backend/cuda/kernels/skinny_gemm.cuh"
@@ -139,8 +140,6 @@ struct Frag {
 __device__ inline void consumers_sync() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers) : "memory");
 }
-
-__device__ inline float round_bf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
 // silu(gate) * up of the projections' sums, each rounded to bf16 first (as the unfused GEMMs
 // store them before silu_mul).
