@@ -18,6 +18,7 @@
 // the MMAs read (wgmma.cuh).
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "backend/cuda/kernels/gdn_chunk_wg_state.cuh"
+#include "backend/cuda/kernels/gdn_pass_split.h"
 #include "backend/cuda/kernels/mma_bf16.cuh"
 #include "backend/cuda/kernels/tma.cuh"
 #include "backend/cuda/kernels/tma_map.h"
@@ -242,8 +243,7 @@ void launch_typed(const BatchMeta& b, const Workspace& ws, StateT* state, const 
 
 void launch_state_pass(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
                        int sm_count, bf16* out, cudaStream_t stream) {
-  int split = 1;  // column parts a head: the most whose blocks all fit the SMs at once
-  while (split < 4 && b.num_seqs * s.nv * 2 * split <= sm_count) split *= 2;
+  const int split = state_pass_parts(b.num_seqs, s.nv, sm_count);
   if (state.bf16)
     launch_typed(b, ws, static_cast<bf16*>(state.data), s, split, out, stream);
   else
