@@ -55,4 +55,5 @@ void launch_prep(const BatchMeta& b, const GdnQkvSource& in, const __nv_bfloat16
 // once.
 void launch_state_pass(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
                        int sm_count, __nv_bfloat16* out, cudaStream_t stream);
+
 }  // namespace deltaserve::cuda::gdn_chunk
