@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
-# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench gdnab ncu ncudecode ncuskinny ncusrc ncufull ncuattn attn fla model nccl bench1 prof bench mixed linear envab ab hf real serve prefix
+# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench gdnab gdnenvab ncu ncudecode ncuskinny ncusrc ncufull ncuattn attn fla model nccl bench1 prof bench mixed linear envab ab hf real serve prefix
 #        prefixab serve8k offline8k
 #        benchtp[:MODELS] servetp   (multi-GPU: TP1 vs TP2 vs TP4 on the visible GPUs)
 # Logs go to $OUT (or ./gpu_logs); a summary line is printed as each stage ends.
@@ -215,6 +215,15 @@ for stage in "$@"; do
           note "envab $run $i rc=$? $(grep -E '^\| [0-9]+ \| [0-9]+ \|' "$LOG/envab_${tag}_$i.md" |
             cut -d'|' -f2,5 | tr '\n' ' ') ${AB_OP:+$(grep -E "^ +$AB_OP " "$LOG/envab_${tag}_$i.md" |
             awk '{print $2 "/" $3}' | tr '\n' ' ')}"
+        done
+      done ;;
+    gdnenvab)  # the GDN per-layer bench under several settings, interleaved twice in one lease:
+               # each of $AB_RUNS is VAR=VALUE (e.g. DS_GDN_PASS_NORM=1 DS_GDN_PASS_NORM=0)
+      for i in 1 2; do
+        for setting in ${AB_RUNS:?AB_RUNS=VAR=VALUE ...}; do
+          tag=${setting//=/_}
+          env "$setting" timeout 90 $BIN/gdn_bench >"$LOG/gdnenvab_${tag}_$i.md" 2>>"$LOG/gdnenvab.err"
+          note "gdnenvab $setting $i rc=$? $(grep -E '^\| [0-9]' "$LOG/gdnenvab_${tag}_$i.md" | cut -d'|' -f2,3,5 | tr '\n' ' ')"
         done
       done ;;
     ncuskinny)  # ncu's source-level counters of the weight-streaming GEMM at T = $NCU_T (default 1)
