@@ -114,9 +114,9 @@ TEST_F(GdnChunk, VarlenMixes) {
   check(
       Case{"mixed lengths and starts", {{1000, 0}, {65, 300}, {1, 40}, {64, 0}, {130, 5}, {1, 0}}});
   check(Case{"decode rows beside a prefill", {{1, 10}, {1, 20}, {200, 0}, {1, 30}}});
-  // The state pass's blocks by how many fit an H200's 132 SMs at once: a quarter of a head's columns
-  // a block for 8 x 4 heads ("8 x 1024" above), a half for 12 x 4. Chunks' rows past a sequence
-  // are the next sequence's.
+  // The state pass's blocks by how many fit an H200's 132 SMs at once: a quarter of a head's
+  // columns a block for 8 x 4 heads ("8 x 1024" above), a half for 12 x 4. Chunks' rows past a
+  // sequence are the next sequence's.
   std::vector<Seq> twelve;
   for (int i = 0; i < 12; ++i)
     twelve.push_back(
