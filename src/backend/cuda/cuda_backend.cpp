@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/cuda/ab_switch.h"
 #include "backend/cuda/cuda_backend_detail.h"
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/attention_prefill.cuh"
@@ -59,12 +60,9 @@ void CudaBackend::account() {
 CudaBackend::CudaBackend(int device) : device_(device) {
   const char* prof = std::getenv("DS_CUDA_PROFILE");
   profile_ = prof && std::string(prof) == "1";
-  const char* skinny = std::getenv("DS_SKINNY_GEMM");
-  skinny_gemm_ = !(skinny && std::string(skinny) == "0");
-  const char* fused = std::getenv("DS_FUSED_SILU_MUL");
-  fused_silu_mul_ = !(fused && std::string(fused) == "0");
-  const char* tune = std::getenv("DS_GEMM_TUNE");
-  gemm_tuning_ = !(tune && std::string(tune) == "0");
+  skinny_gemm_ = cuda::ab_switch_on("DS_SKINNY_GEMM");
+  fused_silu_mul_ = cuda::ab_switch_on("DS_FUSED_SILU_MUL");
+  gemm_tuning_ = cuda::ab_switch_on("DS_GEMM_TUNE");
   int count = 0;
   if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess)
     throw DeviceError(std::string("no usable CUDA device: ") + cudaGetErrorString(e));

@@ -1,8 +1,6 @@
 // The fused GDN decode layer (gdn_decode.cuh): conv + SiLU with the conv-state update, q / k L2
 // norms, the gates, the delta rule and the gated RMSNorm for one token per sequence, one kernel.
-#include <cstdlib>
-#include <cstring>
-
+#include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gdn_decode.cuh"
 #include "backend/cuda/kernels/gdn_decode_head.cuh"
@@ -83,12 +81,6 @@ void launch(const BatchMeta& b, const GdnDecodeArgs& p, StateT* state, int num_s
     pdl::launch_dependent(gdn_decode_kernel<StateT, 1>, grid, kThreads, 0, stream, b, p, state);
 }
 
-// Whether the A/B switch `name` is set to 0 (its form off).
-bool switched_off(const char* name) {
-  const char* v = std::getenv(name);
-  return v && std::strcmp(v, "0") == 0;
-}
-
 }  // namespace
 
 bool gdn_decode_supported(int nk, int nv, int dk, int dv, int K) {
@@ -98,7 +90,7 @@ bool gdn_decode_supported(int nk, int nv, int dk, int dv, int K) {
 void launch_gdn_decode(const BatchMeta& b, const GdnDecodeArgs& p, GdnState state, int num_sms,
                        cudaStream_t stream) {
   if (b.num_seqs == 0) return;
-  static const bool split_on = !switched_off("DS_GDN_DECODE_SPLIT");
+  static const bool split_on = ab_switch_on("DS_GDN_DECODE_SPLIT");
   if (split_on && gdn_decode_split_pays(p.nk, p.nv, b.num_seqs, num_sms)) {
     if (launch_gdn_decode_split(b, p, state, stream) == cudaSuccess) return;
     (void)cudaGetLastError();  // a cluster launch refused (no room for a cluster): the other forms

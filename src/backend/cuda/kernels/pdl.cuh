@@ -8,9 +8,9 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <utility>
+
+#include "backend/cuda/ab_switch.h"
 
 namespace deltaserve::cuda::pdl {
 
@@ -35,10 +35,7 @@ constexpr int kDecodeSizedRows = 512;
 // Host: whether launch_dependent sets the attribute (DS_PDL=0 turns it off, for A/B timing: each
 // such kernel then starts once the one before it has completed; its waits return at once).
 inline bool dependent_launch_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("DS_PDL");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  static const bool on = ab_switch_on("DS_PDL");
   return on;
 }
 
