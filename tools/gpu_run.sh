@@ -205,16 +205,29 @@ for stage in "$@"; do
     envab)  # decode steps of several runs, interleaved twice in one lease: each of $AB_RUNS is
             # BINARY:VAR=VALUE (e.g. gpu_bench:DS_GDN_DECODE_SPLIT=0, gpu_bench_base:DS_PDL=1 for
             # a base build staged by tools/stage_base.sh), at batches $AB_BATCHES (default
-            # 1,16,64,256), with per-op tables; the ms and calls of op $AB_OP noted per B
+            # 1,16,64,256) and prefill $AB_PREFILL (default 512), with per-op tables; the ms and
+            # calls of op $AB_OP noted per B
       for i in 1 2; do
         for run in ${AB_RUNS:?AB_RUNS=BINARY:VAR=VALUE ...}; do
           b=${run%%:*} setting=${run#*:} tag=${run//[:=]/_}
           [ -x $BIN/$b ] || continue
           env "$setting" timeout 200 $BIN/$b --model $M --batches ${AB_BATCHES:-1,16,64,256} \
-            --prefill 512 --profile >"$LOG/envab_${tag}_$i.md" 2>>"$LOG/envab.err"
+            --prefill ${AB_PREFILL:-512} --profile >"$LOG/envab_${tag}_$i.md" 2>>"$LOG/envab.err"
           note "envab $run $i rc=$? $(grep -E '^\| [0-9]+ \| [0-9]+ \|' "$LOG/envab_${tag}_$i.md" |
             cut -d'|' -f2,5 | tr '\n' ' ') ${AB_OP:+$(grep -E "^ +$AB_OP " "$LOG/envab_${tag}_$i.md" |
             awk '{print $2 "/" $3}' | tr '\n' ' ')}"
+        done
+      done ;;
+    linearab)  # the decode projections alone (linear_bench at $AB_ROWS, default 16,32,64) for each
+               # of $AB_RUNS (BINARY:VAR=VALUE, e.g. linear_bench:DS_SKINNY_MMA_OVERLAP=0,
+               # linear_bench_base:X=1 for a base build), interleaved twice in one lease
+      for i in 1 2; do
+        for run in ${AB_RUNS:?AB_RUNS=BINARY:VAR=VALUE ...}; do
+          b=${run%%:*} setting=${run#*:} tag=${run//[:=]/_}
+          [ -x $BIN/$b ] || continue
+          env "$setting" timeout 120 $BIN/$b --rows ${AB_ROWS:-16,32,64} \
+            >"$LOG/linearab_${tag}_$i.md" 2>>"$LOG/linearab.err"
+          note "linearab $run $i rc=$? $(grep -F '**step**' "$LOG/linearab_${tag}_$i.md" | tr '\n' ' ')"
         done
       done ;;
     gdnenvab)  # the GDN per-layer bench under several settings, interleaved twice in one lease:
