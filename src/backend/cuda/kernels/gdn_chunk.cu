@@ -1,7 +1,6 @@
 // The chunked (chunk 64) gated delta rule of prefill steps: gdn_chunk_prep.cu prepares every chunk
 // in parallel (the WY form); the state pass (gdn_chunk_pass.cu) walks each sequence's chunks in
-// order, forming their outputs as it goes, normed by the gated RMSNorm as they are stored (or by
-// the norm kernel after it).
+// order, forming their outputs as it goes; the gated RMSNorm of the output follows.
 #include "backend/cuda/kernels/gated_rms_norm.cuh"
 #include "backend/cuda/kernels/gdn_chunk.cuh"
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
@@ -25,8 +24,8 @@ void launch_gdn_chunked(const BatchMeta& b, const GdnQkvSource& in, const __nv_b
                         int num_sms, __nv_bfloat16* out, cudaStream_t stream) {
   const gdn_chunk::Workspace w(ws, b.num_tokens, s);
   gdn_chunk::launch_prep(b, in, a, bgate, A_log, dt_bias, s, w, stream);
-  const bool normed = gdn_chunk::launch_state_pass(b, w, state, s, num_sms, norm, out, stream);
-  if (norm.z != nullptr && !normed) {
+  gdn_chunk::launch_state_pass(b, w, state, s, num_sms, out, stream);
+  if (norm.z != nullptr) {
     const size_t at = static_cast<size_t>(norm.first_row) * s.nv * s.dv;
     launch_gated_rms_norm_bf16(out + at, norm.z + at, norm.w, norm.eps,
                                (b.num_tokens - norm.first_row) * s.nv, s.dv, stream);

@@ -52,10 +52,8 @@ void launch_prep(const BatchMeta& b, const GdnQkvSource& in, const __nv_bfloat16
 // The state pass forming every output (gdn_chunk_pass.cu): a block a (sequence, value head) —
 // or, where those blocks would leave most of the device's sm_count SMs idle (few sequences), a
 // block a half or a quarter of a head's state columns, the most parts whose blocks all fit at
-// once. Applies the gated norm `norm` as it stores the output (a head's parts exchanging their
-// row sums) and returns true, or returns false and leaves it to the caller (no norm, the
-// switch off, or a head's blocks unable to run as resident clusters).
-bool launch_state_pass(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
-                       int sm_count, const GatedNorm& norm, __nv_bfloat16* out,
-                       cudaStream_t stream);
+// once.
+void launch_state_pass(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
+                       int sm_count, __nv_bfloat16* out, cudaStream_t stream);
+
 }  // namespace deltaserve::cuda::gdn_chunk

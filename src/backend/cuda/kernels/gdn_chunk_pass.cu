@@ -16,13 +16,10 @@
 //   S <- e^gam_last S + kd^T V'           (A = kd^T by ldmatrix.trans)
 // S^T and V'^T go to shared memory through stmatrix (transposed) in the 128-byte-swizzled layout
 // the MMAs read (wgmma.cuh).
-#include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
-#include "backend/cuda/kernels/gdn_chunk_pass_norm.cuh"
 #include "backend/cuda/kernels/gdn_chunk_wg_state.cuh"
 #include "backend/cuda/kernels/gdn_pass_split.h"
 #include "backend/cuda/kernels/mma_bf16.cuh"
-#include "backend/cuda/kernels/pdl.cuh"
 #include "backend/cuda/kernels/tma.cuh"
 #include "backend/cuda/kernels/tma_map.h"
 #include "backend/cuda/kernels/wgmma.cuh"
@@ -58,7 +55,6 @@ struct Smem {
   bf16 st[2][2 * kCols * 64];  // per warpgroup S^T [column][dk]: two SW128 blocks of 64 dk
   bf16 vt[2][kCols * 64];      // per warpgroup V'^T [column][token]: one SW128 block
   Stage stage[2];              // chunk c in stage c % 2, the next one loading into the other
-  PassNormSums sums;           // the gated norm's row sums of the head's column parts
   uint64_t full[2];            // a stage's tiles landed
 };
 template <int kCols>
@@ -143,29 +139,13 @@ __device__ void store_output(const Acc<kCols>& o, const Seq& q, int t0, int n, c
   }
 }
 
-// Where a chunk's output goes: the output, the gated norm (z null: none) and, for the norm, the
-// head's column parts (`part` of `parts`: warpgroups of one block, or the blocks of a cluster).
-struct OutputSide {
-  bf16* out;
-  GatedNorm norm;
-  int part, parts;
-  bool cluster;
-};
-
-// One chunk (index c) of the warpgroup's columns col0 .. col0 + kCols - 1 (its local index in the
-// block `group`); S^T published for the next on return.
+// One chunk of the warpgroup's columns col0 .. col0 + kCols - 1 (its local index in the block
+// `group`); S^T published for the next on return.
 template <int kCols>
 __device__ void step(Acc<kCols> (&hs)[2], const Stage& st, uint32_t st_tile, uint32_t vt,
-                     const Seq& q, int c, int n, const GdnShape& s, int group, int col0,
-                     const OutputSide& side, PassNormSums& sums) {
+                     const Seq& q, int t0, int n, const GdnShape& s, int group, int col0,
+                     bf16* out) {
   using WgState = WarpgroupState<kCols>;
-  const int t0 = c * kChunk, parity = c & 1;
-  const bool normed = side.norm.z != nullptr;
-  PassNorm<kCols> norm;
-  const size_t row_stride = static_cast<size_t>(s.nv) * kDim;
-  if (normed)
-    norm.load_z(side.norm.z + (q.base + t0) * row_stride + static_cast<size_t>(q.h) * kDim,
-                row_stride, n, col0);
   Acc<kCols> v, o;
   WgState::issue<kDim / 16>(v, Tile{st.w}, st_tile, false);
   wgmma::commit();
@@ -186,28 +166,16 @@ __device__ void step(Acc<kCols> (&hs)[2], const Stage& st, uint32_t st_tile, uin
   WgState::issue_update(hs, Tile{st.kd}, vt);
   wgmma::commit();
   wgmma::wait<1>();  // P V'
-  if (normed) {
-    PassNorm<kCols>::publish(o, sums, parity, side.part, side.parts, side.cluster);
-    if (side.cluster)
-      asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-    else
-      asm volatile("bar.sync 3, 256;\n" ::: "memory");  // both warpgroups' sums
-  }
+  store_output<kCols>(o, q, t0, n, s, col0, out);
   wgmma::wait<0>();  // the update
   WgState::publish(st_tile, hs);
-  if (normed) {
-    if (side.cluster) asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-    norm.apply(o, sums, parity, side.parts, side.norm, col0);
-  }
-  store_output<kCols>(o, q, t0, n, s, col0, side.out);
 }
 
 // Block (sequence, value head, column part), kGroups warpgroups of kCols columns each.
-// With a norm and kGroups = 1, the blocks of a head are a cluster (grid z = its column parts).
 template <class StateT, int kCols, int kGroups>
 __global__ void __launch_bounds__(128 * kGroups, 1)
     pass_kernel(BatchMeta b, const __grid_constant__ PassMaps maps, Workspace ws,
-                StateT* __restrict__ state, GdnShape s, OutputSide out_side) {
+                StateT* __restrict__ state, GdnShape s, bf16* __restrict__ out) {
   using WgState = WarpgroupState<kCols>;
   extern __shared__ __align__(128) unsigned char pass_raw[];
   Smem<kCols>& sm = *wgmma::atom_aligned<Smem<kCols>>(pass_raw);
@@ -227,10 +195,6 @@ __global__ void __launch_bounds__(128 * kGroups, 1)
     tma::barrier_init_fence();
   }
   __syncthreads();  // the barriers initialised
-  OutputSide side = out_side;
-  side.part = kGroups == 1 ? static_cast<int>(blockIdx.z) : group;
-  if (side.cluster && side.norm.z != nullptr)
-    tma::cluster_sync();  // every block of the cluster running before any remote store
   load_chunk(sm.stage[0], &sm.full[0], maps, q, 0, ws);
   WgState::publish(st_tile, hs);
   for (int c = 0; c < chunks; ++c) {
@@ -240,7 +204,7 @@ __global__ void __launch_bounds__(128 * kGroups, 1)
       load_chunk(sm.stage[(c + 1) % 2], &sm.full[(c + 1) % 2], maps, q, c + 1, ws);
     const int t0 = c * kChunk, n = min(kChunk, q.len - t0);
     tma::wait(&sm.full[c % 2], (c / 2) & 1);
-    step<kCols>(hs, sm.stage[c % 2], st_tile, vt, q, c, n, s, group, col0, side, sm.sums);
+    step<kCols>(hs, sm.stage[c % 2], st_tile, vt, q, t0, n, s, group, col0, out);
     if (t0 + n == snap_at)  // the in-step snapshot: the state after this chunk
       WgState::template io<true>(
           state + (static_cast<size_t>(b.seq_snap_slot[seq]) * s.nv + h) * head, col0, hs);
@@ -248,87 +212,42 @@ __global__ void __launch_bounds__(128 * kGroups, 1)
   WgState::template io<true>(S, col0, hs);
 }
 
-// How many clusters of `parts` blocks of the kernel can be resident at once (clusters are placed
-// within a GPC), once per kernel.
-template <class StateT, int kCols>
-int resident_clusters(int parts) {
-  static const int count = [parts] {
-    const auto kernel = pass_kernel<StateT, kCols, 1>;
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes<kCols>);
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = 1;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = static_cast<unsigned>(parts);
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(1, 1, static_cast<unsigned>(parts));
-    cfg.blockDim = dim3(128);
-    cfg.dynamicSmemBytes = kSmemBytes<kCols>;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) == cudaSuccess) return n;
-    (void)cudaGetLastError();
-    return 0;
-  }();
-  return count;
-}
-
-// DS_GDN_PASS_NORM=0 leaves the gated norm to its own kernel (A/B timing).
-bool pass_norm_on() {
-  static const bool on = ab_switch_on("DS_GDN_PASS_NORM");
-  return on;
-}
-
-// Launches the pass; returns whether it applied `norm` (else the caller runs it).
 template <class StateT, int kCols, int kGroups>
-bool launch_kernel(const BatchMeta& b, const PassMaps& maps, const Workspace& ws, StateT* state,
-                   const GdnShape& s, const GatedNorm& norm, bf16* out, cudaStream_t stream) {
+void launch_kernel(const BatchMeta& b, const PassMaps& maps, const Workspace& ws, StateT* state,
+                   const GdnShape& s, bf16* out, cudaStream_t stream) {
   constexpr int smem = kSmemBytes<kCols>, parts = kDim / (kCols * kGroups);
   const auto kernel = pass_kernel<StateT, kCols, kGroups>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  const dim3 grid(b.num_seqs, s.nv, parts);
-  OutputSide side{out, norm, 0, kDim / kCols, kGroups == 1};
-  if (norm.z == nullptr || !pass_norm_on()) side.norm.z = nullptr;
-  // A head's blocks as a cluster only if every cluster is resident at once.
-  if (side.cluster && side.norm.z != nullptr &&
-      b.num_seqs * s.nv > resident_clusters<StateT, kCols>(parts))
-    side.norm.z = nullptr;
-  if (side.cluster && side.norm.z != nullptr) {
-    const cudaError_t e =
-        pdl::launch_clustered(false, dim3(1, 1, parts), kernel, grid, dim3(128 * kGroups), smem,
-                              stream, b, maps, ws, state, s, side);
-    if (e == cudaSuccess) return true;
-    (void)cudaGetLastError();  // refused: the plain launch and the norm kernel after it
-    side.norm.z = nullptr;
-  }
-  side.cluster = false;
-  kernel<<<grid, 128 * kGroups, smem, stream>>>(b, maps, ws, state, s, side);
-  return side.norm.z != nullptr;
+  kernel<<<dim3(b.num_seqs, s.nv, parts), 128 * kGroups, smem, stream>>>(b, maps, ws, state, s,
+                                                                         out);
 }
 
 template <class StateT>
-bool launch_typed(const BatchMeta& b, const Workspace& ws, StateT* state, const GdnShape& s,
-                  int split, const GatedNorm& norm, bf16* out, cudaStream_t stream) {
+void launch_typed(const BatchMeta& b, const Workspace& ws, StateT* state, const GdnShape& s,
+                  int split, bf16* out, cudaStream_t stream) {
   const int64_t T = b.num_tokens, cols = static_cast<int64_t>(s.nv) * kDim;
   const PassMaps maps{encode_tma_2d_bf16(ws.w, T, cols, kChunk),
                       encode_tma_2d_bf16(ws.kd, T, cols, kChunk),
                       encode_tma_2d_bf16(ws.u, T, cols, kChunk),
                       encode_tma_2d_bf16(ws.q, T, static_cast<int64_t>(s.nk) * kDim, kChunk),
                       encode_tma_2d_bf16(ws.p, T, static_cast<int64_t>(s.nv) * kChunk, kChunk)};
-  if (split == 4) return launch_kernel<StateT, 32, 1>(b, maps, ws, state, s, norm, out, stream);
-  if (split == 2) return launch_kernel<StateT, 64, 1>(b, maps, ws, state, s, norm, out, stream);
-  return launch_kernel<StateT, 64, 2>(b, maps, ws, state, s, norm, out, stream);
+  if (split == 4)
+    launch_kernel<StateT, 32, 1>(b, maps, ws, state, s, out, stream);
+  else if (split == 2)
+    launch_kernel<StateT, 64, 1>(b, maps, ws, state, s, out, stream);
+  else
+    launch_kernel<StateT, 64, 2>(b, maps, ws, state, s, out, stream);
 }
 
 }  // namespace
 
-bool launch_state_pass(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
-                       int sm_count, const GatedNorm& norm, bf16* out, cudaStream_t stream) {
+void launch_state_pass(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
+                       int sm_count, bf16* out, cudaStream_t stream) {
   const int split = state_pass_parts(b.num_seqs, s.nv, sm_count);
-  return state.bf16
-             ? launch_typed(b, ws, static_cast<bf16*>(state.data), s, split, norm, out, stream)
-             : launch_typed(b, ws, static_cast<float*>(state.data), s, split, norm, out, stream);
+  if (state.bf16)
+    launch_typed(b, ws, static_cast<bf16*>(state.data), s, split, out, stream);
+  else
+    launch_typed(b, ws, static_cast<float*>(state.data), s, split, out, stream);
 }
 
 }  // namespace deltaserve::cuda::gdn_chunk
