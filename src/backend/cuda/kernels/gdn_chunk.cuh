@@ -22,8 +22,8 @@ bool gdn_chunked_conv_supported(const GdnShape& s, int conv_kernel, const GdnQkv
 
 // The gated RMSNorm of the output: out = o * rsqrt(mean(o^2) + eps) * w * silu(z) per value head,
 // z [T, nv dv] bf16 (rows as the output's), w [dv] f32, over the rows from first_row on (the
-// batch's sequences' rows: a mixed step's leading decode rows are not theirs), applied by the
-// state pass as it stores the output (or by the gated_rms_norm kernel after it). A null z: no norm.
+// batch's sequences' rows: a mixed step's leading decode rows are not theirs), by the
+// gated_rms_norm kernel after the state pass. A null z: no norm.
 struct GatedNorm {
   const __nv_bfloat16* z;
   const float* w;
