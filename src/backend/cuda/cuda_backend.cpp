@@ -63,7 +63,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   skinny_gemm_ = cuda::ab_switch_on("DS_SKINNY_GEMM");
   fused_silu_mul_ = cuda::ab_switch_on("DS_FUSED_SILU_MUL");
   gemm_tuning_ = cuda::ab_switch_on("DS_GEMM_TUNE");
-  skinny_wide_ = cuda::ab_candidate_on("DS_SKINNY_WIDE");
   int count = 0;
   if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess)
     throw DeviceError(std::string("no usable CUDA device: ") + cudaGetErrorString(e));
@@ -271,9 +270,7 @@ CudaBackend::LinearRoute CudaBackend::linear_route(const Tensor& x,
     skinny = skinny && cuda::skinny_supported(x.data, w.data, y.data, t, k);
     gemv = gemv && cuda::gemv_supported(x.data, w.data, t, k);
   }
-  const bool pays = cuda::skinny_gemm_pays(t, tiles, narrowest) ||
-                    (skinny_wide_ && tiles >= cuda::kSkinnyMinTiles);
-  skinny = skinny && tiles <= cuda::kSkinnyMaxTiles && pays;
+  skinny = skinny && tiles <= cuda::kSkinnyMaxTiles && cuda::skinny_gemm_pays(t, tiles, narrowest);
   return skinny ? LinearRoute::kSkinny : gemv ? LinearRoute::kGemv : LinearRoute::kCublasLt;
 }
 

@@ -139,9 +139,6 @@ class CudaBackend final : public Backend {
   // linear_silu_mul in the weight-streaming GEMM (DS_FUSED_SILU_MUL=0 for A/B: the unfused ops)
   bool fused_silu_mul_ = true;
   bool gemm_tuning_ = true;  // set_linear_tuning takes effect (DS_GEMM_TUNE=0: it does not)
-  // DS_SKINNY_WIDE=1 (A/B): the weight-streaming GEMM for every group of kSkinnyMinTiles tiles or
-  // more up to kSkinnyMaxRows tokens, not only those holding a narrow projection.
-  bool skinny_wide_ = false;
   std::vector<Timed> pending_;
   std::vector<std::pair<const char*, std::pair<double, int64_t>>> totals_;
 

@@ -1,6 +1,5 @@
 #include <cstdint>
 
-#include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/bf16x8.cuh"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
@@ -33,7 +32,6 @@ struct Params {
   int n[kSkinnyMaxGroups];
   int first_tile[kSkinnyMaxGroups];  // group g's 128-row tiles start here
   int count, T, k_tiles, units, blocks;
-  bool overlap;  // one stage's MMAs in flight while the next stage's are issued (consume)
   // SiLU-mul form: w[0] / w[1] the gate / up weights in boxes of 64 rows, a tile's rows 0-63
   // gate rows and 64-127 the same up rows; y[0] the product, n[0] its width.
   bool paired;
@@ -217,10 +215,15 @@ __device__ inline void store4(bf16* out, int col, int n, const float4& v) {
   for (int j = 0; j < 4 && col + j < n; ++j) out[j] = __float2bfloat16(e[j]);
 }
 
-// Items (four rows of a token) a consumer thread sums at once in a tile reduction: every load of
-// them from two partials is in flight together, so that the reduction's time does not grow with T
-// by one L2 round trip per item.
-constexpr int kReduceBatch = 8;
+// A tile reduction of kRows tokens sums kReduceBatch items (four rows of a token) a consumer thread
+// at once, with the loads of kReduceParts partials of them in flight together: eight loads for 64
+// tokens (a thread's eight items in two rounds, not an L2 round trip each), four below (as many as
+// the registers of the kernel's other phases allow: more would leave less room on an SM for the
+// programmatic dependents that start beside its block).
+template <int kRows>
+constexpr int kReduceBatch = kRows / 16;
+template <int kRows>
+constexpr int kReduceParts = kRows == 64 ? 2 : 4 / kReduceBatch<kRows>;
 
 __device__ inline void add4(float4& s, const float4& v) {
   s.x += v.x;
@@ -229,34 +232,44 @@ __device__ inline void add4(float4& s, const float4& v) {
   s.w += v.w;
 }
 
-// sum[b] = the np partials' float4 at at[b] + offset (b < valid), added in block order.
-__device__ void sum_partials(const float* const* parts, int np, const int (&at)[kReduceBatch],
-                             int valid, int offset, float4 (&sum)[kReduceBatch]) {
+// sum[b] = the np partials' float4 at at[b] + offset, added in block order, kParts partials' loads
+// at a time.
+template <int kBatch, int kParts>
+__device__ void sum_partials(const float* const* parts, int np, const int (&at)[kBatch], int offset,
+                             float4 (&sum)[kBatch]) {
 #pragma unroll
-  for (int b = 0; b < kReduceBatch; ++b) sum[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  for (int c = 0; c < np; c += 2) {
-    const float* p0 = parts[c] + offset;
-    const float* p1 = c + 1 < np ? parts[c + 1] + offset : nullptr;
-    float4 v0[kReduceBatch], v1[kReduceBatch];
+  for (int b = 0; b < kBatch; ++b) sum[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  const auto load = [&](int c, int b) {
+    return __ldcg(reinterpret_cast<const float4*>(parts[c] + offset + at[b]));
+  };
+  int c = 0;
+#pragma unroll 1
+  for (; c + kParts <= np; c += kParts) {
+    float4 v[kParts][kBatch];
 #pragma unroll
-    for (int b = 0; b < kReduceBatch; ++b) {
-      if (b >= valid) continue;
-      v0[b] = __ldcg(reinterpret_cast<const float4*>(p0 + at[b]));
-      v1[b] = p1 ? __ldcg(reinterpret_cast<const float4*>(p1 + at[b]))
-                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
+    for (int j = 0; j < kParts; ++j)
 #pragma unroll
-    for (int b = 0; b < kReduceBatch; ++b) {
-      if (b >= valid) continue;
-      add4(sum[b], v0[b]);
-      if (p1) add4(sum[b], v1[b]);
-    }
+      for (int b = 0; b < kBatch; ++b) v[j][b] = load(c + j, b);
+#pragma unroll
+    for (int j = 0; j < kParts; ++j)
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) add4(sum[b], v[j][b]);
+  }
+#pragma unroll 1
+  for (; c < np; ++c) {
+    float4 v[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) v[b] = load(c, b);
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) add4(sum[b], v[b]);
   }
 }
 
 // The tile's partial sums, added in block order (the result does not depend on which block
 // finished last), as bf16. `parts` (shared) receives the partials' addresses.
+template <int kRows>
 __device__ void reduce_tile(const Params& p, int tile, const float** parts) {
+  constexpr int kBatch = kReduceBatch<kRows>;
   const TileRef t = tile_ref(p, tile);
   const int c0 = block_of(p, tile * p.k_tiles);
   const int np = block_of(p, (tile + 1) * p.k_tiles - 1) - c0 + 1;
@@ -266,27 +279,26 @@ __device__ void reduce_tile(const Params& p, int tile, const float** parts) {
   const int n = p.n[t.g];
   const int quads = (p.paired ? kPairRows : kTileRows) / 4;  // of output rows
   const int items = p.T * quads;
-  for (int first = static_cast<int>(threadIdx.x); first < items;
-       first += kConsumers * kReduceBatch) {
-    int at[kReduceBatch], valid = 0;
+  for (int first = static_cast<int>(threadIdx.x); first < items; first += kConsumers * kBatch) {
+    int at[kBatch], valid = 0;
 #pragma unroll
-    for (int b = 0; b < kReduceBatch; ++b) {
-      const int item = first + b * kConsumers;
-      at[b] = (item / quads) * kTileRows + 4 * (item % quads);
+    for (int b = 0; b < kBatch; ++b) {
+      const int item = first + b * kConsumers;  // past the items: summed again, not stored
+      at[b] = item < items ? (item / quads) * kTileRows + 4 * (item % quads) : at[0];
       valid += item < items ? 1 : 0;
     }
-    float4 v[kReduceBatch];
-    sum_partials(parts, np, at, valid, 0, v);
+    float4 v[kBatch];
+    sum_partials<kBatch, kReduceParts<kRows>>(parts, np, at, 0, v);
     if (p.paired) {
-      float4 up[kReduceBatch];
-      sum_partials(parts, np, at, valid, kPairRows, up);
+      float4 up[kBatch];
+      sum_partials<kBatch, kReduceParts<kRows>>(parts, np, at, kPairRows, up);
 #pragma unroll
-      for (int b = 0; b < kReduceBatch; ++b)
+      for (int b = 0; b < kBatch; ++b)
         v[b] = make_float4(silu_mul_of(v[b].x, up[b].x), silu_mul_of(v[b].y, up[b].y),
                            silu_mul_of(v[b].z, up[b].z), silu_mul_of(v[b].w, up[b].w));
     }
 #pragma unroll
-    for (int b = 0; b < kReduceBatch; ++b) {
+    for (int b = 0; b < kBatch; ++b) {
       if (b >= valid) continue;
       const int tok = at[b] / kTileRows, r = at[b] % kTileRows;
       store4(p.y[t.g] + static_cast<size_t>(tok) * n + t.n0 + r, t.n0 + r, n, v[b]);
@@ -319,13 +331,12 @@ __device__ void finish_segment(const Params& p, int c, int tile, int kt0, int kt
     sh.last = add_acq_rel(&p.ws.counters[tile], kt1 - kt0) + kt1 - kt0 == p.k_tiles;
   consumers_sync();  // the count's acquire before any consumer reads the other blocks' partials
   if (!sh.last) return;
-  reduce_tile(p, tile, sh.parts);
+  reduce_tile<kRows>(p, tile, sh.parts);
   if (threadIdx.x == 0) p.ws.counters[tile] = 0;  // ready for the next launch
 }
 
 // The consumer warpgroups over the block's units, tile segment by tile segment; each stage is
-// released once the MMAs reading it have completed: with p.overlap those of the stage before are
-// waited for after the next stage's MMAs are issued (one group in flight), else each stage's own.
+// released once the MMAs reading it have completed.
 template <int kRows>
 __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* stages,
                         uint64_t* full, uint64_t* empty, BlockShared& sh) {
@@ -336,7 +347,7 @@ __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* s
   float acc[kRows / 2];
   for (int u = u0, i = 0; u < u1;) {
     const int tile = u / p.k_tiles, kt0 = u - tile * p.k_tiles;
-    const int end = min(u1, (tile + 1) * p.k_tiles), u_seg = u;
+    const int end = min(u1, (tile + 1) * p.k_tiles);
 #pragma unroll
     for (int a = 0; a < kRows / 2; ++a) acc[a] = 0.0f;
     for (; u < end; ++u, ++i) {
@@ -350,17 +361,8 @@ __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* s
       for (int kk = 0; kk < kTileK / 16; ++kk)
         mma_step<kRows>(acc, wd + kk * kStep, xd + kk * kStep);
       wgmma::commit();
-      if (!p.overlap) {
-        wgmma::wait<0>();
-        tma::arrive(&empty[s]);
-      } else if (u > u_seg) {
-        wgmma::wait<1>();
-        tma::arrive(&empty[(i - 1) % kStages]);
-      }
-    }
-    if (p.overlap) {  // the segment's last stage
       wgmma::wait<0>();
-      tma::arrive(&empty[(i - 1) % kStages]);
+      tma::arrive(&empty[s]);
     }
     finish_segment<kRows>(p, c, tile, kt0, end - tile * p.k_tiles, acc, sh);
   }
@@ -413,8 +415,6 @@ cudaError_t launch_tiles(Params& p, const bf16* x, int tiles, int T, int K,
   p.units = tiles * p.k_tiles;
   p.blocks = skinny::blocks_for(p.units, p.k_tiles, sm_count);
   p.ws = ws;
-  static const bool overlap = ab_switch_on("DS_SKINNY_MMA_OVERLAP");  // =0 for A/B
-  p.overlap = overlap;
   return rows == 16   ? launch<16>(p, stream)
          : rows == 32 ? launch<32>(p, stream)
                       : launch<64>(p, stream);
