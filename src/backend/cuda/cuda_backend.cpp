@@ -19,7 +19,6 @@
 #include "backend/cuda/kernels/gdn_chunk.cuh"
 #include "backend/cuda/kernels/gdn_decode.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
-#include "backend/cuda/kernels/l2_prefetch.cuh"
 #include "backend/cuda/kernels/rms_norm.cuh"
 #include "backend/cuda/kernels/silu_mul.cuh"
 #include "backend/cuda/kernels/skinny_gemm.cuh"
@@ -64,7 +63,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   skinny_gemm_ = cuda::ab_switch_on("DS_SKINNY_GEMM");
   fused_silu_mul_ = cuda::ab_switch_on("DS_FUSED_SILU_MUL");
   gemm_tuning_ = cuda::ab_switch_on("DS_GEMM_TUNE");
-  l2_prefetch_ = cuda::ab_switch_on("DS_L2_PREFETCH");
   int count = 0;
   if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess)
     throw DeviceError(std::string("no usable CUDA device: ") + cudaGetErrorString(e));
@@ -218,15 +216,6 @@ void CudaBackend::embedding(const Tensor& ids, const Tensor& table, const Tensor
   OpTimer timer(*this, "embedding");
   cuda::launch_gather_rows_bf16(bf(table), ids.i32(), static_cast<int>(ids.numel()),
                                 static_cast<int>(table.dim(1)), bf(out), stream_);
-}
-
-// Decode-sized steps only: a prefill step's mixer streams its own operands, and its projections
-// run long enough that a cold start costs them little.
-void CudaBackend::prefetch_weights(const Tensor& w, int64_t rows) {
-  if (!l2_prefetch_ || rows > cuda::kSkinnyMaxRows) return;
-  if (!cuda::l2_prefetch_supported(w.data, w.nbytes())) return;
-  OpTimer timer(*this, "l2_prefetch");
-  check(cuda::launch_l2_prefetch(w.data, w.nbytes(), stream_), "L2 prefetch launch");
 }
 
 void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, const Tensor& out) {

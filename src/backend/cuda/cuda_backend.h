@@ -92,7 +92,6 @@ class CudaBackend final : public Backend {
   void linear_silu_mul(const Tensor& x, const Tensor& w_gate, const Tensor& w_up,
                        const Tensor& gate, const Tensor& up, const Tensor& act) override;
   void gather_rows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
-  void prefetch_weights(const Tensor& w, int64_t rows) override;
   void gated_rms_norm(const Tensor& o, const Tensor& z, const Tensor& w, float eps) override;
   void copy_state_rows(std::span<const Tensor> tensors, std::span<const SlotMove> moves) override;
 
@@ -140,7 +139,6 @@ class CudaBackend final : public Backend {
   // linear_silu_mul in the weight-streaming GEMM (DS_FUSED_SILU_MUL=0 for A/B: the unfused ops)
   bool fused_silu_mul_ = true;
   bool gemm_tuning_ = true;  // set_linear_tuning takes effect (DS_GEMM_TUNE=0: it does not)
-  bool l2_prefetch_ = true;  // prefetch_weights acts (DS_L2_PREFETCH=0: it does not)
   std::vector<Timed> pending_;
   std::vector<std::pair<const char*, std::pair<double, int64_t>>> totals_;
 
