@@ -6,7 +6,9 @@ usage: tools/h200_json.py --commit SHA --date YYYY-MM-DD [--base-commit SHA --ba
                           [--gdn-decode NAME=gpu_bench.md ...] [--serve serve8k.jsonl
                           --serve-flags STR] [--offline offline8k.jsonl]
                           [--decode-ctx gpu_bench.md ...] [--mixed gpu_bench.md]
-                          FILE...    (gpu_bench outputs of the same commit; medians across them)
+                          FILE...    (gpu_bench outputs of the same commit; medians across them;
+                                      give them first: --decode-from and the other list options
+                                      take every argument after them)
        tools/h200_json.py --commit SHA --date YYYY-MM-DD --prefix prefix_bench.jsonl
                           (only the prefix_cache key: gpu_run.sh's prefix stage, cache on vs off)
 
@@ -46,11 +48,14 @@ def parse(path):
 
 
 def medians(files):
+    """Per table (decode, eager decode, prefill), each row's median over the runs that have it
+    (runs may cover different prefill lengths or batch sizes); rows in first-seen order."""
     runs = [parse(f) for f in files]
     out = []
     for k in range(3):
-        keys = runs[0][k].keys()
-        out.append({key: round(statistics.median(r[k][key] for r in runs), 3) for key in keys})
+        keys = list(dict.fromkeys(key for r in runs for key in r[k]))
+        out.append({key: round(statistics.median(r[k][key] for r in runs if key in r[k]), 3)
+                    for key in keys})
     return out, runs[0][3]
 
 
