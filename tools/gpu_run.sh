@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
-# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench gdnab gdnenvab ncu ncudecode ncuskinny ncusrc ncufull ncuattn attn fla model nccl bench1 prof bench mixed linear envab ab hf real serve prefix
+# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench gdnab gdnenvab ncu ncudecode ncuskinny ncusrc ncufull ncuattn attn fla model nccl bench1 prof bench mixed linear linearab envab ab hf real serve prefix
 #        prefixab serve8k offline8k
 #        benchtp[:MODELS] servetp   (multi-GPU: TP1 vs TP2 vs TP4 on the visible GPUs)
 # Logs go to $OUT (or ./gpu_logs); a summary line is printed as each stage ends.
@@ -80,6 +80,30 @@ prefix_bench() {
   python3 -c "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:8011/metrics').read().decode())" |
     grep -E "^vllm:prefix_cache" | sed "s/^/$mode: /" >>"$LOG/prefix_bench.metrics"
   serve_stop serve_prefix_$mode
+}
+# ab_rounds FN: FN BINARY SETTING TAG ROUND for each BINARY:VAR=VALUE of $AB_RUNS present in $BIN,
+# the runs alternating, twice (rounds 1 and 2), so that a lease's drift falls on every setting.
+ab_rounds() {
+  local fn=$1 i run b setting
+  for i in 1 2; do
+    for run in ${AB_RUNS:?AB_RUNS=BINARY:VAR=VALUE ...}; do
+      b=${run%%:*} setting=${run#*:}
+      [ -x $BIN/$b ] || continue
+      $fn "$b" "$setting" "${run//[:=]/_}" $i
+    done
+  done
+}
+envab_run() {  # BINARY SETTING TAG ROUND: gpu_bench's decode table + per-op profile
+  env "$2" timeout 200 $BIN/$1 --model $M --batches ${AB_BATCHES:-1,16,64,256} \
+    --prefill ${AB_PREFILL:-512} --profile >"$LOG/envab_$3_$4.md" 2>>"$LOG/envab.err"
+  note "envab $1:$2 $4 rc=$? $(grep -E '^\| [0-9]+ \| [0-9]+ \|' "$LOG/envab_$3_$4.md" |
+    cut -d'|' -f2,5 | tr '\n' ' ') ${AB_OP:+$(grep -E "^ +$AB_OP " "$LOG/envab_$3_$4.md" |
+    awk '{print $2 "/" $3}' | tr '\n' ' ')}"
+}
+linearab_run() {  # BINARY SETTING TAG ROUND: linear_bench's per-projection table
+  env "$2" timeout 120 $BIN/$1 --rows ${AB_ROWS:-16,32,64} >"$LOG/linearab_$3_$4.md" \
+    2>>"$LOG/linearab.err"
+  note "linearab $1:$2 $4 rc=$? $(grep -F '**step**' "$LOG/linearab_$3_$4.md" | tr '\n' ' ')"
 }
 # ncu_source NAME KERNEL_REGEX CMD...: one launch of the kernel under ncu's full set with source
 # counters, as $LOG/NAME.ncu-rep, its SASS with stall samples (NAME_sass.csv) and its details page.
@@ -207,29 +231,11 @@ for stage in "$@"; do
             # a base build staged by tools/stage_base.sh), at batches $AB_BATCHES (default
             # 1,16,64,256) and prefill $AB_PREFILL (default 512), with per-op tables; the ms and
             # calls of op $AB_OP noted per B
-      for i in 1 2; do
-        for run in ${AB_RUNS:?AB_RUNS=BINARY:VAR=VALUE ...}; do
-          b=${run%%:*} setting=${run#*:} tag=${run//[:=]/_}
-          [ -x $BIN/$b ] || continue
-          env "$setting" timeout 200 $BIN/$b --model $M --batches ${AB_BATCHES:-1,16,64,256} \
-            --prefill ${AB_PREFILL:-512} --profile >"$LOG/envab_${tag}_$i.md" 2>>"$LOG/envab.err"
-          note "envab $run $i rc=$? $(grep -E '^\| [0-9]+ \| [0-9]+ \|' "$LOG/envab_${tag}_$i.md" |
-            cut -d'|' -f2,5 | tr '\n' ' ') ${AB_OP:+$(grep -E "^ +$AB_OP " "$LOG/envab_${tag}_$i.md" |
-            awk '{print $2 "/" $3}' | tr '\n' ' ')}"
-        done
-      done ;;
+      ab_rounds envab_run ;;
     linearab)  # the decode projections alone (linear_bench at $AB_ROWS, default 16,32,64) for each
-               # of $AB_RUNS (BINARY:VAR=VALUE, e.g. linear_bench:DS_SKINNY_MMA_OVERLAP=0,
+               # of $AB_RUNS (BINARY:VAR=VALUE, e.g. linear_bench:DS_SKINNY_GEMM=0,
                # linear_bench_base:X=1 for a base build), interleaved twice in one lease
-      for i in 1 2; do
-        for run in ${AB_RUNS:?AB_RUNS=BINARY:VAR=VALUE ...}; do
-          b=${run%%:*} setting=${run#*:} tag=${run//[:=]/_}
-          [ -x $BIN/$b ] || continue
-          env "$setting" timeout 120 $BIN/$b --rows ${AB_ROWS:-16,32,64} \
-            >"$LOG/linearab_${tag}_$i.md" 2>>"$LOG/linearab.err"
-          note "linearab $run $i rc=$? $(grep -F '**step**' "$LOG/linearab_${tag}_$i.md" | tr '\n' ' ')"
-        done
-      done ;;
+      ab_rounds linearab_run ;;
     gdnenvab)  # the GDN per-layer bench under several settings, interleaved twice in one lease:
                # each of $AB_RUNS is VAR=VALUE (e.g. DS_GDN_PASS_NORM=1 DS_GDN_PASS_NORM=0)
       for i in 1 2; do
