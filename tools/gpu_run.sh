@@ -105,6 +105,11 @@ linearab_run() {  # BINARY SETTING TAG ROUND: linear_bench's per-projection tabl
     2>>"$LOG/linearab.err"
   note "linearab $1:$2 $4 rc=$? $(grep -F '**step**' "$LOG/linearab_$3_$4.md" | tr '\n' ' ')"
 }
+gdnenvab_run() {  # BINARY SETTING TAG ROUND: gdn_bench's per-layer table
+  env "$2" timeout 90 $BIN/$1 >"$LOG/gdnenvab_$3_$4.md" 2>>"$LOG/gdnenvab.err"
+  note "gdnenvab $1:$2 $4 rc=$? $(grep -E '^\| [0-9]' "$LOG/gdnenvab_$3_$4.md" | cut -d'|' -f2,3,5 |
+    tr '\n' ' ')"
+}
 # ncu_source NAME KERNEL_REGEX CMD...: one launch of the kernel under ncu's full set with source
 # counters, as $LOG/NAME.ncu-rep, its SASS with stall samples (NAME_sass.csv) and its details page.
 ncu_source() {
@@ -236,15 +241,9 @@ for stage in "$@"; do
                # of $AB_RUNS (BINARY:VAR=VALUE, e.g. linear_bench:DS_SKINNY_GEMM=0,
                # linear_bench_base:X=1 for a base build), interleaved twice in one lease
       ab_rounds linearab_run ;;
-    gdnenvab)  # the GDN per-layer bench under several settings, interleaved twice in one lease:
-               # each of $AB_RUNS is VAR=VALUE (e.g. DS_GDN_PASS_NORM=1 DS_GDN_PASS_NORM=0)
-      for i in 1 2; do
-        for setting in ${AB_RUNS:?AB_RUNS=VAR=VALUE ...}; do
-          tag=${setting//=/_}
-          env "$setting" timeout 90 $BIN/gdn_bench >"$LOG/gdnenvab_${tag}_$i.md" 2>>"$LOG/gdnenvab.err"
-          note "gdnenvab $setting $i rc=$? $(grep -E '^\| [0-9]' "$LOG/gdnenvab_${tag}_$i.md" | cut -d'|' -f2,3,5 | tr '\n' ' ')"
-        done
-      done ;;
+    gdnenvab)  # the GDN per-layer bench for each of $AB_RUNS (BINARY:VAR=VALUE, e.g.
+               # gdn_bench:DS_GDN_DECODE_SPLIT=0, gdn_bench_base:X=1), interleaved twice in one lease
+      ab_rounds gdnenvab_run ;;
     ncuskinny)  # ncu's source-level counters of the weight-streaming GEMM at T = $NCU_T (default 1)
                 # on one projection group ($NCU_ONLY, default "gdn out")
       ncu_source skinny_t${NCU_T:-1} skinny_gemm_kernel $BIN/linear_bench --rows ${NCU_T:-1} --rounds 1 \

@@ -36,7 +36,8 @@ constexpr int kSkinnyTileRows = 128, kSkinnyMaxTiles = 8192, kSkinnyMinTiles = 4
 //   time grows with T, so wide projections alone (the MLP's gate / up, the lm_head) stream faster
 //   on cuBLASLt there (ncu on gate / up at T = 64: DRAM at 54% of peak; of the warps' stall
 //   samples 25% on the stage barrier, 12% on the wgmma wait after every stage, 11% in the tile
-//   reduction).
+//   reduction; with the reduction's loads batched — its first form, 6e980ee — the wide groups
+//   here still made decode at B = 32 and 64 slower in one lease).
 inline bool skinny_gemm_pays(int T, int64_t tiles, int64_t narrowest) {
   if (T <= 8) return true;
   if (tiles < kSkinnyMinTiles) return false;
