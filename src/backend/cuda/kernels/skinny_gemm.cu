@@ -243,7 +243,8 @@ __device__ void sum_partials(const float* const* parts, int np, const int (&at)[
     return __ldcg(reinterpret_cast<const float4*>(parts[c] + offset + at[b]));
   };
   int c = 0;
-#pragma unroll 1
+  constexpr int kUnroll = kBatch > 1 ? 1 : 4;  // 16 tokens: as the compiler unrolls it alone
+#pragma unroll kUnroll
   for (; c + kParts <= np; c += kParts) {
     float4 v[kParts][kBatch];
 #pragma unroll
@@ -255,7 +256,7 @@ __device__ void sum_partials(const float* const* parts, int np, const int (&at)[
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) add4(sum[b], v[j][b]);
   }
-#pragma unroll 1
+#pragma unroll kUnroll
   for (; c < np; ++c) {
     float4 v[kBatch];
 #pragma unroll
