@@ -81,7 +81,8 @@ prefix_bench() {
     grep -E "^vllm:prefix_cache" | sed "s/^/$mode: /" >>"$LOG/prefix_bench.metrics"
   serve_stop serve_prefix_$mode
 }
-# ab_rounds FN: FN BINARY SETTING TAG ROUND for each BINARY:VAR=VALUE of $AB_RUNS present in $BIN,
+# ab_rounds FN: FN BINARY SETTING TAG ROUND for each BINARY:VAR=VALUE[,VAR=VALUE...] of $AB_RUNS
+# present in $BIN,
 # the runs alternating, twice (rounds 1 and 2), so that a lease's drift falls on every setting.
 ab_rounds() {
   local fn=$1 i run b setting
@@ -94,19 +95,19 @@ ab_rounds() {
   done
 }
 envab_run() {  # BINARY SETTING TAG ROUND: gpu_bench's decode table + per-op profile
-  env "$2" timeout 200 $BIN/$1 --model $M --batches ${AB_BATCHES:-1,16,64,256} \
+  env ${2//,/ } timeout 200 $BIN/$1 --model $M --batches ${AB_BATCHES:-1,16,64,256} \
     --prefill ${AB_PREFILL:-512} --profile >"$LOG/envab_$3_$4.md" 2>>"$LOG/envab.err"
   note "envab $1:$2 $4 rc=$? $(grep -E '^\| [0-9]+ \| [0-9]+ \|' "$LOG/envab_$3_$4.md" |
     cut -d'|' -f2,5 | tr '\n' ' ') ${AB_OP:+$(grep -E "^ +$AB_OP " "$LOG/envab_$3_$4.md" |
     awk '{print $2 "/" $3}' | tr '\n' ' ')}"
 }
 linearab_run() {  # BINARY SETTING TAG ROUND: linear_bench's per-projection table
-  env "$2" timeout 120 $BIN/$1 --rows ${AB_ROWS:-16,32,64} >"$LOG/linearab_$3_$4.md" \
+  env ${2//,/ } timeout 120 $BIN/$1 --rows ${AB_ROWS:-16,32,64} >"$LOG/linearab_$3_$4.md" \
     2>>"$LOG/linearab.err"
   note "linearab $1:$2 $4 rc=$? $(grep -F '**step**' "$LOG/linearab_$3_$4.md" | tr '\n' ' ')"
 }
 gdnenvab_run() {  # BINARY SETTING TAG ROUND: gdn_bench's per-layer table
-  env "$2" timeout 90 $BIN/$1 >"$LOG/gdnenvab_$3_$4.md" 2>>"$LOG/gdnenvab.err"
+  env ${2//,/ } timeout 90 $BIN/$1 >"$LOG/gdnenvab_$3_$4.md" 2>>"$LOG/gdnenvab.err"
   note "gdnenvab $1:$2 $4 rc=$? $(grep -E '^\| [0-9]' "$LOG/gdnenvab_$3_$4.md" | cut -d'|' -f2,3,5 |
     tr '\n' ' ')"
 }
