@@ -16,6 +16,7 @@
 //   S <- e^gam_last S + kd^T V'           (A = kd^T by ldmatrix.trans)
 // S^T and V'^T go to shared memory through stmatrix (transposed) in the 128-byte-swizzled layout
 // the MMAs read (wgmma.cuh).
+#include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "backend/cuda/kernels/gdn_chunk_wg_state.cuh"
 #include "backend/cuda/kernels/gdn_pass_split.h"
@@ -140,11 +141,13 @@ __device__ void store_output(const Acc<kCols>& o, const Seq& q, int t0, int n, c
 }
 
 // One chunk of the warpgroup's columns col0 .. col0 + kCols - 1 (its local index in the block
-// `group`); S^T published for the next on return.
+// `group`); S^T published for the next on return. update_first (DS_GDN_PASS_UPDATE_FIRST, a
+// candidate): the state update is issued before P V', and S^T published before the output is
+// stored, so that the chunk-to-chunk chain does not wait through P V' and the stores.
 template <int kCols>
 __device__ void step(Acc<kCols> (&hs)[2], const Stage& st, uint32_t st_tile, uint32_t vt,
                      const Seq& q, int t0, int n, const GdnShape& s, int group, int col0,
-                     bf16* out) {
+                     bool update_first, bf16* out) {
   using WgState = WarpgroupState<kCols>;
   Acc<kCols> v, o;
   WgState::issue<kDim / 16>(v, Tile{st.w}, st_tile, false);
@@ -161,6 +164,17 @@ __device__ void step(Acc<kCols> (&hs)[2], const Stage& st, uint32_t st_tile, uin
   for (int half = 0; half < 2; ++half)
 #pragma unroll
     for (int e = 0; e < kCols / 2; ++e) hs[half][e] *= decay;
+  if (update_first) {
+    WgState::issue_update(hs, Tile{st.kd}, vt);
+    wgmma::commit();
+    WgState::issue<kChunk / 16>(o, Tile{st.p}, vt, true);
+    wgmma::commit();
+    wgmma::wait<1>();  // the update
+    WgState::publish(st_tile, hs);
+    wgmma::wait<0>();  // P V'
+    store_output<kCols>(o, q, t0, n, s, col0, out);
+    return;
+  }
   WgState::issue<kChunk / 16>(o, Tile{st.p}, vt, true);
   wgmma::commit();
   WgState::issue_update(hs, Tile{st.kd}, vt);
@@ -175,7 +189,7 @@ __device__ void step(Acc<kCols> (&hs)[2], const Stage& st, uint32_t st_tile, uin
 template <class StateT, int kCols, int kGroups>
 __global__ void __launch_bounds__(128 * kGroups, 1)
     pass_kernel(BatchMeta b, const __grid_constant__ PassMaps maps, Workspace ws,
-                StateT* __restrict__ state, GdnShape s, bf16* __restrict__ out) {
+                StateT* __restrict__ state, GdnShape s, bool update_first, bf16* __restrict__ out) {
   using WgState = WarpgroupState<kCols>;
   extern __shared__ __align__(128) unsigned char pass_raw[];
   Smem<kCols>& sm = *wgmma::atom_aligned<Smem<kCols>>(pass_raw);
@@ -204,7 +218,7 @@ __global__ void __launch_bounds__(128 * kGroups, 1)
       load_chunk(sm.stage[(c + 1) % 2], &sm.full[(c + 1) % 2], maps, q, c + 1, ws);
     const int t0 = c * kChunk, n = min(kChunk, q.len - t0);
     tma::wait(&sm.full[c % 2], (c / 2) & 1);
-    step<kCols>(hs, sm.stage[c % 2], st_tile, vt, q, t0, n, s, group, col0, out);
+    step<kCols>(hs, sm.stage[c % 2], st_tile, vt, q, t0, n, s, group, col0, update_first, out);
     if (t0 + n == snap_at)  // the in-step snapshot: the state after this chunk
       WgState::template io<true>(
           state + (static_cast<size_t>(b.seq_snap_slot[seq]) * s.nv + h) * head, col0, hs);
@@ -218,8 +232,9 @@ void launch_kernel(const BatchMeta& b, const PassMaps& maps, const Workspace& ws
   constexpr int smem = kSmemBytes<kCols>, parts = kDim / (kCols * kGroups);
   const auto kernel = pass_kernel<StateT, kCols, kGroups>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  static const bool update_first = ab_candidate_on("DS_GDN_PASS_UPDATE_FIRST");
   kernel<<<dim3(b.num_seqs, s.nv, parts), 128 * kGroups, smem, stream>>>(b, maps, ws, state, s,
-                                                                         out);
+                                                                         update_first, out);
 }
 
 template <class StateT>
