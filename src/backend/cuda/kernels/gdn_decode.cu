@@ -1,7 +1,5 @@
 // The fused GDN decode layer (gdn_decode.cuh): conv + SiLU with the conv-state update, q / k L2
 // norms, the gates, the delta rule and the gated RMSNorm for one token per sequence, one kernel.
-#include <cstdlib>
-
 #include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gdn_decode.cuh"
@@ -9,7 +7,6 @@
 #include "backend/cuda/kernels/gdn_decode_split.cuh"
 #include "backend/cuda/kernels/gdn_state.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
-#include "backend/cuda/kernels/tma.cuh"
 
 namespace deltaserve::cuda {
 namespace {
@@ -37,73 +34,38 @@ __device__ inline void group_sync(int group) {
 // of its value heads, then the delta rule of each of those value heads, warpgroup `group` taking
 // heads group, group + kPar, ..., its state in registers (the first head's loads issued before the
 // conv), then the gated RMSNorm of its output row.
-// `prefetch` (DS_GDN_DECODE_PREFETCH, A/B): 0 none; 1 after the wait, one thread asks L2 for the
-// states of the heads after the first (the first's loads are issued at once), so that a one-head
-// block's later heads do not wait through DRAM after the earlier ones; 2 the same for every head,
-// before the wait (under the previous kernel); 3 after the wait, one thread has the copy engine
-// bring the second head's state into shared memory (then each later one as the head before it
-// has been read), so that the later heads' loads are shared-memory reads.
 template <class StateT, int kPar>
 __global__ void __launch_bounds__(kPar* kThreads, 2 / kPar)
-    gdn_decode_kernel(BatchMeta b, GdnDecodeArgs p, StateT* __restrict__ state, int prefetch) {
+    gdn_decode_kernel(BatchMeta b, GdnDecodeArgs p, StateT* __restrict__ state) {
   static_assert(kPar == 1 || kPar == 2, "group_sync names two barriers");
   pdl::allow_successor();  // a programmatic dependent may start streaming its weights
   // The gated norm's weights (never written by a kernel) before the wait: the norm ends the chain.
   float nw[4];
 #pragma unroll
   for (int e = 0; e < 4; ++e) nw[e] = p.norm_w[4 * (threadIdx.x % 32) + e];
-  const int seq = blockIdx.x, kh = blockIdx.y, g = p.nv / p.nk;
-  const auto head_state = [&](size_t slot, int j) {
-    return state + (slot * p.nv + kh * g + j) * static_cast<size_t>(kDk * kDv);
-  };
-  constexpr uint32_t kHeadBytes = kDk * kDv * sizeof(StateT);
-  const auto prefetch_heads = [&](int from) {  // a hint: L2 is where global memory is coherent
-    if (threadIdx.x != 0 || b.seq_start[seq] == 0) return;
-    for (int j = from; j < g; ++j) tma::prefetch_l2(head_state(b.seq_slot[seq], j), kHeadBytes);
-  };
-  if (prefetch == 2) prefetch_heads(0);
   pdl::wait_for_predecessor();
-  if (prefetch == 1 && kPar == 1) prefetch_heads(1);
   __shared__ float ys[kKeyHeadChannels];
   __shared__ HeadScratch scratch[kPar];
   __shared__ float norms[3];  // |q|^-1 dk^-1/2, |k|^-1, q . k (normalised)
+  const int seq = blockIdx.x, kh = blockIdx.y, g = p.nv / p.nk;
   const int tid = threadIdx.x, lane = tid % 32;
   const int warp = (tid / 32) % kHeadWarps, group = kPar == 1 ? 0 : tid / kThreads;
   const int t = b.seq_begin[seq];
   const bool fresh = b.seq_start[seq] == 0;
   const size_t slot = static_cast<size_t>(b.seq_slot[seq]);
-  // Mode 3: head j >= 1's state copied into `staged` (dynamic shared memory), completing on
-  // staged_full's phase j - 1.
-  extern __shared__ __align__(16) unsigned char staged_raw[];
-  __shared__ uint64_t staged_full;
-  const StateT* staged = reinterpret_cast<const StateT*>(staged_raw);
-  const bool stages = prefetch == 3 && kPar == 1 && g > 1 && !fresh;
-  const auto stage_head = [&](int j) {
-    tma::arrive_expect_bytes(&staged_full, kHeadBytes);
-    tma::load_1d(staged_raw, head_state(slot, j), kHeadBytes, &staged_full);
+  const auto head_state = [&](int j) {
+    return state + (slot * p.nv + kh * g + j) * static_cast<size_t>(kDk * kDv);
   };
-  if (stages && tid == 0) {
-    tma::barrier_init(&staged_full, 1);
-    tma::barrier_init_fence();
-    stage_head(1);
-  }
   float4 st[kHeadRows];
-  if (group < g) load_head_state(head_state(slot, group), fresh, warp, lane, st);
+  if (group < g) load_head_state(head_state(group), fresh, warp, lane, st);
   convolve_key_head(p, slot, t, kh, fresh, ys, tid, kPar * kThreads);
   __syncthreads();
   const float qk = normalise_qk(ys, norms);
   for (int j = group; j < g; j += kPar) {
-    if (j > group && stages) {
-      tma::wait(&staged_full, (j - 1) & 1);
-      load_head_state(staged, fresh, warp, lane, st);
-      group_sync<kPar>(group);  // every thread's rows read: the next head may land
-      if (tid == 0 && j + 1 < g) stage_head(j + 1);
-    } else if (j > group) {
-      load_head_state(head_state(slot, j), fresh, warp, lane, st);
-    }
+    if (j > group) load_head_state(head_state(j), fresh, warp, lane, st);
     const int h = kh * g + j;
     delta_rule_head(p, st, ys, ys + 2 * kDk + j * kDv, qk, static_cast<size_t>(t) * p.nv + h, h,
-                    head_state(slot, j), nw, scratch[group], [&] { group_sync<kPar>(group); });
+                    head_state(j), nw, scratch[group], [&] { group_sync<kPar>(group); });
   }
 }
 
@@ -111,25 +73,12 @@ template <class StateT>
 void launch(const BatchMeta& b, const GdnDecodeArgs& p, StateT* state, int num_sms,
             cudaStream_t stream) {
   const dim3 grid(b.num_seqs, p.nk);
-  static const int prefetch = [] {
-    const char* v = std::getenv("DS_GDN_DECODE_PREFETCH");
-    return v ? std::atoi(v) : 0;
-  }();
   // Two heads a block where a grid of single-head blocks would leave most SMs without a second
   // block (a few sequences: the chain of dependent loads bounds the step, not the state traffic).
-  if (p.nv / p.nk >= 2 && b.num_seqs * p.nk <= num_sms) {
-    pdl::launch_dependent(gdn_decode_kernel<StateT, 2>, grid, 2 * kThreads, 0, stream, b, p, state,
-                          prefetch);
-    return;
-  }
-  constexpr int kStagedBytes = kDk * kDv * sizeof(StateT);
-  const int staged = prefetch == 3 && p.nv / p.nk >= 2 ? kStagedBytes : 0;
-  static const bool sized = cudaFuncSetAttribute(gdn_decode_kernel<StateT, 1>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 kStagedBytes) == cudaSuccess;
-  (void)sized;
-  pdl::launch_dependent(gdn_decode_kernel<StateT, 1>, grid, kThreads, staged, stream, b, p, state,
-                        prefetch);
+  if (p.nv / p.nk >= 2 && b.num_seqs * p.nk <= num_sms)
+    pdl::launch_dependent(gdn_decode_kernel<StateT, 2>, grid, 2 * kThreads, 0, stream, b, p, state);
+  else
+    pdl::launch_dependent(gdn_decode_kernel<StateT, 1>, grid, kThreads, 0, stream, b, p, state);
 }
 
 }  // namespace

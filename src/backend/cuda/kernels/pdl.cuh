@@ -39,29 +39,17 @@ inline bool dependent_launch_enabled() {
   return on;
 }
 
-// Host: whether a dependent launch asks for the largest shared-memory carveout (DS_SMEM_CARVEOUT=1,
-// a candidate for A/B): every kernel of the dependent chain then runs in the weight-streaming
-// GEMM's L1 / shared-memory split, so that an SM need not drain to change it between them.
-inline bool max_carveout_requested() {
-  static const bool on = ab_candidate_on("DS_SMEM_CARVEOUT");
-  return on;
-}
-
 // Launches `kernel` in thread-block clusters of `cluster` blocks (1 x 1 x 1: none), as a
 // programmatic dependent of the stream's previous kernel when `dependent`. The kernel must call
 // wait_for_predecessor before touching memory that earlier kernels write or read.
 template <class... Params, class... Args>
 cudaError_t launch_clustered(bool dependent, dim3 cluster, void (*kernel)(Params...), dim3 grid,
                              dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attrs[3];
+  cudaLaunchAttribute attrs[2];
   unsigned n = 0;
   if (dependent) {
     attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attrs[n++].val.programmaticStreamSerializationAllowed = 1;
-  }
-  if (dependent && max_carveout_requested()) {
-    attrs[n].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
-    attrs[n++].val.sharedMemCarveout = cudaSharedmemCarveoutMaxShared;
   }
   if (cluster.x * cluster.y * cluster.z > 1) {
     attrs[n].id = cudaLaunchAttributeClusterDimension;

@@ -57,16 +57,6 @@ __device__ inline void load_2d(void* dst, const CUtensorMap* map, int c0, int c1
       : "memory");
 }
 
-// Copies `bytes` (a multiple of 16) from global `src` to shared `dst` (both 16-byte aligned),
-// completing on `bar`.
-__device__ inline void load_1d(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-          smem_addr(dst)),
-      "l"(src), "r"(bytes), "r"(smem_addr(bar))
-      : "memory");
-}
-
 // As load_2d, the box landing at `dst`'s offset in each CTA of the cluster whose rank is a bit of
 // `ranks`, completing on the barrier at `bar`'s offset in each.
 __device__ inline void load_2d_multicast(void* dst, const CUtensorMap* map, int c0, int c1,
@@ -106,12 +96,6 @@ __device__ inline uint32_t cluster_rank() {
 // Every thread of every CTA of the cluster arrives, then waits for all of them.
 __device__ inline void cluster_sync() {
   asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
-}
-
-// Asks L2 for `bytes` bytes at global `src` (16-byte aligned, a multiple of 16), with nothing to
-// wait for: a later load finds them there.
-__device__ inline void prefetch_l2(const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
 }
 
 __device__ inline void prefetch_map(const CUtensorMap* map) {
