@@ -140,19 +140,36 @@ __device__ void store_output(const Acc<kCols>& o, const Seq& q, int t0, int n, c
   }
 }
 
+// O += P V' (issued, not waited), P from shared memory by the MMAs (ss) or through registers.
+template <int kCols, bool kSs>
+__device__ void issue_pv(Acc<kCols>& o, const Stage& st, uint32_t vt) {
+  if constexpr (kSs)
+    WarpgroupState<kCols>::template issue_ss<kChunk / 16>(o, mma::smem_u32(st.p), vt, true);
+  else
+    WarpgroupState<kCols>::template issue<kChunk / 16>(o, Tile{st.p}, vt, true);
+}
+
 // One chunk of the warpgroup's columns col0 .. col0 + kCols - 1 (its local index in the block
 // `group`); S^T published for the next on return. update_first (DS_GDN_PASS_UPDATE_FIRST, a
 // candidate): the state update is issued before P V', and S^T published before the output is
-// stored, so that the chunk-to-chunk chain does not wait through P V' and the stores.
-template <int kCols>
+// stored, so that the chunk-to-chunk chain does not wait through P V' and the stores. kSs
+// (DS_GDN_PASS_SS, a candidate): W, q and P are read by the MMAs from shared memory, not loaded
+// into registers first.
+template <int kCols, bool kUpdateFirst, bool kSs>
 __device__ void step(Acc<kCols> (&hs)[2], const Stage& st, uint32_t st_tile, uint32_t vt,
                      const Seq& q, int t0, int n, const GdnShape& s, int group, int col0,
-                     bool update_first, bf16* out) {
+                     bf16* out) {
   using WgState = WarpgroupState<kCols>;
   Acc<kCols> v, o;
-  WgState::issue<kDim / 16>(v, Tile{st.w}, st_tile, false);
-  wgmma::commit();
-  WgState::issue<kDim / 16>(o, Tile{st.q}, st_tile, false);
+  if constexpr (kSs) {
+    WgState::template issue_ss<kDim / 16>(v, mma::smem_u32(st.w), st_tile, false);
+    wgmma::commit();
+    WgState::template issue_ss<kDim / 16>(o, mma::smem_u32(st.q), st_tile, false);
+  } else {
+    WgState::issue<kDim / 16>(v, Tile{st.w}, st_tile, false);
+    wgmma::commit();
+    WgState::issue<kDim / 16>(o, Tile{st.q}, st_tile, false);
+  }
   wgmma::commit();
   wgmma::wait<1>();  // W S
   form_v<kCols>(v, st, vt, n, col0);
@@ -164,32 +181,32 @@ __device__ void step(Acc<kCols> (&hs)[2], const Stage& st, uint32_t st_tile, uin
   for (int half = 0; half < 2; ++half)
 #pragma unroll
     for (int e = 0; e < kCols / 2; ++e) hs[half][e] *= decay;
-  if (update_first) {
+  if constexpr (kUpdateFirst) {
     WgState::issue_update(hs, Tile{st.kd}, vt);
     wgmma::commit();
-    WgState::issue<kChunk / 16>(o, Tile{st.p}, vt, true);
+    issue_pv<kCols, kSs>(o, st, vt);
     wgmma::commit();
     wgmma::wait<1>();  // the update
     WgState::publish(st_tile, hs);
     wgmma::wait<0>();  // P V'
     store_output<kCols>(o, q, t0, n, s, col0, out);
-    return;
+  } else {
+    issue_pv<kCols, kSs>(o, st, vt);
+    wgmma::commit();
+    WgState::issue_update(hs, Tile{st.kd}, vt);
+    wgmma::commit();
+    wgmma::wait<1>();  // P V'
+    store_output<kCols>(o, q, t0, n, s, col0, out);
+    wgmma::wait<0>();  // the update
+    WgState::publish(st_tile, hs);
   }
-  WgState::issue<kChunk / 16>(o, Tile{st.p}, vt, true);
-  wgmma::commit();
-  WgState::issue_update(hs, Tile{st.kd}, vt);
-  wgmma::commit();
-  wgmma::wait<1>();  // P V'
-  store_output<kCols>(o, q, t0, n, s, col0, out);
-  wgmma::wait<0>();  // the update
-  WgState::publish(st_tile, hs);
 }
 
 // Block (sequence, value head, column part), kGroups warpgroups of kCols columns each.
-template <class StateT, int kCols, int kGroups>
+template <class StateT, int kCols, int kGroups, bool kUpdateFirst, bool kSs>
 __global__ void __launch_bounds__(128 * kGroups, 1)
     pass_kernel(BatchMeta b, const __grid_constant__ PassMaps maps, Workspace ws,
-                StateT* __restrict__ state, GdnShape s, bool update_first, bf16* __restrict__ out) {
+                StateT* __restrict__ state, GdnShape s, bf16* __restrict__ out) {
   using WgState = WarpgroupState<kCols>;
   extern __shared__ __align__(128) unsigned char pass_raw[];
   Smem<kCols>& sm = *wgmma::atom_aligned<Smem<kCols>>(pass_raw);
@@ -218,7 +235,7 @@ __global__ void __launch_bounds__(128 * kGroups, 1)
       load_chunk(sm.stage[(c + 1) % 2], &sm.full[(c + 1) % 2], maps, q, c + 1, ws);
     const int t0 = c * kChunk, n = min(kChunk, q.len - t0);
     tma::wait(&sm.full[c % 2], (c / 2) & 1);
-    step<kCols>(hs, sm.stage[c % 2], st_tile, vt, q, t0, n, s, group, col0, update_first, out);
+    step<kCols, kUpdateFirst, kSs>(hs, sm.stage[c % 2], st_tile, vt, q, t0, n, s, group, col0, out);
     if (t0 + n == snap_at)  // the in-step snapshot: the state after this chunk
       WgState::template io<true>(
           state + (static_cast<size_t>(b.seq_snap_slot[seq]) * s.nv + h) * head, col0, hs);
@@ -230,11 +247,15 @@ template <class StateT, int kCols, int kGroups>
 void launch_kernel(const BatchMeta& b, const PassMaps& maps, const Workspace& ws, StateT* state,
                    const GdnShape& s, bf16* out, cudaStream_t stream) {
   constexpr int smem = kSmemBytes<kCols>, parts = kDim / (kCols * kGroups);
-  const auto kernel = pass_kernel<StateT, kCols, kGroups>;
+  static const bool update_first = ab_candidate_on("DS_GDN_PASS_UPDATE_FIRST"),
+                    ss = ab_candidate_on("DS_GDN_PASS_SS");
+  const auto kernel = update_first ? (ss ? pass_kernel<StateT, kCols, kGroups, true, true>
+                                         : pass_kernel<StateT, kCols, kGroups, true, false>)
+                                   : (ss ? pass_kernel<StateT, kCols, kGroups, false, true>
+                                         : pass_kernel<StateT, kCols, kGroups, false, false>);
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  static const bool update_first = ab_candidate_on("DS_GDN_PASS_UPDATE_FIRST");
   kernel<<<dim3(b.num_seqs, s.nv, parts), 128 * kGroups, smem, stream>>>(b, maps, ws, state, s,
-                                                                         update_first, out);
+                                                                         out);
 }
 
 template <class StateT>
