@@ -13,10 +13,10 @@
 // stored. Per chunk:
 //   V' = U - W S and O = q S              (A = W, q by ldmatrix; B = S^T in shared memory)
 //   O = e^gam O + P V'                    (A = P; B = V'^T in shared memory), to the output
-//   S <- e^gam_last S + kd^T V'           (A = kd^T by ldmatrix.trans)
+//   S <- e^gam_last S + kd^T V'           (A = kd^T by ldmatrix.trans; issued before P V', so
+//                                         that the chunk-to-chunk chain does not wait through it)
 // S^T and V'^T go to shared memory through stmatrix (transposed) in the 128-byte-swizzled layout
 // the MMAs read (wgmma.cuh).
-#include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "backend/cuda/kernels/gdn_chunk_wg_state.cuh"
 #include "backend/cuda/kernels/gdn_pass_split.h"
@@ -140,36 +140,17 @@ __device__ void store_output(const Acc<kCols>& o, const Seq& q, int t0, int n, c
   }
 }
 
-// O += P V' (issued, not waited), P from shared memory by the MMAs (ss) or through registers.
-template <int kCols, bool kSs>
-__device__ void issue_pv(Acc<kCols>& o, const Stage& st, uint32_t vt) {
-  if constexpr (kSs)
-    WarpgroupState<kCols>::template issue_ss<kChunk / 16>(o, mma::smem_u32(st.p), vt, true);
-  else
-    WarpgroupState<kCols>::template issue<kChunk / 16>(o, Tile{st.p}, vt, true);
-}
-
 // One chunk of the warpgroup's columns col0 .. col0 + kCols - 1 (its local index in the block
-// `group`); S^T published for the next on return. update_first (DS_GDN_PASS_UPDATE_FIRST, a
-// candidate): the state update is issued before P V', and S^T published before the output is
-// stored, so that the chunk-to-chunk chain does not wait through P V' and the stores. kSs
-// (DS_GDN_PASS_SS, a candidate): W, q and P are read by the MMAs from shared memory, not loaded
-// into registers first.
-template <int kCols, bool kUpdateFirst, bool kSs>
+// `group`); S^T published for the next on return.
+template <int kCols>
 __device__ void step(Acc<kCols> (&hs)[2], const Stage& st, uint32_t st_tile, uint32_t vt,
                      const Seq& q, int t0, int n, const GdnShape& s, int group, int col0,
                      bf16* out) {
   using WgState = WarpgroupState<kCols>;
   Acc<kCols> v, o;
-  if constexpr (kSs) {
-    WgState::template issue_ss<kDim / 16>(v, mma::smem_u32(st.w), st_tile, false);
-    wgmma::commit();
-    WgState::template issue_ss<kDim / 16>(o, mma::smem_u32(st.q), st_tile, false);
-  } else {
-    WgState::issue<kDim / 16>(v, Tile{st.w}, st_tile, false);
-    wgmma::commit();
-    WgState::issue<kDim / 16>(o, Tile{st.q}, st_tile, false);
-  }
+  WgState::issue<kDim / 16>(v, Tile{st.w}, st_tile, false);
+  wgmma::commit();
+  WgState::issue<kDim / 16>(o, Tile{st.q}, st_tile, false);
   wgmma::commit();
   wgmma::wait<1>();  // W S
   form_v<kCols>(v, st, vt, n, col0);
@@ -181,29 +162,18 @@ __device__ void step(Acc<kCols> (&hs)[2], const Stage& st, uint32_t st_tile, uin
   for (int half = 0; half < 2; ++half)
 #pragma unroll
     for (int e = 0; e < kCols / 2; ++e) hs[half][e] *= decay;
-  if constexpr (kUpdateFirst) {
-    WgState::issue_update(hs, Tile{st.kd}, vt);
-    wgmma::commit();
-    issue_pv<kCols, kSs>(o, st, vt);
-    wgmma::commit();
-    wgmma::wait<1>();  // the update
-    WgState::publish(st_tile, hs);
-    wgmma::wait<0>();  // P V'
-    store_output<kCols>(o, q, t0, n, s, col0, out);
-  } else {
-    issue_pv<kCols, kSs>(o, st, vt);
-    wgmma::commit();
-    WgState::issue_update(hs, Tile{st.kd}, vt);
-    wgmma::commit();
-    wgmma::wait<1>();  // P V'
-    store_output<kCols>(o, q, t0, n, s, col0, out);
-    wgmma::wait<0>();  // the update
-    WgState::publish(st_tile, hs);
-  }
+  WgState::issue_update(hs, Tile{st.kd}, vt);
+  wgmma::commit();
+  WgState::issue<kChunk / 16>(o, Tile{st.p}, vt, true);
+  wgmma::commit();
+  wgmma::wait<1>();  // the update: S^T published before P V' and the output's stores
+  WgState::publish(st_tile, hs);
+  wgmma::wait<0>();  // P V'
+  store_output<kCols>(o, q, t0, n, s, col0, out);
 }
 
 // Block (sequence, value head, column part), kGroups warpgroups of kCols columns each.
-template <class StateT, int kCols, int kGroups, bool kUpdateFirst, bool kSs>
+template <class StateT, int kCols, int kGroups>
 __global__ void __launch_bounds__(128 * kGroups, 1)
     pass_kernel(BatchMeta b, const __grid_constant__ PassMaps maps, Workspace ws,
                 StateT* __restrict__ state, GdnShape s, bf16* __restrict__ out) {
@@ -235,7 +205,7 @@ __global__ void __launch_bounds__(128 * kGroups, 1)
       load_chunk(sm.stage[(c + 1) % 2], &sm.full[(c + 1) % 2], maps, q, c + 1, ws);
     const int t0 = c * kChunk, n = min(kChunk, q.len - t0);
     tma::wait(&sm.full[c % 2], (c / 2) & 1);
-    step<kCols, kUpdateFirst, kSs>(hs, sm.stage[c % 2], st_tile, vt, q, t0, n, s, group, col0, out);
+    step<kCols>(hs, sm.stage[c % 2], st_tile, vt, q, t0, n, s, group, col0, out);
     if (t0 + n == snap_at)  // the in-step snapshot: the state after this chunk
       WgState::template io<true>(
           state + (static_cast<size_t>(b.seq_snap_slot[seq]) * s.nv + h) * head, col0, hs);
@@ -247,12 +217,7 @@ template <class StateT, int kCols, int kGroups>
 void launch_kernel(const BatchMeta& b, const PassMaps& maps, const Workspace& ws, StateT* state,
                    const GdnShape& s, bf16* out, cudaStream_t stream) {
   constexpr int smem = kSmemBytes<kCols>, parts = kDim / (kCols * kGroups);
-  static const bool update_first = ab_candidate_on("DS_GDN_PASS_UPDATE_FIRST"),
-                    ss = ab_candidate_on("DS_GDN_PASS_SS");
-  const auto kernel = update_first ? (ss ? pass_kernel<StateT, kCols, kGroups, true, true>
-                                         : pass_kernel<StateT, kCols, kGroups, true, false>)
-                                   : (ss ? pass_kernel<StateT, kCols, kGroups, false, true>
-                                         : pass_kernel<StateT, kCols, kGroups, false, false>);
+  const auto kernel = pass_kernel<StateT, kCols, kGroups>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   kernel<<<dim3(b.num_seqs, s.nv, parts), 128 * kGroups, smem, stream>>>(b, maps, ws, state, s,
                                                                          out);

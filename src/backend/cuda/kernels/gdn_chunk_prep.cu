@@ -3,7 +3,6 @@
 // accumulation) L = beta_i (k_i . k_j) e^(gam_i - gam_j) (j < i) and P = (q_i . k_j) e^(gam_i -
 // gam_j) (j <= i); T = (I + L)^-1 by 16 x 16 blocks (f32 diagonal blocks, tf32 tensor cores below);
 // and W = T diag(beta e^gam) K, U = T diag(beta) V. See gdn_chunk_layout.cuh for what it writes.
-#include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "backend/cuda/kernels/gdn_conv4.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
@@ -61,39 +60,33 @@ __device__ bf16 (*rows_of(PrepSmem& sm, int which))[kLd] {
 }
 __device__ int conv_dim(const GdnShape& s) { return 2 * s.nk * kDim + s.nv * kDim; }
 
-// Tiles first .. first + count - 1 of q, k, v (0, 1, 2) of the chunk's rows from the conv outputs
-// y into rows 0..63 (rows past n zero).
-__device__ void load_conv_outputs(PrepSmem& sm, const Chunk& ch, const bf16* y, const GdnShape& s,
-                                  int first, int count) {
+// q, k, v of the chunk's rows from the conv outputs y into rows 0..63 (rows past n zero).
+__device__ void load_conv_outputs(PrepSmem& sm, const Chunk& ch, const bf16* y, const GdnShape& s) {
   const int C = conv_dim(s);
-  for (int e = threadIdx.x; e < count * kChunk * 16; e += kThreads) {
-    const int which = first + e / (kChunk * 16), r = (e / 16) % kChunk, c8 = 8 * (e % 16);
+  for (int e = threadIdx.x; e < 3 * kChunk * 16; e += kThreads) {
+    const int which = e / (kChunk * 16), r = (e / 16) % kChunk, c8 = 8 * (e % 16);
     const bf16* src =
         y + static_cast<size_t>(ch.begin + min(r, ch.n - 1)) * C + channel0(which, ch, s);
     mma::cp_async16(rows_of(sm, which)[r] + c8, src + c8, r < ch.n);
   }
 }
 
-// Where the conv taps of tile `which` are staged: over L (and, with kLateV, v's over X, free
-// until the inverse's second phase, by which v has been convolved).
-template <bool kLateV>
-__device__ bf16* taps_for(PrepSmem& sm, int which) {
-  return kLateV && which == 2 ? reinterpret_cast<bf16*>(&sm.x[0][0][0])
-                              : taps_of(sm) + which * kDim * kConvK;
-}
-static_assert(kDim * kConvK * 2 <= sizeof(PrepSmem::x), "v's taps fit over X");
-
-// The conv inputs of the chunk's rows -3 .. 63 into rows 0..66 of tiles first .. last - 1 of q, k,
-// v (rows past n zero; rows before the sequence's first step token from its conv state, oldest
-// first, or zeros for a fresh sequence). A thread copies one 16-byte column piece of each tile of
-// every 16th row (the row's address once for the tiles).
-template <int kFirst, int kLast>
-__device__ void load_conv_rows(PrepSmem& sm, const Chunk& ch, const GdnQkvSource& in,
-                               const GdnShape& s) {
+// The conv inputs of the chunk's rows -3 .. 63 into rows 0..66 (rows past n zero; rows before the
+// sequence's first step token from its conv state, oldest first, or zeros for a fresh sequence),
+// and the channels' conv taps. A thread copies one 16-byte column piece of q, k and v of every
+// 16th row (the row's address once for the three).
+__device__ void load_conv_inputs(PrepSmem& sm, const Chunk& ch, const GdnQkvSource& in,
+                                 const GdnShape& s) {
   const int C = conv_dim(s), c8 = 8 * (threadIdx.x % 16);
+  constexpr int kTapPieces = kTapBytes / 16, kPiecesPerTile = kTapPieces / 3;
+  if (threadIdx.x < kTapPieces) {  // two channels' taps a piece
+    const int which = threadIdx.x / kPiecesPerTile, c2 = 2 * (threadIdx.x % kPiecesPerTile);
+    mma::cp_async16(taps_of(sm) + (which * kDim + c2) * kConvK,
+                    in.conv_w + static_cast<size_t>(channel0(which, ch, s) + c2) * kConvK, true);
+  }
   int cols[3];  // this thread's channel piece of q, k and v
 #pragma unroll
-  for (int which = kFirst; which < kLast; ++which) cols[which] = channel0(which, ch, s) + c8;
+  for (int which = 0; which < 3; ++which) cols[which] = channel0(which, ch, s) + c8;
   constexpr int kRowStep = kThreads / 16, kRowSteps = (kConvRows + kRowStep - 1) / kRowStep;
 #pragma unroll
   for (int k = 0; k < kRowSteps; ++k) {
@@ -102,10 +95,10 @@ __device__ void load_conv_rows(PrepSmem& sm, const Chunk& ch, const GdnQkvSource
     if (ch.t0 + r >= 0) {
       const bf16* row = in.u + static_cast<size_t>(ch.begin + min(r, ch.n - 1)) * C;
 #pragma unroll
-      for (int which = kFirst; which < kLast; ++which)
+      for (int which = 0; which < 3; ++which)
         mma::cp_async16(rows_of(sm, which)[j] + c8, row + cols[which], r < ch.n);
     } else {
-      for (int which = kFirst; which < kLast; ++which) {
+      for (int which = 0; which < 3; ++which) {
         const bf16* st = in.conv_state + (static_cast<size_t>(ch.slot) * C + cols[which]) * kHalo;
         bf16* dst = rows_of(sm, which)[j] + c8;
         for (int i = 0; i < 8; ++i)
@@ -115,34 +108,11 @@ __device__ void load_conv_rows(PrepSmem& sm, const Chunk& ch, const GdnQkvSource
   }
 }
 
-// The conv inputs of q, k, v and the channels' conv taps: with kLateV q's and k's (and every tap)
-// as one cp.async group and v's as the next, else all as one (the caller commits the last).
-template <bool kLateV>
-__device__ void load_conv_inputs(PrepSmem& sm, const Chunk& ch, const GdnQkvSource& in,
-                                 const GdnShape& s) {
-  constexpr int kTapPieces = kTapBytes / 16, kPiecesPerTile = kTapPieces / 3;
-  if (threadIdx.x < kTapPieces) {  // two channels' taps a piece
-    const int which = threadIdx.x / kPiecesPerTile, c2 = 2 * (threadIdx.x % kPiecesPerTile);
-    mma::cp_async16(taps_for<kLateV>(sm, which) + c2 * kConvK,
-                    in.conv_w + static_cast<size_t>(channel0(which, ch, s) + c2) * kConvK, true);
-  }
-  if constexpr (kLateV) {
-    load_conv_rows<0, 2>(sm, ch, in, s);
-    mma::cp_async_commit();
-    load_conv_rows<2, 3>(sm, ch, in, s);
-  } else {
-    load_conv_rows<0, 3>(sm, ch, in, s);
-  }
-}
-
-// Rows 0..63 <- silu(conv) of rows 0..66 of tiles kFirst .. kLast - 1, in place, by threads
-// tid = 0 .. (kLast - kFirst) * 64 - 1 (any more pass): a thread per (8 channels, 16 rows); row
-// r's output (inputs r .. r + 3) goes to row r, which only its own thread still reads. `sync` is a
-// barrier of every calling thread; the caller's barrier publishes the outputs.
-template <bool kLateV, int kFirst, int kLast, class Sync>
-__device__ void convolve_in_place(PrepSmem& sm, int tid, Sync sync) {
-  constexpr int kRows = 16, kVecs = (kLast - kFirst) * kDim / 8;
-  const int which = kFirst + (tid % kVecs) / 16, c8 = 8 * (tid % 16);
+// Rows 0..63 <- silu(conv) of rows 0..66, in place: a thread per (8 channels, 16 rows); row r's
+// output (inputs r .. r + 3) goes to row r, which only its own thread still reads.
+__device__ void convolve_in_place(PrepSmem& sm) {
+  constexpr int kRows = 16, kVecs = 3 * kDim / 8;
+  const int tid = threadIdx.x, which = (tid % kVecs) / 16, c8 = 8 * (tid % 16);
   const int r0 = kRows * (tid / kVecs);
   const bool active = tid < kVecs * (kChunk / kRows);
   bf16(*m)[kLd] = rows_of(sm, which);
@@ -150,9 +120,9 @@ __device__ void convolve_in_place(PrepSmem& sm, int tid, Sync sync) {
   if (active)
     for (int i = 0; i < kHalo; ++i)
       below[i] = *reinterpret_cast<const uint4*>(m[r0 + kRows + i] + c8);
-  sync();
+  __syncthreads();
   if (active) {
-    const ConvTaps taps = load_conv_taps(taps_for<kLateV>(sm, which), c8);
+    const ConvTaps taps = load_conv_taps(taps_of(sm) + which * kDim * kConvK, c8);
     F32x8 win[kHalo];
     for (int i = 0; i < kHalo; ++i) win[i] = load_bf16x8(m[r0 + i] + c8);
 #pragma unroll
@@ -163,33 +133,18 @@ __device__ void convolve_in_place(PrepSmem& sm, int tid, Sync sync) {
       conv_shift(win, cur);
     }
   }
-}
-
-// v's conv (kLateV), by threads 64..127 while the inverse's diagonal blocks are formed.
-constexpr int kLateConvFirst = 64;
-__device__ void convolve_v_late(PrepSmem& sm) {
-  convolve_in_place<true, 2, 3>(sm, threadIdx.x - kLateConvFirst, [] {
-    asm volatile("bar.sync 1, %0;\n" ::"n"(kDim / 8 * kChunk / 16) : "memory");
-  });
+  __syncthreads();
 }
 
 // q, k (key head) and v (value head) rows into shared rows 0..63 (from y, or convolved from u;
 // rows past n finite); beta and the cumulative log decay gam (rows past n: beta 0, gam flat).
-// With kLateV, v's copies are left in flight (and its conv to convolve_v_late): products waits
-// for them.
-template <bool kLateV>
 __device__ void stage_inputs(PrepSmem& sm, const Chunk& ch, const GdnQkvSource& in, const bf16* a,
                              const bf16* bg, const float* A_log, const float* dt_bias,
                              const GdnShape& s) {
-  if (in.y != nullptr) {
-    load_conv_outputs(sm, ch, in.y, s, 0, kLateV ? 2 : 3);
-    if (kLateV) {
-      mma::cp_async_commit();
-      load_conv_outputs(sm, ch, in.y, s, 2, 1);
-    }
-  } else {
-    load_conv_inputs<kLateV>(sm, ch, in, s);
-  }
+  if (in.y != nullptr)
+    load_conv_outputs(sm, ch, in.y, s);
+  else
+    load_conv_inputs(sm, ch, in, s);
   mma::cp_async_commit();
   if (threadIdx.x < 32) {  // gates, then an inclusive scan of the log decay (two rows per lane)
     const int lane = threadIdx.x;
@@ -215,12 +170,9 @@ __device__ void stage_inputs(PrepSmem& sm, const Chunk& ch, const GdnQkvSource& 
     sm.beta_egam[2 * lane] = sm.beta[2 * lane] * __expf(run - g[1]);
     sm.beta_egam[2 * lane + 1] = sm.beta[2 * lane + 1] * __expf(run);
   }
-  mma::cp_async_wait<kLateV ? 1 : 0>();
+  mma::cp_async_wait<0>();
   __syncthreads();
-  if (in.y == nullptr) {
-    convolve_in_place<kLateV, 0, kLateV ? 2 : 3>(sm, threadIdx.x, [] { __syncthreads(); });
-    __syncthreads();
-  }
+  if (in.y == nullptr) convolve_in_place(sm);
 }
 
 // q / |q| / sqrt(dk) and k / |k| in place; q to the workspace (once per key head), k e^(gam_last -
@@ -282,9 +234,7 @@ __device__ void normalise(PrepSmem& sm, const Chunk& ch, const GdnShape& s, cons
 // L = beta_i (k_i . k_j) e^(gam_i - gam_j) (j < i) into shared memory (f32) and P = (q_i . k_j)
 // e^(gam_i - gam_j) (j <= i) staged over a_u (bf16), each decay factor computed once for both: warp
 // w takes rows 16 (w % 4) .. + 15, columns 32 (w / 4) .. + 31 of both (its tiles above the
-// diagonal are zeros: no MMAs). L above its diagonal blocks is never read and not written. With
-// kLateV every thread's v copies land before the closing barrier.
-template <bool kLateV>
+// diagonal are zeros: no MMAs). L above its diagonal blocks is never read and not written.
 __device__ void products(PrepSmem& sm) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
   const int m = warp % 4, n0 = 32 * (warp / 4);
@@ -328,7 +278,6 @@ __device__ void products(PrepSmem& sm) {
         sm.l[i][j + 1] = l[1];
       }
     }
-  if (kLateV) mma::cp_async_wait<0>();
   __syncthreads();
 }
 
@@ -400,13 +349,10 @@ __device__ void invert_below_diagonal(PrepSmem& sm) {
 }
 
 // T, then T diag(beta) and T diag(beta e^gam) as bf16 (blocks above the diagonal zero); P stored
-// beside the first step (and, with conv_v_late, v convolved).
-__device__ void invert(PrepSmem& sm, const Chunk& ch, const GdnShape& s, const Workspace& ws,
-                       bool conv_v_late) {
+// beside the first step.
+__device__ void invert(PrepSmem& sm, const Chunk& ch, const GdnShape& s, const Workspace& ws) {
   if (threadIdx.x >= 128)
     store_p(sm, ch, s, ws);
-  else if (threadIdx.x >= kLateConvFirst && conv_v_late)
-    convolve_v_late(sm);
   else
     invert_diagonal(sm);
   __syncthreads();
@@ -452,9 +398,6 @@ __device__ void solve(PrepSmem& sm, const Chunk& ch, const GdnShape& s, const Wo
   }
 }
 
-// kLateV (DS_GDN_PREP_LATE_V, a candidate): v's copies stay in flight through the normalisation
-// and the products, its conv beside the inverse's first phase.
-template <bool kLateV>
 __global__ void __launch_bounds__(kThreads, 2)
     prep_kernel(BatchMeta b, GdnQkvSource in, const bf16* __restrict__ a,
                 const bf16* __restrict__ bg, const float* __restrict__ A_log,
@@ -467,10 +410,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   const Chunk ch{
       b.seq_begin[seq] + t0, min(kChunk, len - t0), t0, h, h / (s.nv / s.nk), b.num_tokens,
       b.seq_slot[seq],       b.seq_start[seq] == 0};
-  stage_inputs<kLateV>(sm, ch, in, a, bg, A_log, dt_bias, s);
+  stage_inputs(sm, ch, in, a, bg, A_log, dt_bias, s);
   normalise(sm, ch, s, ws);
-  products<kLateV>(sm);
-  invert(sm, ch, s, ws, kLateV && in.y == nullptr);
+  products(sm);
+  invert(sm, ch, s, ws);
   solve(sm, ch, s, ws);
 }
 
@@ -480,12 +423,10 @@ void launch_prep(const BatchMeta& b, const GdnQkvSource& in, const bf16* a, cons
                  const float* A_log, const float* dt_bias, const GdnShape& s, const Workspace& ws,
                  cudaStream_t stream) {
   constexpr int smem = sizeof(PrepSmem);
-  static const bool late_v = ab_candidate_on("DS_GDN_PREP_LATE_V");
-  const auto kernel = late_v ? prep_kernel<true> : prep_kernel<false>;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  cudaFuncSetAttribute(prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   const int chunks = (b.max_seq_len + kChunk - 1) / kChunk;
-  kernel<<<dim3(b.num_seqs, chunks, s.nv), kThreads, smem, stream>>>(b, in, a, bgate, A_log,
-                                                                     dt_bias, s, ws);
+  prep_kernel<<<dim3(b.num_seqs, chunks, s.nv), kThreads, smem, stream>>>(b, in, a, bgate, A_log,
+                                                                          dt_bias, s, ws);
 }
 
 }  // namespace deltaserve::cuda::gdn_chunk

@@ -92,24 +92,6 @@ struct WarpgroupState {
     }
   }
 
-  // As issue, A read by the MMAs from shared memory: rows 0..63 of the K-major SW128 tile at `a`
-  // (64-column blocks of 64 rows).
-  template <int kSteps>
-  __device__ static void issue_ss(Acc& acc, uint32_t a, uint32_t b, bool accumulate) {
-    const uint64_t ad = wgmma::desc(a, 16, wgmma::kAtomBytes),
-                   bd = wgmma::desc(b, 16, wgmma::kAtomBytes);
-    wgmma::fence();  // any of acc's registers written since the last MMA
-#pragma unroll
-    for (int ks = 0; ks < kSteps; ++ks) {
-      const uint32_t a_at = (ks / 4) * kChunk * wgmma::kRowBytes + (ks % 4) * 32;
-      const uint32_t b_at = (ks / 4) * kBlockBytes + (ks % 4) * 32;
-      if constexpr (kCols == 32)
-        wgmma::mma_64x32_ss(acc, ad + (a_at >> 4), bd + (b_at >> 4), accumulate || ks > 0);
-      else
-        wgmma::mma_64x64_ss(acc, ad + (a_at >> 4), bd + (b_at >> 4), accumulate || ks > 0);
-    }
-  }
-
   // S += kd^T V' (issued, not waited): A = kd^T by ldmatrix.trans from the staged kd [token][dk]
   // (half h: dk 64 h ..), B = V'^T [column][token] (an SW128 block at `vt`).
   template <class A>
