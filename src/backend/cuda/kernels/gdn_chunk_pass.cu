@@ -319,11 +319,12 @@ void launch_kernel(const BatchMeta& b, const PassMaps& maps, const Workspace& ws
       return n;
     }();
     static const bool on = ab_switch_on("DS_GDN_PASS_CLUSTER");
-    if (on && static_cast<int64_t>(b.num_seqs) * s.nv <= fit &&
-        pdl::launch_clustered(false, dim3(1, 1, parts), shared, grid, dim3(128), smem, stream, b,
-                              maps, ws, state, s, out) == cudaSuccess)
-      return;
-    (void)cudaGetLastError();
+    if (on && static_cast<int64_t>(b.num_seqs) * s.nv <= fit) {
+      if (pdl::launch_clustered(false, dim3(1, 1, parts), shared, grid, dim3(128), smem, stream, b,
+                                maps, ws, state, s, out) == cudaSuccess)
+        return;
+      (void)cudaGetLastError();  // the cluster launch refused: the plain blocks
+    }
   }
   plain<<<grid, 128 * kGroups, smem, stream>>>(b, maps, ws, state, s, out);
 }
