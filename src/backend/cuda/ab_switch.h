@@ -1,6 +1,5 @@
 // The CUDA backend's A/B switches: environment variables that turn one of its forms off (set to
-// 0) so that a same-lease benchmark can time both, e.g. DS_PDL, DS_SKINNY_GEMM, DS_GEMM_TUNE; or
-// a candidate form on (set to 1) before it becomes the default.
+// 0) so that a same-lease benchmark can time both, e.g. DS_PDL, DS_SKINNY_GEMM, DS_GEMM_TUNE.
 #pragma once
 
 #include <cstdlib>
@@ -12,12 +11,6 @@ namespace deltaserve::cuda {
 inline bool ab_switch_on(const char* name) {
   const char* v = std::getenv(name);
   return !(v && std::strcmp(v, "0") == 0);
-}
-
-// Whether the switch `name` turns its candidate form on: set to 1.
-inline bool ab_candidate_on(const char* name) {
-  const char* v = std::getenv(name);
-  return v && std::strcmp(v, "1") == 0;
 }
 
 }  // namespace deltaserve::cuda
