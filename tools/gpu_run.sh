@@ -82,8 +82,8 @@ prefix_bench() {
   serve_stop serve_prefix_$mode
 }
 # ab_rounds FN: FN BINARY SETTING TAG ROUND for each BINARY:VAR=VALUE[,VAR=VALUE...] of $AB_RUNS
-# present in $BIN,
-# the runs alternating, twice (rounds 1 and 2), so that a lease's drift falls on every setting.
+# present in $BIN, the runs alternating, twice (rounds 1 and 2), so that a lease's drift falls on
+# every setting.
 ab_rounds() {
   local fn=$1 i run b setting
   for i in 1 2; do
