@@ -3,8 +3,6 @@
 // accumulation) L = beta_i (k_i . k_j) e^(gam_i - gam_j) (j < i) and P = (q_i . k_j) e^(gam_i -
 // gam_j) (j <= i); T = (I + L)^-1 by 16 x 16 blocks (f32 diagonal blocks, tf32 tensor cores below);
 // and W = T diag(beta e^gam) K, U = T diag(beta) V. See gdn_chunk_layout.cuh for what it writes.
-#include <cstdlib>
-
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "backend/cuda/kernels/gdn_conv4.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
@@ -138,47 +136,16 @@ __device__ void convolve_in_place(PrepSmem& sm) {
   __syncthreads();
 }
 
-// Asks L2 for the q / k / v rows (of y, or of u) of the block `ahead` blocks after this one in
-// launch order — likely the next to start where this block's SM frees a slot, so that its inputs
-// come from L2, not DRAM — in 128-byte lines, with nothing to wait for (a hint; ahead 0: none).
-__device__ void prefetch_later_block(const BatchMeta& b, const GdnQkvSource& in, const GdnShape& s,
-                                     int ahead) {
-  if (ahead == 0) return;
-  const int64_t later = blockIdx.x +
-                        static_cast<int64_t>(gridDim.x) *
-                            (blockIdx.y + static_cast<int64_t>(gridDim.y) * blockIdx.z) +
-                        ahead;
-  const int seq = static_cast<int>(later % gridDim.x);
-  const int64_t rest = later / gridDim.x;
-  const int t0 = static_cast<int>(rest % gridDim.y) * kChunk,
-            h = static_cast<int>(rest / gridDim.y);
-  const int len = b.seq_len[seq];
-  if (h >= s.nv || t0 >= len) return;
-  const Chunk ch{
-      b.seq_begin[seq] + t0, min(kChunk, len - t0), t0, h, h / (s.nv / s.nk), 0, 0, false};
-  const bf16* rows = in.y != nullptr ? in.y : in.u;
-  constexpr int kLines = 3 * kChunk * 2;  // 128-byte halves of 128 bf16 channels
-  for (int e = threadIdx.x; e < kLines; e += kThreads) {
-    const int which = e / (2 * kChunk), r = (e / 2) % kChunk;
-    if (r >= ch.n) continue;
-    const bf16* at = rows + static_cast<size_t>(ch.begin + r) * conv_dim(s) +
-                     channel0(which, ch, s) + 64 * (e % 2);
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(at));
-  }
-}
-
 // q, k (key head) and v (value head) rows into shared rows 0..63 (from y, or convolved from u;
-// rows past n finite); beta and the cumulative log decay gam (rows past n: beta 0, gam flat). The
-// later block's inputs asked of L2 (prefetch_later_block) while this one's land.
+// rows past n finite); beta and the cumulative log decay gam (rows past n: beta 0, gam flat).
 __device__ void stage_inputs(PrepSmem& sm, const Chunk& ch, const GdnQkvSource& in, const bf16* a,
                              const bf16* bg, const float* A_log, const float* dt_bias,
-                             const GdnShape& s, const BatchMeta& b, int ahead) {
+                             const GdnShape& s) {
   if (in.y != nullptr)
     load_conv_outputs(sm, ch, in.y, s);
   else
     load_conv_inputs(sm, ch, in, s);
   mma::cp_async_commit();
-  prefetch_later_block(b, in, s, ahead);
   if (threadIdx.x < 32) {  // gates, then an inclusive scan of the log decay (two rows per lane)
     const int lane = threadIdx.x;
     float g[2];
@@ -434,7 +401,7 @@ __device__ void solve(PrepSmem& sm, const Chunk& ch, const GdnShape& s, const Wo
 __global__ void __launch_bounds__(kThreads, 2)
     prep_kernel(BatchMeta b, GdnQkvSource in, const bf16* __restrict__ a,
                 const bf16* __restrict__ bg, const float* __restrict__ A_log,
-                const float* __restrict__ dt_bias, GdnShape s, Workspace ws, int ahead) {
+                const float* __restrict__ dt_bias, GdnShape s, Workspace ws) {
   extern __shared__ __align__(128) unsigned char prep_raw[];
   PrepSmem& sm = *reinterpret_cast<PrepSmem*>(prep_raw);
   const int seq = blockIdx.x, t0 = blockIdx.y * kChunk, len = b.seq_len[seq];
@@ -443,7 +410,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const Chunk ch{
       b.seq_begin[seq] + t0, min(kChunk, len - t0), t0, h, h / (s.nv / s.nk), b.num_tokens,
       b.seq_slot[seq],       b.seq_start[seq] == 0};
-  stage_inputs(sm, ch, in, a, bg, A_log, dt_bias, s, b, ahead);
+  stage_inputs(sm, ch, in, a, bg, A_log, dt_bias, s);
   normalise(sm, ch, s, ws);
   products(sm);
   invert(sm, ch, s, ws);
@@ -454,18 +421,12 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 void launch_prep(const BatchMeta& b, const GdnQkvSource& in, const bf16* a, const bf16* bgate,
                  const float* A_log, const float* dt_bias, const GdnShape& s, const Workspace& ws,
-                 int num_sms, cudaStream_t stream) {
+                 cudaStream_t stream) {
   constexpr int smem = sizeof(PrepSmem);
   cudaFuncSetAttribute(prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  // DS_GDN_PREP_PREFETCH=N (a candidate): each block asks L2 for the inputs of the block N x
-  // num_sms after it (two blocks an SM: N = 2 is the next wave's).
-  static const int waves_ahead = [] {
-    const char* v = std::getenv("DS_GDN_PREP_PREFETCH");
-    return v != nullptr ? std::atoi(v) : 0;
-  }();
   const int chunks = (b.max_seq_len + kChunk - 1) / kChunk;
-  prep_kernel<<<dim3(b.num_seqs, chunks, s.nv), kThreads, smem, stream>>>(
-      b, in, a, bgate, A_log, dt_bias, s, ws, waves_ahead * num_sms);
+  prep_kernel<<<dim3(b.num_seqs, chunks, s.nv), kThreads, smem, stream>>>(b, in, a, bgate, A_log,
+                                                                          dt_bias, s, ws);
 }
 
 }  // namespace deltaserve::cuda::gdn_chunk
