@@ -17,15 +17,10 @@
 //                                         that the chunk-to-chunk chain does not wait through it)
 // S^T and V'^T go to shared memory through stmatrix (transposed) in the 128-byte-swizzled layout
 // the MMAs read (wgmma.cuh).
-#include <cstdio>
-#include <cstdlib>
-
-#include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "backend/cuda/kernels/gdn_chunk_wg_state.cuh"
 #include "backend/cuda/kernels/gdn_pass_split.h"
 #include "backend/cuda/kernels/mma_bf16.cuh"
-#include "backend/cuda/kernels/pdl.cuh"
 #include "backend/cuda/kernels/tma.cuh"
 #include "backend/cuda/kernels/tma_map.h"
 #include "backend/cuda/kernels/wgmma.cuh"
@@ -62,15 +57,10 @@ struct Smem {
   bf16 vt[2][kCols * 64];      // per warpgroup V'^T [column][token]: one SW128 block
   Stage stage[2];              // chunk c in stage c % 2, the next one loading into the other
   uint64_t full[2];            // a stage's tiles landed
-  uint64_t empty[2];           // (clusters) every block of the cluster done with a stage's chunk
 };
 template <int kCols>
 constexpr size_t kSmemBytes = sizeof(Smem<kCols>) + wgmma::kAtomBytes;  // + alignment
 constexpr uint32_t kTileBytes = 4 * sizeof(Stage::w) + sizeof(Stage::p);
-constexpr uint32_t kBoxBytes = kChunk * 64 * sizeof(bf16);  // a TMA box: 64 tokens x 64 columns
-// The boxes a cluster's blocks share (W, kd and q in two each, P) and the U half each loads.
-constexpr int kSharedBoxes = 7;
-constexpr uint32_t kClusterTileBytes = (kSharedBoxes + 1) * kBoxBytes;
 
 using Tile = Sw128Rows<kChunk>;
 
@@ -99,44 +89,11 @@ __device__ void load_chunk(Stage& st, uint64_t* full, const PassMaps& maps, cons
   mma::cp_async_commit();
 }
 
-// Chunk `c`'s tiles for a cluster of kCluster blocks (the column parts of one head) by each
-// block's thread 0: shared box i (W, kd, q halves, P) copied by the block of rank i % kCluster into
-// every block of the cluster, and the block's own U half (columns u_col0.., u_col0 = 64 (col0 /
-// 64)) into the first half of st.u; completing on `full` (each block's, at the same offset). The
-// caller has seen every block of the cluster done with the stage. Its gam as load_chunk's.
-template <int kCluster>
-__device__ void load_chunk_shared(Stage& st, uint64_t* full, const PassMaps& maps, const Seq& q,
-                                  int c, int u_col0, const Workspace& ws) {
-  const int t0 = c * kChunk, n = min(kChunk, q.len - t0), first = q.base + t0;
-  const int tid = threadIdx.x;
-  if (tid == 0) {
-    tma::arrive_expect_bytes(full, kClusterTileBytes);
-    constexpr uint16_t kAll = (1u << kCluster) - 1;
-    for (int i = static_cast<int>(tma::cluster_rank()); i < kSharedBoxes; i += kCluster) {
-      const int half = i % 2, at = half * kChunk * 64, col = q.h * kDim + 64 * half;
-      if (i < 2)
-        tma::load_2d_multicast(st.w + at, &maps.w, col, first, full, kAll);
-      else if (i < 4)
-        tma::load_2d_multicast(st.kd + at, &maps.kd, col, first, full, kAll);
-      else if (i < 6)
-        tma::load_2d_multicast(st.q + at, &maps.q, q.kh * kDim + 64 * half, first, full, kAll);
-      else
-        tma::load_2d_multicast(st.p, &maps.p, q.h * kChunk, first, full, kAll);
-    }
-    tma::load_2d(st.u, &maps.u, q.h * kDim + u_col0, first, full);
-  }
-  if (tid < kChunk)
-    mma::cp_async4(&st.gam[tid],
-                   ws.gam + static_cast<size_t>(q.h) * q.T + first + (tid < n ? tid : 0), tid < n);
-  mma::cp_async_commit();
-}
-
-// V' = U - W S (in v; rows past n zero: their kd must add nothing to S) as bf16 into V'^T; st.u's
-// first column is u_col0's.
+// V' = U - W S (in v; rows past n zero: their kd must add nothing to S) as bf16 into V'^T.
 template <int kCols>
-__device__ void form_v(Acc<kCols>& v, const Stage& st, uint32_t vt, int n, int col0, int u_col0) {
+__device__ void form_v(Acc<kCols>& v, const Stage& st, uint32_t vt, int n, int col0) {
   const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-  const int c0 = col0 - u_col0 + 2 * c;
+  const int c0 = col0 + 2 * c;
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const int i = 16 * warp_in_group() + g + 8 * hf;
@@ -188,7 +145,7 @@ __device__ void store_output(const Acc<kCols>& o, const Seq& q, int t0, int n, c
 template <int kCols>
 __device__ void step(Acc<kCols> (&hs)[2], const Stage& st, uint32_t st_tile, uint32_t vt,
                      const Seq& q, int t0, int n, const GdnShape& s, int group, int col0,
-                     int u_col0, bf16* out) {
+                     bf16* out) {
   using WgState = WarpgroupState<kCols>;
   Acc<kCols> v, o;
   WgState::issue<kDim / 16>(v, Tile{st.w}, st_tile, false);
@@ -196,7 +153,7 @@ __device__ void step(Acc<kCols> (&hs)[2], const Stage& st, uint32_t st_tile, uin
   WgState::issue<kDim / 16>(o, Tile{st.q}, st_tile, false);
   wgmma::commit();
   wgmma::wait<1>();  // W S
-  form_v<kCols>(v, st, vt, n, col0, u_col0);
+  form_v<kCols>(v, st, vt, n, col0);
   asm volatile("bar.sync %0, 128;\n" ::"r"(1 + group) : "memory");  // V'^T complete
   wgmma::wait<0>();                                                 // q S
   scale_rows<kCols>(o, st);
@@ -215,10 +172,8 @@ __device__ void step(Acc<kCols> (&hs)[2], const Stage& st, uint32_t st_tile, uin
   store_output<kCols>(o, q, t0, n, s, col0, out);
 }
 
-// Block (sequence, value head, column part), kGroups warpgroups of kCols columns each; with
-// kCluster > 1 (one warpgroup a block), the head's column parts form a cluster that shares the
-// chunk operands' copies (load_chunk_shared): a quarter of the L2 reads of the four-part form.
-template <class StateT, int kCols, int kGroups, int kCluster>
+// Block (sequence, value head, column part), kGroups warpgroups of kCols columns each.
+template <class StateT, int kCols, int kGroups>
 __global__ void __launch_bounds__(128 * kGroups, 1)
     pass_kernel(BatchMeta b, const __grid_constant__ PassMaps maps, Workspace ws,
                 StateT* __restrict__ state, GdnShape s, bf16* __restrict__ out) {
@@ -235,98 +190,37 @@ __global__ void __launch_bounds__(128 * kGroups, 1)
   Acc<kCols> hs[2] = {};
   if (b.seq_start[seq] != 0) WgState::template io<false>(S, col0, hs);
   const int chunks = (q.len + kChunk - 1) / kChunk, snap_at = b.seq_snap_at[seq];
-  const int u_col0 = kCluster > 1 ? 64 * (col0 / 64) : 0;
-  const auto load = [&](int c) {
-    if constexpr (kCluster > 1)
-      load_chunk_shared<kCluster>(sm.stage[c % 2], &sm.full[c % 2], maps, q, c, u_col0, ws);
-    else
-      load_chunk(sm.stage[c % 2], &sm.full[c % 2], maps, q, c, ws);
-  };
   if (threadIdx.x == 0) {
-    for (int i = 0; i < 2; ++i) {
-      tma::barrier_init(&sm.full[i], 1);
-      tma::barrier_init(&sm.empty[i], kCluster);
-    }
+    tma::barrier_init(&sm.full[0], 1);
+    tma::barrier_init(&sm.full[1], 1);
     tma::barrier_init_fence();
   }
-  if constexpr (kCluster > 1)
-    tma::cluster_sync();  // every block's barriers initialised before any copy lands on them
-  else
-    __syncthreads();
-  load(0);
+  __syncthreads();  // the barriers initialised
+  load_chunk(sm.stage[0], &sm.full[0], maps, q, 0, ws);
   WgState::publish(st_tile, hs);
   for (int c = 0; c < chunks; ++c) {
     mma::cp_async_wait<0>();
     __syncthreads();  // chunk c's gam staged, S^T published, every read of chunk c - 1's done
-    if (c + 1 < chunks) {
-      if (kCluster > 1 && c >= 1 && threadIdx.x == 0) {  // chunk c - 1's stage, cluster-wide
-        for (int r = 0; r < kCluster; ++r) tma::arrive_in_cta(&sm.empty[(c + 1) % 2], r);
-        tma::wait(&sm.empty[(c + 1) % 2], ((c - 1) / 2) & 1);
-      }
-      load(c + 1);
-    }
+    if (c + 1 < chunks)
+      load_chunk(sm.stage[(c + 1) % 2], &sm.full[(c + 1) % 2], maps, q, c + 1, ws);
     const int t0 = c * kChunk, n = min(kChunk, q.len - t0);
     tma::wait(&sm.full[c % 2], (c / 2) & 1);
-    step<kCols>(hs, sm.stage[c % 2], st_tile, vt, q, t0, n, s, group, col0, u_col0, out);
+    step<kCols>(hs, sm.stage[c % 2], st_tile, vt, q, t0, n, s, group, col0, out);
     if (t0 + n == snap_at)  // the in-step snapshot: the state after this chunk
       WgState::template io<true>(
           state + (static_cast<size_t>(b.seq_snap_slot[seq]) * s.nv + h) * head, col0, hs);
   }
   WgState::template io<true>(S, col0, hs);
-  if constexpr (kCluster > 1)
-    tma::cluster_sync();  // no block's barrier is arrived on after it exits
-}
-
-// How many clusters of `cluster` blocks of `kernel` (smem bytes of shared memory) run at once.
-template <class Kernel>
-int max_active_clusters(Kernel kernel, int cluster, int threads, int smem) {
-  cudaLaunchConfig_t cfg{};
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = 1;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = cluster;
-  cfg.gridDim = dim3(1, 1, cluster);
-  cfg.blockDim = dim3(threads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  int n = 0;
-  if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return n;
 }
 
 template <class StateT, int kCols, int kGroups>
 void launch_kernel(const BatchMeta& b, const PassMaps& maps, const Workspace& ws, StateT* state,
                    const GdnShape& s, bf16* out, cudaStream_t stream) {
   constexpr int smem = kSmemBytes<kCols>, parts = kDim / (kCols * kGroups);
-  const dim3 grid(b.num_seqs, s.nv, parts);
-  const auto plain = pass_kernel<StateT, kCols, kGroups, 1>;
-  static const bool plain_sized =
-      cudaFuncSetAttribute(plain, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess;
-  (void)plain_sized;
-  if constexpr (kGroups == 1) {
-    // The shared copies where every cluster runs at once (else clusters would run in waves).
-    const auto shared = pass_kernel<StateT, kCols, 1, parts>;
-    static const int fit = [&] {
-      cudaFuncSetAttribute(shared, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-      const int n = max_active_clusters(shared, parts, 128, smem);
-      if (std::getenv("DS_GDN_PASS_LOG") != nullptr)
-        std::fprintf(stderr, "gdn state pass: %d clusters of %d blocks fit at once\n", n, parts);
-      return n;
-    }();
-    static const bool on = ab_switch_on("DS_GDN_PASS_CLUSTER");
-    if (on && static_cast<int64_t>(b.num_seqs) * s.nv <= fit) {
-      if (pdl::launch_clustered(false, dim3(1, 1, parts), shared, grid, dim3(128), smem, stream, b,
-                                maps, ws, state, s, out) == cudaSuccess)
-        return;
-      (void)cudaGetLastError();  // the cluster launch refused: the plain blocks
-    }
-  }
-  plain<<<grid, 128 * kGroups, smem, stream>>>(b, maps, ws, state, s, out);
+  const auto kernel = pass_kernel<StateT, kCols, kGroups>;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  kernel<<<dim3(b.num_seqs, s.nv, parts), 128 * kGroups, smem, stream>>>(b, maps, ws, state, s,
+                                                                         out);
 }
 
 template <class StateT>
