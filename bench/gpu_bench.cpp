@@ -9,6 +9,7 @@
 //                  [--prefill 512,2048,8192] [--iters 30] [--profile]
 //                  [--mamba-ssm-cache-dtype auto|float32|bfloat16]  (the GDN state: bf16 halves
 //                  its bytes in the decode floor too)
+//                  [--kv-cache-dtype auto|fp8]  (fp8 e4m3 KV pages: half the KV bytes)
 //                  [--mixed 64,256]  (steps of serving under load, eager: B decode rows at
 //                  the context and a prefill chunk filling the step to --prefill's largest)
 // With --tp 1,2[,4] it prints the tensor-parallel tables instead, every degree in one run (TP N on
@@ -78,9 +79,11 @@ Bytes rank_bytes(const ds::model::Qwen35Model& m) {
 // The plan of the bench runs: maxB decode sequences of pps pages and one prefill of ppp pages on
 // slot maxB; steps of up to `tokens` tokens; graphs up to maxB.
 ds::runtime::PlanLimits bench_limits(int32_t page, int32_t maxB, int32_t tokens, int32_t pps,
-                                     int32_t ppp, ds::DType state = ds::DType::kF32) {
+                                     int32_t ppp, ds::DType state = ds::DType::kF32,
+                                     bool kv_fp8 = false) {
   ds::runtime::PlanLimits l;
   l.state_dtype = state;
+  l.kv_cache_fp8 = kv_fp8;
   l.max_num_seqs = maxB + 1;
   l.max_num_batched_tokens = tokens;
   l.max_model_len = page * std::max(pps, ppp);
@@ -322,7 +325,7 @@ class SingleGpuBench {
  public:
   SingleGpuBench(const std::string& model, const std::vector<int32_t>& batches,
                  const std::vector<int32_t>& prefills, int32_t ctx, int iters, bool profile,
-                 ds::DType state)
+                 ds::DType state, bool kv_fp8)
       : be_(0),
         m_(ds::model::load_model(model, ds::model::LoadFormat::kDummy, be_, true)),
         c_(m_->config()),
@@ -336,9 +339,11 @@ class SingleGpuBench {
         pps_((ctx + 1 + kPage - 1) / kPage),
         ppp_((maxN_ + kPage - 1) / kPage),
         state_(state),
-        runner_(*m_, ds::runtime::plan_for(
-                         *m_, bench_limits(kPage, maxB_, std::max(maxN_, maxB_), pps_, ppp_, state),
-                         bench_budget(maxB_ * pps_ + ppp_))) {
+        kv_fp8_(kv_fp8),
+        runner_(*m_, ds::runtime::plan_for(*m_,
+                                           bench_limits(kPage, maxB_, std::max(maxN_, maxB_), pps_,
+                                                        ppp_, state, kv_fp8),
+                                           bench_budget(maxB_ * pps_ + ppp_))) {
     runner_.capture_decode_graphs(batches, std::max(pps_, ppp_));
   }
 
@@ -363,6 +368,7 @@ class SingleGpuBench {
   bool profile_;
   int32_t maxB_, maxN_, pps_, ppp_;
   ds::DType state_;  // the GDN recurrent state's dtype (--mamba-ssm-cache-dtype)
+  bool kv_fp8_;      // fp8 e4m3 KV pages (--kv-cache-dtype fp8)
   ds::runtime::ModelRunner runner_;
   std::vector<std::string> reports_;
 };
@@ -392,8 +398,9 @@ void SingleGpuBench::decode_table() {
                           (c.lin_num_v_heads * c.lin_k_dim * c.lin_v_dim *
                                static_cast<int64_t>(ds::dtype_size(state_)) * 2 +
                            c.conv_dim() * (c.conv_kernel - 1) * 2 * 2));
-  const double kv_bytes_per_token = static_cast<double>(
-      c.num_layers_of(ds::model::LayerType::kFullAttention) * 2 * c.num_kv_heads * c.head_dim * 2);
+  const double kv_bytes_per_token =
+      static_cast<double>(c.num_layers_of(ds::model::LayerType::kFullAttention) * 2 *
+                          c.num_kv_heads * c.head_dim * (kv_fp8_ ? 1 : 2));
   std::printf(
       "\n| decode B | ctx | eager ms/step | graphed ms/step | tok/s (graphed) | floor ms "
       "(weights) | floor ms (all bytes) | graphed / weights floor |\n|---|---|---|---|"
@@ -493,10 +500,10 @@ void SingleGpuBench::mixed_table(const std::vector<int32_t>& decode_rows) {
 int main(int argc, char** argv) {
   try {
     std::vector<std::string> args(argv + 1, argv + argc);
-    ds::app::Args a(
-        args, "gpu_bench",
-        {"model", "batches", "context", "prefill", "iters", "tp", "mamba-ssm-cache-dtype", "mixed"},
-        {"profile"});
+    ds::app::Args a(args, "gpu_bench",
+                    {"model", "batches", "context", "prefill", "iters", "tp",
+                     "mamba-ssm-cache-dtype", "mixed", "kv-cache-dtype"},
+                    {"profile"});
     const std::vector<int32_t> batches = parse_list(a.get("batches", "1,16,64,256"));
     const std::vector<int32_t> prefills = parse_list(a.get("prefill", "512,2048,8192"));
     const int32_t ctx = static_cast<int32_t>(a.get_int("context", 1024, 1, 1 << 20));
@@ -505,7 +512,7 @@ int main(int argc, char** argv) {
       return run_tp(a.get("model", ""), parse_list(a.get("tp", "1")), batches, prefills, ctx,
                     iters);
     SingleGpuBench bench(a.get("model", ""), batches, prefills, ctx, iters, a.has("profile"),
-                         ds::app::ssm_state_dtype_flag(a));
+                         ds::app::ssm_state_dtype_flag(a), ds::app::kv_cache_fp8_flag(a));
     bench.decode_table();
     bench.prefill_table();
     if (a.has("mixed")) bench.mixed_table(parse_list(a.get("mixed", "")));

@@ -9,14 +9,13 @@
 
 namespace deltaserve::testing {
 
-inline std::unique_ptr<runtime::ModelRunner> make_runner(model::Qwen35Model& m, int32_t pages,
-                                                         int32_t page_size, int32_t slots,
-                                                         int32_t max_tokens = 64,
-                                                         int32_t snapshots = 0,
-                                                         DType state_dtype = DType::kF32) {
+inline std::unique_ptr<runtime::ModelRunner> make_runner(
+    model::Qwen35Model& m, int32_t pages, int32_t page_size, int32_t slots, int32_t max_tokens = 64,
+    int32_t snapshots = 0, DType state_dtype = DType::kF32, bool kv_cache_fp8 = false) {
   runtime::PlanLimits limits;
   limits.num_snapshots = snapshots;
   limits.state_dtype = state_dtype;
+  limits.kv_cache_fp8 = kv_cache_fp8;
   limits.max_num_seqs = slots;
   limits.max_num_batched_tokens = max_tokens;
   limits.max_model_len = page_size;  // any request fits: pages are the test's bookkeeping

@@ -63,10 +63,12 @@ int cmd_bench(const std::vector<std::string>& argv) {
          {"model", "load-format", "device", "num-prompts", "input-len", "output-len",
           "max-concurrency", "max-num-seqs", "max-num-batched-tokens", "max-model-len", "num-pages",
           "seed", "tensor-parallel-size", "num-snapshots", "tpsp-threshold-tokens",
-          "tpsp-microchunk-tokens", "mamba-ssm-cache-dtype", "long-prefill-token-threshold"},
+          "tpsp-microchunk-tokens", "mamba-ssm-cache-dtype", "long-prefill-token-threshold",
+          "kv-cache-dtype"},
          {"enforce-eager", "enable-prefix-caching", "enable-tpsp"});
   check_device(a);
   const DType ssm_state = ssm_state_dtype_flag(a);
+  const bool kv_fp8 = kv_cache_fp8_flag(a);
   const dist::TpspConfig tpsp = parse_tpsp_flags(a);
   const int n = static_cast<int>(a.get_int("num-prompts", 32, 1, 100000));
   const int in_len = static_cast<int>(a.get_int("input-len", 128, 1, 1 << 20));
@@ -96,6 +98,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   const int concurrency = static_cast<int>(a.get_int("max-concurrency", n, 1, 100000));
   cfg.enforce_eager = a.has("enforce-eager");
   cfg.ssm_state_dtype = ssm_state;
+  cfg.kv_cache_fp8 = kv_fp8;
   cfg.enable_prefix_caching = a.has("enable-prefix-caching");
   if (cfg.enable_prefix_caching)
     cfg.num_snapshots =

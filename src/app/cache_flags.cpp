@@ -6,7 +6,7 @@ namespace deltaserve::app {
 
 const std::set<std::string>& cache_value_flags() {
   static const std::set<std::string> kFlags = {"mamba-block-size", "prefix-cache-snapshot-fraction",
-                                               "mamba-ssm-cache-dtype"};
+                                               "mamba-ssm-cache-dtype", "kv-cache-dtype"};
   return kFlags;
 }
 
@@ -23,6 +23,14 @@ DType ssm_state_dtype_flag(const Args& a) {
   throw Error("--mamba-ssm-cache-dtype must be auto, float32 or bfloat16, got '" + state + "'");
 }
 
+bool kv_cache_fp8_flag(const Args& a) {
+  const std::string kv = a.get("kv-cache-dtype", "auto");
+  if (kv == "auto") return false;
+  if (kv == "fp8" || kv == "fp8_e4m3") return true;
+  throw Error("--kv-cache-dtype " + kv +
+              " is not supported: use auto (the activations' dtype) or fp8 / fp8_e4m3");
+}
+
 double apply_cache_flags(const Args& a, engine::EngineConfig& cfg) {
   if (a.has("enable-prefix-caching") && a.has("no-enable-prefix-caching"))
     throw Error("--enable-prefix-caching and --no-enable-prefix-caching contradict each other");
@@ -32,6 +40,7 @@ double apply_cache_flags(const Args& a, engine::EngineConfig& cfg) {
     throw Error("--mamba-block-size must be a multiple of 64 (the delta rule's chunk), got " +
                 std::to_string(cfg.mamba_block_size));
   cfg.ssm_state_dtype = ssm_state_dtype_flag(a);
+  cfg.kv_cache_fp8 = kv_cache_fp8_flag(a);
   const double share = a.get_double("prefix-cache-snapshot-fraction", 0.25, 0, 0.9);
   return cfg.enable_prefix_caching ? share : 0.0;
 }

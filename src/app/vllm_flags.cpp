@@ -6,8 +6,8 @@ namespace deltaserve::app {
 
 const std::set<std::string>& vllm_value_flags() {
   static const std::set<std::string> kFlags = {
-      "dtype",          "seed",       "block-size",  "tokenizer-mode",
-      "kv-cache-dtype", "swap-space", "max-log-len", "uvicorn-log-level"};
+      "dtype",      "seed",        "block-size",       "tokenizer-mode",
+      "swap-space", "max-log-len", "uvicorn-log-level"};
   return kFlags;
 }
 
@@ -33,7 +33,6 @@ void one_of(const Args& a, const std::string& flag, const std::set<std::string>&
 void check_vllm_flags(const Args& a) {
   one_of(a, "dtype", {"auto", "bfloat16", "bf16"},
          "deltaserve computes in bfloat16 on GPUs (float32 on the CPU); use auto or bfloat16");
-  one_of(a, "kv-cache-dtype", {"auto"}, "the KV cache has the activations' dtype; use auto");
   one_of(a, "tokenizer-mode", {"auto", "hf"}, "the checkpoint's tokenizer.json is used; use auto");
   one_of(a, "block-size", {"16"}, "KV pages hold 16 tokens");
   one_of(a, "uvicorn-log-level", {"critical", "error", "warning", "info", "debug", "trace"},

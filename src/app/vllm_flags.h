@@ -10,7 +10,7 @@
 
 namespace deltaserve::app {
 
-// Flags that take a value: dtype, seed, block-size, tokenizer-mode, kv-cache-dtype, swap-space,
+// Flags that take a value: dtype, seed, block-size, tokenizer-mode, swap-space,
 // max-log-len, uvicorn-log-level.
 const std::set<std::string>& vllm_value_flags();
 // Switches: trust-remote-code, disable-log-requests, disable-log-stats, enable-chunked-prefill,

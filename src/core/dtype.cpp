@@ -14,6 +14,8 @@ size_t dtype_size(DType t) {
       return 2;
     case DType::kI64:
       return 8;
+    case DType::kFP8E4M3:
+      return 1;
   }
   DS_CHECK(false, "unknown dtype");
 }
@@ -30,6 +32,8 @@ std::string_view dtype_name(DType t) {
       return "I32";
     case DType::kI64:
       return "I64";
+    case DType::kFP8E4M3:
+      return "F8_E4M3";
   }
   return "?";
 }
@@ -65,6 +69,36 @@ float f16_to_f32(uint16_t h) {
   return std::bit_cast<float>(bits);
 }
 
+float fp8e4m3_to_f32(uint8_t x) {
+  const uint32_t sign = static_cast<uint32_t>(x & 0x80u) << 24;
+  const uint32_t exp = (x >> 3) & 0xfu, mant = x & 0x7u;
+  if (exp == 0xf && mant == 0x7) return std::bit_cast<float>(sign | 0x7fc00000u);  // NaN
+  if (exp != 0) return std::bit_cast<float>(sign | ((exp + 120) << 23) | (mant << 20));
+  const float sub = static_cast<float>(mant) * 0x1p-9f;  // subnormal: mant * 2^-9
+  return sign ? -sub : sub;
+}
+
+uint8_t f32_to_fp8e4m3(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const float a = std::bit_cast<float>(u & 0x7fffffffu);
+  if (a != a) return sign | 0x7fu;
+  if (a >= 448.0f) return sign | 0x7eu;  // saturate (448 = 1.75 * 2^8)
+  if (a < 0x1p-6f) {  // subnormal range: multiples of 2^-9, round to nearest even
+    const float q = a * 0x1p9f;
+    float r = static_cast<float>(static_cast<int>(q));
+    const float frac = q - r;
+    if (frac > 0.5f || (frac == 0.5f && static_cast<int>(r) % 2 == 1)) r += 1.0f;
+    return sign | static_cast<uint8_t>(r);  // r == 8 is the smallest normal's code
+  }
+  // Normal: keep 3 mantissa bits of the f32, rounding to nearest even on the 20 dropped ones.
+  uint32_t bits = u & 0x7fffffffu;
+  bits += 0x7ffffu + ((bits >> 20) & 1u);
+  const uint32_t exp = (bits >> 23) - 120, mant = (bits >> 20) & 0x7u;
+  if (exp > 15 || (exp == 15 && mant == 7)) return sign | 0x7eu;  // rounded past 448
+  return sign | static_cast<uint8_t>((exp << 3) | mant);
+}
+
 void convert_to_f32(DType src_type, const void* src, float* dst, size_t n) {
   switch (src_type) {
     case DType::kF32:
@@ -86,6 +120,9 @@ void convert_to_f32(DType src_type, const void* src, float* dst, size_t n) {
       }
       return;
     }
+    case DType::kFP8E4M3:
+      for (size_t i = 0; i < n; ++i) dst[i] = fp8e4m3_to_f32(static_cast<const uint8_t*>(src)[i]);
+      return;
     default:
       DS_CHECK(false, "convert_to_f32: not a float dtype");
   }

@@ -63,6 +63,7 @@ runtime::PlanLimits plan_limits(const EngineConfig& c) {
   l.page_size = c.page_size;
   l.num_snapshots = c.num_snapshots;
   l.state_dtype = c.ssm_state_dtype;
+  l.kv_cache_fp8 = c.kv_cache_fp8;
   const std::vector<int32_t> buckets = decode_graph_sizes(c);
   l.max_graph_batch = c.enforce_eager || buckets.empty() ? 0 : buckets.back();
   return l;

@@ -46,6 +46,9 @@ struct EngineConfig {
   // The GDN recurrent state between steps (--mamba-ssm-cache-dtype): f32 or bf16 (half the slot
   // memory; each step computes in f32 from it and rounds its result).
   DType ssm_state_dtype = DType::kF32;
+  // The full-attention KV cache in fp8 e4m3 (--kv-cache-dtype fp8; scale 1) instead of the
+  // activations' dtype: half the page bytes on GPUs; the attention kernels widen it exactly.
+  bool kv_cache_fp8 = false;
   int32_t max_model_len = 0;  // 0: the model's max_position_embeddings
   // Ids >= sample_vocab are never sampled; 0: the tokenizer's (else the model's) vocabulary.
   int32_t sample_vocab = 0;

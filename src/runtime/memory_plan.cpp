@@ -55,9 +55,9 @@ int64_t scratch_bytes(const ModelConfig& c, DType act, int64_t tokens, int64_t r
   return total;
 }
 
-int64_t page_bytes(const ModelConfig& c, DType act, int32_t page_size) {
+int64_t page_bytes(const ModelConfig& c, DType kv, int32_t page_size) {
   return c.num_layers_of(LayerType::kFullAttention) * 2 * page_size * c.num_kv_heads * c.head_dim *
-         static_cast<int64_t>(dtype_size(act));
+         static_cast<int64_t>(dtype_size(kv));
 }
 
 int64_t slot_bytes(const ModelConfig& c, DType act, DType state) {
@@ -109,7 +109,8 @@ MemoryPlan plan_memory(const ModelConfig& local, DType act, const PlanLimits& l,
   p.num_snapshots = l.num_snapshots;
   p.scratch_tokens = std::max(l.max_num_batched_tokens, l.max_graph_batch);
   p.scratch_rows = std::max(l.max_num_seqs, l.max_graph_batch);
-  p.page_bytes = page_bytes(local, act, l.page_size);
+  p.kv_dtype = l.kv_cache_fp8 ? DType::kFP8E4M3 : act;
+  p.page_bytes = page_bytes(local, p.kv_dtype, l.page_size);
   p.state_dtype = l.state_dtype;
   p.slot_bytes = slot_bytes(local, act, l.state_dtype);
   p.scratch_bytes = scratch_bytes(local, act, p.scratch_tokens, p.scratch_rows);
@@ -159,13 +160,13 @@ std::string MemoryPlan::describe() const {
   const double gib = 1 << 30;
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "KV pages %d x %d tokens (%.2f GiB), state slots %d + %d snapshots (%.2f GiB), "
+                "KV pages %d x %d tokens (%s, %.2f GiB), state slots %d + %d snapshots (%.2f GiB), "
                 "step buffers %lld tokens / %lld logits rows (%.2f GiB), backend workspace "
                 "%.2f GiB",
-                num_pages, page_size, static_cast<double>(kv_bytes()) / gib, num_slots,
-                num_snapshots, static_cast<double>(state_bytes()) / gib,
-                static_cast<long long>(scratch_tokens), static_cast<long long>(scratch_rows),
-                static_cast<double>(scratch_bytes) / gib,
+                num_pages, page_size, std::string(dtype_name(kv_dtype)).c_str(),
+                static_cast<double>(kv_bytes()) / gib, num_slots, num_snapshots,
+                static_cast<double>(state_bytes()) / gib, static_cast<long long>(scratch_tokens),
+                static_cast<long long>(scratch_rows), static_cast<double>(scratch_bytes) / gib,
                 static_cast<double>(workspace_bytes) / gib);
   std::string out = buf;
   if (device_total > 0) {

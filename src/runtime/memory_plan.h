@@ -26,6 +26,7 @@ struct PlanLimits {
   int32_t num_snapshots = 0;        // prefix-cache snapshot slots
   int32_t max_graph_batch = 0;      // the largest decode-graph bucket (0: no graphs)
   DType state_dtype = DType::kF32;  // the GDN recurrent state (--mamba-ssm-cache-dtype)
+  bool kv_cache_fp8 = false;        // KV pages in fp8 e4m3 (--kv-cache-dtype fp8)
 };
 
 // How many KV pages: a fixed number, room for a number of full-length requests, what a host byte
@@ -45,6 +46,7 @@ struct MemoryBudget {
 struct MemoryPlan {
   int32_t page_size = 0, num_pages = 0, num_slots = 0, num_snapshots = 0;
   DType state_dtype = DType::kF32;  // the GDN recurrent state's
+  DType kv_dtype = DType::kF32;     // the KV pages' (the activations' or fp8 e4m3)
   int64_t scratch_tokens = 0, scratch_rows = 0;
   int64_t page_bytes = 0, slot_bytes = 0, scratch_bytes = 0, workspace_bytes = 0;
   int64_t device_total = 0, device_used = 0;  // device plans only
@@ -72,9 +74,9 @@ struct ScratchBuffer {
 std::vector<ScratchBuffer> scratch_buffers(const model::ModelConfig& local, DType act,
                                            int64_t tokens, int64_t rows);
 int64_t scratch_bytes(const model::ModelConfig& local, DType act, int64_t tokens, int64_t rows);
-// One KV page of every full-attention layer; one GDN state slot (conv in `act` + the recurrent
-// state in `state`) of every GDN layer.
-int64_t page_bytes(const model::ModelConfig& local, DType act, int32_t page_size);
+// One KV page (K and V in `kv`) of every full-attention layer; one GDN state slot (conv in `act` +
+// the recurrent state in `state`) of every GDN layer.
+int64_t page_bytes(const model::ModelConfig& local, DType kv, int32_t page_size);
 int64_t slot_bytes(const model::ModelConfig& local, DType act, DType state = DType::kF32);
 
 // max_num_seqs when the user gives none, on a device: the most requests of 1024, 512, 256 and 128

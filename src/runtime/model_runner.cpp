@@ -53,8 +53,8 @@ ModelRunner::ModelRunner(model::Qwen35Model& model, const MemoryPlan& plan)
       return cache_buffers_.back().tensor();
     };
     if (c.layer_types[static_cast<size_t>(i)] == LayerType::kFullAttention) {
-      lc.k = keep(be_.alloc(act, {pages, plan.page_size, c.num_kv_heads, c.head_dim}));
-      lc.v = keep(be_.alloc(act, {pages, plan.page_size, c.num_kv_heads, c.head_dim}));
+      lc.k = keep(be_.alloc(plan.kv_dtype, {pages, plan.page_size, c.num_kv_heads, c.head_dim}));
+      lc.v = keep(be_.alloc(plan.kv_dtype, {pages, plan.page_size, c.num_kv_heads, c.head_dim}));
     } else {
       lc.conv = keep(be_.alloc(act, {slots, c.conv_dim(), c.conv_kernel - 1}));
       lc.state =

@@ -122,6 +122,12 @@ TEST(Cli, BenchOfflinePrintsOneJsonLine) {
   EXPECT_NE(line.find("\"output_tok_per_s\""), std::string::npos);
   EXPECT_NE(line.find("\"ttft_ms\": {\"mean\""), std::string::npos);
   EXPECT_EQ(line.back(), '}');
+  // The same workload on an fp8 KV cache completes every request (exit code 0).
+  const Result f = run("bench offline --model " + (test_data() / "tiny_real").string() +
+                       " --num-prompts 6 --input-len 20 --output-len 5 --max-num-seqs 4"
+                       " --kv-cache-dtype fp8");
+  ASSERT_EQ(f.code, 0) << f.output;
+  EXPECT_NE(f.output.find("\"num_prompts\": 6,"), std::string::npos) << f.output;
 }
 
 TEST(Cli, BadInputFailsClearly) {
@@ -199,7 +205,9 @@ TEST(Cli, MalformedNumbersAndAbsurdConfigsExitWithAMessage) {
       // vLLM's flags: accepted, or refused when deltaserve cannot honour the value.
       {"serve " + tok + " --dtype float16", "--dtype float16 is not supported"},
       {"serve " + tok + " --block-size 32", "--block-size 32 is not supported"},
-      {"serve " + tok + " --kv-cache-dtype fp8", "--kv-cache-dtype fp8 is not supported"},
+      {"serve " + tok + " --kv-cache-dtype fp8_e5m2",
+       "--kv-cache-dtype fp8_e5m2 is not supported: use auto (the activations' dtype) or fp8"},
+      {"bench offline --kv-cache-dtype int8", "--kv-cache-dtype int8 is not supported"},
       {"serve " + tok + " --seed x", "--seed must be an integer"},
       {"serve " + tok + " --enable-prefix-caching --no-enable-prefix-caching",
        "contradict each other"},

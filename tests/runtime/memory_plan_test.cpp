@@ -77,6 +77,42 @@ TEST(MemoryPlan, Bf16GdnStateHalvesTheRecurrentSlot) {
   EXPECT_EQ(be.allocated_bytes() - before, plan.runner_bytes());
 }
 
+// --kv-cache-dtype fp8: a page's bytes are a quarter of f32's (half of bf16's), a device share
+// holds about twice the bf16 pages, and the runner allocates the pages in fp8, exactly the plan.
+TEST(MemoryPlan, Fp8KvCacheHalvesTheBf16Pages) {
+  const model::ModelConfig c = model::load_config("");
+  EXPECT_EQ(page_bytes(c, DType::kF32, 16), 4 * page_bytes(c, DType::kFP8E4M3, 16));
+  EXPECT_EQ(page_bytes(c, DType::kBF16, 16), 2 * page_bytes(c, DType::kFP8E4M3, 16));
+  PlanLimits l = limits();
+  MemoryBudget b;
+  b.kind = MemoryBudget::Kind::kDeviceShare;
+  b.utilization = 0.5;
+  b.device_total = int64_t{8} << 30;
+  b.device_free = int64_t{7} << 30;
+  const MemoryPlan bf16 = plan_memory(c, DType::kBF16, l, b, 0);
+  l.kv_cache_fp8 = true;
+  const MemoryPlan fp8 = plan_memory(c, DType::kBF16, l, b, 0);
+  EXPECT_EQ(bf16.kv_dtype, DType::kBF16);
+  EXPECT_EQ(fp8.kv_dtype, DType::kFP8E4M3);
+  EXPECT_EQ(fp8.page_bytes * 2, bf16.page_bytes);
+  EXPECT_GE(fp8.num_pages, 2 * bf16.num_pages);
+  EXPECT_LE(fp8.num_pages, 2 * bf16.num_pages + 2);  // the pad page's bytes
+  EXPECT_NE(fp8.describe().find("F8_E4M3"), std::string::npos);
+
+  backend::CpuBackend be;
+  auto m = model::load_model((testing::test_data() / "tiny_real").string(),
+                             model::LoadFormat::kAuto, be, false);
+  PlanLimits tl = limits();
+  tl.kv_cache_fp8 = true;
+  MemoryBudget pages;
+  pages.pages = 20;
+  const MemoryPlan plan = plan_for(*m, tl, pages);
+  EXPECT_EQ(plan.page_bytes, page_bytes(m->rank_config(), DType::kFP8E4M3, 16));
+  const int64_t before = be.allocated_bytes();
+  ModelRunner runner(*m, plan);
+  EXPECT_EQ(be.allocated_bytes() - before, plan.runner_bytes());
+}
+
 TEST(MemoryPlan, BudgetsSizeTheKvPages) {
   const model::ModelConfig c = model::load_config("");
   const PlanLimits l = limits();  // 7 pages per request of 100 tokens

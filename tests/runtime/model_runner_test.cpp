@@ -76,53 +76,71 @@ TEST(ModelRunner, AnInStepSnapshotEqualsOneTakenAtTheChunkEnd) {
                "64-token boundary");
 }
 
-// --mamba-ssm-cache-dtype bfloat16 against float32 on the tiny models, teacher-forced: a 150-token
-// prefill (three chunks) then 60 decode steps of the same tokens; the logits of every step are
-// compared. The drift (printed; measured 0.9% and 2.0% of the largest logit, every argmax equal)
-// stays within 2^-5 of the largest logit — 8 bf16 roundings at that magnitude, the bound style of
-// gdn_chunk_test — with the argmax agreeing on >= 95% of the steps; and it is not zero (the bf16
-// state is really used).
-TEST(ModelRunner, Bf16GdnStateDriftsLittleFromF32) {
+// Teacher-forced logits of a tiny model: a 150-token prefill (three chunks) then 60 decode steps
+// of the same tokens, with the GDN state in `state` and the KV cache in fp8 when `kv_fp8`.
+std::vector<std::vector<float>> teacher_forced_logits(model::Qwen35Model& m, DType state,
+                                                      bool kv_fp8) {
+  const int32_t vocab = static_cast<int32_t>(m.config().vocab_size);
+  std::vector<int32_t> tokens(210);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = static_cast<int32_t>((i * 7919 + 11) % static_cast<size_t>(vocab));
+  std::vector<int32_t> pages(14);
+  for (int32_t p = 0; p < 14; ++p) pages[static_cast<size_t>(p)] = p;
+  auto runner = testing::make_runner(m, 14, 16, 1, 150, 0, state, kv_fp8);
+  const std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + 150);
+  std::vector<std::vector<float>> out{
+      runner->forward(StepBatchBuilder(16).add(1, prompt, 0, 0, pages, 1).build())};
+  for (int32_t k = 150; k < 210; ++k)
+    out.push_back(runner->forward(
+        StepBatchBuilder(16)
+            .add(1, std::vector<int32_t>{tokens[static_cast<size_t>(k)]}, k, 0, pages, 1)
+            .build()));
+  return out;
+}
+
+// A cache option's drift from the f32 reference on tiny_real and tiny_odd (printed): the largest
+// logit difference is not zero (the option is really used) and at most max|logit| / `bound_div`,
+// with the argmax agreeing on >= `min_agree` of the steps.
+void expect_small_drift(const char* what, DType state, bool kv_fp8, float bound_div,
+                        double min_agree) {
   for (const char* name : {"tiny_real", "tiny_odd"}) {
     SCOPED_TRACE(name);
     backend::CpuBackend be;
     auto m = model::load_model((testing::test_data() / name).string(), model::LoadFormat::kAuto, be,
                                false);
-    const int32_t vocab = static_cast<int32_t>(m->config().vocab_size);
-    std::vector<int32_t> tokens(210);
-    for (size_t i = 0; i < tokens.size(); ++i)
-      tokens[i] = static_cast<int32_t>((i * 7919 + 11) % static_cast<size_t>(vocab));
-    std::vector<int32_t> pages(14);
-    for (int32_t p = 0; p < 14; ++p) pages[static_cast<size_t>(p)] = p;
-    auto logits_of = [&](DType state) {
-      auto runner = testing::make_runner(*m, 14, 16, 1, 150, 0, state);
-      const std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + 150);
-      std::vector<std::vector<float>> out{
-          runner->forward(StepBatchBuilder(16).add(1, prompt, 0, 0, pages, 1).build())};
-      for (int32_t k = 150; k < 210; ++k)
-        out.push_back(runner->forward(
-            StepBatchBuilder(16)
-                .add(1, std::vector<int32_t>{tokens[static_cast<size_t>(k)]}, k, 0, pages, 1)
-                .build()));
-      return out;
-    };
-    const auto f32 = logits_of(DType::kF32), bf16 = logits_of(DType::kBF16);
+    const auto ref = teacher_forced_logits(*m, DType::kF32, false),
+               got = teacher_forced_logits(*m, state, kv_fp8);
     float err = 0, scale = 0;
     int agree = 0;
-    for (size_t s = 0; s < f32.size(); ++s) {
-      err = std::max(err, testing::max_abs_diff(f32[s].data(), bf16[s].data(), f32[s].size()));
-      scale = std::max(scale, testing::max_abs(f32[s]));
-      agree += std::max_element(f32[s].begin(), f32[s].end()) - f32[s].begin() ==
-               std::max_element(bf16[s].begin(), bf16[s].end()) - bf16[s].begin();
+    for (size_t s = 0; s < ref.size(); ++s) {
+      err = std::max(err, testing::max_abs_diff(ref[s].data(), got[s].data(), ref[s].size()));
+      scale = std::max(scale, testing::max_abs(ref[s]));
+      agree += std::max_element(ref[s].begin(), ref[s].end()) - ref[s].begin() ==
+               std::max_element(got[s].begin(), got[s].end()) - got[s].begin();
     }
     std::printf(
-        "  %s: bf16 vs f32 GDN state over %zu steps: max|dlogit| %.3e of max|logit| %.3f, "
+        "  %s: %s vs f32 over %zu steps: max|dlogit| %.3e of max|logit| %.3f, "
         "argmax agreement %d / %zu\n",
-        name, f32.size(), err, scale, agree, f32.size());
+        name, what, ref.size(), err, scale, agree, ref.size());
     EXPECT_GT(err, 0.0f);
-    EXPECT_LE(err, scale / 32);
-    EXPECT_GE(agree, static_cast<int>(0.95 * static_cast<double>(f32.size())));
+    EXPECT_LE(err, scale / bound_div);
+    EXPECT_GE(agree, static_cast<int>(min_agree * static_cast<double>(ref.size())));
   }
+}
+
+// --mamba-ssm-cache-dtype bfloat16 against float32 (measured 0.9% and 2.0% of the largest logit,
+// every argmax equal): within 2^-5 of the largest logit — 8 bf16 roundings at that magnitude, the
+// bound style of gdn_chunk_test — with the argmax agreeing on >= 95% of the steps.
+TEST(ModelRunner, Bf16GdnStateDriftsLittleFromF32) {
+  expect_small_drift("bf16 GDN state", DType::kBF16, false, 32, 0.95);
+}
+
+// --kv-cache-dtype fp8 against the f32 cache, every K and V rounded to e4m3 (relative error up to
+// 2^-4; measured 0.6% and 4.1% of the largest logit, argmax 61 / 61 and 59 / 61): within 2^-3 of
+// the largest logit — the K and the V rounding at that magnitude — with the argmax agreeing on
+// >= 90% of the steps.
+TEST(ModelRunner, Fp8KvCacheDriftsLittleFromF32) {
+  expect_small_drift("fp8 KV cache", DType::kF32, true, 8, 0.90);
 }
 
 }  // namespace

@@ -39,6 +39,26 @@ void norm_rope(float* x, const float* w, float eps, int hd, int rd, const float*
   }
 }
 
+// Row `at` (element offset) of a KV cache in f32 (the activations') or fp8 e4m3
+// (--kv-cache-dtype fp8: rounded to nearest, saturated at +-448, scale 1).
+void store_kv_row(const Tensor& cache, int64_t at, const float* x, int hd) {
+  if (cache.dtype == DType::kFP8E4M3) {
+    uint8_t* dst = cache.ptr<uint8_t>() + at;
+    for (int i = 0; i < hd; ++i) dst[i] = f32_to_fp8e4m3(x[i]);
+    return;
+  }
+  float* dst = cache.f32() + at;
+  for (int i = 0; i < hd; ++i) dst[i] = x[i];
+}
+
+// The row's values as f32: in place, or widened into `tmp` [hd] from fp8.
+const float* load_kv_row(const Tensor& cache, int64_t at, int hd, float* tmp) {
+  if (cache.dtype != DType::kFP8E4M3) return cache.f32() + at;
+  const uint8_t* src = cache.ptr<uint8_t>() + at;
+  for (int i = 0; i < hd; ++i) tmp[i] = fp8e4m3_to_f32(src[i]);
+  return tmp;
+}
+
 }  // namespace
 
 void CpuBackend::attn_prep_and_cache(const StepBatch& batch, const Tensor& qg, const Tensor& k,
@@ -69,13 +89,8 @@ void CpuBackend::attn_prep_and_cache(const StepBatch& batch, const Tensor& qg, c
     for (int h = 0; h < d.nkv; ++h) {
       float* kd = k.f32() + (t * d.nkv + h) * hd;
       norm_rope(kd, k_norm.f32(), d.eps, hd, rd, c.data(), s.data());
-      float* kc = k_cache.f32() + (row * d.nkv + h) * hd;
-      float* vc = v_cache.f32() + (row * d.nkv + h) * hd;
-      const float* vd = v.f32() + (t * d.nkv + h) * hd;
-      for (int i = 0; i < hd; ++i) {
-        kc[i] = kd[i];
-        vc[i] = vd[i];
-      }
+      store_kv_row(k_cache, (row * d.nkv + h) * hd, kd, hd);
+      store_kv_row(v_cache, (row * d.nkv + h) * hd, v.f32() + (t * d.nkv + h) * hd, hd);
     }
   }
 }
@@ -95,11 +110,11 @@ void CpuBackend::paged_attention(const StepBatch& batch, const Tensor& q, const 
       const int kvh = h / group;
       const float* qv = q.f32() + (t * d.nh + h) * hd;
       std::vector<float> sc(static_cast<size_t>(n));
-      std::vector<float> acc(static_cast<size_t>(hd), 0.0f);
+      std::vector<float> acc(static_cast<size_t>(hd), 0.0f), tmp(static_cast<size_t>(hd));
       float mx = -INFINITY;
       for (int32_t p = 0; p < n; ++p) {
         const int64_t row = pages[static_cast<size_t>(p / ps)] * ps + p % ps;
-        const float* kv = k_cache.f32() + (row * d.nkv + kvh) * hd;
+        const float* kv = load_kv_row(k_cache, (row * d.nkv + kvh) * hd, hd, tmp.data());
         float dot = 0;
         for (int i = 0; i < hd; ++i) dot += qv[i] * kv[i];
         sc[p] = dot * scale;
@@ -112,7 +127,7 @@ void CpuBackend::paged_attention(const StepBatch& batch, const Tensor& q, const 
       }
       for (int32_t p = 0; p < n; ++p) {
         const int64_t row = pages[static_cast<size_t>(p / ps)] * ps + p % ps;
-        const float* vv = v_cache.f32() + (row * d.nkv + kvh) * hd;
+        const float* vv = load_kv_row(v_cache, (row * d.nkv + kvh) * hd, hd, tmp.data());
         const float wgt = sc[p] / sum;
         for (int i = 0; i < hd; ++i) acc[i] += wgt * vv[i];
       }
