@@ -28,9 +28,10 @@ inline std::unique_ptr<runtime::ModelRunner> make_runner(
 // The same plan for every rank of an executor.
 inline void configure_executor(engine::Executor& ex, int32_t pages, int32_t page_size,
                                int32_t slots, int32_t max_tokens = 64,
-                               DType state_dtype = DType::kF32) {
+                               DType state_dtype = DType::kF32, bool kv_cache_fp8 = false) {
   runtime::PlanLimits limits;
   limits.state_dtype = state_dtype;
+  limits.kv_cache_fp8 = kv_cache_fp8;
   limits.max_num_seqs = slots;
   limits.max_num_batched_tokens = max_tokens;
   limits.max_model_len = page_size;

@@ -74,4 +74,16 @@ inline std::vector<int32_t> range(int32_t begin, int32_t n, int32_t step = 1) {
   return v;
 }
 
+// A batch of three sequences (fresh prefill, continued prefill, decode) with scattered pages.
+inline StepBatch test_batch(int ps) {
+  return make_batch(ps,
+                    {{20, 0, 0, {7, 3}}, {9, 13, 1, {0, 5, 9}}, {1, 40, 2, {1, 2, 4, 6, 8, 10}}});
+}
+
+// Long prefills: a fresh one of 150 tokens (chunks of 64, 64, 22) and a continued one of 70 after
+// 33 cached, next to a decode row: the chunked delta rule across chunk boundaries.
+inline StepBatch prefill_batch(int ps) {
+  return make_batch(ps, {{150, 0, 1, range(0, 10)}, {70, 33, 0, range(10, 7)}, {1, 9, 2, {20}}});
+}
+
 }  // namespace deltaserve::backend

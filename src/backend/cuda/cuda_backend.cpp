@@ -30,6 +30,7 @@ namespace deltaserve::backend {
 using cuda_detail::bf;
 using cuda_detail::check;
 using cuda_detail::f32;
+using cuda_detail::fp8;
 
 namespace {
 
@@ -156,12 +157,13 @@ Buffer CudaBackend::alloc(DType t, std::initializer_list<int64_t> dims) {
 
 void CudaBackend::upload(DType src_type, const void* src, size_t n, const Tensor& dst) {
   DS_CHECK(static_cast<size_t>(dst.numel()) == n, "upload size");
-  DS_CHECK(dst.dtype == DType::kF32 || dst.dtype == DType::kBF16,
-           "upload: F32 or BF16 destinations");
+  DS_CHECK(dst.dtype == DType::kF32 || dst.dtype == DType::kBF16 || dst.dtype == DType::kFP8E4M3,
+           "upload: F32, BF16 or F8_E4M3 destinations");
   // Straight copies where the types match; otherwise one parallel conversion pass into an
   // uninitialised staging buffer (weights of 27B pass through here: no serial passes).
   std::unique_ptr<float[]> f;
   std::unique_ptr<uint16_t[]> b;
+  std::unique_ptr<uint8_t[]> b8;
   const void* host = src;
   if (src_type != dst.dtype) {
     const float* in = static_cast<const float*>(src);
@@ -175,6 +177,12 @@ void CudaBackend::upload(DType src_type, const void* src, size_t n, const Tensor
       uint16_t* out = b.get();
 #pragma omp parallel for schedule(static)
       for (int64_t i = 0; i < static_cast<int64_t>(n); ++i) out[i] = f32_to_bf16(in[i]);
+      host = out;
+    } else if (dst.dtype == DType::kFP8E4M3) {
+      b8.reset(new uint8_t[n]);
+      uint8_t* out = b8.get();
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < static_cast<int64_t>(n); ++i) out[i] = f32_to_fp8e4m3(in[i]);
       host = out;
     } else {
       host = in;
@@ -436,6 +444,15 @@ void CudaBackend::attn_prep_and_cache(const StepBatch& batch, const Tensor& qg, 
                                       const Tensor& k_cache, const Tensor& v_cache) {
   OpTimer timer(*this, "attn_prep_and_cache");
   const cuda::AttnShape s{d.nh, d.nkv, d.hd, d.rotary_dim, static_cast<float>(d.rope_theta), d.eps};
+  if (k_cache.dtype == DType::kFP8E4M3) {
+    if (!cuda::launch_attn_prep(meta(batch), bf(qg), bf(k), bf(v), f32(q_norm), f32(k_norm), s,
+                                bf(q), bf(gate), fp8(k_cache), fp8(v_cache), stream_))
+      throw Error(
+          "--kv-cache-dtype fp8 needs head_dim 64, 128 or 256 with rotary_dim / 2 a "
+          "multiple of head_dim / 32 (the vector cache write); this model has head_dim " +
+          std::to_string(d.hd) + ", rotary_dim " + std::to_string(d.rotary_dim));
+    return;
+  }
   cuda::launch_attn_prep(meta(batch), bf(qg), bf(k), bf(v), f32(q_norm), f32(k_norm), s, bf(q),
                          bf(gate), bf(k_cache), bf(v_cache), stream_);
 }
@@ -455,9 +472,13 @@ void CudaBackend::paged_attention(const StepBatch& batch, const Tensor& q, const
                                  ? rows_through_short_seqs(batch, cuda::kAttnPrefillMinLen)
                                  : m.num_tokens;
   const int splits = cuda::attention_splits(split_rows, s, num_sms_, kAttnWorkspaceBytes);
-  cuda::launch_paged_attention(m, split_rows, leading_short_seqs(batch, cuda::kAttnPrefillMinLen),
-                               bf(q), bf(gate), bf(k_cache), bf(v_cache), s, splits, attn_ws_,
-                               bf(out), stream_);
+  const int32_t prefill_from = leading_short_seqs(batch, cuda::kAttnPrefillMinLen);
+  if (k_cache.dtype == DType::kFP8E4M3)
+    cuda::launch_paged_attention(m, split_rows, prefill_from, bf(q), bf(gate), fp8(k_cache),
+                                 fp8(v_cache), s, splits, attn_ws_, bf(out), stream_);
+  else
+    cuda::launch_paged_attention(m, split_rows, prefill_from, bf(q), bf(gate), bf(k_cache),
+                                 bf(v_cache), s, splits, attn_ws_, bf(out), stream_);
 }
 
 void CudaBackend::gdn_conv(const StepBatch& batch, const Tensor& u, const Tensor& w,

@@ -25,6 +25,12 @@ inline __nv_bfloat16* bf(const Tensor& t) {
   return static_cast<__nv_bfloat16*>(t.data);
 }
 
+inline uint8_t* fp8(const Tensor& t) {
+  DS_CHECK(t.dtype == DType::kFP8E4M3 && t.device == Device::kCuda,
+           "expected an fp8 e4m3 CUDA tensor " + t.shape_str());
+  return static_cast<uint8_t*>(t.data);
+}
+
 inline float* f32(const Tensor& t) {
   DS_CHECK(t.dtype == DType::kF32 && t.device == Device::kCuda,
            "expected an f32 CUDA tensor " + t.shape_str());

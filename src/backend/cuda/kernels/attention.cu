@@ -4,6 +4,7 @@
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/attention_prefill.cuh"
 #include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/kv_fp8.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
 
@@ -16,40 +17,66 @@ constexpr int kStages = 3;      // tiles of a warp in shared memory (two loading
 constexpr int kMaxSplits = 32;  // key-range splits of a decode row (attention_splits)
 constexpr int kLongSplitRows = 4, kLongSplitKeys = 128;  // launch_split
 
-// A warp's key / value tiles: kStages x {K, V} x 16 rows of kHd elements, each row padded by 16
-// bytes so the eight rows an ldmatrix reads fall on distinct banks. kHd is the head size rounded
-// up to 64 / 128 / 256; the columns past the real head size are zero.
-template <int kHd>
+// A warp's key / value tiles (KvT the cache's element: bf16, or uint8_t for fp8 e4m3). bf16:
+// kStages stages of {K, V} x 16 rows of kHd elements, each row padded by 16 bytes so the eight
+// rows an ldmatrix reads fall on distinct banks. fp8: the stages hold the cache's e4m3 rows (kHd
+// + 16 bytes each) and one more bf16 stage takes the tile being folded, widened. kHd is the head
+// size rounded up to 64 / 128 / 256; the columns past the real head size are zero.
+template <int kHd, typename KvT>
 struct DecodeTiles {
-  static constexpr int kRow = kHd + 8;
+  static constexpr bool kFp8 = sizeof(KvT) == 1;
+  static constexpr int kRow = kHd + 8;  // bf16 elements of a padded row
   static constexpr int kMat = kTile * kRow;
-  static constexpr int kStage = 2 * kMat;
-  static constexpr int kWarpElems = kStages * kStage;
-  static constexpr size_t kBytes = sizeof(__nv_bfloat16) * kWarps * kWarpElems;
+  static constexpr int kStage = 2 * kMat;                  // bf16 elements of {K, V}
+  static constexpr int kCopyRow = kFp8 ? kHd + 16 : kRow;  // KvT elements of a copied row
+  static constexpr int kCopyMat = kTile * kCopyRow;
+  static constexpr size_t kCopyStageBytes = 2 * kCopyMat * sizeof(KvT);
+  static constexpr size_t kWarpBytes =
+      kStages * kCopyStageBytes + (kFp8 ? sizeof(__nv_bfloat16) * kStage : 0);
+  static constexpr size_t kBytes = kWarps * kWarpBytes;
+  static_assert(kCopyStageBytes % 16 == 0 && kWarpBytes % 16 == 0);
 };
 
 // Copies keys [k0, k0 + 16) of the range ending at p1 (a key past it repeats key p1 - 1; its
-// score is masked) from the caches into a stage. Lane r < 16 looks up key k0 + r's cache row.
-template <int kHd>
-__device__ void load_kv_tile(__nv_bfloat16* stage, const BatchMeta& b, const int* pages,
-                             const AttnShape& s, int kvh, int k0, int p1,
-                             const __nv_bfloat16* __restrict__ kc,
-                             const __nv_bfloat16* __restrict__ vc) {
-  using L = DecodeTiles<kHd>;
-  constexpr int kChunks = kHd / 8, kRowsPer = 32 / kChunks;  // 16-byte pieces, rows a pass
+// score is masked) from the caches into a copy stage. Lane r < 16 looks up key k0 + r's cache row.
+template <int kHd, typename KvT>
+__device__ void load_kv_tile(KvT* stage, const BatchMeta& b, const int* pages, const AttnShape& s,
+                             int kvh, int k0, int p1, const KvT* __restrict__ kc,
+                             const KvT* __restrict__ vc) {
+  using L = DecodeTiles<kHd, KvT>;
+  constexpr int kPer = 16 / sizeof(KvT);                        // elements of a 16-byte piece
+  constexpr int kChunks = kHd / kPer, kRowsPer = 32 / kChunks;  // pieces a row, rows a pass
   const int lane = threadIdx.x % 32;
   const int p = min(k0 + lane % kTile, p1 - 1);
   const int row = (pages[p / b.page_size] * b.page_size + p % b.page_size) * s.nkv + kvh;
   const int c = lane % kChunks;
-  const bool valid = c * 8 < s.hd;
+  const bool valid = c * kPer < s.hd;
 #pragma unroll
   for (int r0 = 0; r0 < kTile; r0 += kRowsPer) {
     const int r = r0 + lane / kChunks;
     const size_t at =
-        static_cast<size_t>(__shfl_sync(0xffffffffu, row, r)) * s.hd + (valid ? c * 8 : 0);
-    mma::cp_async16(stage + r * L::kRow + c * 8, kc + at, valid);
-    mma::cp_async16(stage + L::kMat + r * L::kRow + c * 8, vc + at, valid);
+        static_cast<size_t>(__shfl_sync(0xffffffffu, row, r)) * s.hd + (valid ? c * kPer : 0);
+    mma::cp_async16(stage + r * L::kCopyRow + c * kPer, kc + at, valid);
+    mma::cp_async16(stage + L::kCopyMat + r * L::kCopyRow + c * kPer, vc + at, valid);
   }
+}
+
+// fp8: widens a copy stage's e4m3 K and V rows into the warp's bf16 stage (8 bytes a lane at a
+// time, consecutive lanes on consecutive pieces of a row).
+template <int kHd>
+__device__ void widen_kv_tile(__nv_bfloat16* dst, const uint8_t* src) {
+  using L = DecodeTiles<kHd, uint8_t>;
+  constexpr int kPieces = kHd / 8;  // 8-byte pieces a row
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int i = lane; i < kTile * kPieces; i += 32) {
+      const int r = i / kPieces, c = i % kPieces;
+      const uint2 x =
+          *reinterpret_cast<const uint2*>(src + m * L::kCopyMat + r * L::kCopyRow + 8 * c);
+      *reinterpret_cast<uint4*>(dst + m * L::kMat + r * L::kRow + 8 * c) = kv_fp8::widen8(x);
+    }
 }
 
 // One warp's online softmax over its tiles for the rows g = lane / 4 < G (query heads): the
@@ -63,7 +90,7 @@ struct DecodeRows {
   // Folds in one tile of `valid` keys (K at kt, V at vt); qa holds Q's A fragments (rows 0..7).
   __device__ void fold(const __nv_bfloat16* kt, const __nv_bfloat16* vt,
                        const uint32_t (&qa)[kHd / 16][2], int valid, float scale_log2) {
-    using L = DecodeTiles<kHd>;
+    using L = DecodeTiles<kHd, __nv_bfloat16>;
     float sc[2][2][2] = {};  // [chain][keys 0..7 / 8..15][two columns]
 #pragma unroll
     for (int ks = 0; ks < kHd / 16; ++ks) {
@@ -127,17 +154,18 @@ __device__ void load_q_rows(uint32_t (&qa)[kHd / 16][2], const __nv_bfloat16* __
 // Warp w takes the 16-key tiles w, w + kWarps, ... (its own cp.async pipeline of kStages tiles)
 // with its own online softmax; the warps merge at the end. With one split the block writes
 // sigmoid(gate) * softmax(.) v; else the unnormalised partial (m, l, acc[hd]) goes to
-// ws [T, nh, splits, hd + 2] for attn_combine_kernel.
-template <int kHd>
+// ws [T, nh, splits, hd + 2] for attn_combine_kernel. An fp8 cache's tiles are widened to bf16
+// before each fold.
+template <int kHd, typename KvT>
 __global__ void __launch_bounds__(32 * kWarps)
     attn_split_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ q,
-                      const __nv_bfloat16* __restrict__ gate, const __nv_bfloat16* __restrict__ kc,
-                      const __nv_bfloat16* __restrict__ vc, AttnShape s, int splits, int min_len,
+                      const __nv_bfloat16* __restrict__ gate, const KvT* __restrict__ kc,
+                      const KvT* __restrict__ vc, AttnShape s, int splits, int min_len,
                       int min_chunk, float* __restrict__ ws, __nv_bfloat16* __restrict__ out) {
-  using L = DecodeTiles<kHd>;
+  using L = DecodeTiles<kHd, KvT>;
   pdl::allow_successor();  // a programmatic dependent may start streaming its weights
   pdl::wait_for_predecessor();
-  extern __shared__ __align__(16) __nv_bfloat16 tiles[];
+  extern __shared__ __align__(16) unsigned char tiles[];
   __shared__ float sm[kWarps][8], sl[kWarps][8];
   const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
   const int G = s.nh / s.nkv, hd = s.hd;
@@ -147,13 +175,17 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int chunk = max(min_chunk, (n + splits * kTile - 1) / (splits * kTile) * kTile);
   const int p0 = min(n, split * chunk), p1 = min(n, p0 + chunk);
   const int* pages = b.pages + b.seq_page_off[seq];
-  __nv_bfloat16* mine = tiles + warp * L::kWarpElems;
+  unsigned char* mine_bytes = tiles + warp * L::kWarpBytes;
+  KvT* mine = reinterpret_cast<KvT*>(mine_bytes);  // the copy stages
+  __nv_bfloat16* widened =
+      reinterpret_cast<__nv_bfloat16*>(mine_bytes + kStages * L::kCopyStageBytes);
   const int first = p0 + warp * kTile, stride = kWarps * kTile;
   const int count = first < p1 ? (p1 - first + stride - 1) / stride : 0;
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
     if (i < count)
-      load_kv_tile<kHd>(mine + i * L::kStage, b, pages, s, kvh, first + i * stride, p1, kc, vc);
+      load_kv_tile<kHd>(mine + i * 2 * L::kCopyMat, b, pages, s, kvh, first + i * stride, p1, kc,
+                        vc);
     mma::cp_async_commit();
   }
   uint32_t qa[kHd / 16][2];
@@ -163,12 +195,20 @@ __global__ void __launch_bounds__(32 * kWarps)
   for (int i = 0; i < count; ++i) {
     const int next = i + kStages - 1;
     if (next < count)
-      load_kv_tile<kHd>(mine + next % kStages * L::kStage, b, pages, s, kvh, first + next * stride,
-                        p1, kc, vc);
+      load_kv_tile<kHd>(mine + next % kStages * 2 * L::kCopyMat, b, pages, s, kvh,
+                        first + next * stride, p1, kc, vc);
     mma::cp_async_commit();
     mma::cp_async_wait<kStages - 1>();
     __syncwarp();
-    const __nv_bfloat16* stage = mine + i % kStages * L::kStage;
+    const KvT* copied = mine + i % kStages * 2 * L::kCopyMat;
+    const __nv_bfloat16* stage;
+    if constexpr (L::kFp8) {
+      widen_kv_tile<kHd>(widened, copied);
+      __syncwarp();
+      stage = widened;
+    } else {
+      stage = copied;
+    }
     rows.fold(stage, stage + L::kMat, qa, p1 - (first + i * stride), scale_log2);
     __syncwarp();
   }
@@ -177,7 +217,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   // Each warp's rows to shared memory (over its own tiles), then the merge across warps.
   rows.l += __shfl_xor_sync(0xffffffffu, rows.l, 1);
   rows.l += __shfl_xor_sync(0xffffffffu, rows.l, 2);
-  float* sacc = reinterpret_cast<float*>(mine);  // [G][hd]
+  float* sacc = reinterpret_cast<float*>(mine_bytes);  // [G][hd]
   if (g < G) {
 #pragma unroll
     for (int j = 0; j < kHd / 8; ++j)
@@ -202,7 +242,7 @@ __global__ void __launch_bounds__(32 * kWarps)
         if (sm[w][gg] > -INFINITY) {
           const float c = exp2f(sm[w][gg] - M);
           Lsum += sl[w][gg] * c;
-          o += reinterpret_cast<const float*>(tiles + w * L::kWarpElems)[gg * hd + d] * c;
+          o += reinterpret_cast<const float*>(tiles + w * L::kWarpBytes)[gg * hd + d] * c;
         }
     const size_t idx = (static_cast<size_t>(t) * s.nh + h) * hd + d;
     if (splits == 1) {
@@ -254,11 +294,11 @@ __global__ void attn_combine_kernel(BatchMeta b, AttnShape s, int splits, int mi
   }
 }
 
-template <int kHd>
+template <int kHd, typename KvT>
 void launch_split(const BatchMeta& b, int rows, const __nv_bfloat16* q, const __nv_bfloat16* gate,
-                  const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache, const AttnShape& s,
-                  int splits, int min_len, float* ws, __nv_bfloat16* out, cudaStream_t stream) {
-  constexpr size_t smem = DecodeTiles<kHd>::kBytes;
+                  const KvT* k_cache, const KvT* v_cache, const AttnShape& s, int splits,
+                  int min_len, float* ws, __nv_bfloat16* out, cudaStream_t stream) {
+  constexpr size_t smem = DecodeTiles<kHd, KvT>::kBytes;
   // From kLongSplitRows rows on, every split takes at least kLongSplitKeys keys: at short contexts
   // the last splits are then empty (the combine skips them) and each block folds more tiles.
   // Measured at context 1k: 4 rows 22.6 us a layer against 27.3; one row 18.6 against 16.9, so
@@ -269,8 +309,9 @@ void launch_split(const BatchMeta& b, int rows, const __nv_bfloat16* q, const __
     return v ? std::max(0, std::atoi(v)) / kTile * kTile : kLongSplitKeys;
   }();
   const int min_chunk = rows >= kLongSplitRows ? long_keys : 0;
-  cudaFuncSetAttribute(attn_split_kernel<kHd>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  pdl::launch_dependent(attn_split_kernel<kHd>, dim3(rows, s.nkv, splits), 32 * kWarps, smem,
+  cudaFuncSetAttribute(attn_split_kernel<kHd, KvT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       smem);
+  pdl::launch_dependent(attn_split_kernel<kHd, KvT>, dim3(rows, s.nkv, splits), 32 * kWarps, smem,
                         stream, b, q, gate, k_cache, v_cache, s, splits, min_len, min_chunk, ws,
                         out);
 }
@@ -287,11 +328,13 @@ int attention_splits(int num_tokens, const AttnShape& s, int num_sms, size_t ws_
   return splits;
 }
 
-void launch_paged_attention(const BatchMeta& b, int split_rows, int prefill_from,
-                            const __nv_bfloat16* q, const __nv_bfloat16* gate,
-                            const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
-                            const AttnShape& s, int splits, float* ws, __nv_bfloat16* out,
-                            cudaStream_t stream) {
+namespace {
+
+template <typename KvT>
+void paged_attention(const BatchMeta& b, int split_rows, int prefill_from, const __nv_bfloat16* q,
+                     const __nv_bfloat16* gate, const KvT* k_cache, const KvT* v_cache,
+                     const AttnShape& s, int splits, float* ws, __nv_bfloat16* out,
+                     cudaStream_t stream) {
   if (b.num_tokens == 0) return;
   int min_len = 1 << 30;
   if (b.max_seq_len >= kAttnPrefillMinLen && prefill_from < b.num_seqs &&
@@ -312,6 +355,25 @@ void launch_paged_attention(const BatchMeta& b, int split_rows, int prefill_from
   if (splits > 1)
     pdl::launch_dependent(attn_combine_kernel, dim3(split_rows, s.nh), std::min(s.hd, 256), 0,
                           stream, b, s, splits, min_len, ws, gate, out);
+}
+
+}  // namespace
+
+void launch_paged_attention(const BatchMeta& b, int split_rows, int prefill_from,
+                            const __nv_bfloat16* q, const __nv_bfloat16* gate,
+                            const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
+                            const AttnShape& s, int splits, float* ws, __nv_bfloat16* out,
+                            cudaStream_t stream) {
+  paged_attention(b, split_rows, prefill_from, q, gate, k_cache, v_cache, s, splits, ws, out,
+                  stream);
+}
+
+void launch_paged_attention(const BatchMeta& b, int split_rows, int prefill_from,
+                            const __nv_bfloat16* q, const __nv_bfloat16* gate,
+                            const uint8_t* k_cache, const uint8_t* v_cache, const AttnShape& s,
+                            int splits, float* ws, __nv_bfloat16* out, cudaStream_t stream) {
+  paged_attention(b, split_rows, prefill_from, q, gate, k_cache, v_cache, s, splits, ws, out,
+                  stream);
 }
 
 }  // namespace deltaserve::cuda

@@ -21,6 +21,13 @@ void launch_attn_prep(const BatchMeta& b, const __nv_bfloat16* qg, __nv_bfloat16
                       const __nv_bfloat16* v, const float* q_norm, const float* k_norm,
                       const AttnShape& s, __nv_bfloat16* q, __nv_bfloat16* gate,
                       __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, cudaStream_t stream);
+// The same into an fp8 e4m3 cache (--kv-cache-dtype fp8; kv_fp8.cuh's rounding): only where
+// attn_prep_vec_supported(s) and the pointers are 16-byte aligned; false (nothing launched) else.
+bool attn_prep_vec_supported(const AttnShape& s);
+bool launch_attn_prep(const BatchMeta& b, const __nv_bfloat16* qg, __nv_bfloat16* k,
+                      const __nv_bfloat16* v, const float* q_norm, const float* k_norm,
+                      const AttnShape& s, __nv_bfloat16* q, __nv_bfloat16* gate, uint8_t* k_cache,
+                      uint8_t* v_cache, cudaStream_t stream);
 
 // Sequences with at least this many step tokens take the tensor-core prefill kernel (when
 // attention_prefill_supported); the rest (decode rows) the split-KV kernel.
@@ -47,5 +54,11 @@ void launch_paged_attention(const BatchMeta& b, int split_rows, int prefill_from
                             const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
                             const AttnShape& s, int splits, float* ws, __nv_bfloat16* out,
                             cudaStream_t stream);
+// The same over an fp8 e4m3 cache (--kv-cache-dtype fp8): both kernels widen each key / value
+// tile to bf16 in shared memory before their MMAs. Preconditions as above, and hd % 16 == 0.
+void launch_paged_attention(const BatchMeta& b, int split_rows, int prefill_from,
+                            const __nv_bfloat16* q, const __nv_bfloat16* gate,
+                            const uint8_t* k_cache, const uint8_t* v_cache, const AttnShape& s,
+                            int splits, float* ws, __nv_bfloat16* out, cudaStream_t stream);
 
 }  // namespace deltaserve::cuda

@@ -6,8 +6,11 @@
 // operands from shared memory) and O += P_{j-1} V_{j-1} (P from registers, V read MN-major) as
 // two asynchronous wgmma groups, runs the online softmax of S_j (exp2, f32) while the second one
 // is in flight, then rescales O and keeps P_j as bf16 A fragments for the next iteration. The
-// loads of K_{j+1} and V_j are in flight meanwhile.
+// loads of K_{j+1} and V_j are in flight meanwhile. An fp8 e4m3 cache's tiles are copied into two
+// more shared-memory buffers instead and widened to bf16 into the slots at the next iteration's
+// barrier (one more barrier an iteration).
 #include "backend/cuda/kernels/attention_prefill.cuh"
+#include "backend/cuda/kernels/kv_fp8.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
 #include "backend/cuda/kernels/wgmma.cuh"
 
@@ -17,11 +20,14 @@ namespace {
 using bf16 = __nv_bfloat16;
 constexpr int kRows = 128, kKeys = 64, kWarps = kRows / 16, kThreads = 32 * kWarps;
 
-template <int HD>
+template <int HD, bool kFp8>
 struct PrefillLayout {
-  // SW128 tiles: Q (kRows x HD), then two K slots and two V slots (kKeys x HD each).
-  static constexpr uint32_t q_bytes = kRows * HD * 2, kv_bytes = kKeys * HD * 2;
-  static constexpr size_t bytes = q_bytes + 4 * kv_bytes + wgmma::kAtomBytes;  // + alignment
+  // SW128 tiles: Q (kRows x HD), then two K slots and two V slots (kKeys x HD each); fp8: then the
+  // copied e4m3 K and V tiles (kKeys x HD bytes each, row-major).
+  static constexpr uint32_t q_bytes = kRows * HD * 2, kv_bytes = kKeys * HD * 2,
+                            copy_bytes = kFp8 ? kKeys * HD : 0;
+  static constexpr size_t bytes =
+      q_bytes + 4 * kv_bytes + 2 * copy_bytes + wgmma::kAtomBytes;  // + alignment
 };
 
 struct Tile {
@@ -68,6 +74,35 @@ __device__ void load_rows(unsigned char* tile, const bf16* cache, const Tile& t,
     for (int k = 0; k < RC::kPer; ++k)
       mma::cp_async16(tile + rc.template offset<kKeys>(k) + i * RC::kStep * wgmma::kRowBytes,
                       row + 8 * k * RC::kGroups, k0 + r <= t.last_key);
+  }
+}
+
+// Rows [k0, k0 + 64) of the KV head's fp8 cache (K or V) into a row-major copy tile of kKeys x HD
+// bytes (rows past last_key zero), 16 bytes at a time; the caller commits the cp.async group.
+template <int HD>
+__device__ void copy_fp8_rows(unsigned char* copy, const uint8_t* cache, const Tile& t, int k0,
+                              int nkv) {
+  constexpr int kPieces = HD / 16, kStep = kThreads / kPieces;  // pieces a row, rows a pass
+  const int c = threadIdx.x % kPieces, r0 = threadIdx.x / kPieces;
+#pragma unroll
+  for (int r = r0; r < kKeys; r += kStep) {
+    const uint32_t p = min(k0 + r, t.last_key), page = t.page_magic ? __umulhi(p, t.page_magic) : p;
+    const uint8_t* row =
+        cache + t.kvh * HD +
+        (static_cast<size_t>(t.pages[page]) * t.page_size + (p - page * t.page_size)) * nkv * HD;
+    mma::cp_async16(copy + r * HD + 16 * c, row + 16 * c, k0 + r <= t.last_key);
+  }
+}
+
+// A copied fp8 tile widened into an SW128 bf16 tile of kKeys rows (8 values a thread at a time).
+template <int HD>
+__device__ void widen_rows(unsigned char* tile, const unsigned char* copy) {
+  constexpr int kPieces = HD / 8;  // 8-byte pieces a row
+#pragma unroll
+  for (int i = threadIdx.x; i < kKeys * kPieces; i += kThreads) {
+    const int r = i / kPieces, c = i % kPieces;
+    *reinterpret_cast<uint4*>(tile + wgmma::sw128_offset(kKeys, r, 8 * c)) =
+        kv_fp8::widen8(*reinterpret_cast<const uint2*>(copy + r * HD + 8 * c));
   }
 }
 
@@ -204,16 +239,51 @@ __device__ void write_out(const float (&o)[HD / 8][4], float (&l)[2], const Tile
   }
 }
 
-template <int HD>
+// How the K / V tiles reach the bf16 slots: bf16 cp.async straight into a slot; fp8 cp.async
+// into the copy tiles (after the slots), widened into the slot after the next barrier.
+template <int HD, typename KvT>
+struct KvPipe {
+  static constexpr bool kFp8 = sizeof(KvT) == 1;
+  static constexpr uint32_t kSlot = PrefillLayout<HD, kFp8>::kv_bytes,
+                            kCopy = PrefillLayout<HD, kFp8>::copy_bytes;
+  unsigned char *ks, *vs, *copies;  // K slots, V slots, fp8: the K then the V copy tile
+
+  // Starts the copies of K_{j+1} and V_j (j = -1: K_0 alone).
+  __device__ void start(int j, int tiles, const KvT* kc, const KvT* vc, const Tile& t,
+                        int nkv) const {
+    if (j + 1 < tiles) {
+      if constexpr (kFp8)
+        copy_fp8_rows<HD>(copies, kc, t, (j + 1) * kKeys, nkv);
+      else
+        load_rows<HD>(ks + ((j + 1) % 2) * kSlot, kc, t, (j + 1) * kKeys, nkv);
+    }
+    if (j >= 0 && j < tiles) {
+      if constexpr (kFp8)
+        copy_fp8_rows<HD>(copies + kCopy, vc, t, j * kKeys, nkv);
+      else
+        load_rows<HD>(vs + (j % 2) * kSlot, vc, t, j * kKeys, nkv);
+    }
+  }
+  // fp8, once start(j - 1)'s copies have landed: K_j and V_{j-1} widened into their slots.
+  __device__ void widen(int j, int tiles) const {
+    if (j < tiles) widen_rows<HD>(ks + (j % 2) * kSlot, copies);
+    if (j >= 1) widen_rows<HD>(vs + ((j - 1) % 2) * kSlot, copies + kCopy);
+  }
+};
+
+// KvT: the cache's element (bf16, or uint8_t for fp8 e4m3).
+template <int HD, typename KvT>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_prefill_kernel(BatchMeta b, const bf16* __restrict__ q, const bf16* __restrict__ gate,
-                        const bf16* __restrict__ kc, const bf16* __restrict__ vc, AttnShape s,
+                        const KvT* __restrict__ kc, const KvT* __restrict__ vc, AttnShape s,
                         int min_len, bf16* __restrict__ out) {
-  using Lay = PrefillLayout<HD>;
+  constexpr bool kFp8 = sizeof(KvT) == 1;
+  using Lay = PrefillLayout<HD, kFp8>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* qs = wgmma::atom_aligned<unsigned char>(smem_raw);
   unsigned char* ks = qs + Lay::q_bytes;       // K slot i at ks + i kv_bytes
   unsigned char* vs = ks + 2 * Lay::kv_bytes;  // V slot i at vs + i kv_bytes
+  const KvPipe<HD, KvT> pipe{ks, vs, vs + 2 * Lay::kv_bytes};
   const int h = blockIdx.x, seq = blockIdx.y, n = b.seq_len[seq];
   const int tile = gridDim.z - 1 - blockIdx.z;  // heaviest first
   if (n < min_len || tile * kRows >= n) return;
@@ -228,8 +298,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   t.pages = b.pages + b.seq_page_off[seq];
   t.page_size = b.page_size;
   t.page_magic = 0xFFFFFFFFu / static_cast<uint32_t>(b.page_size) + 1;
+  const int tiles = t.last_key / kKeys + 1;
   load_queries<HD>(qs, q, t, s.nh);
-  load_rows<HD>(ks, kc, t, 0, s.nkv);
+  pipe.start(-1, tiles, kc, vc, t, s.nkv);
   mma::cp_async_commit();  // Q and K_0
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int qpos0 = t.start + t.q0 + 16 * warp + lane / 4;  // position of the thread's row g
@@ -237,16 +308,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float scale_log2 = rsqrtf(static_cast<float>(HD)) * kLog2e;
   float o[HD / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   uint32_t p[kKeys / 16][4];  // P_{j-1}
-  const int tiles = t.last_key / kKeys + 1;
-  // Waits for K_j and V_{j-1}, then starts the copies of K_{j+1} and V_j into the slots freed by
-  // iteration j - 1.
+  // Waits for K_j and V_{j-1} (fp8: widens them into their slots), then starts the copies of
+  // K_{j+1} and V_j (into the slots freed by iteration j - 1, or the copy tiles).
   auto sync_and_load = [&](int j) {
     mma::cp_async_wait<0>();
+    if constexpr (kFp8) {
+      __syncthreads();
+      pipe.widen(j, tiles);
+    }
     wgmma::fence_shared_for_async();
     __syncthreads();
-    if (j + 1 < tiles)
-      load_rows<HD>(ks + ((j + 1) % 2) * Lay::kv_bytes, kc, t, (j + 1) * kKeys, s.nkv);
-    if (j < tiles) load_rows<HD>(vs + (j % 2) * Lay::kv_bytes, vc, t, j * kKeys, s.nkv);
+    pipe.start(j, tiles, kc, vc, t, s.nkv);
     mma::cp_async_commit();
   };
   // The wgmma issues stay out of branches (ptxas serialises wgmma in divergent paths): the first
@@ -277,15 +349,24 @@ __global__ void __launch_bounds__(kThreads, 1)
   write_out<HD>(o, l, t, s.nh, gate, out);
 }
 
-template <int HD>
-void launch(const BatchMeta& b, const bf16* q, const bf16* gate, const bf16* kc, const bf16* vc,
+template <int HD, typename KvT>
+void launch(const BatchMeta& b, const bf16* q, const bf16* gate, const KvT* kc, const KvT* vc,
             const AttnShape& s, int min_len, bf16* out, cudaStream_t stream) {
-  constexpr size_t smem = PrefillLayout<HD>::bytes;
-  cudaFuncSetAttribute(attn_prefill_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  constexpr size_t smem = PrefillLayout<HD, sizeof(KvT) == 1>::bytes;
+  cudaFuncSetAttribute(attn_prefill_kernel<HD, KvT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        static_cast<int>(smem));
   const int tiles = (b.max_seq_len + kRows - 1) / kRows;
-  attn_prefill_kernel<HD><<<dim3(s.nh, b.num_seqs, tiles), kThreads, smem, stream>>>(
+  attn_prefill_kernel<HD, KvT><<<dim3(s.nh, b.num_seqs, tiles), kThreads, smem, stream>>>(
       b, q, gate, kc, vc, s, min_len, out);
+}
+
+template <typename KvT>
+void launch_any(const BatchMeta& b, const bf16* q, const bf16* gate, const KvT* k_cache,
+                const KvT* v_cache, const AttnShape& s, int min_len, bf16* out,
+                cudaStream_t stream) {
+  if (s.hd == 64) launch<64>(b, q, gate, k_cache, v_cache, s, min_len, out, stream);
+  if (s.hd == 128) launch<128>(b, q, gate, k_cache, v_cache, s, min_len, out, stream);
+  if (s.hd == 256) launch<256>(b, q, gate, k_cache, v_cache, s, min_len, out, stream);
 }
 
 }  // namespace
@@ -297,9 +378,13 @@ bool attention_prefill_supported(const AttnShape& s) {
 void launch_attention_prefill(const BatchMeta& b, const bf16* q, const bf16* gate,
                               const bf16* k_cache, const bf16* v_cache, const AttnShape& s,
                               int min_len, bf16* out, cudaStream_t stream) {
-  if (s.hd == 64) launch<64>(b, q, gate, k_cache, v_cache, s, min_len, out, stream);
-  if (s.hd == 128) launch<128>(b, q, gate, k_cache, v_cache, s, min_len, out, stream);
-  if (s.hd == 256) launch<256>(b, q, gate, k_cache, v_cache, s, min_len, out, stream);
+  launch_any(b, q, gate, k_cache, v_cache, s, min_len, out, stream);
+}
+
+void launch_attention_prefill(const BatchMeta& b, const bf16* q, const bf16* gate,
+                              const uint8_t* k_cache, const uint8_t* v_cache, const AttnShape& s,
+                              int min_len, bf16* out, cudaStream_t stream) {
+  launch_any(b, q, gate, k_cache, v_cache, s, min_len, out, stream);
 }
 
 }  // namespace deltaserve::cuda

@@ -1,10 +1,11 @@
 // Attention's input preparation for a step: the q / k RMSNorms, NeoX RoPE, the split of q from
-// its output gate and the write of k / v into the paged cache (attention.cuh).
+// its output gate and the write of k / v into the paged cache (attention.cuh), in bf16 or fp8 e4m3.
 #include <type_traits>
 
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/bf16x8.cuh"
 #include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/kv_fp8.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
 
 namespace deltaserve::cuda {
@@ -98,18 +99,33 @@ struct Vec {  // kPer bf16 as one 4-, 8- or 16-byte access
   __device__ static void copy(__nv_bfloat16* dst, const __nv_bfloat16* src) {
     *reinterpret_cast<Raw*>(dst) = *reinterpret_cast<const Raw*>(src);
   }
+  // kPer e4m3 bytes as one 2-, 4- or 8-byte access.
+  using Raw8 =
+      std::conditional_t<kPer == 8, uint2, std::conditional_t<kPer == 4, uint32_t, uint16_t>>;
+  __device__ static void store(uint8_t* p, const float (&x)[kPer]) {
+    uint16_t pairs[kPer / 2];
+#pragma unroll
+    for (int i = 0; i < kPer / 2; ++i) pairs[i] = kv_fp8::narrow2(x[2 * i], x[2 * i + 1]);
+    *reinterpret_cast<Raw8*>(p) = *reinterpret_cast<const Raw8*>(pairs);
+  }
+  __device__ static void copy(uint8_t* dst, const __nv_bfloat16* src) {
+    float x[kPer];
+    load(src, x);
+    store(dst, x);
+  }
 };
 
 // kEarly (decode-sized steps, launched as a programmatic dependent): the norm weights are loaded
 // before the wait; without it (prefill-sized steps, a plain launch) after the sum of squares.
-template <int kPer, bool kEarly>
+// KvT: the cache's element (bf16, or uint8_t for fp8 e4m3).
+template <int kPer, bool kEarly, typename KvT>
 __global__ void __launch_bounds__(32 * kPrepWarps)
     attn_prep_vec_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ qg,
                          __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
                          const float* __restrict__ q_norm, const float* __restrict__ k_norm,
                          AttnShape s, __nv_bfloat16* __restrict__ q,
-                         __nv_bfloat16* __restrict__ gate, __nv_bfloat16* __restrict__ k_cache,
-                         __nv_bfloat16* __restrict__ v_cache) {
+                         __nv_bfloat16* __restrict__ gate, KvT* __restrict__ k_cache,
+                         KvT* __restrict__ v_cache) {
   pdl::allow_successor();  // the attention kernel after this one may take its place early
   using V = Vec<kPer>;
   __shared__ float cos_f[16 * kPer], sin_f[16 * kPer];  // f in [0, rotary_dim / 2 <= hd / 2)
@@ -181,39 +197,61 @@ __global__ void __launch_bounds__(32 * kPrepWarps)
   }
 }
 
-template <int kPer>
+template <int kPer, typename KvT>
 void launch_vec(const BatchMeta& b, const __nv_bfloat16* qg, __nv_bfloat16* k,
                 const __nv_bfloat16* v, const float* q_norm, const float* k_norm,
-                const AttnShape& s, __nv_bfloat16* q, __nv_bfloat16* gate, __nv_bfloat16* k_cache,
-                __nv_bfloat16* v_cache, cudaStream_t stream) {
+                const AttnShape& s, __nv_bfloat16* q, __nv_bfloat16* gate, KvT* k_cache,
+                KvT* v_cache, cudaStream_t stream) {
   const dim3 grid(b.num_tokens, (s.nh + s.nkv + kPrepWarps - 1) / kPrepWarps);
   if (b.num_tokens <= pdl::kDecodeSizedRows)
-    pdl::launch_dependent(attn_prep_vec_kernel<kPer, true>, grid, 32 * kPrepWarps, 0, stream, b, qg,
-                          k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache);
+    pdl::launch_dependent(attn_prep_vec_kernel<kPer, true, KvT>, grid, 32 * kPrepWarps, 0, stream,
+                          b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache);
   else
-    attn_prep_vec_kernel<kPer, false><<<grid, 32 * kPrepWarps, 0, stream>>>(
+    attn_prep_vec_kernel<kPer, false, KvT><<<grid, 32 * kPrepWarps, 0, stream>>>(
         b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache);
 }
 
+// The vector path for the shape and pointers: launched (true) or not (false: nothing ran).
+template <typename KvT>
+bool launch_prep_vec(const BatchMeta& b, const __nv_bfloat16* qg, __nv_bfloat16* k,
+                     const __nv_bfloat16* v, const float* q_norm, const float* k_norm,
+                     const AttnShape& s, __nv_bfloat16* q, __nv_bfloat16* gate, KvT* k_cache,
+                     KvT* v_cache, cudaStream_t stream) {
+  const int per = s.hd / 32;
+  if (!attn_prep_vec_supported(s) || !aligned16(qg, k, v, q, gate, k_cache) ||
+      !aligned16(v_cache, q_norm, k_norm))
+    return false;
+  if (per == 8) launch_vec<8>(b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache, stream);
+  if (per == 4) launch_vec<4>(b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache, stream);
+  if (per == 2) launch_vec<2>(b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache, stream);
+  return true;
+}
+
 }  // namespace
+
+bool attn_prep_vec_supported(const AttnShape& s) {
+  const int per = s.hd / 32, half = s.rotary_dim / 2;
+  return s.hd % 32 == 0 && (per == 2 || per == 4 || per == 8) && half % per == 0 &&
+         s.rotary_dim <= s.hd;
+}
 
 void launch_attn_prep(const BatchMeta& b, const __nv_bfloat16* qg, __nv_bfloat16* k,
                       const __nv_bfloat16* v, const float* q_norm, const float* k_norm,
                       const AttnShape& s, __nv_bfloat16* q, __nv_bfloat16* gate,
                       __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, cudaStream_t stream) {
-  if (b.num_tokens == 0) return;
-  const int per = s.hd / 32, half = s.rotary_dim / 2;
-  const bool vec = s.hd % 32 == 0 && (per == 2 || per == 4 || per == 8) && half % per == 0 &&
-                   s.rotary_dim <= s.hd && aligned16(qg, k, v, q, gate, k_cache) &&
-                   aligned16(v_cache, q_norm, k_norm);
-  if (vec && per == 8)
-    return launch_vec<8>(b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache, stream);
-  if (vec && per == 4)
-    return launch_vec<4>(b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache, stream);
-  if (vec && per == 2)
-    return launch_vec<2>(b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache, stream);
+  if (b.num_tokens == 0 ||
+      launch_prep_vec(b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache, stream))
+    return;
   attn_prep_kernel<<<dim3(b.num_tokens, s.nh + s.nkv), kPrepThreads, 0, stream>>>(
       b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache);
+}
+
+bool launch_attn_prep(const BatchMeta& b, const __nv_bfloat16* qg, __nv_bfloat16* k,
+                      const __nv_bfloat16* v, const float* q_norm, const float* k_norm,
+                      const AttnShape& s, __nv_bfloat16* q, __nv_bfloat16* gate, uint8_t* k_cache,
+                      uint8_t* v_cache, cudaStream_t stream) {
+  return b.num_tokens == 0 ||
+         launch_prep_vec(b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache, stream);
 }
 
 }  // namespace deltaserve::cuda
