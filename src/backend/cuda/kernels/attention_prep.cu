@@ -100,13 +100,14 @@ struct Vec {  // kPer bf16 as one 4-, 8- or 16-byte access
     *reinterpret_cast<Raw*>(dst) = *reinterpret_cast<const Raw*>(src);
   }
   // kPer e4m3 bytes as one 2-, 4- or 8-byte access.
-  using Raw8 =
-      std::conditional_t<kPer == 8, uint2, std::conditional_t<kPer == 4, uint32_t, uint16_t>>;
   __device__ static void store(uint8_t* p, const float (&x)[kPer]) {
-    uint16_t pairs[kPer / 2];
+    uint32_t w[2] = {0u, 0u};
 #pragma unroll
-    for (int i = 0; i < kPer / 2; ++i) pairs[i] = kv_fp8::narrow2(x[2 * i], x[2 * i + 1]);
-    *reinterpret_cast<Raw8*>(p) = *reinterpret_cast<const Raw8*>(pairs);
+    for (int i = 0; i < kPer / 2; ++i)
+      w[i / 2] |= static_cast<uint32_t>(kv_fp8::narrow2(x[2 * i], x[2 * i + 1])) << (16 * (i % 2));
+    if constexpr (kPer == 8) *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
+    if constexpr (kPer == 4) *reinterpret_cast<uint32_t*>(p) = w[0];
+    if constexpr (kPer == 2) *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(w[0]);
   }
   __device__ static void copy(uint8_t* dst, const __nv_bfloat16* src) {
     float x[kPer];
