@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/attention_prefill.cuh"
 #include "backend/cuda/kernels/common.cuh"
@@ -61,9 +62,9 @@ __device__ void load_kv_tile(KvT* stage, const BatchMeta& b, const int* pages, c
   }
 }
 
-// fp8: widens a copy stage's e4m3 K and V rows into the warp's bf16 stage (8 bytes a lane at a
-// time, consecutive lanes on consecutive pieces of a row).
-template <int kHd>
+// fp8: widens a copy stage's e4m3 K and V rows into the warp's bf16 (or kF16: f16) stage (8 bytes
+// a lane at a time, consecutive lanes on consecutive pieces of a row).
+template <int kHd, bool kF16>
 __device__ void widen_kv_tile(__nv_bfloat16* dst, const uint8_t* src) {
   using L = DecodeTiles<kHd, uint8_t>;
   constexpr int kPieces = kHd / 8;  // 8-byte pieces a row
@@ -75,15 +76,32 @@ __device__ void widen_kv_tile(__nv_bfloat16* dst, const uint8_t* src) {
       const int r = i / kPieces, c = i % kPieces;
       const uint2 x =
           *reinterpret_cast<const uint2*>(src + m * L::kCopyMat + r * L::kCopyRow + 8 * c);
-      *reinterpret_cast<uint4*>(dst + m * L::kMat + r * L::kRow + 8 * c) = kv_fp8::widen8(x);
+      *reinterpret_cast<uint4*>(dst + m * L::kMat + r * L::kRow + 8 * c) = kv_fp8::widen8<kF16>(x);
     }
 }
 
 // One warp's online softmax over its tiles for the rows g = lane / 4 < G (query heads): the
 // running max m (log2 units), this lane's share of the sum l, and o (head g, columns
-// 8 n + 2 (lane % 4) + {0, 1}).
-template <int kHd>
+// 8 n + 2 (lane % 4) + {0, 1}). kF16: the tiles and Q hold f16 (an fp8 cache widened to f16), so
+// the MMAs and P are f16.
+template <int kHd, bool kF16>
 struct DecodeRows {
+  __device__ static void mma_rows8(float (&d)[2], uint32_t a0, uint32_t a2, uint32_t b0,
+                                   uint32_t b1) {
+    if constexpr (kF16)
+      mma::mma_rows8_f16(d, a0, a2, b0, b1);
+    else
+      mma::mma_rows8(d, a0, a2, b0, b1);
+  }
+  __device__ static uint32_t pack(float lo, float hi) {
+    if constexpr (kF16) {
+      const __half2 v = __floats2half2_rn(lo, hi);
+      return *reinterpret_cast<const uint32_t*>(&v);
+    } else {
+      return mma::pack_bf16(lo, hi);
+    }
+  }
+
   float m = -INFINITY, l = 0.0f;
   float o[kHd / 8][2] = {};
 
@@ -96,8 +114,8 @@ struct DecodeRows {
     for (int ks = 0; ks < kHd / 16; ++ks) {
       uint32_t kb[4];
       mma::load_b_trans(kb, kt + 16 * ks, L::kRow);
-      mma::mma_rows8(sc[ks % 2][0], qa[ks][0], qa[ks][1], kb[0], kb[1]);
-      mma::mma_rows8(sc[ks % 2][1], qa[ks][0], qa[ks][1], kb[2], kb[3]);
+      mma_rows8(sc[ks % 2][0], qa[ks][0], qa[ks][1], kb[0], kb[1]);
+      mma_rows8(sc[ks % 2][1], qa[ks][0], qa[ks][1], kb[2], kb[3]);
     }
     const int c = threadIdx.x % 4;
     float x[2][2], mx = m;
@@ -118,7 +136,7 @@ struct DecodeRows {
 #pragma unroll
       for (int e = 0; e < 2; ++e) p[h][e] = exp2f(x[h][e] - mx);
     l = l * corr + (p[0][0] + p[0][1]) + (p[1][0] + p[1][1]);
-    const uint32_t pa0 = mma::pack_bf16(p[0][0], p[0][1]), pa2 = mma::pack_bf16(p[1][0], p[1][1]);
+    const uint32_t pa0 = pack(p[0][0], p[0][1]), pa2 = pack(p[1][0], p[1][1]);
 #pragma unroll
     for (int n = 0; n < kHd / 16; ++n) {
       uint32_t vb[4];
@@ -127,14 +145,15 @@ struct DecodeRows {
       for (int h = 0; h < 2; ++h) {
         o[2 * n + h][0] *= corr;
         o[2 * n + h][1] *= corr;
-        mma::mma_rows8(o[2 * n + h], pa0, pa2, vb[2 * h], vb[2 * h + 1]);
+        mma_rows8(o[2 * n + h], pa0, pa2, vb[2 * h], vb[2 * h + 1]);
       }
     }
   }
 };
 
-// Q's A fragments for query heads kvh * G + g (rows g = lane / 4 < G, zero elsewhere and past hd).
-template <int kHd>
+// Q's A fragments for query heads kvh * G + g (rows g = lane / 4 < G, zero elsewhere and past hd),
+// bf16 or (kF16) f16.
+template <int kHd, bool kF16>
 __device__ void load_q_rows(uint32_t (&qa)[kHd / 16][2], const __nv_bfloat16* __restrict__ q, int t,
                             int kvh, const AttnShape& s) {
   const int G = s.nh / s.nkv, g = threadIdx.x % 32 / 4, c = threadIdx.x % 4;
@@ -145,6 +164,11 @@ __device__ void load_q_rows(uint32_t (&qa)[kHd / 16][2], const __nv_bfloat16* __
     for (int h = 0; h < 2; ++h) {
       const int d = 16 * ks + 8 * h + 2 * c;
       qa[ks][h] = g < G && d < s.hd ? *reinterpret_cast<const uint32_t*>(row + d) : 0u;
+      if constexpr (kF16) {
+        const __half2 f = __float22half2_rn(
+            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&qa[ks][h])));
+        qa[ks][h] = *reinterpret_cast<const uint32_t*>(&f);
+      }
     }
 }
 
@@ -155,8 +179,8 @@ __device__ void load_q_rows(uint32_t (&qa)[kHd / 16][2], const __nv_bfloat16* __
 // with its own online softmax; the warps merge at the end. With one split the block writes
 // sigmoid(gate) * softmax(.) v; else the unnormalised partial (m, l, acc[hd]) goes to
 // ws [T, nh, splits, hd + 2] for attn_combine_kernel. An fp8 cache's tiles are widened to bf16
-// before each fold.
-template <int kHd, typename KvT>
+// (or kF16: f16, with f16 MMAs) before each fold.
+template <int kHd, typename KvT, bool kF16>
 __global__ void __launch_bounds__(32 * kWarps)
     attn_split_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ q,
                       const __nv_bfloat16* __restrict__ gate, const KvT* __restrict__ kc,
@@ -189,9 +213,9 @@ __global__ void __launch_bounds__(32 * kWarps)
     mma::cp_async_commit();
   }
   uint32_t qa[kHd / 16][2];
-  load_q_rows<kHd>(qa, q, t, kvh, s);
+  load_q_rows<kHd, kF16>(qa, q, t, kvh, s);
   const float scale_log2 = rsqrtf(static_cast<float>(hd)) * kLog2e;
-  DecodeRows<kHd> rows;
+  DecodeRows<kHd, kF16> rows;
   for (int i = 0; i < count; ++i) {
     const int next = i + kStages - 1;
     if (next < count)
@@ -203,7 +227,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     const KvT* copied = mine + i % kStages * 2 * L::kCopyMat;
     const __nv_bfloat16* stage;
     if constexpr (L::kFp8) {
-      widen_kv_tile<kHd>(widened, copied);
+      widen_kv_tile<kHd, kF16>(widened, copied);
       __syncwarp();
       stage = widened;
     } else {
@@ -309,11 +333,14 @@ void launch_split(const BatchMeta& b, int rows, const __nv_bfloat16* q, const __
     return v ? std::max(0, std::atoi(v)) / kTile * kTile : kLongSplitKeys;
   }();
   const int min_chunk = rows >= kLongSplitRows ? long_keys : 0;
-  cudaFuncSetAttribute(attn_split_kernel<kHd, KvT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                       smem);
-  pdl::launch_dependent(attn_split_kernel<kHd, KvT>, dim3(rows, s.nkv, splits), 32 * kWarps, smem,
-                        stream, b, q, gate, k_cache, v_cache, s, splits, min_len, min_chunk, ws,
-                        out);
+  // An fp8 cache widens to f16 (one conversion a pair) for f16 MMAs; DS_ATTN_FP8_F16=0 widens to
+  // bf16 instead (A/B).
+  static const bool f16 = ab_switch_on("DS_ATTN_FP8_F16");
+  auto kernel = sizeof(KvT) == 1 && f16 ? attn_split_kernel<kHd, KvT, sizeof(KvT) == 1>
+                                        : attn_split_kernel<kHd, KvT, false>;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  pdl::launch_dependent(kernel, dim3(rows, s.nkv, splits), 32 * kWarps, smem, stream, b, q, gate,
+                        k_cache, v_cache, s, splits, min_len, min_chunk, ws, out);
 }
 
 }  // namespace

@@ -62,6 +62,18 @@ __device__ inline void mma_rows8(float (&d)[2], uint32_t a0, uint32_t a2, uint32
       : "r"(a0), "r"(a2), "r"(0u), "r"(b0), "r"(b1), "f"(0.0f));
 }
 
+// mma_rows8 on f16 operands (the decode attention over an fp8 KV cache, whose e4m3 values widen
+// to f16 in one conversion).
+__device__ inline void mma_rows8_f16(float (&d)[2], uint32_t a0, uint32_t a2, uint32_t b0,
+                                     uint32_t b1) {
+  asm volatile(
+      "{\n.reg .f32 unused0, unused1;\n"
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,unused0,unused1}, "
+      "{%2,%4,%3,%4}, {%5,%6}, {%0,%1,%7,%7};\n}\n"
+      : "+f"(d[0]), "+f"(d[1])
+      : "r"(a0), "r"(a2), "r"(0u), "r"(b0), "r"(b1), "f"(0.0f));
+}
+
 // Fragment loads from a shared-memory view (smem_view.cuh: element (r, c) at v.at(r, c)).
 // The A tile (16 x 16) at rows r0.., columns k0.. of `a`.
 template <class V>
