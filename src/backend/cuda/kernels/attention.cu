@@ -85,13 +85,6 @@ __device__ void widen_kv_tile(__nv_bfloat16* dst, const uint8_t* src) {
 // the MMAs and P are f16.
 template <int kHd, bool kF16>
 struct DecodeRows {
-  __device__ static void mma_rows8(float (&d)[2], uint32_t a0, uint32_t a2, uint32_t b0,
-                                   uint32_t b1) {
-    if constexpr (kF16)
-      mma::mma_rows8_f16(d, a0, a2, b0, b1);
-    else
-      mma::mma_rows8(d, a0, a2, b0, b1);
-  }
   __device__ static uint32_t pack(float lo, float hi) {
     if constexpr (kF16) {
       const __half2 v = __floats2half2_rn(lo, hi);
@@ -113,8 +106,8 @@ struct DecodeRows {
     for (int ks = 0; ks < kHd / 16; ++ks) {
       uint32_t kb[4];
       mma::load_b_trans(kb, kt + 16 * ks, L::kRow);
-      mma_rows8(sc[ks % 2][0], qa[ks][0], qa[ks][1], kb[0], kb[1]);
-      mma_rows8(sc[ks % 2][1], qa[ks][0], qa[ks][1], kb[2], kb[3]);
+      mma::mma_rows8<kF16>(sc[ks % 2][0], qa[ks][0], qa[ks][1], kb[0], kb[1]);
+      mma::mma_rows8<kF16>(sc[ks % 2][1], qa[ks][0], qa[ks][1], kb[2], kb[3]);
     }
     const int c = threadIdx.x % 4;
     float x[2][2], mx = m;
@@ -144,7 +137,7 @@ struct DecodeRows {
       for (int h = 0; h < 2; ++h) {
         o[2 * n + h][0] *= corr;
         o[2 * n + h][1] *= corr;
-        mma_rows8(o[2 * n + h], pa0, pa2, vb[2 * h], vb[2 * h + 1]);
+        mma::mma_rows8<kF16>(o[2 * n + h], pa0, pa2, vb[2 * h], vb[2 * h + 1]);
       }
     }
   }

@@ -51,27 +51,25 @@ __device__ inline void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, u
 }
 
 // d += a . b for an A tile whose rows 8..15 are zero (a0: row g, cols 2c..2c+1; a2: row g,
-// cols 8+2c..): only the accumulator's rows 0..7 (d[0..1]: row g, cols 2c, 2c+1) are kept.
+// cols 8+2c..): only the accumulator's rows 0..7 (d[0..1]: row g, cols 2c, 2c+1) are kept. kF16:
+// f16 operands (the decode attention over an fp8 KV cache, whose e4m3 values widen to f16 in one
+// conversion) instead of bf16.
+template <bool kF16 = false>
 __device__ inline void mma_rows8(float (&d)[2], uint32_t a0, uint32_t a2, uint32_t b0,
                                  uint32_t b1) {
-  asm volatile(
-      "{\n.reg .f32 unused0, unused1;\n"
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,unused0,unused1}, "
-      "{%2,%4,%3,%4}, {%5,%6}, {%0,%1,%7,%7};\n}\n"
-      : "+f"(d[0]), "+f"(d[1])
-      : "r"(a0), "r"(a2), "r"(0u), "r"(b0), "r"(b1), "f"(0.0f));
-}
-
-// mma_rows8 on f16 operands (the decode attention over an fp8 KV cache, whose e4m3 values widen
-// to f16 in one conversion).
-__device__ inline void mma_rows8_f16(float (&d)[2], uint32_t a0, uint32_t a2, uint32_t b0,
-                                     uint32_t b1) {
-  asm volatile(
-      "{\n.reg .f32 unused0, unused1;\n"
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,unused0,unused1}, "
-      "{%2,%4,%3,%4}, {%5,%6}, {%0,%1,%7,%7};\n}\n"
-      : "+f"(d[0]), "+f"(d[1])
-      : "r"(a0), "r"(a2), "r"(0u), "r"(b0), "r"(b1), "f"(0.0f));
+#define DS_MMA_ROWS8(T)                                \
+  asm volatile(                                        \
+      "{\n.reg .f32 unused0, unused1;\n"               \
+      "mma.sync.aligned.m16n8k16.row.col.f32." T "." T \
+      ".f32 {%0,%1,unused0,unused1}, "                 \
+      "{%2,%4,%3,%4}, {%5,%6}, {%0,%1,%7,%7};\n}\n"    \
+      : "+f"(d[0]), "+f"(d[1])                         \
+      : "r"(a0), "r"(a2), "r"(0u), "r"(b0), "r"(b1), "f"(0.0f))
+  if constexpr (kF16)
+    DS_MMA_ROWS8("f16");
+  else
+    DS_MMA_ROWS8("bf16");
+#undef DS_MMA_ROWS8
 }
 
 // Fragment loads from a shared-memory view (smem_view.cuh: element (r, c) at v.at(r, c)).
