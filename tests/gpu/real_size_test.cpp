@@ -61,13 +61,10 @@ struct Case {
   std::vector<float> f32, bf16;
 };
 
-// The cache options of a run and how far from HF's f32 logits its rows may be, relative to HF's
-// own bf16 run: argmax agreement at least HF bf16's - agree_slack, max |dlogprob| at most
-// lp_factor * HF bf16's + lp_slack.
+// The cache options of a run (every run is held to the same bounds against HF).
 struct Options {
   DType state_dtype = DType::kF32;
   bool kv_cache_fp8 = false;
-  double agree_slack = 0.03, lp_factor = 1.5, lp_slack = 0.02;
 };
 
 // Every case of the file comment through `m`; `label` prefixes the printed rows.
@@ -100,8 +97,8 @@ void check_against_hf(const std::string& dir, const std::string& label, engine::
     std::printf("  %s %-34s rows %3lld: ours argmax %.4f max|dlogprob| %.4f | HF bf16 %.4f %.4f\n",
                 label.c_str(), what, static_cast<long long>(R), o.agree, o.max_lp_err, h.agree,
                 h.max_lp_err);
-    EXPECT_GE(o.agree, h.agree - opt.agree_slack) << label << " " << what;
-    EXPECT_LE(o.max_lp_err, opt.lp_factor * h.max_lp_err + opt.lp_slack) << label << " " << what;
+    EXPECT_GE(o.agree, h.agree - 0.03) << label << " " << what;
+    EXPECT_LE(o.max_lp_err, 1.5 * h.max_lp_err + 0.02) << label << " " << what;
   };
   // Full prefill, eager.
   for (int c = 0; c < 2; ++c) {
@@ -207,15 +204,14 @@ TEST_F(RealSize, Qwen35_4bShapeWithBf16StateMatchesHf) {
                    {.state_dtype = DType::kBF16});
 }
 
-// --kv-cache-dtype fp8: the same cases with the KV cache in e4m3 (every key and value rounded to 3
-// mantissa bits, 16x bf16's step). Bounds set before the first measurement at twice the bf16 ones:
-// argmax agreement within 0.06 of HF bf16's, max |dlogprob| at most 3x HF bf16's + 0.04.
+// --kv-cache-dtype fp8: the same cases and bounds with the KV cache in e4m3 (every key and value
+// rounded to 3 mantissa bits). On the H200 (d36d936) every row was within them, e.g. the long
+// prefill's argmax 0.8125 and max |dlogprob| 0.3732 against HF bf16's 0.7891 / 0.4480.
 TEST_F(RealSize, Qwen35_4bShapeWithFp8KvCacheMatchesHf) {
   backend::CudaBackend be(0);
   auto m = load_model(dir_ + "/ckpt", LoadFormat::kSafetensors, be, true);
   engine::LocalExecutor ex(*m);
-  check_against_hf(dir_, "TP1 fp8 KV", ex, m->config().vocab_size,
-                   {.kv_cache_fp8 = true, .agree_slack = 0.06, .lp_factor = 3.0, .lp_slack = 0.04});
+  check_against_hf(dir_, "TP1 fp8 KV", ex, m->config().vocab_size, {.kv_cache_fp8 = true});
 }
 
 // The same cases on NCCL ranks over GPUs 0..N-1 (N = 2, and 4 with 4 GPUs): the multi-GPU issue's

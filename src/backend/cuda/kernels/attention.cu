@@ -20,7 +20,7 @@ constexpr int kLongSplitRows = 4, kLongSplitKeys = 128;  // launch_split
 // A warp's key / value tiles (KvT the cache's element: bf16, or uint8_t for fp8 e4m3). bf16:
 // kStages stages of {K, V} x 16 rows of kHd elements, each row padded by 16 bytes so the eight
 // rows an ldmatrix reads fall on distinct banks. fp8: the stages hold the cache's e4m3 rows (kHd
-// + 16 bytes each) and one more bf16 stage takes the tile being folded, widened. kHd is the head
+// + 16 bytes each) and one more stage takes the tile being folded, widened to f16. kHd is the head
 // size rounded up to 64 / 128 / 256; the columns past the real head size are zero.
 template <int kHd, typename KvT>
 struct DecodeTiles {
@@ -194,6 +194,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int* pages = b.pages + b.seq_page_off[seq];
   unsigned char* mine_bytes = tiles + warp * L::kWarpBytes;
   KvT* mine = reinterpret_cast<KvT*>(mine_bytes);  // the copy stages
+  // fp8: the f16 tile being folded (ldmatrix reads the bits of any 16-bit type).
   __nv_bfloat16* widened =
       reinterpret_cast<__nv_bfloat16*>(mine_bytes + kStages * L::kCopyStageBytes);
   const int first = p0 + warp * kTile, stride = kWarps * kTile;
