@@ -19,9 +19,10 @@ constexpr int kLongSplitRows = 4, kLongSplitKeys = 128;  // launch_split
 
 // A warp's key / value tiles (KvT the cache's element: bf16, or uint8_t for fp8 e4m3). bf16:
 // kStages stages of {K, V} x 16 rows of kHd elements, each row padded by 16 bytes so the eight
-// rows an ldmatrix reads fall on distinct banks. fp8: the stages hold the cache's e4m3 rows (kHd
-// + 16 bytes each) and one more stage takes the tile being folded, widened to f16. kHd is the head
-// size rounded up to 64 / 128 / 256; the columns past the real head size are zero.
+// rows an ldmatrix reads fall on distinct banks. fp8: kDepth = 2 stages hold the cache's e4m3 rows
+// (kHd + 16 bytes each; K's MMA fragments are converted straight from them) and one more f16 tile
+// takes the V being folded, widened — 25 KB a warp at kHd 256, so that two blocks fit an SM. kHd
+// is the head size rounded up to 64 / 128 / 256; the columns past the real head size are zero.
 template <int kHd, typename KvT>
 struct DecodeTiles {
   static constexpr bool kFp8 = sizeof(KvT) == 1;
@@ -31,8 +32,9 @@ struct DecodeTiles {
   static constexpr int kCopyRow = kFp8 ? kHd + 16 : kRow;  // KvT elements of a copied row
   static constexpr int kCopyMat = kTile * kCopyRow;
   static constexpr size_t kCopyStageBytes = 2 * kCopyMat * sizeof(KvT);
+  static constexpr int kDepth = kFp8 ? 2 : kStages;  // copy stages (tiles in flight + 1)
   static constexpr size_t kWarpBytes =
-      kStages * kCopyStageBytes + (kFp8 ? sizeof(__nv_bfloat16) * kStage : 0);
+      kDepth * kCopyStageBytes + (kFp8 ? sizeof(__nv_bfloat16) * kMat : 0);
   static constexpr size_t kBytes = kWarps * kWarpBytes;
   static_assert(kCopyStageBytes % 16 == 0 && kWarpBytes % 16 == 0);
 };
@@ -61,22 +63,37 @@ __device__ void load_kv_tile(KvT* stage, const BatchMeta& b, const int* pages, c
   }
 }
 
-// fp8: widens a copy stage's e4m3 K and V rows into the warp's f16 stage (8 bytes a lane at a
-// time, consecutive lanes on consecutive pieces of a row).
+// fp8: widens a copy stage's e4m3 V rows into the warp's f16 V tile (8 bytes a lane at a time,
+// consecutive lanes on consecutive pieces of a row).
 template <int kHd>
-__device__ void widen_kv_tile(__nv_bfloat16* dst, const uint8_t* src) {
+__device__ void widen_v_tile(__nv_bfloat16* dst, const uint8_t* stage) {
   using L = DecodeTiles<kHd, uint8_t>;
   constexpr int kPieces = kHd / 8;  // 8-byte pieces a row
   const int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int m = 0; m < 2; ++m)
+  for (int i = lane; i < kTile * kPieces; i += 32) {
+    const int r = i / kPieces, c = i % kPieces;
+    const uint2 x = *reinterpret_cast<const uint2*>(stage + L::kCopyMat + r * L::kCopyRow + 8 * c);
+    *reinterpret_cast<uint4*>(dst + r * L::kRow + 8 * c) = kv_fp8::widen8<true>(x);
+  }
+}
+
+// K's B fragments for keys 0..7 (kb[0..1]) and 8..15 (kb[2..3]) at columns 16 ks..: ldmatrix from
+// a bf16 tile, or straight from an fp8 copy stage (a fragment's pairs are adjacent bytes of a K
+// row), each pair converted to f16.
+template <int kHd>
+__device__ void load_k_frag(uint32_t (&kb)[4], const __nv_bfloat16* kt, int ks) {
+  mma::load_b_trans(kb, kt + 16 * ks, DecodeTiles<kHd, __nv_bfloat16>::kRow);
+}
+template <int kHd>
+__device__ void load_k_frag(uint32_t (&kb)[4], const uint8_t* kt, int ks) {
+  constexpr int kRow = DecodeTiles<kHd, uint8_t>::kCopyRow;
+  const int lane = threadIdx.x % 32;
+  const uint8_t* r = kt + (lane / 4) * kRow + 16 * ks + 2 * (lane % 4);
 #pragma unroll
-    for (int i = lane; i < kTile * kPieces; i += 32) {
-      const int r = i / kPieces, c = i % kPieces;
-      const uint2 x =
-          *reinterpret_cast<const uint2*>(src + m * L::kCopyMat + r * L::kCopyRow + 8 * c);
-      *reinterpret_cast<uint4*>(dst + m * L::kMat + r * L::kRow + 8 * c) = kv_fp8::widen8<true>(x);
-    }
+  for (int i = 0; i < 4; ++i)
+    kb[i] = kv_fp8::widen2_f16(
+        *reinterpret_cast<const uint16_t*>(r + (i / 2) * 8 * kRow + (i % 2) * 8));
 }
 
 // One warp's online softmax over its tiles for the rows g = lane / 4 < G (query heads): the
@@ -97,15 +114,17 @@ struct DecodeRows {
   float m = -INFINITY, l = 0.0f;
   float o[kHd / 8][2] = {};
 
-  // Folds in one tile of `valid` keys (K at kt, V at vt); qa holds Q's A fragments (rows 0..7).
-  __device__ void fold(const __nv_bfloat16* kt, const __nv_bfloat16* vt,
-                       const uint32_t (&qa)[kHd / 16][2], int valid, float scale_log2) {
+  // Folds in one tile of `valid` keys (K at kt: a bf16 tile or an fp8 copy stage, V at vt); qa
+  // holds Q's A fragments (rows 0..7).
+  template <typename KT>
+  __device__ void fold(const KT* kt, const __nv_bfloat16* vt, const uint32_t (&qa)[kHd / 16][2],
+                       int valid, float scale_log2) {
     using L = DecodeTiles<kHd, __nv_bfloat16>;
     float sc[2][2][2] = {};  // [chain][keys 0..7 / 8..15][two columns]
 #pragma unroll
     for (int ks = 0; ks < kHd / 16; ++ks) {
       uint32_t kb[4];
-      mma::load_b_trans(kb, kt + 16 * ks, L::kRow);
+      load_k_frag<kHd>(kb, kt, ks);
       mma::mma_rows8<kF16>(sc[ks % 2][0], qa[ks][0], qa[ks][1], kb[0], kb[1]);
       mma::mma_rows8<kF16>(sc[ks % 2][1], qa[ks][0], qa[ks][1], kb[2], kb[3]);
     }
@@ -167,11 +186,12 @@ __device__ void load_q_rows(uint32_t (&qa)[kHd / 16][2], const __nv_bfloat16* __
 // Block (token t, KV head, split): the G = nh / nkv query heads sharing the KV head walk the keys
 // [p0, p1) of the token's causal range [0, pos] on tensor cores, the heads as the rows of
 // 16 x 8 x 16 MMAs (S = Q K^T, then O += P V; each key and value row read once for all G heads).
-// Warp w takes the 16-key tiles w, w + kWarps, ... (its own cp.async pipeline of kStages tiles)
+// Warp w takes the 16-key tiles w, w + kWarps, ... (its own cp.async pipeline of kDepth tiles)
 // with its own online softmax; the warps merge at the end. With one split the block writes
 // sigmoid(gate) * softmax(.) v; else the unnormalised partial (m, l, acc[hd]) goes to
-// ws [T, nh, splits, hd + 2] for attn_combine_kernel. An fp8 cache's tiles are widened to f16
-// before each fold (f16 MMAs, Q and P in f16).
+// ws [T, nh, splits, hd + 2] for attn_combine_kernel. An fp8 cache's K fragments are converted to
+// f16 from the copy stage and its V tile widened to f16 before each fold (f16 MMAs, Q and P in
+// f16).
 template <int kHd, typename KvT>
 __global__ void __launch_bounds__(32 * kWarps)
     attn_split_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ q,
@@ -194,13 +214,14 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int* pages = b.pages + b.seq_page_off[seq];
   unsigned char* mine_bytes = tiles + warp * L::kWarpBytes;
   KvT* mine = reinterpret_cast<KvT*>(mine_bytes);  // the copy stages
-  // fp8: the f16 tile being folded (ldmatrix reads the bits of any 16-bit type).
+  // fp8: the f16 V tile being folded (ldmatrix reads the bits of any 16-bit type).
   __nv_bfloat16* widened =
-      reinterpret_cast<__nv_bfloat16*>(mine_bytes + kStages * L::kCopyStageBytes);
+      reinterpret_cast<__nv_bfloat16*>(mine_bytes + L::kDepth * L::kCopyStageBytes);
   const int first = p0 + warp * kTile, stride = kWarps * kTile;
   const int count = first < p1 ? (p1 - first + stride - 1) / stride : 0;
+  constexpr int kDepth = L::kDepth;
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) {
+  for (int i = 0; i < kDepth - 1; ++i) {
     if (i < count)
       load_kv_tile<kHd>(mine + i * 2 * L::kCopyMat, b, pages, s, kvh, first + i * stride, p1, kc,
                         vc);
@@ -211,23 +232,21 @@ __global__ void __launch_bounds__(32 * kWarps)
   const float scale_log2 = rsqrtf(static_cast<float>(hd)) * kLog2e;
   DecodeRows<kHd, kF16> rows;
   for (int i = 0; i < count; ++i) {
-    const int next = i + kStages - 1;
+    const int next = i + kDepth - 1;
     if (next < count)
-      load_kv_tile<kHd>(mine + next % kStages * 2 * L::kCopyMat, b, pages, s, kvh,
+      load_kv_tile<kHd>(mine + next % kDepth * 2 * L::kCopyMat, b, pages, s, kvh,
                         first + next * stride, p1, kc, vc);
     mma::cp_async_commit();
-    mma::cp_async_wait<kStages - 1>();
+    mma::cp_async_wait<kDepth - 1>();
     __syncwarp();
-    const KvT* copied = mine + i % kStages * 2 * L::kCopyMat;
-    const __nv_bfloat16* stage;
+    const KvT* copied = mine + i % kDepth * 2 * L::kCopyMat;
     if constexpr (L::kFp8) {
-      widen_kv_tile<kHd>(widened, copied);
+      widen_v_tile<kHd>(widened, copied);
       __syncwarp();
-      stage = widened;
+      rows.fold(copied, widened, qa, p1 - (first + i * stride), scale_log2);
     } else {
-      stage = copied;
+      rows.fold(copied, copied + L::kMat, qa, p1 - (first + i * stride), scale_log2);
     }
-    rows.fold(stage, stage + L::kMat, qa, p1 - (first + i * stride), scale_log2);
     __syncwarp();
   }
   mma::cp_async_wait<0>();
