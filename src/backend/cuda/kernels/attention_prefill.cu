@@ -7,8 +7,8 @@
 // two asynchronous wgmma groups, runs the online softmax of S_j (exp2, f32) while the second one
 // is in flight, then rescales O and keeps P_j as bf16 A fragments for the next iteration. The
 // loads of K_{j+1} and V_j are in flight meanwhile. An fp8 e4m3 cache's tiles are copied into two
-// more shared-memory buffers instead and widened to bf16 into the slots at the next iteration's
-// barrier (one more barrier an iteration).
+// more shared-memory buffers instead, one tile ahead: iteration j widens K_{j+1} and V_j to bf16
+// into their slots while its own MMAs are in flight (two more barriers an iteration).
 #include "backend/cuda/kernels/attention_prefill.cuh"
 #include "backend/cuda/kernels/kv_fp8.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
@@ -240,7 +240,7 @@ __device__ void write_out(const float (&o)[HD / 8][4], float (&l)[2], const Tile
 }
 
 // How the K / V tiles reach the bf16 slots: bf16 cp.async straight into a slot; fp8 cp.async
-// into the copy tiles (after the slots), widened into the slot after the next barrier.
+// into the copy tiles (after the slots), widened into the slot an iteration before it is read.
 template <int HD, typename KvT>
 struct KvPipe {
   static constexpr bool kFp8 = sizeof(KvT) == 1;
@@ -308,33 +308,48 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float scale_log2 = rsqrtf(static_cast<float>(HD)) * kLog2e;
   float o[HD / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   uint32_t p[kKeys / 16][4];  // P_{j-1}
-  // Waits for K_j and V_{j-1} (fp8: widens them into their slots), then starts the copies of
-  // K_{j+1} and V_j (into the slots freed by iteration j - 1, or the copy tiles).
-  auto sync_and_load = [&](int j) {
-    mma::cp_async_wait<0>();
-    if constexpr (kFp8) {
-      __syncthreads();
-      pipe.widen(j, tiles);
-    }
+  // The top of iteration j: K_j and V_{j-1} in their slots for every thread. bf16: waits for the
+  // copies, then starts those of K_{j+1} and V_j (into the slots iteration j - 1 freed). fp8: the
+  // slots were widened during iteration j - 1 (mid).
+  auto top = [&](int j) {
+    if constexpr (!kFp8) mma::cp_async_wait<0>();
     wgmma::fence_shared_for_async();
     __syncthreads();
-    pipe.start(j, tiles, kc, vc, t, s.nkv);
-    mma::cp_async_commit();
+    if constexpr (!kFp8) {
+      pipe.start(j, tiles, kc, vc, t, s.nkv);
+      mma::cp_async_commit();
+    }
+  };
+  // fp8, while iteration j's MMAs are in flight: waits for the copies of K_{j+1} and V_j, widens
+  // them into their slots (which iteration j - 1's finished MMAs read), then starts the copies of
+  // K_{j+2} and V_{j+1}.
+  auto mid = [&](int j) {
+    if constexpr (kFp8) {
+      mma::cp_async_wait<0>();
+      __syncthreads();
+      pipe.widen(j + 1, tiles);
+      __syncthreads();
+      pipe.start(j + 1, tiles, kc, vc, t, s.nkv);
+      mma::cp_async_commit();
+    }
   };
   // The wgmma issues stay out of branches (ptxas serialises wgmma in divergent paths): the first
   // and last iterations are peeled.
   float sc[8][4], corr[2];
-  sync_and_load(0);
+  mid(-1);  // fp8: K_0 widened, the copies of K_1 and V_0 started
+  top(0);
   wgmma::fence();
   issue_scores<HD>(mma::smem_u32(qs), mma::smem_u32(ks), sc);
+  mid(0);
   wgmma::wait<0>();
   online_softmax(sc, m, l, corr, 0, qpos0, kKeys - 1 > first_masked, scale_log2);
   pack_probs(sc, p);  // O is still zero: no rescale
   for (int j = 1; j < tiles; ++j) {
-    sync_and_load(j);
+    top(j);
     wgmma::fence();
     issue_scores<HD>(mma::smem_u32(qs), mma::smem_u32(ks + (j % 2) * Lay::kv_bytes), sc);
     issue_pv<HD>(p, mma::smem_u32(vs + ((j - 1) % 2) * Lay::kv_bytes), o);
+    mid(j);
     wgmma::wait<1>();  // S_j done, P_{j-1} V_{j-1} in flight during the softmax
     const int k0 = j * kKeys;
     online_softmax(sc, m, l, corr, k0, qpos0, k0 + kKeys - 1 > first_masked, scale_log2);
@@ -342,7 +357,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     rescale<HD>(o, corr);
     pack_probs(sc, p);
   }
-  sync_and_load(tiles);
+  top(tiles);
   wgmma::fence();
   issue_pv<HD>(p, mma::smem_u32(vs + ((tiles - 1) % 2) * Lay::kv_bytes), o);
   wgmma::wait<0>();
