@@ -29,7 +29,6 @@ struct DecodeTiles {
   static constexpr bool kFp8 = sizeof(KvT) == 1;
   static constexpr int kRow = kHd + 8;  // bf16 elements of a padded row
   static constexpr int kMat = kTile * kRow;
-  static constexpr int kStage = 2 * kMat;                  // bf16 elements of {K, V}
   static constexpr int kCopyRow = kFp8 ? kHd + 16 : kRow;  // KvT elements of a copied row
   static constexpr int kCopyMat = kTile * kCopyRow;
   static constexpr size_t kCopyStageBytes = 2 * kCopyMat * sizeof(KvT);
