@@ -23,8 +23,7 @@ constexpr int kLongSplitRows = 4, kLongSplitKeys = 128;  // launch_split
 // (kHd + 16 bytes each; K's MMA fragments are converted straight from them) and one more f16 tile
 // takes the V being folded, widened — 25 KB a warp at kHd 256, so that two blocks fit an SM. kHd
 // is the head size rounded up to 64 / 128 / 256; the columns past the real head size are zero.
-// kFp8Depth: the fp8 copy stages (A/B: DS_ATTN_FP8_DEPTH=3 takes three, one block an SM).
-template <int kHd, typename KvT, int kFp8Depth = 2>
+template <int kHd, typename KvT>
 struct DecodeTiles {
   static constexpr bool kFp8 = sizeof(KvT) == 1;
   static constexpr int kRow = kHd + 8;  // bf16 elements of a padded row
@@ -32,7 +31,7 @@ struct DecodeTiles {
   static constexpr int kCopyRow = kFp8 ? kHd + 16 : kRow;  // KvT elements of a copied row
   static constexpr int kCopyMat = kTile * kCopyRow;
   static constexpr size_t kCopyStageBytes = 2 * kCopyMat * sizeof(KvT);
-  static constexpr int kDepth = kFp8 ? kFp8Depth : kStages;  // copy stages (tiles in flight + 1)
+  static constexpr int kDepth = kFp8 ? 2 : kStages;  // copy stages (tiles in flight + 1)
   static constexpr size_t kWarpBytes =
       kDepth * kCopyStageBytes + (kFp8 ? sizeof(__nv_bfloat16) * kMat : 0);
   static constexpr size_t kBytes = kWarps * kWarpBytes;
@@ -192,13 +191,13 @@ __device__ void load_q_rows(uint32_t (&qa)[kHd / 16][2], const __nv_bfloat16* __
 // ws [T, nh, splits, hd + 2] for attn_combine_kernel. An fp8 cache's K fragments are converted to
 // f16 from the copy stage and its V tile widened to f16 before each fold (f16 MMAs, Q and P in
 // f16).
-template <int kHd, typename KvT, int kFp8Depth>
+template <int kHd, typename KvT>
 __global__ void __launch_bounds__(32 * kWarps)
     attn_split_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ q,
                       const __nv_bfloat16* __restrict__ gate, const KvT* __restrict__ kc,
                       const KvT* __restrict__ vc, AttnShape s, int splits, int min_len,
                       int min_chunk, float* __restrict__ ws, __nv_bfloat16* __restrict__ out) {
-  using L = DecodeTiles<kHd, KvT, kFp8Depth>;
+  using L = DecodeTiles<kHd, KvT>;
   constexpr bool kF16 = L::kFp8;
   pdl::allow_successor();  // a programmatic dependent may start streaming its weights
   pdl::wait_for_predecessor();
@@ -335,6 +334,7 @@ template <int kHd, typename KvT>
 void launch_split(const BatchMeta& b, int rows, const __nv_bfloat16* q, const __nv_bfloat16* gate,
                   const KvT* k_cache, const KvT* v_cache, const AttnShape& s, int splits,
                   int min_len, float* ws, __nv_bfloat16* out, cudaStream_t stream) {
+  constexpr size_t smem = DecodeTiles<kHd, KvT>::kBytes;
   // From kLongSplitRows rows on, every split takes at least kLongSplitKeys keys: at short contexts
   // the last splits are then empty (the combine skips them) and each block folds more tiles.
   // Measured at context 1k: 4 rows 22.6 us a layer against 27.3; one row 18.6 against 16.9, so
@@ -348,17 +348,7 @@ void launch_split(const BatchMeta& b, int rows, const __nv_bfloat16* q, const __
   // An fp8 cache widens to f16 (one conversion a pair) for f16 MMAs. Measured on the H200 at
   // context 8k against widening to bf16 (4 conversions a pair): B = 64 9.95 ms a step against
   // 10.55, B = 256 30.7 against 33.0.
-  static const bool deep = [] {
-    const char* v = std::getenv("DS_ATTN_FP8_DEPTH");
-    return v && std::atoi(v) == 3;
-  }();
-  auto kernel = attn_split_kernel<kHd, KvT, 2>;
-  size_t smem = DecodeTiles<kHd, KvT, 2>::kBytes;
-  if constexpr (sizeof(KvT) == 1)
-    if (deep) {
-      kernel = attn_split_kernel<kHd, KvT, 3>;
-      smem = DecodeTiles<kHd, KvT, 3>::kBytes;
-    }
+  auto kernel = attn_split_kernel<kHd, KvT>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   pdl::launch_dependent(kernel, dim3(rows, s.nkv, splits), 32 * kWarps, smem, stream, b, q, gate,
                         k_cache, v_cache, s, splits, min_len, min_chunk, ws, out);
