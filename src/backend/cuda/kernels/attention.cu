@@ -103,15 +103,6 @@ __device__ void load_k_frag(uint32_t (&kb)[4], const uint8_t* kt, int ks) {
 // the MMAs and P are f16.
 template <int kHd, bool kF16>
 struct DecodeRows {
-  __device__ static uint32_t pack(float lo, float hi) {
-    if constexpr (kF16) {
-      const __half2 v = __floats2half2_rn(lo, hi);
-      return *reinterpret_cast<const uint32_t*>(&v);
-    } else {
-      return mma::pack_bf16(lo, hi);
-    }
-  }
-
   float m = -INFINITY, l = 0.0f;
   float o[kHd / 8][2] = {};
 
@@ -148,7 +139,8 @@ struct DecodeRows {
 #pragma unroll
       for (int e = 0; e < 2; ++e) p[h][e] = exp2f(x[h][e] - mx);
     l = l * corr + (p[0][0] + p[0][1]) + (p[1][0] + p[1][1]);
-    const uint32_t pa0 = pack(p[0][0], p[0][1]), pa2 = pack(p[1][0], p[1][1]);
+    const uint32_t pa0 = mma::pack_16<kF16>(p[0][0], p[0][1]),
+                   pa2 = mma::pack_16<kF16>(p[1][0], p[1][1]);
 #pragma unroll
     for (int n = 0; n < kHd / 16; ++n) {
       uint32_t vb[4];
@@ -176,11 +168,7 @@ __device__ void load_q_rows(uint32_t (&qa)[kHd / 16][2], const __nv_bfloat16* __
     for (int h = 0; h < 2; ++h) {
       const int d = 16 * ks + 8 * h + 2 * c;
       qa[ks][h] = g < G && d < s.hd ? *reinterpret_cast<const uint32_t*>(row + d) : 0u;
-      if constexpr (kF16) {
-        const __half2 f = __float22half2_rn(
-            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&qa[ks][h])));
-        qa[ks][h] = *reinterpret_cast<const uint32_t*>(&f);
-      }
+      if constexpr (kF16) qa[ks][h] = mma::bf16x2_to_f16x2(qa[ks][h]);
     }
 }
 

@@ -7,8 +7,10 @@
 // two asynchronous wgmma groups, runs the online softmax of S_j (exp2, f32) while the second one
 // is in flight, then rescales O and keeps P_j as bf16 A fragments for the next iteration. The
 // loads of K_{j+1} and V_j are in flight meanwhile. An fp8 e4m3 cache's tiles are copied into two
-// more shared-memory buffers instead, one tile ahead: iteration j widens K_{j+1} and V_j to bf16
-// into their slots while its own MMAs are in flight (two more barriers an iteration).
+// more shared-memory buffers instead, one tile ahead: iteration j widens K_{j+1} and V_j to f16
+// (one conversion a pair, exact) into their slots while its own MMAs are in flight (two more
+// barriers an iteration); Q is converted to f16 in place once, P packed as f16, and the MMAs are
+// f16 x f16 -> f32.
 #include "backend/cuda/kernels/attention_prefill.cuh"
 #include "backend/cuda/kernels/kv_fp8.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
@@ -78,23 +80,31 @@ __device__ void load_rows(unsigned char* tile, const bf16* cache, const Tile& t,
 }
 
 // Rows [k0, k0 + 64) of the KV head's fp8 cache (K or V) into a row-major copy tile of kKeys x HD
-// bytes (rows past last_key zero), 16 bytes at a time; the caller commits the cp.async group.
+// bytes (rows past last_key zero), 16 bytes at a time: a thread takes kPer pieces of a row (one
+// page lookup), strided so that consecutive threads take consecutive pieces; the caller commits
+// the cp.async group.
 template <int HD>
 __device__ void copy_fp8_rows(unsigned char* copy, const uint8_t* cache, const Tile& t, int k0,
                               int nkv) {
-  constexpr int kPieces = HD / 16, kStep = kThreads / kPieces;  // pieces a row, rows a pass
-  const int c = threadIdx.x % kPieces, r0 = threadIdx.x / kPieces;
+  constexpr int kPieces = HD / 16, kPer = kPieces >= 8 ? 2 : 1, kGroups = kPieces / kPer,
+                kStep = kThreads / kGroups;  // rows a pass
+  static_assert(kStep <= kKeys && kKeys % kStep == 0);
+  const int c = threadIdx.x % kGroups, r0 = threadIdx.x / kGroups;
 #pragma unroll
   for (int r = r0; r < kKeys; r += kStep) {
     const uint32_t p = min(k0 + r, t.last_key), page = t.page_magic ? __umulhi(p, t.page_magic) : p;
     const uint8_t* row =
         cache + t.kvh * HD +
         (static_cast<size_t>(t.pages[page]) * t.page_size + (p - page * t.page_size)) * nkv * HD;
-    mma::cp_async16(copy + r * HD + 16 * c, row + 16 * c, k0 + r <= t.last_key);
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int at = 16 * (c + k * kGroups);
+      mma::cp_async16(copy + r * HD + at, row + at, k0 + r <= t.last_key);
+    }
   }
 }
 
-// A copied fp8 tile widened into an SW128 bf16 tile of kKeys rows (8 values a thread at a time).
+// A copied fp8 tile widened into an SW128 f16 tile of kKeys rows (8 values a thread at a time).
 template <int HD>
 __device__ void widen_rows(unsigned char* tile, const unsigned char* copy) {
   constexpr int kPieces = HD / 8;  // 8-byte pieces a row
@@ -102,7 +112,7 @@ __device__ void widen_rows(unsigned char* tile, const unsigned char* copy) {
   for (int i = threadIdx.x; i < kKeys * kPieces; i += kThreads) {
     const int r = i / kPieces, c = i % kPieces;
     *reinterpret_cast<uint4*>(tile + wgmma::sw128_offset(kKeys, r, 8 * c)) =
-        kv_fp8::widen8(*reinterpret_cast<const uint2*>(copy + r * HD + 8 * c));
+        kv_fp8::widen8<true>(*reinterpret_cast<const uint2*>(copy + r * HD + 8 * c));
   }
 }
 
@@ -123,9 +133,24 @@ __device__ void load_queries(unsigned char* tile, const bf16* q, const Tile& t, 
   }
 }
 
-// Issues S (this warpgroup's 64 rows x 64 keys) = Q K^T as one wgmma group, Q and K K-major
-// SW128 tiles.
+// The loaded Q tile's bf16 values as f16, in place (the fp8 cache's f16 MMAs).
 template <int HD>
+__device__ void queries_to_f16(unsigned char* tile) {
+  uint4* v = reinterpret_cast<uint4*>(tile);
+#pragma unroll 4
+  for (int i = threadIdx.x; i < kRows * HD / 8; i += kThreads) {
+    uint4 x = v[i];
+    x.x = mma::bf16x2_to_f16x2(x.x);
+    x.y = mma::bf16x2_to_f16x2(x.y);
+    x.z = mma::bf16x2_to_f16x2(x.z);
+    x.w = mma::bf16x2_to_f16x2(x.w);
+    v[i] = x;
+  }
+}
+
+// Issues S (this warpgroup's 64 rows x 64 keys) = Q K^T as one wgmma group, Q and K K-major
+// SW128 tiles; bf16 operands, or (kF16) f16.
+template <int HD, bool kF16>
 __device__ void issue_scores(uint32_t qs, uint32_t ks, float (&s)[8][4]) {
   constexpr uint32_t kSbo = wgmma::kAtomBytes, kStep = 32;  // 16 bf16 along K
   const uint64_t qd = wgmma::desc(qs + (threadIdx.x / 128) * 64 * wgmma::kRowBytes, 16, kSbo),
@@ -134,7 +159,7 @@ __device__ void issue_scores(uint32_t qs, uint32_t ks, float (&s)[8][4]) {
 #pragma unroll
   for (int kk = 0; kk < HD / 16; ++kk) {
     const uint32_t col = kk / 4, in = (kk % 4) * kStep;  // the address field counts 16 bytes
-    wgmma::mma_64x64_ss(d, qd + ((col * kRows * wgmma::kRowBytes + in) >> 4),
+    wgmma::mma_64x64_ss<kF16>(d, qd + ((col * kRows * wgmma::kRowBytes + in) >> 4),
                         kd + ((col * kKeys * wgmma::kRowBytes + in) >> 4), kk > 0);
   }
   wgmma::commit();
@@ -188,18 +213,19 @@ __device__ void rescale(float (&o)[HD / 8][4], const float (&corr)[2]) {
     for (int e = 0; e < 4; ++e) o[d][e] *= corr[e / 2];
 }
 
-// P (the probabilities of a 64-key tile) as bf16 A fragments, 16 keys each.
+// P (the probabilities of a 64-key tile) as bf16 (kF16: f16) A fragments, 16 keys each.
+template <bool kF16>
 __device__ void pack_probs(const float (&s)[8][4], uint32_t (&p)[kKeys / 16][4]) {
 #pragma unroll
   for (int kk = 0; kk < kKeys / 16; ++kk)
 #pragma unroll
     for (int i = 0; i < 4; ++i)
-      p[kk][i] = mma::pack_bf16(s[2 * kk + i / 2][2 * (i % 2)], s[2 * kk + i / 2][2 * (i % 2) + 1]);
+      p[kk][i] = mma::pack_16<kF16>(s[2 * kk + i / 2][2 * (i % 2)], s[2 * kk + i / 2][2 * (i % 2) + 1]);
 }
 
 // Issues O (this warpgroup's 64 rows x HD) += P V as one wgmma group, V (keys x HD) an MN-major
-// SW128 tile.
-template <int HD>
+// SW128 tile; bf16 operands, or (kF16) f16.
+template <int HD, bool kF16>
 __device__ void issue_pv(const uint32_t (&p)[kKeys / 16][4], uint32_t vs, float (&o)[HD / 8][4]) {
   constexpr uint32_t kLbo = kKeys * wgmma::kRowBytes, kSbo = wgmma::kAtomBytes;
   const uint64_t vd = wgmma::desc(vs, kLbo, kSbo);
@@ -207,9 +233,9 @@ __device__ void issue_pv(const uint32_t (&p)[kKeys / 16][4], uint32_t vs, float 
 #pragma unroll
   for (int kk = 0; kk < kKeys / 16; ++kk) {
     const uint64_t b = vd + ((kk * 16 * wgmma::kRowBytes) >> 4);
-    if constexpr (HD == 64) wgmma::mma_64x64_rs(d, p[kk], b);
-    if constexpr (HD == 128) wgmma::mma_64x128_rs(d, p[kk], b);
-    if constexpr (HD == 256) wgmma::mma_64x256_rs(d, p[kk], b);
+    if constexpr (HD == 64) wgmma::mma_64x64_rs<true, kF16>(d, p[kk], b);
+    if constexpr (HD == 128) wgmma::mma_64x128_rs<kF16>(d, p[kk], b);
+    if constexpr (HD == 256) wgmma::mma_64x256_rs<kF16>(d, p[kk], b);
   }
   wgmma::commit();
 }
@@ -239,8 +265,8 @@ __device__ void write_out(const float (&o)[HD / 8][4], float (&l)[2], const Tile
   }
 }
 
-// How the K / V tiles reach the bf16 slots: bf16 cp.async straight into a slot; fp8 cp.async
-// into the copy tiles (after the slots), widened into the slot an iteration before it is read.
+// How the K / V tiles reach the slots: bf16 cp.async straight into a slot; fp8 cp.async into the
+// copy tiles (after the slots), widened to f16 into the slot an iteration before it is read.
 template <int HD, typename KvT>
 struct KvPipe {
   static constexpr bool kFp8 = sizeof(KvT) == 1;
@@ -322,11 +348,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   // fp8, while iteration j's MMAs are in flight: waits for the copies of K_{j+1} and V_j, widens
   // them into their slots (which iteration j - 1's finished MMAs read), then starts the copies of
-  // K_{j+2} and V_{j+1}.
+  // K_{j+2} and V_{j+1}. j = -1 (before the loop): Q to f16 and K_0 widened.
   auto mid = [&](int j) {
     if constexpr (kFp8) {
       mma::cp_async_wait<0>();
       __syncthreads();
+      if (j < 0) queries_to_f16<HD>(qs);
       pipe.widen(j + 1, tiles);
       __syncthreads();
       pipe.start(j + 1, tiles, kc, vc, t, s.nkv);
@@ -339,27 +366,27 @@ __global__ void __launch_bounds__(kThreads, 1)
   mid(-1);  // fp8: K_0 widened, the copies of K_1 and V_0 started
   top(0);
   wgmma::fence();
-  issue_scores<HD>(mma::smem_u32(qs), mma::smem_u32(ks), sc);
+  issue_scores<HD, kFp8>(mma::smem_u32(qs), mma::smem_u32(ks), sc);
   mid(0);
   wgmma::wait<0>();
   online_softmax(sc, m, l, corr, 0, qpos0, kKeys - 1 > first_masked, scale_log2);
-  pack_probs(sc, p);  // O is still zero: no rescale
+  pack_probs<kFp8>(sc, p);  // O is still zero: no rescale
   for (int j = 1; j < tiles; ++j) {
     top(j);
     wgmma::fence();
-    issue_scores<HD>(mma::smem_u32(qs), mma::smem_u32(ks + (j % 2) * Lay::kv_bytes), sc);
-    issue_pv<HD>(p, mma::smem_u32(vs + ((j - 1) % 2) * Lay::kv_bytes), o);
+    issue_scores<HD, kFp8>(mma::smem_u32(qs), mma::smem_u32(ks + (j % 2) * Lay::kv_bytes), sc);
+    issue_pv<HD, kFp8>(p, mma::smem_u32(vs + ((j - 1) % 2) * Lay::kv_bytes), o);
     mid(j);
     wgmma::wait<1>();  // S_j done, P_{j-1} V_{j-1} in flight during the softmax
     const int k0 = j * kKeys;
     online_softmax(sc, m, l, corr, k0, qpos0, k0 + kKeys - 1 > first_masked, scale_log2);
     wgmma::wait<0>();
     rescale<HD>(o, corr);
-    pack_probs(sc, p);
+    pack_probs<kFp8>(sc, p);
   }
   top(tiles);
   wgmma::fence();
-  issue_pv<HD>(p, mma::smem_u32(vs + ((tiles - 1) % 2) * Lay::kv_bytes), o);
+  issue_pv<HD, kFp8>(p, mma::smem_u32(vs + ((tiles - 1) % 2) * Lay::kv_bytes), o);
   wgmma::wait<0>();
   write_out<HD>(o, l, t, s.nh, gate, out);
 }

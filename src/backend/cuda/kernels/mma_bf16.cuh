@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 
@@ -137,6 +138,23 @@ __device__ inline void tile_16x64(float (&acc)[8][4], const __nv_bfloat16* a, in
 __device__ inline uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// lo, hi as a pair of 16-bit MMA operands (lo in the low half): bf16, or (kF16) f16.
+template <bool kF16>
+__device__ inline uint32_t pack_16(float lo, float hi) {
+  if constexpr (kF16) {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    return pack_bf16(lo, hi);
+  }
+}
+
+// A bf16 pair as an f16 pair (rounded to nearest).
+__device__ inline uint32_t bf16x2_to_f16x2(uint32_t x) {
+  const __half2 f = __float22half2_rn(__bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x)));
+  return *reinterpret_cast<const uint32_t*>(&f);
 }
 
 // 16 bytes global -> shared, asynchronously; zeros when !valid.

@@ -1,6 +1,6 @@
 // Hopper warpgroup tensor-core building blocks (sm_90a): shared-memory matrix descriptors for the
 // 128-byte-swizzled layout, wgmma.mma_async bf16 x bf16 -> f32 at m64 with N = 16 / 32 / 64 / 128 /
-// 256, and the fence / commit / wait that order them. Issued by a warpgroup (4 consecutive warps
+// 256 (f16 x f16 too where a kF16 parameter says so), and the fence / commit / wait that order them. Issued by a warpgroup (4 consecutive warps
 // starting at a warp index divisible by 4); the accumulators stay in registers.
 //
 // Shared layout (the "SW128" atom): a tile of R rows x 64 bf16 (128 bytes a row) with the 16-byte
@@ -64,18 +64,25 @@ __device__ inline void fence_shared_for_async() {
   DS_WGMMA_ACC8(i), DS_WGMMA_ACC8(i + 8), DS_WGMMA_ACC8(i + 16), DS_WGMMA_ACC8(i + 24)
 
 // d (64 x 64) = (accumulate ? d : 0) + A B, A (64 x 16) and B (16 x 64, stored N x K) both
-// K-major in shared memory.
+// K-major in shared memory; bf16 operands, or (kF16) f16.
+#define DS_WGMMA_64x64_SS(T)                                                                    \
+  asm volatile(                                                                                 \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                              \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T " "                                 \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+      "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, " \
+      "0;\n"                                                                                    \
+      "}\n"                                                                                     \
+      : DS_WGMMA_ACC32(0)                                                                       \
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)))
+template <bool kF16 = false>
 __device__ inline void mma_64x64_ss(float (&d)[32], uint64_t a, uint64_t b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
-      "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, "
-      "0;\n"
-      "}\n"
-      : DS_WGMMA_ACC32(0)
-      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+  if constexpr (kF16)
+    DS_WGMMA_64x64_SS("f16");
+  else
+    DS_WGMMA_64x64_SS("bf16");
 }
+#undef DS_WGMMA_64x64_SS
 
 // d (64 x 16) = (accumulate ? d : 0) + A B, A (64 x 16) and B (16 x 16, stored N x K) both
 // K-major in shared memory.
@@ -118,57 +125,79 @@ __device__ inline void mma_64x32_rs_kmajor(float (&d)[16], const uint32_t (&a)[4
 
 // d (64 x 64) = (accumulate ? d : 0) + A B, A (64 x 16) in registers (the mma.sync A fragment
 // layout per warp: rows 16 w + g (+ 8), columns 2c (+ 8)), B (16 x 64) in shared memory,
-// MN-major (kMnMajorB) or K-major (stored N x K).
-template <bool kMnMajorB = true>
+// MN-major (kMnMajorB) or K-major (stored N x K); bf16 operands, or (kF16) f16.
+#define DS_WGMMA_64x64_RS(T)                                                                    \
+  asm volatile(                                                                                 \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                              \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T " "                                 \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+      "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, " \
+      "%36, p, 1, 1, %38;\n"                                                                    \
+      "}\n"                                                                                     \
+      : DS_WGMMA_ACC32(0)                                                                       \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)),  \
+        "n"(kMnMajorB ? 1 : 0))
+template <bool kMnMajorB = true, bool kF16 = false>
 __device__ inline void mma_64x64_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b,
                                     bool accumulate = true) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
-      "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, "
-      "%36, p, 1, 1, %38;\n"
-      "}\n"
-      : DS_WGMMA_ACC32(0)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)),
-        "n"(kMnMajorB ? 1 : 0));
+  if constexpr (kF16)
+    DS_WGMMA_64x64_RS("f16");
+  else
+    DS_WGMMA_64x64_RS("bf16");
 }
+#undef DS_WGMMA_64x64_RS
 
 // d (64 x 128) += A B, A (64 x 16) in registers (the mma.sync A fragment layout per warp: rows
-// 16 w + g (+ 8), columns 2c (+ 8)), B (16 x 128) MN-major in shared memory.
+// 16 w + g (+ 8), columns 2c (+ 8)), B (16 x 128) MN-major in shared memory; bf16 operands, or
+// (kF16) f16.
+#define DS_WGMMA_64x128_RS(T)                                                                  \
+  asm volatile(                                                                                \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                             \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." T "." T " "                               \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+      "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "  \
+      "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "  \
+      "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, " \
+      "1, 1;\n"                                                                                \
+      "}\n"                                                                                    \
+      : DS_WGMMA_ACC32(0), DS_WGMMA_ACC32(32)                                                  \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
+template <bool kF16 = false>
 __device__ inline void mma_64x128_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
-      "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
-      "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "
-      "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, "
-      "1, 1;\n"
-      "}\n"
-      : DS_WGMMA_ACC32(0), DS_WGMMA_ACC32(32)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  if constexpr (kF16)
+    DS_WGMMA_64x128_RS("f16");
+  else
+    DS_WGMMA_64x128_RS("bf16");
 }
+#undef DS_WGMMA_64x128_RS
 
 // d (64 x 256) += A B, A (64 x 16) in registers (the mma.sync A fragment layout per warp: rows
-// 16 w + g (+ 8), columns 2c (+ 8)), B (16 x 256) MN-major in shared memory.
+// 16 w + g (+ 8), columns 2c (+ 8)), B (16 x 256) MN-major in shared memory; bf16 operands, or
+// (kF16) f16.
+#define DS_WGMMA_64x256_RS(T)                                                                  \
+  asm volatile(                                                                                \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"                                            \
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32." T "." T " "                               \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+      "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "  \
+      "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "  \
+      "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, "  \
+      "%70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, "  \
+      "%87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, "    \
+      "%103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, "   \
+      "%117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, {%128, %129, %130, " \
+      "%131}, %132, p, 1, 1, 1;\n"                                                             \
+      "}\n"                                                                                    \
+      : DS_WGMMA_ACC32(0), DS_WGMMA_ACC32(32), DS_WGMMA_ACC32(64), DS_WGMMA_ACC32(96)          \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
+template <bool kF16 = false>
 __device__ inline void mma_64x256_rs(float (&d)[128], const uint32_t (&a)[4], uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
-      "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
-      "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "
-      "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, "
-      "%70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, "
-      "%87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, "
-      "%103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, "
-      "%117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, {%128, %129, %130, "
-      "%131}, %132, p, 1, 1, 1;\n"
-      "}\n"
-      : DS_WGMMA_ACC32(0), DS_WGMMA_ACC32(32), DS_WGMMA_ACC32(64), DS_WGMMA_ACC32(96)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  if constexpr (kF16)
+    DS_WGMMA_64x256_RS("f16");
+  else
+    DS_WGMMA_64x256_RS("bf16");
 }
+#undef DS_WGMMA_64x256_RS
 
 #undef DS_WGMMA_ACC32
 #undef DS_WGMMA_ACC8
