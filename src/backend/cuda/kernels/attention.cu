@@ -75,7 +75,7 @@ __device__ void widen_v_tile(__nv_bfloat16* dst, const uint8_t* stage) {
   for (int i = lane; i < kTile * kPieces; i += 32) {
     const int r = i / kPieces, c = i % kPieces;
     const uint2 x = *reinterpret_cast<const uint2*>(stage + L::kCopyMat + r * L::kCopyRow + 8 * c);
-    *reinterpret_cast<uint4*>(dst + r * L::kRow + 8 * c) = kv_fp8::widen8<true>(x);
+    *reinterpret_cast<uint4*>(dst + r * L::kRow + 8 * c) = kv_fp8::widen8_f16(x);
   }
 }
 

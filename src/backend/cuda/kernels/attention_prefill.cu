@@ -112,7 +112,7 @@ __device__ void widen_rows(unsigned char* tile, const unsigned char* copy) {
   for (int i = threadIdx.x; i < kKeys * kPieces; i += kThreads) {
     const int r = i / kPieces, c = i % kPieces;
     *reinterpret_cast<uint4*>(tile + wgmma::sw128_offset(kKeys, r, 8 * c)) =
-        kv_fp8::widen8<true>(*reinterpret_cast<const uint2*>(copy + r * HD + 8 * c));
+        kv_fp8::widen8_f16(*reinterpret_cast<const uint2*>(copy + r * HD + 8 * c));
   }
 }
 
@@ -160,7 +160,7 @@ __device__ void issue_scores(uint32_t qs, uint32_t ks, float (&s)[8][4]) {
   for (int kk = 0; kk < HD / 16; ++kk) {
     const uint32_t col = kk / 4, in = (kk % 4) * kStep;  // the address field counts 16 bytes
     wgmma::mma_64x64_ss<kF16>(d, qd + ((col * kRows * wgmma::kRowBytes + in) >> 4),
-                        kd + ((col * kKeys * wgmma::kRowBytes + in) >> 4), kk > 0);
+                              kd + ((col * kKeys * wgmma::kRowBytes + in) >> 4), kk > 0);
   }
   wgmma::commit();
 }
@@ -220,7 +220,8 @@ __device__ void pack_probs(const float (&s)[8][4], uint32_t (&p)[kKeys / 16][4])
   for (int kk = 0; kk < kKeys / 16; ++kk)
 #pragma unroll
     for (int i = 0; i < 4; ++i)
-      p[kk][i] = mma::pack_16<kF16>(s[2 * kk + i / 2][2 * (i % 2)], s[2 * kk + i / 2][2 * (i % 2) + 1]);
+      p[kk][i] =
+          mma::pack_16<kF16>(s[2 * kk + i / 2][2 * (i % 2)], s[2 * kk + i / 2][2 * (i % 2) + 1]);
 }
 
 // Issues O (this warpgroup's 64 rows x HD) += P V as one wgmma group, V (keys x HD) an MN-major

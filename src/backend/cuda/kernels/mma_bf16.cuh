@@ -153,7 +153,8 @@ __device__ inline uint32_t pack_16(float lo, float hi) {
 
 // A bf16 pair as an f16 pair (rounded to nearest).
 __device__ inline uint32_t bf16x2_to_f16x2(uint32_t x) {
-  const __half2 f = __float22half2_rn(__bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x)));
+  const __half2 f =
+      __float22half2_rn(__bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x)));
   return *reinterpret_cast<const uint32_t*>(&f);
 }
 

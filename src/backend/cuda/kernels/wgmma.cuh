@@ -1,7 +1,8 @@
 // Hopper warpgroup tensor-core building blocks (sm_90a): shared-memory matrix descriptors for the
 // 128-byte-swizzled layout, wgmma.mma_async bf16 x bf16 -> f32 at m64 with N = 16 / 32 / 64 / 128 /
-// 256 (f16 x f16 too where a kF16 parameter says so), and the fence / commit / wait that order them. Issued by a warpgroup (4 consecutive warps
-// starting at a warp index divisible by 4); the accumulators stay in registers.
+// 256 (f16 x f16 too where a kF16 parameter says so), and the fence / commit / wait that order
+// them. Issued by a warpgroup (4 consecutive warps starting at a warp index divisible by 4); the
+// accumulators stay in registers.
 //
 // Shared layout (the "SW128" atom): a tile of R rows x 64 bf16 (128 bytes a row) with the 16-byte
 // chunk j of row r stored at chunk j ^ (r % 8); wider tiles are such 64-column blocks one after
@@ -65,15 +66,16 @@ __device__ inline void fence_shared_for_async() {
 
 // d (64 x 64) = (accumulate ? d : 0) + A B, A (64 x 16) and B (16 x 64, stored N x K) both
 // K-major in shared memory; bf16 operands, or (kF16) f16.
-#define DS_WGMMA_64x64_SS(T)                                                                    \
-  asm volatile(                                                                                 \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                              \
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T " "                                 \
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+#define DS_WGMMA_64x64_SS(T)                                                                     \
+  asm volatile(                                                                                  \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                               \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T                                      \
+      " "                                                                                        \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "   \
       "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, " \
-      "0;\n"                                                                                    \
-      "}\n"                                                                                     \
-      : DS_WGMMA_ACC32(0)                                                                       \
+      "0;\n"                                                                                     \
+      "}\n"                                                                                      \
+      : DS_WGMMA_ACC32(0)                                                                        \
       : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)))
 template <bool kF16 = false>
 __device__ inline void mma_64x64_ss(float (&d)[32], uint64_t a, uint64_t b, bool accumulate) {
@@ -126,16 +128,17 @@ __device__ inline void mma_64x32_rs_kmajor(float (&d)[16], const uint32_t (&a)[4
 // d (64 x 64) = (accumulate ? d : 0) + A B, A (64 x 16) in registers (the mma.sync A fragment
 // layout per warp: rows 16 w + g (+ 8), columns 2c (+ 8)), B (16 x 64) in shared memory,
 // MN-major (kMnMajorB) or K-major (stored N x K); bf16 operands, or (kF16) f16.
-#define DS_WGMMA_64x64_RS(T)                                                                    \
-  asm volatile(                                                                                 \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                              \
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T " "                                 \
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+#define DS_WGMMA_64x64_RS(T)                                                                     \
+  asm volatile(                                                                                  \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                               \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T                                      \
+      " "                                                                                        \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "   \
       "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, " \
-      "%36, p, 1, 1, %38;\n"                                                                    \
-      "}\n"                                                                                     \
-      : DS_WGMMA_ACC32(0)                                                                       \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)),  \
+      "%36, p, 1, 1, %38;\n"                                                                     \
+      "}\n"                                                                                      \
+      : DS_WGMMA_ACC32(0)                                                                        \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)),   \
         "n"(kMnMajorB ? 1 : 0))
 template <bool kMnMajorB = true, bool kF16 = false>
 __device__ inline void mma_64x64_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b,
@@ -150,17 +153,18 @@ __device__ inline void mma_64x64_rs(float (&d)[32], const uint32_t (&a)[4], uint
 // d (64 x 128) += A B, A (64 x 16) in registers (the mma.sync A fragment layout per warp: rows
 // 16 w + g (+ 8), columns 2c (+ 8)), B (16 x 128) MN-major in shared memory; bf16 operands, or
 // (kF16) f16.
-#define DS_WGMMA_64x128_RS(T)                                                                  \
-  asm volatile(                                                                                \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                             \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." T "." T " "                               \
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
-      "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "  \
-      "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "  \
+#define DS_WGMMA_64x128_RS(T)                                                                     \
+  asm volatile(                                                                                   \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                                \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." T "." T                                      \
+      " "                                                                                         \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "    \
+      "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "     \
+      "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "     \
       "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, " \
-      "1, 1;\n"                                                                                \
-      "}\n"                                                                                    \
-      : DS_WGMMA_ACC32(0), DS_WGMMA_ACC32(32)                                                  \
+      "1, 1;\n"                                                                                   \
+      "}\n"                                                                                       \
+      : DS_WGMMA_ACC32(0), DS_WGMMA_ACC32(32)                                                     \
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
 template <bool kF16 = false>
 __device__ inline void mma_64x128_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
@@ -177,7 +181,8 @@ __device__ inline void mma_64x128_rs(float (&d)[64], const uint32_t (&a)[4], uin
 #define DS_WGMMA_64x256_RS(T)                                                                  \
   asm volatile(                                                                                \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"                                            \
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32." T "." T " "                               \
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32." T "." T                                   \
+      " "                                                                                      \
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
       "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "  \
       "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "  \
