@@ -65,18 +65,19 @@ __device__ void load_kv_tile(KvT* stage, const BatchMeta& b, const int* pages, c
 }
 
 // fp8: widens a copy stage's e4m3 V rows into the warp's f16 V tile (8 bytes a lane at a time,
-// consecutive lanes on consecutive pieces of a row).
+// consecutive lanes on consecutive pieces of a row; a lane keeps its piece c of rows r0, r0 +
+// kStep, ...).
 template <int kHd>
 __device__ void widen_v_tile(__nv_bfloat16* dst, const uint8_t* stage) {
   using L = DecodeTiles<kHd, uint8_t>;
-  constexpr int kPieces = kHd / 8;  // 8-byte pieces a row
-  const int lane = threadIdx.x % 32;
+  constexpr int kPieces = kHd / 8, kStep = 32 / kPieces;  // 8-byte pieces a row, rows a pass
+  const int lane = threadIdx.x % 32, c = lane % kPieces, r0 = lane / kPieces;
+  const uint8_t* src = stage + L::kCopyMat + r0 * L::kCopyRow + 8 * c;
+  __nv_bfloat16* out = dst + r0 * L::kRow + 8 * c;
 #pragma unroll
-  for (int i = lane; i < kTile * kPieces; i += 32) {
-    const int r = i / kPieces, c = i % kPieces;
-    const uint2 x = *reinterpret_cast<const uint2*>(stage + L::kCopyMat + r * L::kCopyRow + 8 * c);
-    *reinterpret_cast<uint4*>(dst + r * L::kRow + 8 * c) = kv_fp8::widen8_f16(x);
-  }
+  for (int k = 0; k < kTile / kStep; ++k)
+    *reinterpret_cast<uint4*>(out + k * kStep * L::kRow) =
+        kv_fp8::widen8_f16(*reinterpret_cast<const uint2*>(src + k * kStep * L::kCopyRow));
 }
 
 // K's B fragments for keys 0..7 (kb[0..1]) and 8..15 (kb[2..3]) at columns 16 ks..: ldmatrix from

@@ -104,16 +104,20 @@ __device__ void copy_fp8_rows(unsigned char* copy, const uint8_t* cache, const T
   }
 }
 
-// A copied fp8 tile widened into an SW128 f16 tile of kKeys rows (8 values a thread at a time).
+// A copied fp8 tile widened into an SW128 f16 tile of kKeys rows, 8 values a thread at a time: a
+// thread keeps its 8-byte piece c of rows r0, r0 + kStep, ... (kStep a multiple of 8: the same
+// swizzled column in each), so its addresses are one base plus constants.
 template <int HD>
 __device__ void widen_rows(unsigned char* tile, const unsigned char* copy) {
-  constexpr int kPieces = HD / 8;  // 8-byte pieces a row
+  constexpr int kPieces = HD / 8, kStep = kThreads / kPieces;  // pieces a row, rows a pass
+  static_assert(kStep % 8 == 0 && kKeys % kStep == 0);
+  const int c = threadIdx.x % kPieces, r0 = threadIdx.x / kPieces;
+  unsigned char* dst = tile + wgmma::sw128_offset(kKeys, r0, 8 * c);
+  const unsigned char* src = copy + r0 * HD + 8 * c;
 #pragma unroll
-  for (int i = threadIdx.x; i < kKeys * kPieces; i += kThreads) {
-    const int r = i / kPieces, c = i % kPieces;
-    *reinterpret_cast<uint4*>(tile + wgmma::sw128_offset(kKeys, r, 8 * c)) =
-        kv_fp8::widen8_f16(*reinterpret_cast<const uint2*>(copy + r * HD + 8 * c));
-  }
+  for (int k = 0; k < kKeys / kStep; ++k)
+    *reinterpret_cast<uint4*>(dst + k * kStep * wgmma::kRowBytes) =
+        kv_fp8::widen8_f16(*reinterpret_cast<const uint2*>(src + k * kStep * HD));
 }
 
 // The block's query rows of head h into the SW128 Q tile (rows past t.rows zero).
