@@ -275,30 +275,29 @@ __device__ void write_out(const float (&o)[HD / 8][4], float (&l)[2], const Tile
 template <int HD, typename KvT>
 struct KvPipe {
   static constexpr bool kFp8 = sizeof(KvT) == 1;
-  static constexpr uint32_t kSlot = PrefillLayout<HD, kFp8>::kv_bytes,
-                            kCopy = PrefillLayout<HD, kFp8>::copy_bytes;
-  unsigned char *ks, *vs, *copies;  // K slots, V slots, fp8: the K then the V copy tile
+  static constexpr uint32_t kSlot = PrefillLayout<HD, kFp8>::kv_bytes;
+  unsigned char *ks, *vs, *kcopy, *vcopy;  // K slots, V slots, fp8: the K and V copy tiles
 
   // Starts the copies of K_{j+1} and V_j (j = -1: K_0 alone).
   __device__ void start(int j, int tiles, const KvT* kc, const KvT* vc, const Tile& t,
                         int nkv) const {
     if (j + 1 < tiles) {
       if constexpr (kFp8)
-        copy_fp8_rows<HD>(copies, kc, t, (j + 1) * kKeys, nkv);
+        copy_fp8_rows<HD>(kcopy, kc, t, (j + 1) * kKeys, nkv);
       else
         load_rows<HD>(ks + ((j + 1) % 2) * kSlot, kc, t, (j + 1) * kKeys, nkv);
     }
     if (j >= 0 && j < tiles) {
       if constexpr (kFp8)
-        copy_fp8_rows<HD>(copies + kCopy, vc, t, j * kKeys, nkv);
+        copy_fp8_rows<HD>(vcopy, vc, t, j * kKeys, nkv);
       else
         load_rows<HD>(vs + (j % 2) * kSlot, vc, t, j * kKeys, nkv);
     }
   }
   // fp8, once start(j - 1)'s copies have landed: K_j and V_{j-1} widened into their slots.
   __device__ void widen(int j, int tiles) const {
-    if (j < tiles) widen_rows<HD>(ks + (j % 2) * kSlot, copies);
-    if (j >= 1) widen_rows<HD>(vs + ((j - 1) % 2) * kSlot, copies + kCopy);
+    if (j < tiles) widen_rows<HD>(ks + (j % 2) * kSlot, kcopy);
+    if (j >= 1) widen_rows<HD>(vs + ((j - 1) % 2) * kSlot, vcopy);
   }
 };
 
@@ -312,9 +311,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   using Lay = PrefillLayout<HD, kFp8>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* qs = wgmma::atom_aligned<unsigned char>(smem_raw);
-  unsigned char* ks = qs + Lay::q_bytes;       // K slot i at ks + i kv_bytes
-  unsigned char* vs = ks + 2 * Lay::kv_bytes;  // V slot i at vs + i kv_bytes
-  const KvPipe<HD, KvT> pipe{ks, vs, vs + 2 * Lay::kv_bytes};
+  unsigned char* ks = qs + Lay::q_bytes;           // K slot i at ks + i kv_bytes
+  unsigned char* vs = ks + 2 * Lay::kv_bytes;      // V slot i at vs + i kv_bytes
+  unsigned char* copies = vs + 2 * Lay::kv_bytes;  // fp8: the K, then the V copy tile
+  const KvPipe<HD, KvT> pipe{ks, vs, copies, copies + Lay::copy_bytes};
   const int h = blockIdx.x, seq = blockIdx.y, n = b.seq_len[seq];
   const int tile = gridDim.z - 1 - blockIdx.z;  // heaviest first
   if (n < min_len || tile * kRows >= n) return;

@@ -63,6 +63,12 @@ __device__ inline void fence_shared_for_async() {
       "+f"(d[i + 6]), "+f"(d[i + 7])
 #define DS_WGMMA_ACC32(i) \
   DS_WGMMA_ACC8(i), DS_WGMMA_ACC8(i + 8), DS_WGMMA_ACC8(i + 16), DS_WGMMA_ACC8(i + 24)
+// The wrapper's asm (a macro of the operand type's name) for bf16, or (kF16) f16.
+#define DS_WGMMA_TYPED(ASM) \
+  if constexpr (kF16)       \
+    ASM("f16");             \
+  else                      \
+    ASM("bf16")
 
 // d (64 x 64) = (accumulate ? d : 0) + A B, A (64 x 16) and B (16 x 64, stored N x K) both
 // K-major in shared memory; bf16 operands, or (kF16) f16.
@@ -79,10 +85,7 @@ __device__ inline void fence_shared_for_async() {
       : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)))
 template <bool kF16 = false>
 __device__ inline void mma_64x64_ss(float (&d)[32], uint64_t a, uint64_t b, bool accumulate) {
-  if constexpr (kF16)
-    DS_WGMMA_64x64_SS("f16");
-  else
-    DS_WGMMA_64x64_SS("bf16");
+  DS_WGMMA_TYPED(DS_WGMMA_64x64_SS);
 }
 #undef DS_WGMMA_64x64_SS
 
@@ -143,10 +146,7 @@ __device__ inline void mma_64x32_rs_kmajor(float (&d)[16], const uint32_t (&a)[4
 template <bool kMnMajorB = true, bool kF16 = false>
 __device__ inline void mma_64x64_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b,
                                     bool accumulate = true) {
-  if constexpr (kF16)
-    DS_WGMMA_64x64_RS("f16");
-  else
-    DS_WGMMA_64x64_RS("bf16");
+  DS_WGMMA_TYPED(DS_WGMMA_64x64_RS);
 }
 #undef DS_WGMMA_64x64_RS
 
@@ -168,10 +168,7 @@ __device__ inline void mma_64x64_rs(float (&d)[32], const uint32_t (&a)[4], uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
 template <bool kF16 = false>
 __device__ inline void mma_64x128_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
-  if constexpr (kF16)
-    DS_WGMMA_64x128_RS("f16");
-  else
-    DS_WGMMA_64x128_RS("bf16");
+  DS_WGMMA_TYPED(DS_WGMMA_64x128_RS);
 }
 #undef DS_WGMMA_64x128_RS
 
@@ -197,13 +194,11 @@ __device__ inline void mma_64x128_rs(float (&d)[64], const uint32_t (&a)[4], uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
 template <bool kF16 = false>
 __device__ inline void mma_64x256_rs(float (&d)[128], const uint32_t (&a)[4], uint64_t b) {
-  if constexpr (kF16)
-    DS_WGMMA_64x256_RS("f16");
-  else
-    DS_WGMMA_64x256_RS("bf16");
+  DS_WGMMA_TYPED(DS_WGMMA_64x256_RS);
 }
 #undef DS_WGMMA_64x256_RS
 
+#undef DS_WGMMA_TYPED
 #undef DS_WGMMA_ACC32
 #undef DS_WGMMA_ACC8
 
