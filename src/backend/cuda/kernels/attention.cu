@@ -23,8 +23,8 @@ constexpr int kLongSplitRows = 4, kLongSplitKeys = 128;  // launch_split
 // (kHd + 16 bytes each; K's MMA fragments are converted straight from them) and one more f16 tile
 // takes the V being folded, widened — 25 KB a warp at kHd 256, so that two blocks fit an SM. kHd
 // is the head size rounded up to 64 / 128 / 256; the columns past the real head size are zero.
-// Measured on the H200 (4B, context 8k, B = 256): 1.25 ms a layer (3.4 TB/s of fp8 bytes) against
-// 1.87 with three copy stages (one block an SM) and 2.32 with K widened too; bf16 2.14.
+// Measured on the H200 (4B, context 8k, B = 256): 1.23 ms a layer (3.5 TB/s of fp8 bytes) against
+// 1.87 with three copy stages (one block an SM) and 2.32 with K widened too; bf16 2.08 (4.1 TB/s).
 template <int kHd, typename KvT>
 struct DecodeTiles {
   static constexpr bool kFp8 = sizeof(KvT) == 1;
