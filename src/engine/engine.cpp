@@ -197,6 +197,7 @@ void Engine::loop() {
       if (stop_) break;
       std::swap(in, inbox_);
     }
+    const auto begun = clock::now();  // the engine thread's work on this step from here
     for (auto& r : in.added) {
       if (!failure().empty()) {  // arrived while failing: one error delta, nothing scheduled
         OutputDelta d;
@@ -227,11 +228,17 @@ void Engine::loop() {
       s.prefix_cache_blocks = cache_.num_cached_blocks();
     });
     if (!plan.empty()) {
+      double forward = 0;
       try {
-        run_step(plan);
+        forward = run_step(plan);
       } catch (const std::exception& e) {  // a device, rank or allocation fault: fail-stop
         fail_all(e.what());
       }
+      const double all = seconds(begun, clock::now());
+      metrics_.update([&](MetricsSnapshot& s) {
+        s.forward_seconds += forward;
+        s.host_seconds += all - forward;
+      });
     }
   }
   for (auto& [id, r] : requests_) {
@@ -244,14 +251,16 @@ void Engine::loop() {
   }
 }
 
-void Engine::run_step(const ScheduledStep& step) {
+double Engine::run_step(const ScheduledStep& step) {
   std::vector<backend::SampleSpec> specs;
   specs.reserve(step.batch.sample_rows().size());
   for (size_t i = 0; i < step.requests.size(); ++i)
     for (int32_t k = 0; k < step.batch.seq(i).num_samples; ++k)
       specs.push_back(sample_spec(*step.requests[i]));
+  const auto forward_begun = clock::now();
   const std::vector<backend::Sampled> out =
       exec_.execute_sample(step.batch, cfg_.sample_vocab, specs);
+  const double forward = seconds(forward_begun, clock::now());
   scheduler_.commit(step);
   metrics_.update([](MetricsSnapshot& s) { ++s.steps; });
   std::vector<SampledToken> tokens;
@@ -267,6 +276,7 @@ void Engine::run_step(const ScheduledStep& step) {
     }
     on_tokens(*step.requests[i], tokens);
   }
+  return forward;
 }
 
 int32_t Engine::scripted(const Request& r, int32_t k, int32_t sampled) const {

@@ -108,7 +108,8 @@ class Engine {
   Engine(std::unique_ptr<LocalExecutor> owned, Executor* exec, EngineConfig cfg,
          const tokenizer::Tokenizer* tok);
   void loop();
-  void run_step(const ScheduledStep& step);
+  // Runs a step and hands out its tokens; returns the seconds its forward took.
+  double run_step(const ScheduledStep& step);
   // Appends a request's sampled tokens of a step, streams them and finishes the request when a
   // stop condition holds.
   void on_tokens(Request& r, std::span<const SampledToken> tokens);

@@ -26,6 +26,10 @@ struct MetricsSnapshot {
   int64_t requests_finished = 0, requests_aborted = 0, preemptions = 0, steps = 0;
   int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;  // prompt tokens (first admissions)
   int64_t prefix_cache_blocks = 0;                          // KV pages indexed by the cache
+  // The engine thread's seconds over the steps that ran: in the forwards (the backend's staging,
+  // the device's work and the tokens' way back: a forward returns with its sampled tokens), and
+  // around them (taking in requests, scheduling, output processing) — time the device idles.
+  double forward_seconds = 0, host_seconds = 0;
   Histogram ttft, itl, e2e;
 };
 

@@ -121,6 +121,12 @@ std::string prometheus_text(const engine::MetricsSnapshot& m, const std::string&
        d(m.prefix_cache_blocks)},
       {"deltaserve_engine_steps_total", "", "counter", "Engine steps (batched forwards).",
        d(m.steps)},
+      {"deltaserve_engine_forward_seconds_total", "", "counter",
+       "Engine-thread seconds in the steps' forwards (staging, device work, tokens back).",
+       m.forward_seconds},
+      {"deltaserve_engine_host_seconds_total", "", "counter",
+       "Engine-thread seconds around the steps' forwards (admission, scheduling, outputs).",
+       m.host_seconds},
       {"deltaserve_http_requests_total", "", "counter", "HTTP requests received.",
        d(http_requests)},
   };

@@ -192,6 +192,7 @@ TEST_F(EngineTest, RejectsBadRequestsUpFront) {
 }
 
 TEST_F(EngineTest, MaxTokensEosAndMetrics) {
+  const auto started = std::chrono::steady_clock::now();
   Engine e(*model_, {});
   SamplingParams p = greedy(5);
   const auto prompt = random_prompt(12, 9, 384);
@@ -216,6 +217,13 @@ TEST_F(EngineTest, MaxTokensEosAndMetrics) {
   EXPECT_EQ(m.generation_tokens, 5 + 3 + 4);
   EXPECT_EQ(m.ttft.count, 3u);
   EXPECT_EQ(m.itl.count, 4u + 2u + 3u);
+  // The engine thread's time splits into forwards and the work around them, within the wall time.
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  EXPECT_GT(m.steps, 0);
+  EXPECT_GT(m.forward_seconds, 0.0);
+  EXPECT_GT(m.host_seconds, 0.0);
+  EXPECT_LT(m.forward_seconds + m.host_seconds, wall);
 }
 
 TEST(EngineText, StopStringsAndStreamingTextWithRealTokenizer) {

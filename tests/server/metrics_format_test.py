@@ -43,6 +43,11 @@ def main():
                      "vllm:kv_cache_usage_perc", "vllm:prompt_tokens", "vllm:generation_tokens",
                      "vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds"):
             assert vllm in names, (vllm, sorted(names))
+        # The engine thread's forward and host seconds: both counted once a step has run.
+        by_name = {f.name: f for f in families}
+        for ours in ("deltaserve_engine_forward_seconds", "deltaserve_engine_host_seconds"):
+            assert ours in by_name, (ours, sorted(names))
+            assert by_name[ours].samples[0].value > 0, (ours, by_name[ours].samples)
         histograms = [f for f in families if f.type == "histogram"]
         assert len(histograms) == 6, [f.name for f in histograms]
         for f in histograms:
