@@ -138,13 +138,14 @@ int cmd_bench(const std::vector<std::string>& argv) {
       "\"duration_s\": %.3f, "
       "\"requests_per_s\": %.3f, \"input_tok_per_s\": %.1f, \"output_tok_per_s\": %.1f, "
       "\"total_tok_per_s\": %.1f, "
-      "%s, \"steps\": %lld, \"preemptions\": %lld, \"prefix_caching\": %s}\n",
+      "%s, \"steps\": %lld, \"engine_forward_s\": %.3f, \"engine_host_s\": %.3f, "
+      "\"preemptions\": %lld, \"prefix_caching\": %s}\n",
       a.get("device", "cpu").c_str(), n, in_len, out_len, concurrency, cfg.max_num_seqs,
       cfg.max_num_batched_tokens, dur, n / dur, static_cast<double>(n) * in_len / dur,
       static_cast<double>(sum.output_tokens) / dur,
       (static_cast<double>(n) * in_len + static_cast<double>(sum.output_tokens)) / dur,
-      sum.latency_json.c_str(), static_cast<long long>(ms.steps),
-      static_cast<long long>(ms.preemptions),
+      sum.latency_json.c_str(), static_cast<long long>(ms.steps), ms.forward_seconds,
+      ms.host_seconds, static_cast<long long>(ms.preemptions),
       eng.config().enable_prefix_caching ? "true" : "false");
   return sum.completed == n ? 0 : 1;
 }
