@@ -78,11 +78,13 @@ TEST(LocalGroup, MissingRankTimesOutAndPoisonStopsEveryone) {
   EXPECT_THROW(c->barrier(), DeviceError);  // later collectives fail promptly
 }
 
-// Runs `steps` on N CPU ranks; returns rank 0's logits of every step.
+// Runs `steps` on N CPU ranks (an fp8 e4m3 KV cache with kv_fp8); returns rank 0's logits of
+// every step.
 std::vector<std::vector<float>> run_tp(const std::filesystem::path& dir, int N,
                                        const std::vector<StepBatch>& steps,
                                        int64_t* gdn_weight_bytes = nullptr,
-                                       dist::TpspConfig tpsp = {}, int* all_reduces = nullptr) {
+                                       dist::TpspConfig tpsp = {}, int* all_reduces = nullptr,
+                                       bool kv_fp8 = false) {
   const model::ModelConfig cfg = model::load_model_config(dir);
   const model::Checkpoint ckpt(dir);
   std::vector<std::vector<float>> out;
@@ -103,7 +105,7 @@ std::vector<std::vector<float>> run_tp(const std::filesystem::path& dir, int N,
     }
     model::Qwen35Model m(cfg, be, std::move(w),
                          dist::Parallel({N, r}, N > 1 ? comm : nullptr, tpsp));
-    auto runner = deltaserve::testing::make_runner(m, 64, 16, 4);
+    auto runner = deltaserve::testing::make_runner(m, 64, 16, 4, 64, 0, DType::kF32, kv_fp8);
     for (const StepBatch& b : steps) {
       std::vector<float> l = runner->forward(b);
       if (r == 0) out.push_back(std::move(l));
@@ -134,6 +136,34 @@ TEST(TensorParallel, Tp2EqualsTp1OnTinyCheckpoints) {
     const auto tp2 = run_tp(dir, 2, steps, &b2);
     expect_same_logits(tp2, tp1, std::string(name) + " TP2");
     EXPECT_EQ(b2 * 2, b1) << "GDN weights per rank must be 1/2 of TP1's";
+  }
+}
+
+// With an fp8 KV cache each rank narrows its own KV heads, so TP2 computes what TP1 does — up to
+// e4m3 roundings that flip: TP's float results differ from TP1's by ~1e-6 relative (sgemm over
+// other widths), which moves the odd value across a rounding midpoint (one e4m3 step, 1/8 of
+// it). Such flips stay far below the cache's own rounding: TP2's distance to TP1 is held to a
+// quarter of the fp8 cache's distance to the f32 cache (measured on tiny_real's prefill: 0.015 of
+// it with the AVX2 sgemm that ctest pins, 0.11 with the AVX-512 one — other flips; below 1e-4 of
+// it on tiny_odd). Were a rank's cache not fp8, the gap would be the whole distance.
+TEST(TensorParallel, Tp2WithAnFp8KvCacheEqualsTp1WithIt) {
+  for (const char* name : {"tiny_real", "tiny_odd"}) {
+    const auto dir = test_data() / name;
+    const auto steps = scenario(static_cast<int>(model::load_model_config(dir).vocab_size));
+    const auto tp1 = run_tp(dir, 1, steps, nullptr, {}, nullptr, true);
+    const auto tp2 = run_tp(dir, 2, steps, nullptr, {}, nullptr, true);
+    const auto f32_cache = run_tp(dir, 1, steps);
+    ASSERT_EQ(tp2.size(), tp1.size());
+    for (size_t k = 0; k < tp1.size(); ++k) {
+      const size_t n = tp1[k].size();
+      const float fp8_effect =
+          deltaserve::testing::max_abs_diff(tp1[k].data(), f32_cache[k].data(), n);
+      EXPECT_GT(fp8_effect, 0.0f) << name << " step " << k << ": the cache's dtype reached it";
+      const float tp_gap = deltaserve::testing::max_abs_diff(tp2[k].data(), tp1[k].data(), n);
+      std::printf("  %s step %zu: TP2 vs TP1 (fp8 KV) %.3e, fp8 vs f32 KV %.3e\n", name, k, tp_gap,
+                  fp8_effect);
+      EXPECT_LE(tp_gap, 0.25f * fp8_effect) << name << " TP2 fp8 KV step " << k;
+    }
   }
 }
 
