@@ -86,6 +86,26 @@ TEST_F(PrefixCacheTest, IdenticalPromptsHitAndMatchTheUncachedRun) {
   }
 }
 
+// With an fp8 KV cache a hit reads the same e4m3 pages the uncached run wrote and read back (the
+// prefill's own keys go through the cache too): bit-identical tokens and logprobs.
+TEST_F(PrefixCacheTest, Fp8KvCacheHitsMatchTheUncachedRun) {
+  for (const int len : {65, 129, 300}) {
+    const GenerateRequest req = greedy(random_prompt(len, static_cast<uint32_t>(len) + 7, kVocab));
+    EngineConfig plain = config(false), cached = config(true);
+    plain.kv_cache_fp8 = cached.kv_cache_fp8 = true;
+    Engine u(*model_, plain);
+    const Result want = run(u, req);
+    EXPECT_NE(want.logprobs.front().logprob, uncached({req})[0].logprobs.front().logprob)
+        << "the fp8 cache is in use";
+    Engine e(*model_, cached);
+    const Result first = run(e, req), second = run(e, req);
+    const std::string what = "fp8 KV, prompt of " + std::to_string(len);
+    EXPECT_EQ(second.cached_tokens, (len - 1) / 64 * 64) << what;
+    expect_identical(first, want, what + " (miss)");
+    expect_identical(second, want, what + " (hit)");
+  }
+}
+
 // The snapshot before the prompt's end is taken inside the prefill step (the GDN ops write it),
 // so caching costs no extra step: one prefill step and three decode steps, as without the cache.
 TEST_F(PrefixCacheTest, TheSnapshotBeforeThePromptsEndCostsNoExtraStep) {
