@@ -60,24 +60,25 @@ bool RequestStream::try_next(OutputDelta& out) {
 }
 
 void RequestStream::set_listener(std::function<void()> f) {
+  auto listener = f ? std::make_shared<const std::function<void()>>(std::move(f)) : nullptr;
   bool pending;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    listener_ = f;
+    listener_ = listener;
     pending = !q_.empty();
   }
-  if (pending && f) f();
+  if (pending && listener) (*listener)();
 }
 
 void RequestStream::push(OutputDelta d) {
-  std::function<void()> listener;
+  std::shared_ptr<const std::function<void()>> listener;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (q_.empty()) listener = listener_;  // else a call for the queued deltas is under way
     q_.push_back(std::move(d));
-    listener = listener_;
   }
   cv_.notify_all();
-  if (listener) listener();
+  if (listener) (*listener)();
 }
 
 }  // namespace deltaserve::engine

@@ -85,8 +85,10 @@ class RequestStream {
   bool next(OutputDelta& out, std::chrono::milliseconds timeout);
   // Takes the next delta if one is queued (never blocks).
   bool try_next(OutputDelta& out);
-  // Calls `f` after every push (on the engine thread; keep it short, e.g. post to an executor),
-  // and at once if deltas are already queued. For asynchronous readers.
+  // Calls `f` after a push that finds no delta queued (on the engine thread; keep it short, e.g.
+  // post to an executor), and at once if deltas are already queued: a reader that takes every
+  // queued delta (try_next until false) when called misses none, with one call for the deltas
+  // that arrive before it runs. For asynchronous readers.
   void set_listener(std::function<void()> f);
   // Engine side.
   void push(OutputDelta d);
@@ -96,7 +98,7 @@ class RequestStream {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<OutputDelta> q_;
-  std::function<void()> listener_;
+  std::shared_ptr<const std::function<void()>> listener_;  // shared: a push copies no closure
 };
 
 enum class RequestStatus { kWaiting, kRunning, kFinished };

@@ -26,6 +26,7 @@
 // clang-format on
 
 #include "engine/request.h"
+#include "server/drain_batcher.h"
 
 namespace deltaserve::server {
 
@@ -106,6 +107,7 @@ class HttpServer {
   HttpServerConfig cfg_;
   Handler handler_;
   boost::asio::io_context io_;
+  DrainBatcher drains_{io_.get_executor()};  // sessions' drains posted by the engine thread
   boost::asio::thread_pool workers_;
   boost::asio::ip::tcp::acceptor acceptor_;
   boost::asio::signal_set signals_;

@@ -148,10 +148,11 @@ void Session::start_async(AsyncReply reply) {
             "Cache-Control: no-cache\r\nConnection: close\r\n\r\n");
   }
   watch_disconnect();
+  // The engine thread's wake-up goes through the server's batcher: one post for all the sessions
+  // with new deltas, not one each.
   auto weak = weak_from_this();
-  auto exec = stream_.get_executor();
-  reply_.stream->set_listener([weak, exec] {
-    asio::post(exec, [weak] {
+  reply_.stream->set_listener([weak, exec = stream_.get_executor(), drains = &server_.drains_] {
+    drains->add(exec, [weak] {
       if (auto self = weak.lock()) self->drain();
     });
   });
