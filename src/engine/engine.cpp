@@ -228,17 +228,16 @@ void Engine::loop() {
       s.prefix_cache_blocks = cache_.num_cached_blocks();
     });
     if (!plan.empty()) {
-      double forward = 0;
       try {
-        forward = run_step(plan);
+        const double forward = run_step(plan);
+        const double all = seconds(begun, clock::now());
+        metrics_.update([&](MetricsSnapshot& s) {
+          s.forward_seconds += forward;
+          s.host_seconds += all - forward;
+        });
       } catch (const std::exception& e) {  // a device, rank or allocation fault: fail-stop
         fail_all(e.what());
       }
-      const double all = seconds(begun, clock::now());
-      metrics_.update([&](MetricsSnapshot& s) {
-        s.forward_seconds += forward;
-        s.host_seconds += all - forward;
-      });
     }
   }
   for (auto& [id, r] : requests_) {

@@ -336,13 +336,11 @@ void launch_split(const BatchMeta& b, int rows, const __nv_bfloat16* q, const __
     return v ? std::max(0, std::atoi(v)) / kTile * kTile : kLongSplitKeys;
   }();
   const int min_chunk = rows >= kLongSplitRows ? long_keys : 0;
-  // An fp8 cache widens to f16 (one conversion a pair) for f16 MMAs. Measured on the H200 at
-  // context 8k against widening to bf16 (4 conversions a pair): B = 64 9.95 ms a step against
-  // 10.55, B = 256 30.7 against 33.0.
-  auto kernel = attn_split_kernel<kHd, KvT>;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  pdl::launch_dependent(kernel, dim3(rows, s.nkv, splits), 32 * kWarps, smem, stream, b, q, gate,
-                        k_cache, v_cache, s, splits, min_len, min_chunk, ws, out);
+  cudaFuncSetAttribute(attn_split_kernel<kHd, KvT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       smem);
+  pdl::launch_dependent(attn_split_kernel<kHd, KvT>, dim3(rows, s.nkv, splits), 32 * kWarps, smem,
+                        stream, b, q, gate, k_cache, v_cache, s, splits, min_len, min_chunk, ws,
+                        out);
 }
 
 }  // namespace

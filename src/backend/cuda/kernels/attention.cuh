@@ -54,9 +54,10 @@ void launch_paged_attention(const BatchMeta& b, int split_rows, int prefill_from
                             const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
                             const AttnShape& s, int splits, float* ws, __nv_bfloat16* out,
                             cudaStream_t stream);
-// The same over an fp8 e4m3 cache (--kv-cache-dtype fp8): both kernels widen each key / value
-// tile in shared memory before their MMAs (the decode kernel to f16 for f16 MMAs, the prefill
-// kernel to bf16). Preconditions as above, and hd % 16 == 0.
+// The same over an fp8 e4m3 cache (--kv-cache-dtype fp8): both kernels convert the e4m3 keys and
+// values to f16 for f16 MMAs (the decode kernel K's fragments straight from its copies and V in
+// shared memory, the prefill kernel both tiles in shared memory). Preconditions as above, and
+// hd % 16 == 0.
 void launch_paged_attention(const BatchMeta& b, int split_rows, int prefill_from,
                             const __nv_bfloat16* q, const __nv_bfloat16* gate,
                             const uint8_t* k_cache, const uint8_t* v_cache, const AttnShape& s,

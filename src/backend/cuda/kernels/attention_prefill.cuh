@@ -17,7 +17,8 @@ void launch_attention_prefill(const BatchMeta& b, const __nv_bfloat16* q, const 
                               const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
                               const AttnShape& s, int min_len, __nv_bfloat16* out,
                               cudaStream_t stream);
-// The same over an fp8 e4m3 cache (each key / value tile widened to bf16 in shared memory).
+// The same over an fp8 e4m3 cache (each key / value tile widened to f16 in shared memory, Q and P
+// in f16, f16 MMAs).
 void launch_attention_prefill(const BatchMeta& b, const __nv_bfloat16* q, const __nv_bfloat16* gate,
                               const uint8_t* k_cache, const uint8_t* v_cache, const AttnShape& s,
                               int min_len, __nv_bfloat16* out, cudaStream_t stream);
