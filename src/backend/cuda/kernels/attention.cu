@@ -19,23 +19,21 @@ constexpr int kLongSplitRows = 4, kLongSplitKeys = 128;  // launch_split
 
 // A warp's key / value tiles (KvT the cache's element: bf16, or uint8_t for fp8 e4m3). bf16:
 // kStages stages of {K, V} x 16 rows of kHd elements, each row padded by 16 bytes so the eight
-// rows an ldmatrix reads fall on distinct banks. fp8: kDepth = 2 stages hold the cache's e4m3 rows
-// (kHd + 16 bytes each; K's MMA fragments are converted straight from them) and one more f16 tile
-// takes the V being folded, widened — 25 KB a warp at kHd 256, so that two blocks fit an SM. kHd
-// is the head size rounded up to 64 / 128 / 256; the columns past the real head size are zero.
-// Measured on the H200 (4B, context 8k, B = 256): 1.23 ms a layer (3.5 TB/s of fp8 bytes) against
-// 1.87 with three copy stages (one block an SM) and 2.32 with K widened too; bf16 2.08 (4.1 TB/s).
+// rows an ldmatrix reads fall on distinct banks. fp8: the stages hold the cache's e4m3 rows (kHd +
+// 16 bytes each) and both K's and V's MMA fragments are converted straight from them — 26 KB a
+// warp at kHd 256, so that two blocks (three tiles a warp) fit an SM. kHd is the head size rounded
+// up to 64 / 128 / 256; the columns past the real head size are zero. Measured on the H200 (4B,
+// context 8k, B = 256), before V's fragments were converted straight (two stages and a widened
+// f16 V tile): 1.23 ms a layer (3.5 TB/s of fp8 bytes) against 1.87 with three stages and the
+// widened tile (one block an SM), 2.32 with K widened too; bf16 2.08 (4.1 TB/s).
 template <int kHd, typename KvT>
 struct DecodeTiles {
   static constexpr bool kFp8 = sizeof(KvT) == 1;
-  static constexpr int kRow = kHd + 8;  // bf16 elements of a padded row
-  static constexpr int kMat = kTile * kRow;
+  static constexpr int kRow = kHd + 8;                     // bf16 elements of a padded row
   static constexpr int kCopyRow = kFp8 ? kHd + 16 : kRow;  // KvT elements of a copied row
   static constexpr int kCopyMat = kTile * kCopyRow;
   static constexpr size_t kCopyStageBytes = 2 * kCopyMat * sizeof(KvT);
-  static constexpr int kDepth = kFp8 ? 2 : kStages;  // copy stages (tiles in flight + 1)
-  static constexpr size_t kWarpBytes =
-      kDepth * kCopyStageBytes + (kFp8 ? sizeof(__nv_bfloat16) * kMat : 0);
+  static constexpr size_t kWarpBytes = kStages * kCopyStageBytes;
   static constexpr size_t kBytes = kWarps * kWarpBytes;
   static_assert(kCopyStageBytes % 16 == 0 && kWarpBytes % 16 == 0);
 };
@@ -64,22 +62,6 @@ __device__ void load_kv_tile(KvT* stage, const BatchMeta& b, const int* pages, c
   }
 }
 
-// fp8: widens a copy stage's e4m3 V rows into the warp's f16 V tile (8 bytes a lane at a time,
-// consecutive lanes on consecutive pieces of a row; a lane keeps its piece c of rows r0, r0 +
-// kStep, ...).
-template <int kHd>
-__device__ void widen_v_tile(__nv_bfloat16* dst, const uint8_t* stage) {
-  using L = DecodeTiles<kHd, uint8_t>;
-  constexpr int kPieces = kHd / 8, kStep = 32 / kPieces;  // 8-byte pieces a row, rows a pass
-  const int lane = threadIdx.x % 32, c = lane % kPieces, r0 = lane / kPieces;
-  const uint8_t* src = stage + L::kCopyMat + r0 * L::kCopyRow + 8 * c;
-  __nv_bfloat16* out = dst + r0 * L::kRow + 8 * c;
-#pragma unroll
-  for (int k = 0; k < kTile / kStep; ++k)
-    *reinterpret_cast<uint4*>(out + k * kStep * L::kRow) =
-        kv_fp8::widen8_f16(*reinterpret_cast<const uint2*>(src + k * kStep * L::kCopyRow));
-}
-
 // K's B fragments for keys 0..7 (kb[0..1]) and 8..15 (kb[2..3]) at columns 16 ks..: ldmatrix from
 // a bf16 tile, or straight from an fp8 copy stage (a fragment's pairs are adjacent bytes of a K
 // row), each pair converted to f16.
@@ -98,21 +80,58 @@ __device__ void load_k_frag(uint32_t (&kb)[4], const uint8_t* kt, int ks) {
         *reinterpret_cast<const uint16_t*>(r + (i / 2) * 8 * kRow + (i % 2) * 8));
 }
 
+// fp8: V's B fragments for the n-blocks 4 m + q (q = 0..3) straight from the copy stage:
+// vb[q][0] keys 0..7, vb[q][1] keys 8..15. The columns are permuted (v_column) so that a lane's
+// four n-blocks of a group are four adjacent bytes of a row: one 32-bit load a row (rows 2c,
+// 2c + 1, 2c + 8, 2c + 9; on distinct banks, as the row stride is 68 words), byte pairs of two
+// rows by prmt, each pair converted to f16.
+template <int kHd>
+__device__ void load_v_frags(uint32_t (&vb)[4][2], const uint8_t* vt, int m) {
+  constexpr int kRow = DecodeTiles<kHd, uint8_t>::kCopyRow;
+  const int lane = threadIdx.x % 32, c = lane % 4;
+  const uint8_t* at = vt + 2 * c * kRow + 32 * m + 4 * (lane / 4);
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {  // keys 2c, 2c + 1 (k = 0) or 2c + 8, 2c + 9 (k = 1)
+    const uint32_t lo = *reinterpret_cast<const uint32_t*>(at + 8 * k * kRow),
+                   hi = *reinterpret_cast<const uint32_t*>(at + (8 * k + 1) * kRow);
+    const uint32_t q01 = __byte_perm(lo, hi, 0x5140), q23 = __byte_perm(lo, hi, 0x7362);
+    vb[0][k] = kv_fp8::widen2_f16(static_cast<uint16_t>(q01));
+    vb[1][k] = kv_fp8::widen2_f16(static_cast<uint16_t>(q01 >> 16));
+    vb[2][k] = kv_fp8::widen2_f16(static_cast<uint16_t>(q23));
+    vb[3][k] = kv_fp8::widen2_f16(static_cast<uint16_t>(q23 >> 16));
+  }
+}
+
+// The head column of element e (0, 1) of a lane's accumulator for n-block j: 8 j + 2 (lane % 4)
+// + e, or (kFp8Order, load_v_frags' fp8 form) that n index's permuted column.
+template <bool kFp8Order>
+__device__ inline int v_column(int j, int e) {
+  const int n = 2 * (threadIdx.x % 4) + e;
+  return kFp8Order ? 32 * (j / 4) + 4 * n + j % 4 : 8 * j + n;
+}
+
 // One warp's online softmax over its tiles for the rows g = lane / 4 < G (query heads): the
-// running max m (log2 units), this lane's share of the sum l, and o (head g, columns
-// 8 n + 2 (lane % 4) + {0, 1}). kF16: the tiles and Q hold f16 (an fp8 cache widened to f16), so
-// the MMAs and P are f16.
+// running max m (log2 units), this lane's share of the sum l, and o (head g; o[j][e] is column
+// v_column<kF16>(j, e)). kF16: an fp8 cache's fragments are converted to f16 and Q is f16, so the
+// MMAs and P are f16.
 template <int kHd, bool kF16>
 struct DecodeRows {
   float m = -INFINITY, l = 0.0f;
   float o[kHd / 8][2] = {};
 
-  // Folds in one tile of `valid` keys (K at kt: a bf16 tile or an fp8 copy stage, V at vt); qa
-  // holds Q's A fragments (rows 0..7).
-  template <typename KT>
-  __device__ void fold(const KT* kt, const __nv_bfloat16* vt, const uint32_t (&qa)[kHd / 16][2],
-                       int valid, float scale_log2) {
-    using L = DecodeTiles<kHd, __nv_bfloat16>;
+  // o's n-block j rescaled by corr, then += P V over its B fragment (b0, b1).
+  __device__ void fold_values(int j, float corr, uint32_t pa0, uint32_t pa2, uint32_t b0,
+                              uint32_t b1) {
+    o[j][0] *= corr;
+    o[j][1] *= corr;
+    mma::mma_rows8<kF16>(o[j], pa0, pa2, b0, b1);
+  }
+
+  // Folds in one tile of `valid` keys (K at kt, V at vt: a stage's bf16 tiles, or its fp8 rows);
+  // qa holds Q's A fragments (rows 0..7).
+  template <typename KvT>
+  __device__ void fold(const KvT* kt, const KvT* vt, const uint32_t (&qa)[kHd / 16][2], int valid,
+                       float scale_log2) {
     float sc[2][2][2] = {};  // [chain][keys 0..7 / 8..15][two columns]
 #pragma unroll
     for (int ks = 0; ks < kHd / 16; ++ks) {
@@ -142,15 +161,22 @@ struct DecodeRows {
     l = l * corr + (p[0][0] + p[0][1]) + (p[1][0] + p[1][1]);
     const uint32_t pa0 = mma::pack_16<kF16>(p[0][0], p[0][1]),
                    pa2 = mma::pack_16<kF16>(p[1][0], p[1][1]);
+    if constexpr (kF16) {
 #pragma unroll
-    for (int n = 0; n < kHd / 16; ++n) {
-      uint32_t vb[4];
-      mma::load_b(vb, vt + 16 * n, L::kRow);
+      for (int m = 0; m < kHd / 32; ++m) {
+        uint32_t vb[4][2];
+        load_v_frags<kHd>(vb, vt, m);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        o[2 * n + h][0] *= corr;
-        o[2 * n + h][1] *= corr;
-        mma::mma_rows8<kF16>(o[2 * n + h], pa0, pa2, vb[2 * h], vb[2 * h + 1]);
+        for (int q = 0; q < 4; ++q) fold_values(4 * m + q, corr, pa0, pa2, vb[q][0], vb[q][1]);
+      }
+    } else {
+#pragma unroll
+      for (int n = 0; n < kHd / 16; ++n) {
+        uint32_t vb[4];
+        mma::load_b(vb, vt + 16 * n, DecodeTiles<kHd, __nv_bfloat16>::kRow);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          fold_values(2 * n + h, corr, pa0, pa2, vb[2 * h], vb[2 * h + 1]);
       }
     }
   }
@@ -176,12 +202,12 @@ __device__ void load_q_rows(uint32_t (&qa)[kHd / 16][2], const __nv_bfloat16* __
 // Block (token t, KV head, split): the G = nh / nkv query heads sharing the KV head walk the keys
 // [p0, p1) of the token's causal range [0, pos] on tensor cores, the heads as the rows of
 // 16 x 8 x 16 MMAs (S = Q K^T, then O += P V; each key and value row read once for all G heads).
-// Warp w takes the 16-key tiles w, w + kWarps, ... (its own cp.async pipeline of kDepth tiles)
+// Warp w takes the 16-key tiles w, w + kWarps, ... (its own cp.async pipeline of kStages tiles)
 // with its own online softmax; the warps merge at the end. With one split the block writes
 // sigmoid(gate) * softmax(.) v; else the unnormalised partial (m, l, acc[hd]) goes to
-// ws [T, nh, splits, hd + 2] for attn_combine_kernel. An fp8 cache's K fragments are converted to
-// f16 from the copy stage and its V tile widened to f16 before each fold (f16 MMAs, Q and P in
-// f16).
+// ws [T, nh, splits, hd + 2] for attn_combine_kernel. An fp8 cache's K and V fragments are
+// converted to f16 straight from the copy stage (f16 MMAs, Q and P in f16; V's columns permuted,
+// v_column).
 template <int kHd, typename KvT>
 __global__ void __launch_bounds__(32 * kWarps)
     attn_split_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ q,
@@ -204,14 +230,10 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int* pages = b.pages + b.seq_page_off[seq];
   unsigned char* mine_bytes = tiles + warp * L::kWarpBytes;
   KvT* mine = reinterpret_cast<KvT*>(mine_bytes);  // the copy stages
-  // fp8: the f16 V tile being folded (ldmatrix reads the bits of any 16-bit type).
-  __nv_bfloat16* widened =
-      reinterpret_cast<__nv_bfloat16*>(mine_bytes + L::kDepth * L::kCopyStageBytes);
   const int first = p0 + warp * kTile, stride = kWarps * kTile;
   const int count = first < p1 ? (p1 - first + stride - 1) / stride : 0;
-  constexpr int kDepth = L::kDepth;
 #pragma unroll
-  for (int i = 0; i < kDepth - 1; ++i) {
+  for (int i = 0; i < kStages - 1; ++i) {
     if (i < count)
       load_kv_tile<kHd>(mine + i * 2 * L::kCopyMat, b, pages, s, kvh, first + i * stride, p1, kc,
                         vc);
@@ -222,21 +244,15 @@ __global__ void __launch_bounds__(32 * kWarps)
   const float scale_log2 = rsqrtf(static_cast<float>(hd)) * kLog2e;
   DecodeRows<kHd, kF16> rows;
   for (int i = 0; i < count; ++i) {
-    const int next = i + kDepth - 1;
+    const int next = i + kStages - 1;
     if (next < count)
-      load_kv_tile<kHd>(mine + next % kDepth * 2 * L::kCopyMat, b, pages, s, kvh,
+      load_kv_tile<kHd>(mine + next % kStages * 2 * L::kCopyMat, b, pages, s, kvh,
                         first + next * stride, p1, kc, vc);
     mma::cp_async_commit();
-    mma::cp_async_wait<kDepth - 1>();
+    mma::cp_async_wait<kStages - 1>();
     __syncwarp();
-    const KvT* copied = mine + i % kDepth * 2 * L::kCopyMat;
-    if constexpr (L::kFp8) {
-      widen_v_tile<kHd>(widened, copied);
-      __syncwarp();
-      rows.fold(copied, widened, qa, p1 - (first + i * stride), scale_log2);
-    } else {
-      rows.fold(copied, copied + L::kMat, qa, p1 - (first + i * stride), scale_log2);
-    }
+    const KvT* copied = mine + i % kStages * 2 * L::kCopyMat;
+    rows.fold(copied, copied + L::kCopyMat, qa, p1 - (first + i * stride), scale_log2);
     __syncwarp();
   }
   mma::cp_async_wait<0>();
@@ -250,7 +266,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     for (int j = 0; j < kHd / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int d = 8 * j + 2 * (lane % 4) + e;
+        const int d = v_column<kF16>(j, e);
         if (d < hd) sacc[g * hd + d] = rows.o[j][e];
       }
     if (lane % 4 == 0) {
