@@ -106,14 +106,15 @@ class Backend {
   }
   virtual void drop_graphs() {}
 
-  // While on, the first GEMM of each new shape of at least kMinTunedRows tokens times the
+  // While min_rows > 0, the first GEMM of each new shape of at least min_rows tokens times the
   // library's candidate algorithms on its own operands and keeps the fastest for that shape (its
   // output, and with an accumulating GEMM the tensor it adds into, are garbage then): for a
-  // padding step at start-up, never for a step whose results count or inside graph capture.
-  // No-op where there is nothing to tune (the CPU).
-  static constexpr int64_t kMinTunedRows = 1024;
+  // padding step at start-up, never for a step whose results count or inside graph capture. 0
+  // turns it off. kMinTunedRows for prefill steps, kMinTunedDecodeRows for the decode graphs'
+  // batch sizes above the weight-streaming GEMM's. No-op where there is nothing to tune (the CPU).
+  static constexpr int64_t kMinTunedRows = 1024, kMinTunedDecodeRows = 128;
   virtual bool tunes_linears() const { return false; }
-  virtual void set_linear_tuning(bool on) { (void)on; }
+  virtual void set_linear_tuning(int64_t min_rows) { (void)min_rows; }
 
   // Two streams (TPSP's microchunk pipeline, model/microchunk_pipeline.h): ops and the collectives
   // of the rank's communicator run on the current stream — the main one, or the side one between

@@ -190,13 +190,11 @@ void ModelRunner::capture_decode_graphs(std::vector<int32_t> buckets, int32_t ma
   ensure_scratch(std::max(plan_.scratch_tokens, top), std::max(plan_.scratch_rows, top));
   be_.reserve_batch(std::max(scratch_->tokens, top), max_seqs,
                     max_seqs * std::max(max_pages_per_seq, 1));
+  tune_decode_linears(buckets);
   for (const int32_t B : buckets) {
     // Capture over padding rows only (the pad slot and page); replays bring their own batch.
     const StepBatch pad = padding_batch(B);
-    be_.stage_batch(pad);
-    const std::vector<int32_t> ids(static_cast<size_t>(B), 0);
-    const model::StepBuffers v = views(B, B);
-    upload_inputs(ids, B, v);
+    const model::StepBuffers v = stage_padding_decode(pad, B);
     be_.begin_capture();
     try {
       model_.forward(pad, v, cache_, B, true);
@@ -231,14 +229,38 @@ void ModelRunner::run_padding_step(int32_t tokens) {
 
 void ModelRunner::tune_linears(int32_t tokens) {
   if (!be_.tunes_linears() || tokens < backend::Backend::kMinTunedRows) return;
-  be_.set_linear_tuning(true);
+  be_.set_linear_tuning(backend::Backend::kMinTunedRows);
   try {
     run_padding_step(tokens);
   } catch (...) {
-    be_.set_linear_tuning(false);
+    be_.set_linear_tuning(0);
     throw;
   }
-  be_.set_linear_tuning(false);
+  be_.set_linear_tuning(0);
+}
+
+void ModelRunner::tune_decode_linears(const std::vector<int32_t>& buckets) {
+  if (!be_.tunes_linears()) return;
+  be_.set_linear_tuning(backend::Backend::kMinTunedDecodeRows);
+  try {
+    for (const int32_t B : buckets) {
+      if (B < backend::Backend::kMinTunedDecodeRows) continue;
+      const StepBatch pad = padding_batch(B);
+      model_.forward(pad, stage_padding_decode(pad, B), cache_, B, true);
+    }
+    be_.synchronize();
+  } catch (...) {
+    be_.set_linear_tuning(0);
+    throw;
+  }
+  be_.set_linear_tuning(0);
+}
+
+model::StepBuffers ModelRunner::stage_padding_decode(const StepBatch& pad, int32_t B) {
+  be_.stage_batch(pad);
+  const model::StepBuffers v = views(B, B);
+  upload_inputs(std::vector<int32_t>(static_cast<size_t>(B), 0), B, v);
+  return v;
 }
 
 // A decode-only step replays the smallest graph that fits; -1 when none does.

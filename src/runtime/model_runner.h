@@ -71,6 +71,12 @@ class ModelRunner {
   void upload_inputs(std::span<const int32_t> ids, int64_t rows, const model::StepBuffers& v);
   // A batch of B padding rows (the pad slot and page).
   StepBatch padding_batch(int32_t B) const;
+  // Stages the padding decode batch `pad` of B rows (zero ids, B logits rows); its buffers.
+  model::StepBuffers stage_padding_decode(const StepBatch& pad, int32_t B);
+  // Decode graphs of B >= Backend::kMinTunedDecodeRows rows run cuBLASLt GEMMs of B rows (the
+  // weight-streaming GEMM stops at 64): an eager padding decode step of each such bucket, with
+  // the backend's tuning on, keeps their fastest algorithms before the graphs capture them.
+  void tune_decode_linears(const std::vector<int32_t>& buckets);
   // The GDN states (every layer) of each move's src slot copied to its dst slot, in one operation.
   void move_states(std::span<const backend::SlotMove> moves);
   // Resumes sequences whose state comes from a snapshot: copies it into their slots.

@@ -293,6 +293,45 @@ TEST_P(CudaModel, SnapshotResumeStaysWithinTheGate) {
   }
 }
 
+// Decode graphs of at least Backend::kMinTunedDecodeRows rows run on the cuBLASLt algorithms
+// tuned for their row count when they are captured: a decode step of that many sequences replayed
+// from its graph is as close to the CPU's float32 forward as the same step run eagerly on the
+// untuned heuristics, within the snapshot test's gate.
+TEST_P(CudaModel, TunedDecodeGraphStaysWithinTheGate) {
+  if (!be_->tunes_linears()) GTEST_SKIP() << "GEMM tuning is off (DS_GEMM_TUNE=0)";
+  const int32_t V = static_cast<int32_t>(cfg_.vocab_size);
+  const int32_t B = static_cast<int32_t>(backend::Backend::kMinTunedDecodeRows), kPrompt = 4;
+  StepBatchBuilder prefill(16), decode(16);
+  for (int32_t s = 0; s < B; ++s) {
+    std::vector<int32_t> ids;
+    for (int32_t i = 0; i < kPrompt; ++i) ids.push_back((s * 131 + i * 17) % V);
+    const std::vector<int32_t> page{s};
+    prefill.add(static_cast<uint64_t>(s), ids, 0, s, page, 0);
+    decode.add(static_cast<uint64_t>(s), std::vector<int32_t>{(s * 7 + 3) % V}, kPrompt, s, page,
+               1);
+  }
+  const StepBatch pre = prefill.build(), dec = decode.build();
+  ASSERT_TRUE(dec.is_decode());
+  backend::CpuBackend cpu;
+  auto cpu_model = load_model(dir_.string(), LoadFormat::kAuto, cpu, false);
+  auto cpu_runner = deltaserve::testing::make_runner(*cpu_model, 2 * B, 16, B, B * kPrompt);
+  auto gpu_runner = deltaserve::testing::make_runner(*m_, 2 * B, 16, B, B * kPrompt);
+  cpu_runner->forward(pre);
+  const std::vector<float> ref = cpu_runner->forward(dec);
+  gpu_runner->forward(pre);
+  const Deviation eager = deviation(gpu_runner->forward(dec), ref, V);
+  gpu_runner->capture_decode_graphs({B}, 1);
+  ASSERT_EQ(gpu_runner->graph_buckets(), (std::vector<int32_t>{B}));
+  gpu_runner->forward(pre);  // eager (not decode-only): the same states again
+  const Deviation graphed = deviation(gpu_runner->forward(dec), ref, V);
+  std::printf(
+      "  %s %d-row decode vs f32: tuned graph max|err| %.3e argmax %.4f | eager %.3e "
+      "argmax %.4f\n",
+      GetParam().c_str(), B, graphed.err, graphed.agree, eager.err, eager.agree);
+  EXPECT_LE(graphed.err, 1.25 * eager.err + 1e-6);
+  EXPECT_GE(graphed.agree, eager.agree - 0.01);
+}
+
 // The memory plan on the GPU: the runner allocates exactly the plan, and the backend's own
 // workspace after the largest step the plan allows stays within the plan's workspace.
 TEST_P(CudaModel, MemoryPlanEqualsWhatIsAllocated) {

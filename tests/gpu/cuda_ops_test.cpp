@@ -137,10 +137,10 @@ TEST_F(CudaOps, TunedCublasLtGemmsMatchTheCpu) {
   const auto linear = [&] {
     gpu_->linear(dx.tensor().rows(0, kPlain), dw.tensor(), dy.tensor().rows(0, kPlain));
   };
-  gpu_->set_linear_tuning(true);
+  gpu_->set_linear_tuning(backend::Backend::kMinTunedRows);
   linear();
   add_norm();
-  gpu_->set_linear_tuning(false);
+  gpu_->set_linear_tuning(0);
   poison(dy.tensor());
   linear();
   const std::vector<float> got = host(dy.tensor());

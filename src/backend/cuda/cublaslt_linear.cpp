@@ -142,15 +142,18 @@ CublasLtLinear::Tuning CublasLtLinear::tune(const __nv_bfloat16* x, const __nv_b
       p.algo = algos[i];
     }
   }
+  p.tuned = true;
   return t;
 }
 
 void CublasLtLinear::run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y,
                          int64_t T, int64_t in, int64_t out, cudaStream_t stream, bool accumulate) {
   if (T == 0) return;
-  if (tune_min_rows_ > 0 && T >= tune_min_rows_ && !plans_.count(std::make_tuple(T, in, out)) &&
-      !capturing(stream))
-    tune(x, w, y, T, in, out, stream, 8, accumulate);
+  if (tune_min_rows_ > 0 && T >= tune_min_rows_ && !capturing(stream)) {
+    const auto known = plans_.find(std::make_tuple(T, in, out));
+    if (known == plans_.end() || !known->second.tuned)
+      tune(x, w, y, T, in, out, stream, 8, accumulate);
+  }
   const Plan& p = plan(T, in, out);
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   check(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo,

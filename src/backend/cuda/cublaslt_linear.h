@@ -40,8 +40,8 @@ class CublasLtLinear {
               int64_t in, int64_t out, cudaStream_t stream, int candidates = 8,
               bool accumulate = false);
   // While min_rows > 0, run() tunes (as tune(), on its own operands: y is garbage after it) each
-  // shape of at least min_rows tokens it has no plan for yet, unless its stream is being captured
-  // (then the first heuristic); 0 turns it off.
+  // shape of at least min_rows tokens not tuned yet (also one that ran on the first heuristic
+  // before), unless its stream is being captured (then the plan it has); 0 turns it off.
   void set_tuning(int64_t min_rows) { tune_min_rows_ = min_rows; }
 
  private:
@@ -49,6 +49,7 @@ class CublasLtLinear {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
+    bool tuned = false;  // algo is tune()'s choice, not the first heuristic
   };
   Plan& plan(int64_t T, int64_t in, int64_t out);  // made and cached on first use
   std::vector<cublasLtMatmulAlgo_t> heuristics(const Plan& p, int count);

@@ -64,6 +64,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   skinny_gemm_ = cuda::ab_switch_on("DS_SKINNY_GEMM");
   fused_silu_mul_ = cuda::ab_switch_on("DS_FUSED_SILU_MUL");
   gemm_tuning_ = cuda::ab_switch_on("DS_GEMM_TUNE");
+  decode_tuning_ = cuda::ab_switch_on("DS_GEMM_TUNE_DECODE");
   int count = 0;
   if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess)
     throw DeviceError(std::string("no usable CUDA device: ") + cudaGetErrorString(e));
@@ -247,8 +248,9 @@ void CudaBackend::add_rms_norm(const Tensor& residual, const Tensor& x, const Te
                                  static_cast<int>(n), bf(out), stream_);
 }
 
-void CudaBackend::set_linear_tuning(bool on) {
-  if (gemm_tuning_) gemm_->set_tuning(on ? kMinTunedRows : 0);
+void CudaBackend::set_linear_tuning(int64_t min_rows) {
+  if (!gemm_tuning_ || (min_rows > 0 && min_rows < kMinTunedRows && !decode_tuning_)) return;
+  gemm_->set_tuning(min_rows);
 }
 
 void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& y) {

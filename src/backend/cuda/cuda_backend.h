@@ -67,7 +67,7 @@ class CudaBackend final : public Backend {
   bool graph_valid(int id) const override;
   void drop_graphs() override;
   bool tunes_linears() const override { return gemm_tuning_; }
-  void set_linear_tuning(bool on) override;
+  void set_linear_tuning(int64_t min_rows) override;
   // The per-op table (DS_CUDA_PROFILE=1) of what ran since the last reset; empty when off.
   std::string profile_report(bool reset);
   // Turns the per-op timing on or off from here on (DS_CUDA_PROFILE=1 turns it on at start).
@@ -138,7 +138,8 @@ class CudaBackend final : public Backend {
   bool skinny_gemm_ = true;  // the weight-streaming GEMM for T <= 64 (DS_SKINNY_GEMM)
   // linear_silu_mul in the weight-streaming GEMM (DS_FUSED_SILU_MUL=0 for A/B: the unfused ops)
   bool fused_silu_mul_ = true;
-  bool gemm_tuning_ = true;  // set_linear_tuning takes effect (DS_GEMM_TUNE=0: it does not)
+  bool gemm_tuning_ = true;    // set_linear_tuning takes effect (DS_GEMM_TUNE=0: it does not)
+  bool decode_tuning_ = true;  // ... also below kMinTunedRows (DS_GEMM_TUNE_DECODE=0: it does not)
   std::vector<Timed> pending_;
   std::vector<std::pair<const char*, std::pair<double, int64_t>>> totals_;
 
