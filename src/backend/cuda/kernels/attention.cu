@@ -23,9 +23,9 @@ constexpr int kLongSplitRows = 4, kLongSplitKeys = 128;  // launch_split
 // 16 bytes each) and both K's and V's MMA fragments are converted straight from them — 26 KB a
 // warp at kHd 256, so that two blocks (three tiles a warp) fit an SM. kHd is the head size rounded
 // up to 64 / 128 / 256; the columns past the real head size are zero. Measured on the H200 (4B,
-// context 8k, B = 256), before V's fragments were converted straight (two stages and a widened
-// f16 V tile): 1.23 ms a layer (3.5 TB/s of fp8 bytes) against 1.87 with three stages and the
-// widened tile (one block an SM), 2.32 with K widened too; bf16 2.08 (4.1 TB/s).
+// context 8k, B = 256): 1.08 ms a layer (4.0 TB/s of fp8 bytes) against 1.23 in the same lease
+// with two stages and V widened into an f16 tile (ba669b7); earlier, 1.87 with three stages and
+// the widened tile (one block an SM), 2.32 with K widened too; bf16 2.08 (4.1 TB/s).
 template <int kHd, typename KvT>
 struct DecodeTiles {
   static constexpr bool kFp8 = sizeof(KvT) == 1;
