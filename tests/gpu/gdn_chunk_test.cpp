@@ -1,6 +1,7 @@
 // The chunked delta rule of the CUDA backend (bf16 tensor-core operands, f32 accumulation and f32
 // state) against the CPU backend's chunked form (f32 throughout), at the real head shape (dk = dv =
-// 128, two value heads per key head): single sequences of T in {1, 63, 64, 65, 1000, 8192}, fresh
+// 128, two value heads per key head — the prep's paired form —, and one or three — its one-head
+// form): single sequences of T in {1, 63, 64, 65, 1000, 8192}, fresh
 // and continuing from a state; varlen mixes (the state pass in quarter-head, half-head and whole-
 // head blocks);
 // in-step snapshots; a bf16 state. Bounds are those of bf16
@@ -17,7 +18,7 @@
 namespace deltaserve::backend {
 namespace {
 
-constexpr int kNk = 2, kNv = 4, kD = 128, kPage = 64;
+constexpr int kD = 128, kPage = 64;
 constexpr float kOutBound = 1.0f / 64, kStateBound = 1.0f / 128;
 // A bf16 state (--mamba-ssm-cache-dtype bfloat16) is rounded on both sides: one bf16 ulp more.
 constexpr float kBf16StateBound = kStateBound + 1.0f / 256;
@@ -48,39 +49,41 @@ StepBatch case_batch(const Case& c) {
 
 class GdnChunk : public CudaOps {
  protected:
+  int nk_ = 2, nv_ = 4;  // key / value heads (a test may change them)
+
   // Runs one case on both backends with the state in `state_dtype` (f32 or bf16 on both); returns
   // {output error, state error} relative to the scale.
   std::pair<float, float> run(const Case& c, DType state_dtype = DType::kF32) {
     const StepBatch batch = case_batch(c);
-    const int T = batch.num_tokens(), C = 2 * kNk * kD + kNv * kD;
+    const int T = batch.num_tokens(), C = 2 * nk_ * kD + nv_ * kD;
     const int slots = static_cast<int>(c.seqs.size()) + 1;
-    GdnDims d{kNk, kNv, kD, kD, 4};
-    auto y = rnd(static_cast<size_t>(T) * C, 40), a = rnd(static_cast<size_t>(T) * kNv, 41),
-         bb = rnd(static_cast<size_t>(T) * kNv, 42), dtb = rnd(kNv, 44, 0.5f);
+    GdnDims d{nk_, nv_, kD, kD, 4};
+    auto y = rnd(static_cast<size_t>(T) * C, 40), a = rnd(static_cast<size_t>(T) * nv_, 41),
+         bb = rnd(static_cast<size_t>(T) * nv_, 42), dtb = rnd(nv_, 44, 0.5f);
     // Decay rates from ~0.005 to ~0.5 per token: long sequences keep a long memory.
-    std::vector<float> alog = deltaserve::testing::random_vec(kNv, 43, 1.5f);
+    std::vector<float> alog = deltaserve::testing::random_vec(nv_, 43, 1.5f);
     for (float& x : alog) x -= 2.5f;
-    auto st = deltaserve::testing::random_vec(static_cast<size_t>(slots) * kNv * kD * kD, 45, 0.1f);
+    auto st = deltaserve::testing::random_vec(static_cast<size_t>(slots) * nv_ * kD * kD, 45, 0.1f);
     const bool bf16_state = state_dtype == DType::kBF16;
     std::vector<uint16_t> st16(bf16_state ? st.size() : 0);
     for (size_t i = 0; i < st16.size(); ++i) {
       st16[i] = f32_to_bf16(st[i]);
       st[i] = bf16_to_f32(st16[i]);
     }
-    auto dy = dev(y, DType::kBF16, {T, C}), da = dev(a, DType::kBF16, {T, kNv}),
-         db = dev(bb, DType::kBF16, {T, kNv}), dal = dev(alog, DType::kF32, {kNv}),
-         ddt = dev(dtb, DType::kF32, {kNv}), dst = dev(st, state_dtype, {slots, kNv, kD, kD});
-    auto dout = gpu_->alloc(DType::kBF16, {T, kNv, kD});
+    auto dy = dev(y, DType::kBF16, {T, C}), da = dev(a, DType::kBF16, {T, nv_}),
+         db = dev(bb, DType::kBF16, {T, nv_}), dal = dev(alog, DType::kF32, {nv_}),
+         ddt = dev(dtb, DType::kF32, {nv_}), dst = dev(st, state_dtype, {slots, nv_, kD, kD});
+    auto dout = gpu_->alloc(DType::kBF16, {T, nv_, kD});
     gpu_->gated_delta_rule(batch, dy.tensor(), da.tensor(), db.tensor(), dal.tensor(), ddt.tensor(),
                            dst.tensor(), d, dout.tensor());
-    std::vector<float> out(static_cast<size_t>(T) * kNv * kD);
+    std::vector<float> out(static_cast<size_t>(T) * nv_ * kD);
     cpu_.gated_delta_rule(
-        batch, Tensor(y.data(), DType::kF32, {T, C}), Tensor(a.data(), DType::kF32, {T, kNv}),
-        Tensor(bb.data(), DType::kF32, {T, kNv}), Tensor(alog.data(), DType::kF32, {kNv}),
-        Tensor(dtb.data(), DType::kF32, {kNv}),
-        bf16_state ? Tensor(st16.data(), DType::kBF16, {slots, kNv, kD, kD})
-                   : Tensor(st.data(), DType::kF32, {slots, kNv, kD, kD}),
-        d, Tensor(out.data(), DType::kF32, {T, kNv, kD}));
+        batch, Tensor(y.data(), DType::kF32, {T, C}), Tensor(a.data(), DType::kF32, {T, nv_}),
+        Tensor(bb.data(), DType::kF32, {T, nv_}), Tensor(alog.data(), DType::kF32, {nv_}),
+        Tensor(dtb.data(), DType::kF32, {nv_}),
+        bf16_state ? Tensor(st16.data(), DType::kBF16, {slots, nv_, kD, kD})
+                   : Tensor(st.data(), DType::kF32, {slots, nv_, kD, kD}),
+        d, Tensor(out.data(), DType::kF32, {T, nv_, kD}));
     const std::vector<float> got_out = host(dout.tensor()), got_st = host(dst.tensor());
     for (size_t i = 0; i < st16.size(); ++i) st[i] = bf16_to_f32(st16[i]);
     auto rel = [](const std::vector<float>& g, const std::vector<float>& r) {
@@ -143,6 +146,19 @@ TEST_F(GdnChunk, Bf16State) {
   for (int i = 0; i < 40; ++i) many.push_back(Seq{i % 2 == 0 ? 70 : 1, i % 3 == 0 ? 0 : 17 * i});
   check(Case{"40 sequences, snapshot at 64", many, 64}, DType::kBF16);
   check(Case{"snapshot at 128 of 300", {{300, 64}, {70, 0}}, 128}, DType::kBF16);
+}
+
+// A key head with one or three value heads: the prep's one-head blocks (two value heads a key
+// head take the paired blocks in every other test).
+TEST_F(GdnChunk, OddValueHeadsPerKeyHead) {
+  for (const auto [nk, nv] : {std::pair{2, 2}, std::pair{1, 3}}) {
+    nk_ = nk;
+    nv_ = nv;
+    check(Case{nk == nv ? "T=1000 fresh, 1 v head a k head" : "T=1000 fresh, 3 v heads a k head",
+               {{1000, 0}}});
+    check(Case{nk == nv ? "mixed, 1 v head a k head" : "mixed, 3 v heads a k head",
+               {{300, 77}, {65, 0}, {1, 40}, {130, 5}}});
+  }
 }
 
 TEST_F(GdnChunk, InStepSnapshot) {
