@@ -12,6 +12,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "cuda_ops_fixture.h"
 
@@ -49,6 +50,9 @@ StepBatch case_batch(const Case& c) {
 
 class GdnChunk : public CudaOps {
  protected:
+  // The prep's paired blocks wherever a key head has two value heads, also for steps whose paired
+  // grid would leave SMs idle (in service those take the one-head form): read at the first launch.
+  static void SetUpTestSuite() { setenv("DS_GDN_PREP_PAIRS", "1", 1); }
   int nk_ = 2, nv_ = 4;  // key / value heads (a test may change them)
 
   // Runs one case on both backends with the state in `state_dtype` (f32 or bf16 on both); returns

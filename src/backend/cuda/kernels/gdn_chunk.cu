@@ -23,7 +23,7 @@ void launch_gdn_chunked(const BatchMeta& b, const GdnQkvSource& in, const __nv_b
                         GdnState state, const GdnShape& s, const GatedNorm& norm, float* ws,
                         int num_sms, __nv_bfloat16* out, cudaStream_t stream) {
   const gdn_chunk::Workspace w(ws, b.num_tokens, s);
-  gdn_chunk::launch_prep(b, in, a, bgate, A_log, dt_bias, s, w, stream);
+  gdn_chunk::launch_prep(b, in, a, bgate, A_log, dt_bias, s, w, num_sms, stream);
   gdn_chunk::launch_state_pass(b, w, state, s, num_sms, out, stream);
   if (norm.z != nullptr) {
     const size_t at = static_cast<size_t>(norm.first_row) * s.nv * s.dv;

@@ -5,7 +5,9 @@
 // head L = beta_i (k_i . k_j) e^(gam_i - gam_j) (j < i) and P = (q_i . k_j) e^(gam_i - gam_j)
 // (j <= i); T = (I + L)^-1 by 16 x 16 blocks (f32 diagonal blocks, tf32 tensor cores below); and
 // W = T diag(beta e^gam) K, U = T diag(beta) V. See gdn_chunk_layout.cuh for what it writes.
-#include "backend/cuda/ab_switch.h"
+#include <cstdlib>
+#include <cstring>
+
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "backend/cuda/kernels/gdn_conv4.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
@@ -506,13 +508,19 @@ void launch_prep_heads(const BatchMeta& b, const GdnQkvSource& in, const bf16* a
 
 }  // namespace
 
-// Two value heads a block where a key head has an even number of them (DS_GDN_PREP_PAIRS=0: one,
-// for A/B).
+// Two value heads a block where a key head has an even number of them and the paired grid still
+// gives every SM two blocks; else one (more blocks for short steps). Measured on the H200 (4B,
+// gdn_bench, rule ms a layer, one head / two): 1 x 512 0.032 / 0.037, 1 x 2048 0.110 / 0.104,
+// 1 x 8192 0.414 / 0.386, 8 x 1024 0.351 / 0.326. DS_GDN_PREP_PAIRS=0 never pairs, =1 always
+// does where it can (A/B, tests).
 void launch_prep(const BatchMeta& b, const GdnQkvSource& in, const bf16* a, const bf16* bgate,
                  const float* A_log, const float* dt_bias, const GdnShape& s, const Workspace& ws,
-                 cudaStream_t stream) {
-  static const bool pairs = ab_switch_on("DS_GDN_PREP_PAIRS");
-  if (pairs && (s.nv / s.nk) % 2 == 0)
+                 int num_sms, cudaStream_t stream) {
+  static const char* forced = std::getenv("DS_GDN_PREP_PAIRS");
+  const int64_t paired_blocks =
+      static_cast<int64_t>(b.num_seqs) * ((b.max_seq_len + kChunk - 1) / kChunk) * (s.nv / 2);
+  const bool pays = forced ? std::strcmp(forced, "0") != 0 : paired_blocks >= 2 * num_sms;
+  if (pays && (s.nv / s.nk) % 2 == 0)
     launch_prep_heads<2>(b, in, a, bgate, A_log, dt_bias, s, ws, stream);
   else
     launch_prep_heads<1>(b, in, a, bgate, A_log, dt_bias, s, ws, stream);
