@@ -508,18 +508,18 @@ void launch_prep_heads(const BatchMeta& b, const GdnQkvSource& in, const bf16* a
 
 }  // namespace
 
-// Two value heads a block where a key head has an even number of them and the paired grid still
-// gives every SM two blocks; else one (more blocks for short steps). Measured on the H200 (4B,
-// gdn_bench, rule ms a layer, one head / two): 1 x 512 0.032 / 0.037, 1 x 2048 0.110 / 0.104,
-// 1 x 8192 0.414 / 0.386, 8 x 1024 0.351 / 0.326. DS_GDN_PREP_PAIRS=0 never pairs, =1 always
-// does where it can (A/B, tests).
+// Two value heads a block where a key head has an even number of them and the paired grid has a
+// block for every SM; else one (twice the blocks for short steps). Measured on the H200 (4B,
+// gdn_bench, rule ms a layer, one head / two): 1 x 512 0.032 / 0.036 (128 paired blocks),
+// 1 x 1024 0.060 / 0.057 (256), 1 x 2048 0.110 / 0.103, 1 x 8192 0.414 / 0.386, 8 x 1024
+// 0.351 / 0.326. DS_GDN_PREP_PAIRS=0 never pairs, =1 always does where it can (A/B, tests).
 void launch_prep(const BatchMeta& b, const GdnQkvSource& in, const bf16* a, const bf16* bgate,
                  const float* A_log, const float* dt_bias, const GdnShape& s, const Workspace& ws,
                  int num_sms, cudaStream_t stream) {
   static const char* forced = std::getenv("DS_GDN_PREP_PAIRS");
   const int64_t paired_blocks =
       static_cast<int64_t>(b.num_seqs) * ((b.max_seq_len + kChunk - 1) / kChunk) * (s.nv / 2);
-  const bool pays = forced ? std::strcmp(forced, "0") != 0 : paired_blocks >= 2 * num_sms;
+  const bool pays = forced ? std::strcmp(forced, "0") != 0 : paired_blocks >= num_sms;
   if (pays && (s.nv / s.nk) % 2 == 0)
     launch_prep_heads<2>(b, in, a, bgate, A_log, dt_bias, s, ws, stream);
   else
