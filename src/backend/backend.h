@@ -114,6 +114,9 @@ class Backend {
   // batch sizes above the weight-streaming GEMM's. No-op where there is nothing to tune (the CPU).
   static constexpr int64_t kMinTunedRows = 1024, kMinTunedDecodeRows = 128;
   virtual bool tunes_linears() const { return false; }
+  // The fewest rows of a decode graph bucket whose GEMMs are tuned (kMinTunedDecodeRows unless
+  // the backend is told otherwise).
+  virtual int64_t min_tuned_decode_rows() const { return kMinTunedDecodeRows; }
   virtual void set_linear_tuning(int64_t min_rows) { (void)min_rows; }
 
   // Two streams (TPSP's microchunk pipeline, model/microchunk_pipeline.h): ops and the collectives

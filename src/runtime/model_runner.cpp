@@ -241,10 +241,11 @@ void ModelRunner::tune_linears(int32_t tokens) {
 
 void ModelRunner::tune_decode_linears(const std::vector<int32_t>& buckets) {
   if (!be_.tunes_linears()) return;
-  be_.set_linear_tuning(backend::Backend::kMinTunedDecodeRows);
+  const int64_t min_rows = be_.min_tuned_decode_rows();
+  be_.set_linear_tuning(min_rows);
   try {
     for (const int32_t B : buckets) {
-      if (B < backend::Backend::kMinTunedDecodeRows) continue;
+      if (B < min_rows) continue;
       const StepBatch pad = padding_batch(B);
       model_.forward(pad, stage_padding_decode(pad, B), cache_, B, true);
     }

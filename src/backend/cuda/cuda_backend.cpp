@@ -65,6 +65,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   fused_silu_mul_ = cuda::ab_switch_on("DS_FUSED_SILU_MUL");
   gemm_tuning_ = cuda::ab_switch_on("DS_GEMM_TUNE");
   decode_tuning_ = cuda::ab_switch_on("DS_GEMM_TUNE_DECODE");
+  if (const char* rows = std::getenv("DS_GEMM_TUNE_DECODE_ROWS"))
+    decode_tune_rows_ = std::max<int64_t>(1, std::atoll(rows));
   int count = 0;
   if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess)
     throw DeviceError(std::string("no usable CUDA device: ") + cudaGetErrorString(e));

@@ -67,6 +67,7 @@ class CudaBackend final : public Backend {
   bool graph_valid(int id) const override;
   void drop_graphs() override;
   bool tunes_linears() const override { return gemm_tuning_; }
+  int64_t min_tuned_decode_rows() const override { return decode_tune_rows_; }
   void set_linear_tuning(int64_t min_rows) override;
   // The per-op table (DS_CUDA_PROFILE=1) of what ran since the last reset; empty when off.
   std::string profile_report(bool reset);
@@ -140,6 +141,7 @@ class CudaBackend final : public Backend {
   bool fused_silu_mul_ = true;
   bool gemm_tuning_ = true;    // set_linear_tuning takes effect (DS_GEMM_TUNE=0: it does not)
   bool decode_tuning_ = true;  // ... also below kMinTunedRows (DS_GEMM_TUNE_DECODE=0: it does not)
+  int64_t decode_tune_rows_ = kMinTunedDecodeRows;  // DS_GEMM_TUNE_DECODE_ROWS=N (A/B)
   std::vector<Timed> pending_;
   std::vector<std::pair<const char*, std::pair<double, int64_t>>> totals_;
 
