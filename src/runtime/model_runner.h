@@ -73,9 +73,10 @@ class ModelRunner {
   StepBatch padding_batch(int32_t B) const;
   // Stages the padding decode batch `pad` of B rows (zero ids, B logits rows); its buffers.
   model::StepBuffers stage_padding_decode(const StepBatch& pad, int32_t B);
-  // Decode graphs of B >= Backend::kMinTunedDecodeRows rows run cuBLASLt GEMMs of B rows (the
-  // weight-streaming GEMM stops at 64): an eager padding decode step of each such bucket, with
-  // the backend's tuning on, keeps their fastest algorithms before the graphs capture them.
+  // Decode graphs of B >= Backend::min_tuned_decode_rows() rows run cuBLASLt GEMMs of B rows
+  // (the weight-streaming GEMM takes the narrow projections only up to 8 rows and stops at 64):
+  // an eager padding decode step of each such bucket, with the backend's tuning on, keeps their
+  // fastest algorithms before the graphs capture them.
   void tune_decode_linears(const std::vector<int32_t>& buckets);
   // The GDN states (every layer) of each move's src slot copied to its dst slot, in one operation.
   void move_states(std::span<const backend::SlotMove> moves);

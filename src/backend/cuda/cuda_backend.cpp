@@ -65,8 +65,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   fused_silu_mul_ = cuda::ab_switch_on("DS_FUSED_SILU_MUL");
   gemm_tuning_ = cuda::ab_switch_on("DS_GEMM_TUNE");
   decode_tuning_ = cuda::ab_switch_on("DS_GEMM_TUNE_DECODE");
-  if (const char* rows = std::getenv("DS_SKINNY_NARROW_ROWS"))
-    skinny_narrow_rows_ = std::atoi(rows);
   if (const char* rows = std::getenv("DS_GEMM_TUNE_DECODE_ROWS"))
     decode_tune_rows_ = std::max<int64_t>(1, std::atoll(rows));
   int count = 0;
@@ -284,8 +282,7 @@ CudaBackend::LinearRoute CudaBackend::linear_route(const Tensor& x,
     skinny = skinny && cuda::skinny_supported(x.data, w.data, y.data, t, k);
     gemv = gemv && cuda::gemv_supported(x.data, w.data, t, k);
   }
-  skinny = skinny && tiles <= cuda::kSkinnyMaxTiles &&
-           cuda::skinny_gemm_pays(t, tiles, narrowest, skinny_narrow_rows_);
+  skinny = skinny && tiles <= cuda::kSkinnyMaxTiles && cuda::skinny_gemm_pays(t, tiles, narrowest);
   return skinny ? LinearRoute::kSkinny : gemv ? LinearRoute::kGemv : LinearRoute::kCublasLt;
 }
 

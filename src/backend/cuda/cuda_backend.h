@@ -141,8 +141,7 @@ class CudaBackend final : public Backend {
   bool fused_silu_mul_ = true;
   bool gemm_tuning_ = true;    // set_linear_tuning takes effect (DS_GEMM_TUNE=0: it does not)
   bool decode_tuning_ = true;  // ... also below kMinTunedRows (DS_GEMM_TUNE_DECODE=0: it does not)
-  int64_t decode_tune_rows_ = kMinTunedDecodeRows;    // DS_GEMM_TUNE_DECODE_ROWS=N (A/B)
-  int skinny_narrow_rows_ = cuda::kSkinnyNarrowRows;  // DS_SKINNY_NARROW_ROWS=N (A/B)
+  int64_t decode_tune_rows_ = kMinTunedDecodeRows;  // DS_GEMM_TUNE_DECODE_ROWS=N (A/B)
   std::vector<Timed> pending_;
   std::vector<std::pair<const char*, std::pair<double, int64_t>>> totals_;
 
