@@ -38,9 +38,10 @@ constexpr int kSkinnyTileRows = 128, kSkinnyMaxTiles = 8192, kSkinnyMinTiles = 4
 //   samples 25% on the stage barrier, 12% on the wgmma wait after every stage, 11% in the tile
 //   reduction; with the reduction's loads batched — its first form, 6e980ee — the wide groups
 //   here still made decode at B = 32 and 64 slower in one lease).
-// Graphed, the narrow projections on this GEMM up to 16 or 64 tokens (instead of cuBLASLt's
-// split-K) made decode slower (B = 16 3.96 against 3.92 ms, B = 32 / 64 4.93 / 6.47 against
-// 4.68 / 6.06 at 64): their early start takes the SMs the GDN decode kernel before them needs.
+// Graphed, the narrow projections on this GEMM above 8 tokens (instead of cuBLASLt's split-K)
+// made decode slower: up to 16 tokens, B = 16 3.96 against 3.92 ms; up to 64, B = 32 / 64 4.93 /
+// 6.47 against 4.68 / 6.06 (their early start takes the SMs the GDN decode kernel before them
+// needs).
 inline bool skinny_gemm_pays(int T, int64_t tiles, int64_t narrowest) {
   if (T <= 8) return true;
   if (tiles < kSkinnyMinTiles) return false;
