@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Each kernel's share of a CUDA-graph replay, from kernel_trace.so's CSV.
 
-Usage: timeline.py TRACE.csv [--kernels N] [--replay last|median] [--top 25]
+Usage: timeline.py TRACE.csv [--kernels N] [--replay last|median] [--top 25] [--eager-gap-us G]
 
-A replay is the kernels of one graph launch (one correlation id) with at least N kernels (default:
-the most any replay has). Kernels overlap (programmatic dependent launches start before their
+A replay is the kernels of one graph launch (one correlation id) with N kernels (default: the most
+any replay has). With --eager-gap-us, the replays are eager steps instead: the kernels launched
+outside graphs, split wherever the GPU idles for more than G us between two of them (the host
+waiting on a step), e.g. gpu_bench's timed prefills. Kernels overlap (programmatic dependent launches start before their
 predecessor ends), so a kernel's share of the step is how far it moves the step's end: its end
 minus the latest end before it, in start order (zero when it ends under an earlier kernel). The
 shares add up to the replay's span. Printed: the span, the shares summed by kind of kernel, and the
@@ -20,11 +22,17 @@ KINDS = [  # (kind, regex on the mangled name), first match wins
     ("gemm (weight-streaming)", r"skinny_gemm"),
     ("gemv", r"gemv"),
     ("gemm (cuBLASLt)", r"nvjet|sm90_xmma|cutlass|gemm|Kernel2"),
+    ("split-K reduce (cuBLASLt)", r"splitKreduce"),
+    ("gated rms norm", r"gated_rms"),
     ("rms norm", r"rms_norm"),
     ("gdn decode", r"gdn_decode|decode_split"),
+    ("gdn chunk prep", r"gdn_chunk.*prep_kernel"),
+    ("gdn chunk state pass", r"pass_kernel"),
+    ("gdn conv", r"gdn_conv|conv_state"),
+    ("attention (prefill)", r"attn_prefill"),
     ("attention (split-KV)", r"attn_split"),
     ("attention combine", r"attn_combine"),
-    ("attention prep", r"prep"),
+    ("attention prep", r"attn_prep|prep_vec"),
     ("silu mul", r"silu"),
     ("sampling", r"row_stats|sampl|argmax|greedy"),
     ("embedding / gather", r"embed|gather"),
@@ -46,6 +54,17 @@ def replays(rows):
     return [sorted(k, key=lambda r: int(r["start"])) for k in by_launch.values()]
 
 
+def eager_steps(rows, gap_ns):
+    kernels = sorted((r for r in rows if int(r["graph_id"]) == 0), key=lambda r: int(r["start"]))
+    steps, latest = [], None
+    for r in kernels:
+        if latest is None or int(r["start"]) - latest > gap_ns:
+            steps.append([])
+        steps[-1].append(r)
+        latest = int(r["end"]) if latest is None else max(latest, int(r["end"]))
+    return steps
+
+
 def shares(kernels):
     out, latest = [], None
     t0 = int(kernels[0]["start"])
@@ -63,12 +82,13 @@ def main():
     ap.add_argument("--kernels", type=int, default=0)
     ap.add_argument("--replay", choices=["last", "median"], default="median")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--eager-gap-us", type=float, default=0.0)
     a = ap.parse_args()
     with open(a.trace) as f:
         rows = list(csv.DictReader(f))
-    reps = replays(rows)
+    reps = eager_steps(rows, a.eager_gap_us * 1e3) if a.eager_gap_us > 0 else replays(rows)
     if not reps:
-        raise SystemExit("no graph-launched kernels in " + a.trace)
+        raise SystemExit("no kernels of that kind in " + a.trace)
     want = a.kernels or max(len(k) for k in reps)
     reps = [k for k in reps if len(k) == want]
     spans = [shares(k)[1] for k in reps]
