@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
-# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench gdnab gdnenvab ncu ncudecode ncuskinny ncusrc ncufull ncuattn attn fla model nccl bench1 prof bench mixed linear linearab envab ab hf real serve prefix
+# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench gdnab gdnenvab ncu trace ncudecode ncuskinny ncusrc ncufull ncuattn attn fla model nccl bench1 prof bench mixed linear linearab envab ab hf real serve prefix
 #        prefixab serve8k offline8k
 #        benchtp[:MODELS] servetp   (multi-GPU: TP1 vs TP2 vs TP4 on the visible GPUs)
 # Logs go to $OUT (or ./gpu_logs); a summary line is printed as each stage ends.
@@ -153,6 +153,15 @@ for stage in "$@"; do
         --metrics gpu__time_duration.sum,lts__t_bytes.sum,dram__bytes.sum \
         $BIN/gdn_bench --len 8192 --rounds 1 --calls 2 ${GDN_ARGS:-} >"$LOG/ncu_gdn${GDN_ARGS:+_mixer}.log" 2>&1
       note "ncu gdn rc=$? $(grep -E 'kernel|gpu__time_duration' "$LOG/ncu_gdn${GDN_ARGS:+_mixer}.log" | tr -s ' ' | tail -12 | tr '\n' ' ')" ;;
+    trace)  # the kernel timeline of gpu_bench's graphed decode steps at each B of $TRACE_B (default
+            # 1 16 64), ctx 1k: .device_out/lib/libkernel_trace.so (and libcupti.so.13) staged by
+            # tools/stage_device.sh; each kernel's share of a step by tools/kernel_trace/timeline.py
+      for b in ${TRACE_B:-1 16 64}; do
+        CUDA_INJECTION64_PATH=$PWD/.device_out/lib/libkernel_trace.so DS_KERNEL_TRACE="$LOG/trace_b$b.csv" \
+          timeout 120 $BIN/gpu_bench --model $M --batches $b --prefill 512 >"$LOG/traced_b$b.md" 2>&1
+        python3 tools/kernel_trace/timeline.py "$LOG/trace_b$b.csv" --top 40 >"$LOG/timeline_b$b.md" 2>&1
+        note "trace B=$b rc=$? $(head -1 "$LOG/timeline_b$b.md")"
+      done ;;
     ncudecode)  # every kernel's time of gpu_bench's decode steps at B = $NCU_B (default 1), ctx 1k
                 # (ncu serializes kernels: bodies without launch gaps or programmatic overlap)
       timeout 300 ncu --clock-control none --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum \

