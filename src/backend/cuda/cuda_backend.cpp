@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -64,8 +65,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   skinny_gemm_ = cuda::ab_switch_on("DS_SKINNY_GEMM");
   fused_silu_mul_ = cuda::ab_switch_on("DS_FUSED_SILU_MUL");
   gemm_tuning_ = cuda::ab_switch_on("DS_GEMM_TUNE");
-  decode_tuning_ = cuda::ab_switch_on("DS_GEMM_TUNE_DECODE");
-  if (const char* rows = std::getenv("DS_GEMM_TUNE_DECODE_ROWS"))
+  if (!cuda::ab_switch_on("DS_GEMM_TUNE_DECODE"))
+    decode_tune_rows_ = std::numeric_limits<int64_t>::max();  // no decode bucket is tuned
+  else if (const char* rows = std::getenv("DS_GEMM_TUNE_DECODE_ROWS"))
     decode_tune_rows_ = std::max<int64_t>(1, std::atoll(rows));
   int count = 0;
   if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess)
@@ -251,8 +253,7 @@ void CudaBackend::add_rms_norm(const Tensor& residual, const Tensor& x, const Te
 }
 
 void CudaBackend::set_linear_tuning(int64_t min_rows) {
-  if (!gemm_tuning_ || (min_rows > 0 && min_rows < kMinTunedRows && !decode_tuning_)) return;
-  gemm_->set_tuning(min_rows);
+  if (gemm_tuning_) gemm_->set_tuning(min_rows);
 }
 
 void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& y) {

@@ -139,9 +139,10 @@ class CudaBackend final : public Backend {
   bool skinny_gemm_ = true;  // the weight-streaming GEMM for T <= 64 (DS_SKINNY_GEMM)
   // linear_silu_mul in the weight-streaming GEMM (DS_FUSED_SILU_MUL=0 for A/B: the unfused ops)
   bool fused_silu_mul_ = true;
-  bool gemm_tuning_ = true;    // set_linear_tuning takes effect (DS_GEMM_TUNE=0: it does not)
-  bool decode_tuning_ = true;  // ... also below kMinTunedRows (DS_GEMM_TUNE_DECODE=0: it does not)
-  int64_t decode_tune_rows_ = kMinTunedDecodeRows;  // DS_GEMM_TUNE_DECODE_ROWS=N (A/B)
+  bool gemm_tuning_ = true;  // set_linear_tuning takes effect (DS_GEMM_TUNE=0: it does not)
+  // The fewest rows of a tuned decode bucket: DS_GEMM_TUNE_DECODE_ROWS=N (A/B), or none
+  // (DS_GEMM_TUNE_DECODE=0).
+  int64_t decode_tune_rows_ = kMinTunedDecodeRows;
   std::vector<Timed> pending_;
   std::vector<std::pair<const char*, std::pair<double, int64_t>>> totals_;
 

@@ -55,8 +55,8 @@ void launch_paged_attention(const BatchMeta& b, int split_rows, int prefill_from
                             const AttnShape& s, int splits, float* ws, __nv_bfloat16* out,
                             cudaStream_t stream);
 // The same over an fp8 e4m3 cache (--kv-cache-dtype fp8): both kernels convert the e4m3 keys and
-// values to f16 for f16 MMAs (the decode kernel K's fragments straight from its copies and V in
-// shared memory, the prefill kernel both tiles in shared memory). Preconditions as above, and
+// values to f16 for f16 MMAs (the decode kernel K's and V's MMA fragments straight from its
+// copies, the prefill kernel both tiles in shared memory). Preconditions as above, and
 // hd % 16 == 0.
 void launch_paged_attention(const BatchMeta& b, int split_rows, int prefill_from,
                             const __nv_bfloat16* q, const __nv_bfloat16* gate,
