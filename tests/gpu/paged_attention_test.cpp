@@ -16,7 +16,7 @@ StepBatch long_batch(int ps) {
 }
 
 // Four decode tokens (positions 1000, 300, 130 and 5): from four rows on each split takes at
-// least 128 keys, so the short rows leave splits empty.
+// least 256 keys, so the short rows leave splits empty.
 StepBatch four_rows_batch(int ps) {
   return make_batch(ps, {{1, 1000, 0, range(81, 63, -1)},
                          {1, 300, 1, range(0, 19)},
@@ -49,7 +49,7 @@ void PagedAttention::run_cases(int ps, bool fp8) {
   SCOPED_TRACE("page size " + std::to_string(ps) + (fp8 ? ", fp8 cache" : ", bf16 cache"));
   // kind 0: mixed short prefill / decode, 1: long-context decode (split-KV), 2: long prefills
   // (the tensor-core kernel for hd 64 / 128 / 256, after cached positions), 3: longer prefills,
-  // 4: decode rows before a prefill, 5: four decode rows (splits of at least 128 keys).
+  // 4: decode rows before a prefill, 5: four decode rows (splits of at least 256 keys).
   for (auto [nh, nkv, hd, rd, kind] :
        {std::tuple{4, 2, 256, 64, 0}, std::tuple{4, 2, 32, 16, 0}, std::tuple{16, 4, 256, 64, 0},
         std::tuple{6, 2, 64, 32, 0}, std::tuple{16, 4, 256, 64, 1}, std::tuple{8, 8, 128, 32, 1},

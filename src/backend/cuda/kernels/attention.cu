@@ -15,7 +15,8 @@ constexpr int kWarps = 4;
 constexpr int kTile = 16;       // keys a warp folds in at once
 constexpr int kStages = 3;      // tiles of a warp in shared memory (two loading while one is used)
 constexpr int kMaxSplits = 32;  // key-range splits of a decode row (attention_splits)
-constexpr int kLongSplitRows = 4, kLongSplitKeys = 128;  // launch_split
+constexpr int kLongSplitRows = 4, kLongSplitKeys = 256;  // launch_split
+constexpr int kWideSplitRows = 16, kWideSplitKeys = 512;
 
 // A warp's key / value tiles (KvT the cache's element: bf16, or uint8_t for fp8 e4m3). bf16:
 // kStages stages of {K, V} x 16 rows of kHd elements, each row padded by 16 bytes so the eight
@@ -342,16 +343,22 @@ void launch_split(const BatchMeta& b, int rows, const __nv_bfloat16* q, const __
                   const KvT* k_cache, const KvT* v_cache, const AttnShape& s, int splits,
                   int min_len, float* ws, __nv_bfloat16* out, cudaStream_t stream) {
   constexpr size_t smem = DecodeTiles<kHd, KvT>::kBytes;
-  // From kLongSplitRows rows on, every split takes at least kLongSplitKeys keys: at short contexts
-  // the last splits are then empty (the combine skips them) and each block folds more tiles.
-  // Measured at context 1k: 4 rows 22.6 us a layer against 27.3; one row 18.6 against 16.9, so
-  // not there (a graph fixes the split count by rows, never by context). DS_ATTN_MIN_SPLIT_KEYS=0
-  // turns it off (A/B), another value replaces 128.
-  static const int long_keys = [] {
+  // From kLongSplitRows rows on, every split takes at least kLongSplitKeys keys, from
+  // kWideSplitRows on kWideSplitKeys: at short contexts the last splits are then empty (the
+  // combine skips them) and each block folds more tiles. Measured on the H200 (4B, context 1k,
+  // graphed ms with floors of 128 / 256 / 512 keys, medians of two): B = 4 3.265 / 3.209 / 3.251,
+  // B = 16 3.943 / 3.897 / 3.875, B = 32 4.652 / 4.653 / 4.627, B = 64 6.024 / 6.010 / 5.996;
+  // earlier, 4 rows 22.6 us a layer with 128 against 27.3 with none, one row 18.6 against 16.9,
+  // so not there (a graph fixes the split count by rows, never by context).
+  // DS_ATTN_MIN_SPLIT_KEYS=N (A/B) sets one floor for every row count from kLongSplitRows on.
+  static const int forced = [] {
     const char* v = std::getenv("DS_ATTN_MIN_SPLIT_KEYS");
-    return v ? std::max(0, std::atoi(v)) / kTile * kTile : kLongSplitKeys;
+    return v ? std::max(0, std::atoi(v)) / kTile * kTile : -1;
   }();
-  const int min_chunk = rows >= kLongSplitRows ? long_keys : 0;
+  const int min_chunk = rows < kLongSplitRows    ? 0
+                        : forced >= 0            ? forced
+                        : rows >= kWideSplitRows ? kWideSplitKeys
+                                                 : kLongSplitKeys;
   cudaFuncSetAttribute(attn_split_kernel<kHd, KvT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        smem);
   pdl::launch_dependent(attn_split_kernel<kHd, KvT>, dim3(rows, s.nkv, splits), 32 * kWarps, smem,
