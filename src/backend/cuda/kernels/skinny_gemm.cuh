@@ -25,6 +25,9 @@ constexpr int kSkinnyMaxGroups = 4;
 // takes 1,940); and the fewest for which the GEMM pays over cuBLASLt from 9 tokens on: with fewer,
 // most tiles are shared between blocks.
 constexpr int kSkinnyTileRows = 128, kSkinnyMaxTiles = 8192, kSkinnyMinTiles = 48;
+// From 17 tokens on the tiles are of kSkinnyWideTileRows rows: the activation tile each stage
+// carries beside the weights is then a smaller share of it.
+constexpr int kSkinnyWideTileRows = 256;
 
 // Whether the GEMM beats cuBLASLt at T tokens for a group of `tiles` 128-row tiles in all whose
 // narrowest projection has `narrowest` (measured on the H200 at the 4B shapes, bench/linear_bench):

@@ -1,0 +1,96 @@
+// The weight-streaming GEMM launched directly (launch_skinny_gemm_bf16), from 17 to 64 tokens —
+// where the backend routes only some groups to it, and where it takes 256-row tiles — against the
+// CPU's projections: grouped projections with ragged last tiles (n = 32, 2600), K past a k-tile's
+// edge (264), and long K (9216: each tile split between many blocks, summed from their partials).
+// Each case runs twice on poisoned outputs: the same bits (the partials are added in a fixed
+// order), and the tile counters are all zero after each launch (the next launch's premise).
+#include "backend/cuda/kernels/skinny_gemm.cuh"
+
+#include <gtest/gtest.h>
+
+#include <tuple>
+#include <vector>
+
+#include "cuda_ops_fixture.h"
+
+namespace deltaserve::backend {
+namespace {
+
+struct SkinnyCase {
+  int K;
+  std::vector<int> n;
+};
+
+class SkinnyGemm : public CudaOps {
+ protected:
+  void SetUp() override {
+    CudaOps::SetUp();
+    if (IsSkipped()) return;
+    cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, 0);
+    partials_ =
+        gpu_->alloc(DType::kF32, {static_cast<int64_t>(cuda::skinny_workspace_floats(sms_))});
+    counters_ = gpu_->alloc(DType::kI32, {cuda::kSkinnyMaxTiles});
+    cudaMemsetAsync(counters_.tensor().data, 0, counters_.tensor().nbytes(), gpu_->stream());
+  }
+  cuda::SkinnyWorkspace ws() const {
+    return {static_cast<float*>(partials_.tensor().data),
+            static_cast<int*>(counters_.tensor().data)};
+  }
+  int nonzero_counters() {
+    std::vector<int> c(cuda::kSkinnyMaxTiles);
+    cudaStreamSynchronize(gpu_->stream());
+    cudaMemcpy(c.data(), counters_.tensor().data, c.size() * sizeof(int), cudaMemcpyDeviceToHost);
+    int nonzero = 0;
+    for (int v : c) nonzero += v != 0 ? 1 : 0;
+    return nonzero;
+  }
+  int sms_ = 0;
+  Buffer partials_, counters_;
+};
+
+TEST_F(SkinnyGemm, MatchesTheCpuFrom17To64Tokens) {
+  const std::vector<SkinnyCase> cases{
+      {2560, {8192, 1024, 32, 2600}}, {9216, {2560}}, {4096, {2560}}, {264, {777}}, {2560, {9216}}};
+  for (const int T : {17, 31, 32, 33, 48, 64})
+    for (const SkinnyCase& c : cases) {
+      SCOPED_TRACE("T " + std::to_string(T) + " K " + std::to_string(c.K) + " first n " +
+                   std::to_string(c.n[0]));
+      std::vector<float> x = rnd(static_cast<size_t>(T) * c.K, 80);
+      const Buffer dx = dev(x, DType::kBF16, {T, c.K});
+      std::vector<std::vector<float>> w;
+      std::vector<Buffer> dw, dy;
+      cuda::SkinnyGroup groups[cuda::kSkinnyMaxGroups];
+      for (size_t g = 0; g < c.n.size(); ++g) {
+        w.push_back(rnd(static_cast<size_t>(c.n[g]) * c.K, 81 + static_cast<uint32_t>(g), 0.05f));
+        dw.push_back(dev(w.back(), DType::kBF16, {c.n[g], c.K}));
+        dy.push_back(gpu_->alloc(DType::kBF16, {T, c.n[g]}));
+        groups[g] = {static_cast<const __nv_bfloat16*>(dw.back().tensor().data),
+                     static_cast<__nv_bfloat16*>(dy.back().tensor().data), c.n[g]};
+      }
+      std::vector<std::vector<float>> first(c.n.size());
+      for (int run = 0; run < 2; ++run) {
+        for (Buffer& y : dy) poison(y.tensor());
+        ASSERT_EQ(cuda::launch_skinny_gemm_bf16(static_cast<const __nv_bfloat16*>(dx.tensor().data),
+                                                groups, static_cast<int>(c.n.size()), T, c.K, ws(),
+                                                sms_, gpu_->stream()),
+                  cudaSuccess);
+        EXPECT_EQ(nonzero_counters(), 0) << "tile counters left set";
+        for (size_t g = 0; g < c.n.size(); ++g) {
+          const std::vector<float> got = host(dy[g].tensor());
+          if (run == 0) {
+            std::vector<float> ref(static_cast<size_t>(T) * c.n[g]);
+            cpu_.linear(Tensor(x.data(), DType::kF32, {T, c.K}),
+                        Tensor(w[g].data(), DType::kF32, {c.n[g], c.K}),
+                        Tensor(ref.data(), DType::kF32, {T, c.n[g]}));
+            expect_close(got, ref, 1e-2f, "skinny GEMM");
+            first[g] = got;
+          } else {
+            EXPECT_EQ(got, first[g]) << "a second run differs";
+          }
+        }
+      }
+    }
+}
+
+}  // namespace
+}  // namespace deltaserve::backend
