@@ -15,18 +15,16 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
-// A block: two consumer warpgroups (warps 0-7) multiplying a tile of kTile weight rows (128 or
-// 256: half each, in 64-row wgmma slices), and one producer warp (warp 8) issuing the copies. A
-// unit is one tile's k-tile: 64 columns of K, one SW128 atom row per matrix row. A launch computes
-// kRows token rows (16, 32 or 64: T rounded up; rows past T are zeros), the N of its wgmma.
-constexpr int kTileK = 64, kConsumers = 256, kThreads = kConsumers + 32;
+// A block: two consumer warpgroups (warps 0-7) multiplying 128 weight rows, 64 each, and one
+// producer warp (warp 8) issuing the copies. A unit is one tile's k-tile: 64 columns of K, one
+// SW128 atom row per matrix row. A launch computes kRows token rows (16, 32 or 64: T rounded up;
+// rows past T are zeros), the N of its wgmma.
+constexpr int kTileRows = kSkinnyTileRows, kTileK = 64, kConsumers = 256,
+              kThreads = kConsumers + 32;
 // Shared memory for the pipeline: more than half an SM's, so that a block never shares an SM with
 // another of the grid (one block an SM: the even split's premise), also when it starts early beside
-// the previous kernel's blocks. The wide form (256-row tiles, from 17 tokens on) takes more: its
-// activation tile is a smaller share of each stage, and more weight bytes are in flight.
-constexpr int kNarrowPipelineBytes = 160 * 1024, kWidePipelineBytes = 200 * 1024;
-// Floats of one partial-sum slot: a tile of the widest form at the most tokens.
-constexpr int kSlotFloats = kSkinnyWideTileRows * kSkinnyMaxRows;
+// the previous kernel's blocks.
+constexpr int kPipelineBytes = 160 * 1024;
 
 struct Params {
   CUtensorMap x;                    // [T, K], boxes of kRows rows x 64
@@ -35,12 +33,13 @@ struct Params {
   int n[kSkinnyMaxGroups];
   int first_tile[kSkinnyMaxGroups];  // group g's 128-row tiles start here
   int count, T, k_tiles, units, blocks;
+  bool shared_first;  // UnitOrder: a block's shared tiles first
   // SiLU-mul form: w[0] / w[1] the gate / up weights in boxes of 64 rows, a tile's rows 0-63
   // gate rows and 64-127 the same up rows; y[0] the product, n[0] its width.
   bool paired;
   SkinnyWorkspace ws;
 };
-constexpr int kPairRows = kSkinnyTileRows / 2;
+constexpr int kPairRows = kTileRows / 2;
 
 // A block's shared scratch besides the pipeline: whether it completes the tile in hand, the
 // addresses of that tile's partials, and (SiLU-mul form) the up half's sums of a whole tile.
@@ -51,13 +50,11 @@ struct BlockShared {
 };
 
 // A pipeline stage: the weight tile, then the activation tile (both SW128, 1024-byte aligned).
-template <int kRows, int kTile>
+constexpr int kWBytes = kTileRows * wgmma::kRowBytes;
+template <int kRows>
 struct Pipe {
-  static constexpr int kSlices = kTile / 128;  // 64-row slices of a consumer warpgroup
-  static constexpr int kWBytes = kTile * wgmma::kRowBytes;
   static constexpr int kStageBytes = kWBytes + kRows * wgmma::kRowBytes;
-  static constexpr int kStages =
-      (kTile == kSkinnyTileRows ? kNarrowPipelineBytes : kWidePipelineBytes) / kStageBytes;
+  static constexpr int kStages = kPipelineBytes / kStageBytes;
   static constexpr int kSmemBytes = kStages * kStageBytes + wgmma::kAtomBytes;
 };
 
@@ -82,29 +79,28 @@ __device__ inline int slot_of(const Params& p, int c, int tile) {
   return skinny::slot_of(c, tile, p.units, p.blocks, p.k_tiles);
 }
 __device__ inline float* slot_ptr(const Params& p, int slot) {
-  return p.ws.partials + static_cast<size_t>(slot) * kSlotFloats;
+  return p.ws.partials + static_cast<size_t>(slot) * kTileRows * kSkinnyMaxRows;
 }
 
 struct TileRef {
   int g, n0;
 };
-template <int kTile>
 __device__ inline TileRef tile_ref(const Params& p, int tile) {
   if (p.paired) return {0, tile * kPairRows};
   int g = 0;
   while (g + 1 < p.count && tile >= p.first_tile[g + 1]) ++g;
-  return {g, (tile - p.first_tile[g]) * kTile};
+  return {g, (tile - p.first_tile[g]) * kTileRows};
 }
 
-// The order a block takes its units [u0, u1) in: the segment of its first tile, then that of its
-// last tile (both usually shared with the neighbouring blocks), then the whole tiles between. The
-// shared tiles' partial sums are then all stored early, and their sums are formed while the
-// other blocks still stream, not in the launch's tail.
+// The order a block takes its units [u0, u1) in: the segment of its first tile, then (with
+// p.shared_first) that of its last tile — both usually shared with the neighbouring blocks — then
+// the whole tiles between. The shared tiles' partial sums are then stored early and summed while
+// the other blocks still stream, not in the launch's tail. Without p.shared_first: u0, u0 + 1, ...
 struct UnitOrder {
   int u0, u1, first_end, last_begin;
-  __device__ UnitOrder(int a, int b, int k_tiles) : u0(a), u1(b) {
-    first_end = min(u1, (u0 / k_tiles + 1) * k_tiles);
-    last_begin = max(first_end, (u1 - 1) / k_tiles * k_tiles);
+  __device__ UnitOrder(const Params& p, int a, int b) : u0(a), u1(b) {
+    first_end = min(u1, (u0 / p.k_tiles + 1) * p.k_tiles);
+    last_begin = p.shared_first ? max(first_end, (u1 - 1) / p.k_tiles * p.k_tiles) : u1;
   }
   // The i-th unit taken.
   __device__ int unit(int i) const {
@@ -115,16 +111,15 @@ struct UnitOrder {
 
 // One thread issues every copy: the first stages' weight tiles before waiting for the previous
 // kernel (weights are never written by one), then activations and the rest as stages free up.
-template <int kRows, int kTile>
+template <int kRows>
 __device__ void produce(const Params& p, const UnitOrder& order, unsigned char* stages,
                         uint64_t* full, uint64_t* empty) {
-  using P = Pipe<kRows, kTile>;
-  constexpr int kStageBytes = P::kStageBytes, kStages = P::kStages, kWBytes = P::kWBytes;
+  constexpr int kStageBytes = Pipe<kRows>::kStageBytes, kStages = Pipe<kRows>::kStages;
   tma::prefetch_map(&p.x);
   const int u0 = order.u0, u1 = order.u1;
   const auto load_w = [&](int i) {
     const int u = order.unit(i), s = i % kStages;
-    const TileRef t = tile_ref<kTile>(p, u / p.k_tiles);
+    const TileRef t = tile_ref(p, u / p.k_tiles);
     unsigned char* dst = stages + s * kStageBytes;
     const int k0 = (u % p.k_tiles) * kTileK;
     tma::load_2d(dst, &p.w[t.g], k0, t.n0, &full[s]);
@@ -149,13 +144,13 @@ __device__ void produce(const Params& p, const UnitOrder& order, unsigned char* 
   }
 }
 
-// This thread's accumulator elements of 64-row slice h of a kTile-row tile (warpgroup w takes
-// rows w kTile / 2 ..): element j (0..3) of 8-token block i is tile row row(j), token tok(i, j).
+// This thread's accumulator elements: element j (0..3) of 8-token block i is tile row row(j),
+// token tok(i, j).
 struct Frag {
   int row0, tok0;
-  __device__ Frag(int tile_rows, int h) {
-    const int t = static_cast<int>(threadIdx.x), lane = t % 32;
-    row0 = (t / 128) * (tile_rows / 2) + 64 * h + 16 * (t / 32 % 4) + lane / 4;
+  __device__ Frag() {
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    row0 = 16 * (static_cast<int>(threadIdx.x) / 32) + lane / 4;  // 64 rows a warpgroup
     tok0 = 2 * (lane % 4);
   }
   __device__ int row(int j) const { return row0 + (j & 2 ? 8 : 0); }
@@ -177,7 +172,7 @@ __device__ inline float silu_mul_of(float gate, float up) {
 constexpr int kPairTokens = kSkinnySiluMulMaxRows;
 __device__ void store_pair_tile(const Params& p, const TileRef& t,
                                 const float (&acc)[kPairTokens / 2], float (*xchg)[kPairTokens]) {
-  const Frag f(kSkinnyTileRows, 0);
+  const Frag f;
   const bool up = threadIdx.x >= kConsumers / 2;
   if (up)
 #pragma unroll
@@ -198,43 +193,33 @@ __device__ void store_pair_tile(const Params& p, const TileRef& t,
   consumers_sync();  // xchg free for the next tile
 }
 
-// A tile's accumulators: kSlices slices of 64 weight rows x kRows tokens.
-template <int kRows, int kTile>
-using Acc = float[Pipe<kRows, kTile>::kSlices][kRows / 2];
-
-template <int kRows, int kTile>
-__device__ void store_tile(const Params& p, const TileRef& t, const Acc<kRows, kTile>& acc,
+template <int kRows>
+__device__ void store_tile(const Params& p, const TileRef& t, const float (&acc)[kRows / 2],
                            float (*xchg)[kPairTokens]) {
-  if constexpr (kRows == kPairTokens && kTile == kSkinnyTileRows)
-    if (p.paired) return store_pair_tile(p, t, acc[0], xchg);
+  if constexpr (kRows == kPairTokens)
+    if (p.paired) return store_pair_tile(p, t, acc, xchg);
+  const Frag f;
   const int n = p.n[t.g];
   bf16* y = p.y[t.g];
 #pragma unroll
-  for (int h = 0; h < Pipe<kRows, kTile>::kSlices; ++h) {
-    const Frag f(kTile, h);
+  for (int i = 0; i < kRows / 8; ++i)
 #pragma unroll
-    for (int i = 0; i < kRows / 8; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int tok = f.tok(i, j), col = t.n0 + f.row(j);
-        if (tok < p.T && col < n)
-          y[static_cast<size_t>(tok) * n + col] = __float2bfloat16(acc[h][4 * i + j]);
-      }
-  }
+    for (int j = 0; j < 4; ++j) {
+      const int tok = f.tok(i, j), col = t.n0 + f.row(j);
+      if (tok < p.T && col < n)
+        y[static_cast<size_t>(tok) * n + col] = __float2bfloat16(acc[4 * i + j]);
+    }
 }
 
-template <int kRows, int kTile>
-__device__ void store_partial(const Params& p, int slot, const Acc<kRows, kTile>& acc) {
+template <int kRows>
+__device__ void store_partial(const Params& p, int slot, const float (&acc)[kRows / 2]) {
+  const Frag f;
   float* part = slot_ptr(p, slot);
 #pragma unroll
-  for (int h = 0; h < Pipe<kRows, kTile>::kSlices; ++h) {
-    const Frag f(kTile, h);
+  for (int i = 0; i < kRows / 8; ++i)
 #pragma unroll
-    for (int i = 0; i < kRows / 8; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        if (f.tok(i, j) < p.T) part[f.tok(i, j) * kTile + f.row(j)] = acc[h][4 * i + j];
-  }
+    for (int j = 0; j < 4; ++j)
+      if (f.tok(i, j) < p.T) part[f.tok(i, j) * kTileRows + f.row(j)] = acc[4 * i + j];
 }
 
 __device__ inline void store4(bf16* out, int col, int n, const float4& v) {
@@ -303,24 +288,24 @@ __device__ void sum_partials(const float* const* parts, int np, const int (&at)[
 
 // The tile's partial sums, added in block order (the result does not depend on which block
 // finished last), as bf16. `parts` (shared) receives the partials' addresses.
-template <int kRows, int kTile>
+template <int kRows>
 __device__ void reduce_tile(const Params& p, int tile, const float** parts) {
   constexpr int kBatch = kReduceBatch<kRows>;
-  const TileRef t = tile_ref<kTile>(p, tile);
+  const TileRef t = tile_ref(p, tile);
   const int c0 = block_of(p, tile * p.k_tiles);
   const int np = block_of(p, (tile + 1) * p.k_tiles - 1) - c0 + 1;
   for (int i = static_cast<int>(threadIdx.x); i < np; i += kConsumers)
     parts[i] = slot_ptr(p, slot_of(p, c0 + i, tile));
   consumers_sync();
   const int n = p.n[t.g];
-  const int quads = (p.paired ? kPairRows : kTile) / 4;  // of output rows
+  const int quads = (p.paired ? kPairRows : kTileRows) / 4;  // of output rows
   const int items = p.T * quads;
   for (int first = static_cast<int>(threadIdx.x); first < items; first += kConsumers * kBatch) {
     int at[kBatch], valid = 0;
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int item = first + b * kConsumers;  // past the items: summed again, not stored
-      at[b] = item < items ? (item / quads) * kTile + 4 * (item % quads) : at[0];
+      at[b] = item < items ? (item / quads) * kTileRows + 4 * (item % quads) : at[0];
       valid += item < items ? 1 : 0;
     }
     float4 v[kBatch];
@@ -336,7 +321,7 @@ __device__ void reduce_tile(const Params& p, int tile, const float** parts) {
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       if (b >= valid) continue;
-      const int tok = at[b] / kTile, r = at[b] % kTile;
+      const int tok = at[b] / kTileRows, r = at[b] % kTileRows;
       store4(p.y[t.g] + static_cast<size_t>(tok) * n + t.n0 + r, t.n0 + r, n, v[b]);
     }
   }
@@ -357,74 +342,67 @@ __device__ inline int add_acq_rel(int* counter, int v) {
 
 // A tile's sum over k-tiles [kt0, kt1) is done: stored as bf16 when that is all of K, else left as
 // a partial; the block that completes a tile's k-tiles (a counter per tile) adds its partials.
-template <int kRows, int kTile>
+template <int kRows>
 __device__ void finish_segment(const Params& p, int c, int tile, int kt0, int kt1,
-                               const Acc<kRows, kTile>& acc, BlockShared& sh) {
-  if (kt0 == 0 && kt1 == p.k_tiles)
-    return store_tile<kRows, kTile>(p, tile_ref<kTile>(p, tile), acc, sh.xchg);
-  store_partial<kRows, kTile>(p, slot_of(p, c, tile), acc);
+                               const float (&acc)[kRows / 2], BlockShared& sh) {
+  if (kt0 == 0 && kt1 == p.k_tiles) return store_tile<kRows>(p, tile_ref(p, tile), acc, sh.xchg);
+  store_partial<kRows>(p, slot_of(p, c, tile), acc);
   consumers_sync();  // every consumer's partial stored before the count's release
   if (threadIdx.x == 0)
     sh.last = add_acq_rel(&p.ws.counters[tile], kt1 - kt0) + kt1 - kt0 == p.k_tiles;
   consumers_sync();  // the count's acquire before any consumer reads the other blocks' partials
   if (!sh.last) return;
-  reduce_tile<kRows, kTile>(p, tile, sh.parts);
+  reduce_tile<kRows>(p, tile, sh.parts);
   if (threadIdx.x == 0) p.ws.counters[tile] = 0;  // ready for the next launch
 }
 
 // The consumer warpgroups over the block's units in `order`, tile segment by tile segment; each
 // stage is released once the MMAs reading it have completed.
-template <int kRows, int kTile>
+template <int kRows>
 __device__ void consume(const Params& p, int c, const UnitOrder& order, unsigned char* stages,
                         uint64_t* full, uint64_t* empty, BlockShared& sh) {
-  using P = Pipe<kRows, kTile>;
-  constexpr int kStageBytes = P::kStageBytes, kStages = P::kStages;
+  constexpr int kStageBytes = Pipe<kRows>::kStageBytes, kStages = Pipe<kRows>::kStages;
   const uint32_t base = tma::smem_addr(stages);
-  // This warpgroup's kTile / 2 rows, in slices of 64.
-  const uint32_t rows = (threadIdx.x / 128) * (kTile / 2) * wgmma::kRowBytes;
+  const uint32_t rows = (threadIdx.x / 128) * 64 * wgmma::kRowBytes;  // this warpgroup's 64
   constexpr uint32_t kStep = 32 >> 4;  // 16 bf16 along K, in the descriptor's 16-byte units
-  constexpr uint32_t kSliceStep = 64 * wgmma::kRowBytes >> 4;
-  Acc<kRows, kTile> acc;
+  float acc[kRows / 2];
   int i = 0;  // stages taken
   const auto segment = [&](int u, int end) {
     const int tile = u / p.k_tiles, kt0 = u - tile * p.k_tiles;
 #pragma unroll
-    for (int h = 0; h < P::kSlices; ++h)
-#pragma unroll
-      for (int a = 0; a < kRows / 2; ++a) acc[h][a] = 0.0f;
+    for (int a = 0; a < kRows / 2; ++a) acc[a] = 0.0f;
     for (int v = u; v < end; ++v, ++i) {
       const int s = i % kStages;
       tma::wait(&full[s], (i / kStages) & 1);
       const uint32_t stage = base + s * kStageBytes;
       const uint64_t wd = wgmma::desc(stage + rows, 16, wgmma::kAtomBytes),
-                     xd = wgmma::desc(stage + P::kWBytes, 16, wgmma::kAtomBytes);
+                     xd = wgmma::desc(stage + kWBytes, 16, wgmma::kAtomBytes);
       wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < kTileK / 16; ++kk)
-#pragma unroll
-        for (int h = 0; h < P::kSlices; ++h)
-          mma_step<kRows>(acc[h], wd + h * kSliceStep + kk * kStep, xd + kk * kStep);
+        mma_step<kRows>(acc, wd + kk * kStep, xd + kk * kStep);
       wgmma::commit();
       wgmma::wait<0>();
       tma::arrive(&empty[s]);
     }
-    finish_segment<kRows, kTile>(p, c, tile, kt0, end - tile * p.k_tiles, acc, sh);
+    finish_segment<kRows>(p, c, tile, kt0, end - tile * p.k_tiles, acc, sh);
   };
   segment(order.u0, order.first_end);
   if (order.last_begin < order.u1) segment(order.last_begin, order.u1);
-  for (int u = order.first_end; u < order.last_begin; u += p.k_tiles) segment(u, u + p.k_tiles);
+  for (int u = order.first_end; u < order.last_begin; u += p.k_tiles)
+    segment(u, min(order.last_begin, u + p.k_tiles));
 }
 
-template <int kRows, int kTile>
+template <int kRows>
 __global__ void __launch_bounds__(kThreads, 1)
     skinny_gemm_kernel(const __grid_constant__ Params p) {
-  constexpr int kStages = Pipe<kRows, kTile>::kStages;
+  constexpr int kStages = Pipe<kRows>::kStages;
   extern __shared__ unsigned char raw[];
   unsigned char* stages = wgmma::atom_aligned<unsigned char>(raw);
   __shared__ uint64_t full[kStages], empty[kStages];
   __shared__ BlockShared sh;
   const int c = static_cast<int>(blockIdx.x);
-  const UnitOrder order(first_unit(p, c), first_unit(p, c + 1), p.k_tiles);
+  const UnitOrder order(p, first_unit(p, c), first_unit(p, c + 1));
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       tma::barrier_init(&full[s], 1);
@@ -435,56 +413,45 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   pdl::allow_successor();  // the next kernel's blocks may start streaming their weights
   if (threadIdx.x >= kConsumers) {
-    if (threadIdx.x == kConsumers) produce<kRows, kTile>(p, order, stages, full, empty);
+    if (threadIdx.x == kConsumers) produce<kRows>(p, order, stages, full, empty);
     return;
   }
   pdl::wait_for_predecessor();  // before the stores and the workspace
-  consume<kRows, kTile>(p, c, order, stages, full, empty, sh);
+  consume<kRows>(p, c, order, stages, full, empty, sh);
 }
 
-template <int kRows, int kTile>
+template <int kRows>
 cudaError_t launch(const Params& p, cudaStream_t stream) {
-  const auto kernel = skinny_gemm_kernel<kRows, kTile>;
-  constexpr int smem = Pipe<kRows, kTile>::kSmemBytes;
+  const auto kernel = skinny_gemm_kernel<kRows>;
+  constexpr int smem = Pipe<kRows>::kSmemBytes;
   const cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
   return pdl::launch_with(true, kernel, p.blocks, kThreads, smem, stream, p);
 }
 
-// The wgmma N for T tokens.
-int rows_for(int T) { return T <= 16 ? 16 : T <= 32 ? 32 : 64; }
-
-// The wide form (256-row tiles) from 17 tokens on; DS_SKINNY_WIDE=0 keeps 128-row tiles (A/B).
-int tile_rows_for(int T) {
-  static const bool wide = ab_switch_on("DS_SKINNY_WIDE");
-  return wide && T > 16 ? kSkinnyWideTileRows : kSkinnyTileRows;
-}
-
-// x [T, K] and the split of p's `tiles` tiles of `tile_rows` rows of K between blocks, then the
-// launch.
-cudaError_t launch_tiles(Params& p, const bf16* x, int tiles, int tile_rows, int T, int K,
+// x [T, K] and the split of p's `tiles` tiles of K between blocks, then the launch.
+cudaError_t launch_tiles(Params& p, const bf16* x, int tiles, int T, int K,
                          const SkinnyWorkspace& ws, int sm_count, cudaStream_t stream) {
   if (tiles > kSkinnyMaxTiles) return cudaErrorInvalidValue;
-  const int rows = rows_for(T);
+  const int rows = T <= 16 ? 16 : T <= 32 ? 32 : 64;
   p.x = encode_tma_2d_bf16(x, T, K, rows);
   p.T = T;
   p.k_tiles = (K + kTileK - 1) / kTileK;
   p.units = tiles * p.k_tiles;
   p.blocks = skinny::blocks_for(p.units, p.k_tiles, sm_count);
   p.ws = ws;
-  if (tile_rows == kSkinnyWideTileRows)
-    return rows == 32 ? launch<32, kSkinnyWideTileRows>(p, stream)
-                      : launch<64, kSkinnyWideTileRows>(p, stream);
-  return rows == 16   ? launch<16, kSkinnyTileRows>(p, stream)
-         : rows == 32 ? launch<32, kSkinnyTileRows>(p, stream)
-                      : launch<64, kSkinnyTileRows>(p, stream);
+  static const bool shared_first = ab_switch_on("DS_SKINNY_ORDER");  // =0: in unit order (A/B)
+  p.shared_first = shared_first;
+  return rows == 16   ? launch<16>(p, stream)
+         : rows == 32 ? launch<32>(p, stream)
+                      : launch<64>(p, stream);
 }
 
 }  // namespace
 
 size_t skinny_workspace_floats(int sm_count) {
-  return static_cast<size_t>(2 * sm_count) * kSlotFloats;
+  return static_cast<size_t>(2 * sm_count) * kTileRows * kSkinnyMaxRows;
 }
 
 bool skinny_supported(const void* x, const void* w, const void* y, int T, int K) {
@@ -500,17 +467,16 @@ cudaError_t launch_skinny_gemm_bf16(const bf16* x, const SkinnyGroup* groups, in
                                     cudaStream_t stream) {
   if (T < 1 || T > kSkinnyMaxRows) return cudaErrorInvalidValue;
   Params p{};
-  const int tile_rows = tile_rows_for(T);
   int tiles = 0;
   for (int g = 0; g < count; ++g) {
-    p.w[g] = encode_tma_2d_bf16(groups[g].w, groups[g].n, K, tile_rows);
+    p.w[g] = encode_tma_2d_bf16(groups[g].w, groups[g].n, K, kTileRows);
     p.y[g] = groups[g].y;
     p.n[g] = groups[g].n;
     p.first_tile[g] = tiles;
-    tiles += (groups[g].n + tile_rows - 1) / tile_rows;
+    tiles += (groups[g].n + kTileRows - 1) / kTileRows;
   }
   p.count = count;
-  return launch_tiles(p, x, tiles, tile_rows, T, K, ws, sm_count, stream);
+  return launch_tiles(p, x, tiles, T, K, ws, sm_count, stream);
 }
 
 cudaError_t launch_skinny_gemm_silu_mul_bf16(const bf16* x, const bf16* gate, const bf16* up,
@@ -525,8 +491,7 @@ cudaError_t launch_skinny_gemm_silu_mul_bf16(const bf16* x, const bf16* gate, co
   p.y[0] = act;
   p.n[0] = I;
   p.count = 1;
-  return launch_tiles(p, x, (I + kPairRows - 1) / kPairRows, kSkinnyTileRows, T, K, ws, sm_count,
-                      stream);
+  return launch_tiles(p, x, (I + kPairRows - 1) / kPairRows, T, K, ws, sm_count, stream);
 }
 
 }  // namespace deltaserve::cuda

@@ -5,9 +5,10 @@
 // rows, two warpgroups of 64, x T padded to 16, 32 or 64). A persistent grid of one block an
 // SM splits the (tile, 64-column k-tile) units evenly (stream-K), so narrow projections still fill
 // the GPU and no block waits on a wave tail; a tile split between blocks is summed from f32
-// partials, in a fixed order, by the block that completes it. Launched as a programmatic dependent:
-// its first weight tiles stream while the previous kernel drains. A second form takes the MLP's
-// gate and up projections and stores silu(gate) * up (launch_skinny_gemm_silu_mul_bf16).
+// partials, in a fixed order, by the block that completes it (each block takes its shared tiles
+// first, so that most of these sums form before the launch's tail). Launched as a programmatic
+// dependent: its first weight tiles stream while the previous kernel drains. A second form takes
+// the MLP's gate and up projections and stores silu(gate) * up (launch_skinny_gemm_silu_mul_bf16).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -25,9 +26,6 @@ constexpr int kSkinnyMaxGroups = 4;
 // takes 1,940); and the fewest for which the GEMM pays over cuBLASLt from 9 tokens on: with fewer,
 // most tiles are shared between blocks.
 constexpr int kSkinnyTileRows = 128, kSkinnyMaxTiles = 8192, kSkinnyMinTiles = 48;
-// From 17 tokens on the tiles are of kSkinnyWideTileRows rows: the activation tile each stage
-// carries beside the weights is then a smaller share of it.
-constexpr int kSkinnyWideTileRows = 256;
 
 // Whether the GEMM beats cuBLASLt at T tokens for a group of `tiles` 128-row tiles in all whose
 // narrowest projection has `narrowest` (measured on the H200 at the 4B shapes, bench/linear_bench):
