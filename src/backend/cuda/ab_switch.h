@@ -1,6 +1,5 @@
 // The CUDA backend's A/B switches: environment variables that turn one of its forms off (set to
-// 0) so that a same-lease benchmark can time both, e.g. DS_PDL, DS_SKINNY_GEMM, DS_GEMM_TUNE; or,
-// opt-in, a candidate form on (DS_SKINNY_ALL).
+// 0) so that a same-lease benchmark can time both, e.g. DS_PDL, DS_SKINNY_GEMM, DS_GEMM_TUNE.
 #pragma once
 
 #include <cstdlib>
@@ -12,12 +11,6 @@ namespace deltaserve::cuda {
 inline bool ab_switch_on(const char* name) {
   const char* v = std::getenv(name);
   return !(v && std::strcmp(v, "0") == 0);
-}
-
-// Whether the opt-in switch `name` turns its form on: set to anything but 0 (unset: off).
-inline bool ab_switch_set(const char* name) {
-  const char* v = std::getenv(name);
-  return v && std::strcmp(v, "0") != 0;
 }
 
 }  // namespace deltaserve::cuda

@@ -63,7 +63,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   const char* prof = std::getenv("DS_CUDA_PROFILE");
   profile_ = prof && std::string(prof) == "1";
   skinny_gemm_ = cuda::ab_switch_on("DS_SKINNY_GEMM");
-  skinny_all_ = cuda::ab_switch_set("DS_SKINNY_ALL");
   fused_silu_mul_ = cuda::ab_switch_on("DS_FUSED_SILU_MUL");
   gemm_tuning_ = cuda::ab_switch_on("DS_GEMM_TUNE");
   if (!cuda::ab_switch_on("DS_GEMM_TUNE_DECODE"))
@@ -284,8 +283,7 @@ CudaBackend::LinearRoute CudaBackend::linear_route(const Tensor& x,
     skinny = skinny && cuda::skinny_supported(x.data, w.data, y.data, t, k);
     gemv = gemv && cuda::gemv_supported(x.data, w.data, t, k);
   }
-  skinny = skinny && tiles <= cuda::kSkinnyMaxTiles &&
-           (skinny_all_ || cuda::skinny_gemm_pays(t, tiles, narrowest));
+  skinny = skinny && tiles <= cuda::kSkinnyMaxTiles && cuda::skinny_gemm_pays(t, tiles, narrowest);
   return skinny ? LinearRoute::kSkinny : gemv ? LinearRoute::kGemv : LinearRoute::kCublasLt;
 }
 

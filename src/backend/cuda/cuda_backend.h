@@ -137,7 +137,6 @@ class CudaBackend final : public Backend {
   void account();
   bool profile_ = false;
   bool skinny_gemm_ = true;  // the weight-streaming GEMM for T <= 64 (DS_SKINNY_GEMM)
-  bool skinny_all_ = false;  // ... for every projection group up to 64 tokens (DS_SKINNY_ALL, A/B)
   // linear_silu_mul in the weight-streaming GEMM (DS_FUSED_SILU_MUL=0 for A/B: the unfused ops)
   bool fused_silu_mul_ = true;
   bool gemm_tuning_ = true;  // set_linear_tuning takes effect (DS_GEMM_TUNE=0: it does not)

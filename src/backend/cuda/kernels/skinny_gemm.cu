@@ -107,6 +107,14 @@ struct UnitOrder {
     const int nf = first_end - u0, nl = u1 - last_begin;
     return i < nf ? u0 + i : i < nf + nl ? last_begin + i - nf : first_end + i - nf - nl;
   }
+  // How many units from the i-th taken (a segment's first) to the end of its segment (one
+  // tile's).
+  __device__ int run(int i, int k_tiles) const {
+    const int nf = first_end - u0, nl = u1 - last_begin;
+    if (i < nf + nl) return (i < nf ? nf : nf + nl) - i;
+    const int u = first_end + i - nf - nl;
+    return min(last_begin - u, k_tiles - u % k_tiles);
+  }
 };
 
 // One thread issues every copy: the first stages' weight tiles before waiting for the previous
@@ -366,12 +374,12 @@ __device__ void consume(const Params& p, int c, const UnitOrder& order, unsigned
   const uint32_t rows = (threadIdx.x / 128) * 64 * wgmma::kRowBytes;  // this warpgroup's 64
   constexpr uint32_t kStep = 32 >> 4;  // 16 bf16 along K, in the descriptor's 16-byte units
   float acc[kRows / 2];
-  int i = 0;  // stages taken
-  const auto segment = [&](int u, int end) {
-    const int tile = u / p.k_tiles, kt0 = u - tile * p.k_tiles;
+  for (int i = 0; i < order.u1 - order.u0;) {  // i: units (stages) taken
+    int u = order.unit(i);
+    const int tile = u / p.k_tiles, kt0 = u - tile * p.k_tiles, end = u + order.run(i, p.k_tiles);
 #pragma unroll
     for (int a = 0; a < kRows / 2; ++a) acc[a] = 0.0f;
-    for (int v = u; v < end; ++v, ++i) {
+    for (; u < end; ++u, ++i) {
       const int s = i % kStages;
       tma::wait(&full[s], (i / kStages) & 1);
       const uint32_t stage = base + s * kStageBytes;
@@ -386,11 +394,7 @@ __device__ void consume(const Params& p, int c, const UnitOrder& order, unsigned
       tma::arrive(&empty[s]);
     }
     finish_segment<kRows>(p, c, tile, kt0, end - tile * p.k_tiles, acc, sh);
-  };
-  segment(order.u0, order.first_end);
-  if (order.last_begin < order.u1) segment(order.last_begin, order.u1);
-  for (int u = order.first_end; u < order.last_begin; u += p.k_tiles)
-    segment(u, min(order.last_begin, u + p.k_tiles));
+  }
 }
 
 template <int kRows>
