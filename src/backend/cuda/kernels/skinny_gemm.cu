@@ -1,6 +1,5 @@
 #include <cstdint>
 
-#include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/bf16x8.cuh"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
@@ -33,7 +32,6 @@ struct Params {
   int n[kSkinnyMaxGroups];
   int first_tile[kSkinnyMaxGroups];  // group g's 128-row tiles start here
   int count, T, k_tiles, units, blocks;
-  bool shared_first;  // UnitOrder: a block's shared tiles first
   // SiLU-mul form: w[0] / w[1] the gate / up weights in boxes of 64 rows, a tile's rows 0-63
   // gate rows and 64-127 the same up rows; y[0] the product, n[0] its width.
   bool paired;
@@ -92,41 +90,15 @@ __device__ inline TileRef tile_ref(const Params& p, int tile) {
   return {g, (tile - p.first_tile[g]) * kTileRows};
 }
 
-// The order a block takes its units [u0, u1) in: the segment of its first tile, then (with
-// p.shared_first) that of its last tile — both usually shared with the neighbouring blocks — then
-// the whole tiles between. The shared tiles' partial sums are then stored early and summed while
-// the other blocks still stream, not in the launch's tail. Without p.shared_first: u0, u0 + 1, ...
-struct UnitOrder {
-  int u0, u1, first_end, last_begin;
-  __device__ UnitOrder(const Params& p, int a, int b) : u0(a), u1(b) {
-    first_end = min(u1, (u0 / p.k_tiles + 1) * p.k_tiles);
-    last_begin = p.shared_first ? max(first_end, (u1 - 1) / p.k_tiles * p.k_tiles) : u1;
-  }
-  // The i-th unit taken.
-  __device__ int unit(int i) const {
-    const int nf = first_end - u0, nl = u1 - last_begin;
-    return i < nf ? u0 + i : i < nf + nl ? last_begin + i - nf : first_end + i - nf - nl;
-  }
-  // How many units from the i-th taken (a segment's first) to the end of its segment (one
-  // tile's).
-  __device__ int run(int i, int k_tiles) const {
-    const int nf = first_end - u0, nl = u1 - last_begin;
-    if (i < nf + nl) return (i < nf ? nf : nf + nl) - i;
-    const int u = first_end + i - nf - nl;
-    return min(last_begin - u, k_tiles - u % k_tiles);
-  }
-};
-
 // One thread issues every copy: the first stages' weight tiles before waiting for the previous
 // kernel (weights are never written by one), then activations and the rest as stages free up.
 template <int kRows>
-__device__ void produce(const Params& p, const UnitOrder& order, unsigned char* stages,
-                        uint64_t* full, uint64_t* empty) {
+__device__ void produce(const Params& p, int u0, int u1, unsigned char* stages, uint64_t* full,
+                        uint64_t* empty) {
   constexpr int kStageBytes = Pipe<kRows>::kStageBytes, kStages = Pipe<kRows>::kStages;
   tma::prefetch_map(&p.x);
-  const int u0 = order.u0, u1 = order.u1;
   const auto load_w = [&](int i) {
-    const int u = order.unit(i), s = i % kStages;
+    const int u = u0 + i, s = i % kStages;
     const TileRef t = tile_ref(p, u / p.k_tiles);
     unsigned char* dst = stages + s * kStageBytes;
     const int k0 = (u % p.k_tiles) * kTileK;
@@ -134,7 +106,7 @@ __device__ void produce(const Params& p, const UnitOrder& order, unsigned char* 
     if (p.paired) tma::load_2d(dst + kPairRows * wgmma::kRowBytes, &p.w[1], k0, t.n0, &full[s]);
   };
   const auto load_x = [&](int i) {
-    const int u = order.unit(i), s = i % kStages;
+    const int u = u0 + i, s = i % kStages;
     tma::load_2d(stages + s * kStageBytes + kWBytes, &p.x, (u % p.k_tiles) * kTileK, 0, &full[s]);
   };
   const int first = min(u1 - u0, kStages);
@@ -364,19 +336,19 @@ __device__ void finish_segment(const Params& p, int c, int tile, int kt0, int kt
   if (threadIdx.x == 0) p.ws.counters[tile] = 0;  // ready for the next launch
 }
 
-// The consumer warpgroups over the block's units in `order`, tile segment by tile segment; each
-// stage is released once the MMAs reading it have completed.
+// The consumer warpgroups over the block's units, tile segment by tile segment; each stage is
+// released once the MMAs reading it have completed.
 template <int kRows>
-__device__ void consume(const Params& p, int c, const UnitOrder& order, unsigned char* stages,
+__device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* stages,
                         uint64_t* full, uint64_t* empty, BlockShared& sh) {
   constexpr int kStageBytes = Pipe<kRows>::kStageBytes, kStages = Pipe<kRows>::kStages;
   const uint32_t base = tma::smem_addr(stages);
   const uint32_t rows = (threadIdx.x / 128) * 64 * wgmma::kRowBytes;  // this warpgroup's 64
   constexpr uint32_t kStep = 32 >> 4;  // 16 bf16 along K, in the descriptor's 16-byte units
   float acc[kRows / 2];
-  for (int i = 0; i < order.u1 - order.u0;) {  // i: units (stages) taken
-    int u = order.unit(i);
-    const int tile = u / p.k_tiles, kt0 = u - tile * p.k_tiles, end = u + order.run(i, p.k_tiles);
+  for (int u = u0, i = 0; u < u1;) {
+    const int tile = u / p.k_tiles, kt0 = u - tile * p.k_tiles;
+    const int end = min(u1, (tile + 1) * p.k_tiles);
 #pragma unroll
     for (int a = 0; a < kRows / 2; ++a) acc[a] = 0.0f;
     for (; u < end; ++u, ++i) {
@@ -405,8 +377,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   unsigned char* stages = wgmma::atom_aligned<unsigned char>(raw);
   __shared__ uint64_t full[kStages], empty[kStages];
   __shared__ BlockShared sh;
-  const int c = static_cast<int>(blockIdx.x);
-  const UnitOrder order(p, first_unit(p, c), first_unit(p, c + 1));
+  const int c = static_cast<int>(blockIdx.x), u0 = first_unit(p, c), u1 = first_unit(p, c + 1);
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       tma::barrier_init(&full[s], 1);
@@ -417,11 +388,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   pdl::allow_successor();  // the next kernel's blocks may start streaming their weights
   if (threadIdx.x >= kConsumers) {
-    if (threadIdx.x == kConsumers) produce<kRows>(p, order, stages, full, empty);
+    if (threadIdx.x == kConsumers) produce<kRows>(p, u0, u1, stages, full, empty);
     return;
   }
   pdl::wait_for_predecessor();  // before the stores and the workspace
-  consume<kRows>(p, c, order, stages, full, empty, sh);
+  consume<kRows>(p, c, u0, u1, stages, full, empty, sh);
 }
 
 template <int kRows>
@@ -445,8 +416,6 @@ cudaError_t launch_tiles(Params& p, const bf16* x, int tiles, int T, int K,
   p.units = tiles * p.k_tiles;
   p.blocks = skinny::blocks_for(p.units, p.k_tiles, sm_count);
   p.ws = ws;
-  static const bool shared_first = ab_switch_on("DS_SKINNY_ORDER");  // =0: in unit order (A/B)
-  p.shared_first = shared_first;
   return rows == 16   ? launch<16>(p, stream)
          : rows == 32 ? launch<32>(p, stream)
                       : launch<64>(p, stream);

@@ -5,10 +5,9 @@
 // rows, two warpgroups of 64, x T padded to 16, 32 or 64). A persistent grid of one block an
 // SM splits the (tile, 64-column k-tile) units evenly (stream-K), so narrow projections still fill
 // the GPU and no block waits on a wave tail; a tile split between blocks is summed from f32
-// partials, in a fixed order, by the block that completes it (each block takes its shared tiles
-// first, so that most of these sums form before the launch's tail). Launched as a programmatic
-// dependent: its first weight tiles stream while the previous kernel drains. A second form takes
-// the MLP's gate and up projections and stores silu(gate) * up (launch_skinny_gemm_silu_mul_bf16).
+// partials, in a fixed order, by the block that completes it. Launched as a programmatic dependent:
+// its first weight tiles stream while the previous kernel drains. A second form takes the MLP's
+// gate and up projections and stores silu(gate) * up (launch_skinny_gemm_silu_mul_bf16).
 #pragma once
 
 #include <cuda_bf16.h>
