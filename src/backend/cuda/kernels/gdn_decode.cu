@@ -7,7 +7,6 @@
 #include "backend/cuda/kernels/gdn_decode_split.cuh"
 #include "backend/cuda/kernels/gdn_state.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
-#include "backend/cuda/kernels/tma.cuh"
 
 namespace deltaserve::cuda {
 namespace {
@@ -31,19 +30,13 @@ __device__ inline void group_sync(int group) {
     asm volatile("bar.sync 2, %0;\n" ::"n"(kThreads) : "memory");
 }
 
-// Bytes of one value head's state.
-template <class StateT>
-constexpr int kHeadStateBytes = kDk* kDv* static_cast<int>(sizeof(StateT));
-
 // Block (sequence, key head): the conv of the key head's q and k channels and of the v channels
 // of its value heads, then the delta rule of each of those value heads, warpgroup `group` taking
 // heads group, group + kPar, ..., its state in registers (the first head's loads issued before the
-// conv), then the gated RMSNorm of its output row. With one warpgroup (kPar = 1) and
-// `stage_second`, the second head's state is bulk-copied into the dynamic shared memory at the
-// start, so that its loads do not wait on memory after the first head's rule.
+// conv), then the gated RMSNorm of its output row.
 template <class StateT, int kPar>
 __global__ void __launch_bounds__(kPar* kThreads, 2 / kPar)
-    gdn_decode_kernel(BatchMeta b, GdnDecodeArgs p, StateT* __restrict__ state, bool stage_second) {
+    gdn_decode_kernel(BatchMeta b, GdnDecodeArgs p, StateT* __restrict__ state) {
   static_assert(kPar == 1 || kPar == 2, "group_sync names two barriers");
   pdl::allow_successor();  // a programmatic dependent may start streaming its weights
   // The gated norm's weights (never written by a kernel) before the wait: the norm ends the chain.
@@ -63,27 +56,13 @@ __global__ void __launch_bounds__(kPar* kThreads, 2 / kPar)
   const auto head_state = [&](int j) {
     return state + (slot * p.nv + kh * g + j) * static_cast<size_t>(kDk * kDv);
   };
-  extern __shared__ __align__(16) unsigned char second_raw[];  // kHeadStateBytes when staged
-  __shared__ uint64_t second_ready;
-  const bool staged = kPar == 1 && stage_second && g >= 2 && !fresh;
-  if (staged && tid == 0) {
-    tma::barrier_init(&second_ready, 1);
-    tma::barrier_init_fence();
-    tma::arrive_expect_bytes(&second_ready, kHeadStateBytes<StateT>);
-    tma::load_1d(second_raw, head_state(1), kHeadStateBytes<StateT>, &second_ready);
-  }
   float4 st[kHeadRows];
   if (group < g) load_head_state(head_state(group), fresh, warp, lane, st);
   convolve_key_head(p, slot, t, kh, fresh, ys, tid, kPar * kThreads);
   __syncthreads();
   const float qk = normalise_qk(ys, norms);
   for (int j = group; j < g; j += kPar) {
-    if (j == 1 && staged) {  // the barrier was initialised before the block barrier above
-      tma::wait(&second_ready, 0);
-      load_head_state(reinterpret_cast<const StateT*>(second_raw), false, warp, lane, st);
-    } else if (j > group) {
-      load_head_state(head_state(j), fresh, warp, lane, st);
-    }
+    if (j > group) load_head_state(head_state(j), fresh, warp, lane, st);
     const int h = kh * g + j;
     delta_rule_head(p, st, ys, ys + 2 * kDk + j * kDv, qk, static_cast<size_t>(t) * p.nv + h, h,
                     head_state(j), nw, scratch[group], [&] { group_sync<kPar>(group); });
@@ -96,21 +75,10 @@ void launch(const BatchMeta& b, const GdnDecodeArgs& p, StateT* state, int num_s
   const dim3 grid(b.num_seqs, p.nk);
   // Two heads a block where a grid of single-head blocks would leave most SMs without a second
   // block (a few sequences: the chain of dependent loads bounds the step, not the state traffic).
-  if (p.nv / p.nk >= 2 && b.num_seqs * p.nk <= num_sms) {
-    pdl::launch_dependent(gdn_decode_kernel<StateT, 2>, grid, 2 * kThreads, 0, stream, b, p, state,
-                          false);
-    return;
-  }
-  // DS_GDN_STAGE_SECOND=0: the second head's state loaded as the first one's (A/B).
-  static const bool stage_on = ab_switch_on("DS_GDN_STAGE_SECOND");
-  const bool stage = stage_on && p.nv / p.nk >= 2;
-  const int smem = stage ? kHeadStateBytes<StateT> : 0;
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(gdn_decode_kernel<StateT, 1>,
-                           cudaFuncAttributeMaxDynamicSharedMemorySize, kHeadStateBytes<StateT>);
-  (void)attr;  // a failure shows as the launch's error
-  pdl::launch_dependent(gdn_decode_kernel<StateT, 1>, grid, kThreads, smem, stream, b, p, state,
-                        stage);
+  if (p.nv / p.nk >= 2 && b.num_seqs * p.nk <= num_sms)
+    pdl::launch_dependent(gdn_decode_kernel<StateT, 2>, grid, 2 * kThreads, 0, stream, b, p, state);
+  else
+    pdl::launch_dependent(gdn_decode_kernel<StateT, 1>, grid, kThreads, 0, stream, b, p, state);
 }
 
 }  // namespace

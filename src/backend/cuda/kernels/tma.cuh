@@ -57,16 +57,6 @@ __device__ inline void load_2d(void* dst, const CUtensorMap* map, int c0, int c1
       : "memory");
 }
 
-// Copies `bytes` (a multiple of 16) from global `src` to shared `dst` (both 16-byte aligned),
-// completing on `bar`.
-__device__ inline void load_1d(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
-          "r"(smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_addr(bar))
-      : "memory");
-}
-
 // As load_2d, the box landing at `dst`'s offset in each CTA of the cluster whose rank is a bit of
 // `ranks`, completing on the barrier at `bar`'s offset in each.
 __device__ inline void load_2d_multicast(void* dst, const CUtensorMap* map, int c0, int c1,
