@@ -68,8 +68,7 @@ Qwen35Model::RowParallelProjection Qwen35Model::out_projection(int64_t i,
 void Qwen35Model::mlp_in(int64_t i, const StepBuffers& s, dist::RowRange c) const {
   const auto rows = [c](const Tensor& t) { return t.rows(c.begin, c.end); };
   const LayerWeights& l = w_.layers[static_cast<size_t>(i)];
-  be_.linear_silu_mul(rows(s.h), l.gate_proj, l.up_proj, rows(s.mlp_gate), rows(s.mlp_up),
-                      rows(s.mlp_act));
+  be_.linear_silu_mul(rows(s.h), l.gate_proj, l.up_proj, rows(s.mlp_gate_up), rows(s.mlp_act));
 }
 
 void Qwen35Model::forward(const StepBatch& batch, const StepBuffers& s,

@@ -80,6 +80,23 @@ Tensor alloc_into(ModelWeights& w, backend::Backend& be, const std::vector<int64
   return w.storage.back().tensor();
 }
 
+// Where spec i's tensor lives: an allocation of its own, except that an MLP's gate and up
+// projections share one of [2 I, H] (up's rows right after gate's), so that a backend can run both
+// as one GEMM (CudaBackend::linear_silu_mul).
+Tensor alloc_spec(ModelWeights& w, backend::Backend& be, const std::vector<WeightSpec>& specs,
+                  size_t i) {
+  const WeightSpec& s = specs[i];
+  if (s.name.ends_with("mlp.up_proj.weight") && !s.dst->empty()) return *s.dst;  // with its gate
+  if (s.name.ends_with("mlp.gate_proj.weight") && i + 1 < specs.size() &&
+      specs[i + 1].name.ends_with("mlp.up_proj.weight") && specs[i + 1].stored == s.stored) {
+    const int64_t rows = s.stored.at(0);
+    const Tensor both = alloc_into(w, be, {2 * rows, s.stored.at(1)});
+    *specs[i + 1].dst = both.rows(rows, 2 * rows);
+    return both.rows(0, rows);
+  }
+  return alloc_into(w, be, s.stored);
+}
+
 // Uploads a rank's part (`rule`) of a global tensor (`data` of `dtype`, global `shape`) into dst.
 void upload_shard(backend::Backend& be, const ShardRule& rule, DType dtype, const std::byte* data,
                   const std::vector<int64_t>& shape, const Tensor& dst,
@@ -151,7 +168,8 @@ ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& cfg, backen
     if (t.dtype != DType::kF32 && t.dtype != DType::kBF16 && t.dtype != DType::kF16)
       throw Error(t.file + ": tensor '" + name + "' has dtype " + std::string(dtype_name(t.dtype)) +
                   "; weights must be BF16, F16 or F32");
-    *s.dst = alloc_into(w, be, s.stored);
+    *s.dst = alloc_spec(w, be, specs, i);
+    w.by_spec.push_back(*s.dst);
     upload_shard(be, shard_rule(s.name, cfg, shard), t.dtype, t.data, t.shape, *s.dst, staging);
     used.insert(name);
     done += t.nbytes;
@@ -199,7 +217,8 @@ ModelWeights dummy_weights(const ModelConfig& cfg, backend::Backend& be, uint64_
       for (float& v : host) v = std::log(1.0f + 7.5f * (v / a + 1.0f));
     if (g.name.ends_with("linear_attn.norm.weight"))
       for (float& v : host) v = 1.0f + 0.1f * v;
-    *specs[i].dst = alloc_into(w, be, specs[i].stored);
+    *specs[i].dst = alloc_spec(w, be, specs, i);
+    w.by_spec.push_back(*specs[i].dst);
     upload_shard(be, shard_rule(g.name, cfg, shard), DType::kF32,
                  reinterpret_cast<const std::byte*>(host.data()), g.shape, *specs[i].dst, staging);
   }

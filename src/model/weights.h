@@ -41,7 +41,7 @@ struct LayerWeights {
   Tensor post_norm;   // [H]
   FullAttnWeights attn;
   GdnWeights gdn;
-  Tensor gate_proj;  // [I, H]
+  Tensor gate_proj;  // [I, H]; up_proj's rows follow it in one allocation (alloc_spec)
   Tensor up_proj;    // [I, H]
   Tensor down_proj;  // [H, I]
 };
@@ -51,7 +51,8 @@ struct ModelWeights {
   Tensor final_norm;  // [H]
   Tensor lm_head;     // [V, H]; the embedding itself when tied
   std::vector<LayerWeights> layers;
-  std::vector<Buffer> storage;  // owns every tensor above
+  std::vector<Buffer> storage;  // owns every tensor above (an MLP's gate and up share one)
+  std::vector<Tensor> by_spec;  // every loaded tensor, in weight_specs' order
   int64_t total_bytes = 0;      // backend bytes held
 };
 

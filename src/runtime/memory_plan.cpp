@@ -32,8 +32,7 @@ std::vector<ScratchBuffer> scratch_buffers(const ModelConfig& c, DType act, int6
                        {"b", act, {n, c.lin_num_v_heads}},
                        {"o", act, {n, c.lin_num_v_heads, c.lin_v_dim}}});
   }
-  b.insert(b.end(), {{"mlp_gate", act, {n, I}},
-                     {"mlp_up", act, {n, I}},
+  b.insert(b.end(), {{"mlp_gate_up", act, {n, 2 * I}},
                      {"mlp_act", act, {n, I}},
                      {"row_ids", DType::kI32, {r}},
                      {"hr", act, {r, H}},

@@ -38,10 +38,10 @@ inline std::filesystem::path make_tp4_checkpoint(const testing::TempDir& d) {
   model::ModelWeights names;
   const auto specs = model::weight_specs(c, names);
   std::vector<model::TensorToWrite> tw;
-  for (size_t i = 0; i < specs.size(); ++i) {  // dummy_weights allocates storage in spec order
+  for (size_t i = 0; i < specs.size(); ++i) {
     const std::string name =
         specs[i].name == "lm_head.weight" ? specs[i].name : "model.language_model." + specs[i].name;
-    tw.push_back({name, DType::kF32, specs[i].shape, w.storage[i].tensor().data});
+    tw.push_back({name, DType::kF32, specs[i].shape, w.by_spec[i].data});
   }
   model::write_safetensors(d.path() / "model.safetensors", tw);
   return d.path();

@@ -229,10 +229,10 @@ TEST(TensorParallel, ShardsReconstructEveryGlobalTensor) {
   const auto gspecs = model::weight_specs(cfg, gw);
   for (size_t i = 0; i < gspecs.size(); ++i) {
     const std::string& name = gspecs[i].name;
-    const Tensor& g = full.storage[i].tensor();
+    const Tensor& g = full.by_spec[i];
     std::vector<float> rebuilt(static_cast<size_t>(g.numel()), NAN);
     for (int r = 0; r < N; ++r) {
-      const Tensor& s = shards[static_cast<size_t>(r)].storage[i].tensor();
+      const Tensor& s = shards[static_cast<size_t>(r)].by_spec[i];
       const model::ShardRule rule = model::shard_rule(name, cfg, {N, r});
       const int64_t row = g.numel() / g.dim(0);
       const float* src = s.f32();

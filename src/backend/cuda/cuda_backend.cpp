@@ -63,6 +63,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   const char* prof = std::getenv("DS_CUDA_PROFILE");
   profile_ = prof && std::string(prof) == "1";
   skinny_gemm_ = cuda::ab_switch_on("DS_SKINNY_GEMM");
+  one_gate_up_gemm_ = cuda::ab_switch_on("DS_GATE_UP_GEMM");
   fused_silu_mul_ = cuda::ab_switch_on("DS_FUSED_SILU_MUL");
   gemm_tuning_ = cuda::ab_switch_on("DS_GEMM_TUNE");
   if (!cuda::ab_switch_on("DS_GEMM_TUNE_DECODE"))
@@ -332,23 +333,36 @@ void CudaBackend::linear_add_rms_norm(const Tensor& x, const Tensor& w, const Te
 }
 
 void CudaBackend::linear_silu_mul(const Tensor& x, const Tensor& w_gate, const Tensor& w_up,
-                                  const Tensor& gate, const Tensor& up, const Tensor& act) {
+                                  const Tensor& gate_up, const Tensor& act) {
+  const int64_t T = x.dim(0), K = x.dim(1), I = w_gate.dim(0);
+  DS_CHECK(
+      w_up.dim(0) == I && act.dim(0) == T && act.dim(1) == I && gate_up.numel() == 2 * act.numel(),
+      "linear_silu_mul: gate / up weights [I, H], gate_up [T, 2 I], act [T, I]");
+  const Tensor halves = gate_up.view({2 * T, I});
+  const Tensor gate = halves.rows(0, T), up = halves.rows(T, 2 * T);
   const Tensor* ws[] = {&w_gate, &w_up};
   const Tensor* ys[] = {&gate, &up};
-  const int64_t T = x.dim(0), K = x.dim(1), I = w_gate.dim(0);
-  DS_CHECK(w_up.dim(0) == I && act.dim(0) == T && act.dim(1) == I && act.numel() == gate.numel(),
-           "linear_silu_mul: gate / up weights [I, H], act [T, I]");
-  // linear_route checks x, the weights, gate and up; the fused form writes act instead.
-  if (!fused_silu_mul_ || T > cuda::kSkinnySiluMulMaxRows ||
-      linear_route(x, ws, ys) != LinearRoute::kSkinny ||
-      !cuda::skinny_supported(x.data, w_up.data, act.data, static_cast<int>(T),
-                              static_cast<int>(K)))
-    return Backend::linear_silu_mul(x, w_gate, w_up, gate, up, act);
-  OpTimer timer(*this, "linear");
-  check(cuda::launch_skinny_gemm_silu_mul_bf16(bf(x), bf(w_gate), bf(w_up), bf(act),
-                                               static_cast<int>(T), static_cast<int>(K),
-                                               static_cast<int>(I), skinny_ws_, num_sms_, stream_),
-        "skinny GEMM + SiLU-mul launch");
+  // linear_route checks x, the weights and the two halves; the fused form writes act instead.
+  const LinearRoute route = linear_route(x, ws, ys);
+  if (route == LinearRoute::kSkinny && fused_silu_mul_ && T <= cuda::kSkinnySiluMulMaxRows &&
+      cuda::skinny_supported(x.data, w_up.data, act.data, static_cast<int>(T),
+                             static_cast<int>(K))) {
+    OpTimer timer(*this, "linear");
+    return check(cuda::launch_skinny_gemm_silu_mul_bf16(
+                     bf(x), bf(w_gate), bf(w_up), bf(act), static_cast<int>(T), static_cast<int>(K),
+                     static_cast<int>(I), skinny_ws_, num_sms_, stream_),
+                 "skinny GEMM + SiLU-mul launch");
+  }
+  const bool adjacent = static_cast<const std::byte*>(w_up.data) ==
+                        static_cast<const std::byte*>(w_gate.data) + w_gate.nbytes();
+  if (route != LinearRoute::kCublasLt || !adjacent || !one_gate_up_gemm_)
+    return Backend::linear_silu_mul(x, w_gate, w_up, gate_up, act);
+  {
+    OpTimer timer(*this, "linear");
+    gemm_->run(bf(x), bf(w_gate), bf(gate_up), T, K, 2 * I, stream_);
+  }
+  OpTimer timer(*this, "silu_mul");
+  cuda::launch_silu_mul_halves_bf16(bf(gate_up), T, I, bf(act), stream_);
 }
 
 void CudaBackend::silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) {

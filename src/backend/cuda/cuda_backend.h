@@ -89,9 +89,11 @@ class CudaBackend final : public Backend {
                            const Tensor& scratch) override;
   void silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   // On the weight-streaming GEMM's SiLU-mul form where the projections would take that GEMM (up
-  // to kSkinnySiluMulMaxRows tokens): gate and up are not written.
+  // to kSkinnySiluMulMaxRows tokens): gate_up is not written. Where they would take cuBLASLt and
+  // w_up's rows follow w_gate's in memory (the loader places them so): one GEMM into gate_up as
+  // [T, 2 I], then SiLU-mul over its two column halves.
   void linear_silu_mul(const Tensor& x, const Tensor& w_gate, const Tensor& w_up,
-                       const Tensor& gate, const Tensor& up, const Tensor& act) override;
+                       const Tensor& gate_up, const Tensor& act) override;
   void gather_rows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
   void gated_rms_norm(const Tensor& o, const Tensor& z, const Tensor& w, float eps) override;
   void copy_state_rows(std::span<const Tensor> tensors, std::span<const SlotMove> moves) override;
@@ -137,6 +139,8 @@ class CudaBackend final : public Backend {
   void account();
   bool profile_ = false;
   bool skinny_gemm_ = true;  // the weight-streaming GEMM for T <= 64 (DS_SKINNY_GEMM)
+  // The MLP's adjacent gate and up weights as one cuBLASLt GEMM (DS_GATE_UP_GEMM=0: two, A/B).
+  bool one_gate_up_gemm_ = true;
   // linear_silu_mul in the weight-streaming GEMM (DS_FUSED_SILU_MUL=0 for A/B: the unfused ops)
   bool fused_silu_mul_ = true;
   bool gemm_tuning_ = true;  // set_linear_tuning takes effect (DS_GEMM_TUNE=0: it does not)

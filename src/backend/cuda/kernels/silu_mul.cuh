@@ -12,4 +12,9 @@ namespace deltaserve::cuda {
 void launch_silu_mul_bf16(const __nv_bfloat16* gate, const __nv_bfloat16* up, int64_t n,
                           __nv_bfloat16* out, cudaStream_t stream);
 
+// The halves form: gate_up [rows, 2 width] holds gate in its first `width` columns and up in the
+// rest; out [rows, width]. Never allocates or syncs.
+void launch_silu_mul_halves_bf16(const __nv_bfloat16* gate_up, int64_t rows, int64_t width,
+                                 __nv_bfloat16* out, cudaStream_t stream);
+
 }  // namespace deltaserve::cuda
