@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "backend/sampling.h"
@@ -158,15 +159,18 @@ class Backend {
   }
   // out = silu(gate) * up, all [T, I].
   virtual void silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
+  // linear_silu_mul's gate_up scratch [T, 2 I] as two [T, I] tensors (its first and second half).
+  static std::pair<Tensor, Tensor> gate_up_halves(const Tensor& gate_up, int64_t T, int64_t I) {
+    const Tensor halves = gate_up.view({2 * T, I});
+    return {halves.rows(0, T), halves.rows(T, 2 * T)};
+  }
   // The MLP's input side: act = silu(x . w_gate^T) * (x . w_up^T). x [T, H], w_gate / w_up [I, H],
   // gate_up [T, 2 I] (scratch a backend may leave unwritten) and act [T, I]. By default the two
   // projections into gate_up's two halves (as [T, I] each), then silu_mul; a backend may form act
   // in the GEMM, or (w_up's rows right after w_gate's) run both projections as one.
   virtual void linear_silu_mul(const Tensor& x, const Tensor& w_gate, const Tensor& w_up,
                                const Tensor& gate_up, const Tensor& act) {
-    const int64_t T = x.dim(0), I = w_gate.dim(0);
-    const Tensor halves = gate_up.view({2 * T, I});
-    const Tensor gate = halves.rows(0, T), up = halves.rows(T, 2 * T);
+    const auto [gate, up] = gate_up_halves(gate_up, x.dim(0), w_gate.dim(0));
     const Tensor* ws[] = {&w_gate, &w_up};
     const Tensor* ys[] = {&gate, &up};
     linear_multi(x, ws, ys);

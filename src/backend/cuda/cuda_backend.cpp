@@ -338,8 +338,7 @@ void CudaBackend::linear_silu_mul(const Tensor& x, const Tensor& w_gate, const T
   DS_CHECK(
       w_up.dim(0) == I && act.dim(0) == T && act.dim(1) == I && gate_up.numel() == 2 * act.numel(),
       "linear_silu_mul: gate / up weights [I, H], gate_up [T, 2 I], act [T, I]");
-  const Tensor halves = gate_up.view({2 * T, I});
-  const Tensor gate = halves.rows(0, T), up = halves.rows(T, 2 * T);
+  const auto [gate, up] = gate_up_halves(gate_up, T, I);
   const Tensor* ws[] = {&w_gate, &w_up};
   const Tensor* ys[] = {&gate, &up};
   // linear_route checks x, the weights and the two halves; the fused form writes act instead.
