@@ -291,7 +291,7 @@ for stage in "$@"; do
       done
       # The engine thread's seconds in forwards and around them (host work the device waits on).
       python3 -c "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:8011/metrics').read().decode())" |
-        grep -E "^deltaserve_engine_(steps|forward_seconds|host_seconds)_total" >"$LOG/serve8k.metrics"
+        grep -E "^deltaserve_(engine_(steps|forward_seconds|host_seconds)|num_preemptions)_total" >"$LOG/serve8k.metrics"
       note "serve8k engine $(sed 's/{[^}]*}//' "$LOG/serve8k.metrics" | tr '\n' ' ')"
       serve_stop serve8k ;;
     offline8k)  # serve8k's workload in-process (bench offline, no HTTP) at $CONCURRENCY (default 1

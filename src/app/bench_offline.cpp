@@ -60,10 +60,25 @@ int cmd_bench(const std::vector<std::string>& argv) {
     throw Error("usage: deltaserve bench offline|serve [flags] (see --help)");
   const std::vector<std::string> rest(argv.begin() + 1, argv.end());
   Args a(rest, "bench offline",
-         {"model", "load-format", "device", "num-prompts", "input-len", "output-len",
-          "max-concurrency", "max-num-seqs", "max-num-batched-tokens", "max-model-len", "num-pages",
-          "seed", "tensor-parallel-size", "num-snapshots", "tpsp-threshold-tokens",
-          "tpsp-microchunk-tokens", "mamba-ssm-cache-dtype", "long-prefill-token-threshold",
+         {"model",
+          "load-format",
+          "device",
+          "num-prompts",
+          "input-len",
+          "output-len",
+          "max-concurrency",
+          "max-num-seqs",
+          "max-num-batched-tokens",
+          "max-model-len",
+          "num-pages",
+          "seed",
+          "tensor-parallel-size",
+          "num-snapshots",
+          "tpsp-threshold-tokens",
+          "tpsp-microchunk-tokens",
+          "mamba-ssm-cache-dtype",
+          "long-prefill-token-threshold",
+          "admission-reserve-tokens",
           "kv-cache-dtype"},
          {"enforce-eager", "enable-prefix-caching", "enable-tpsp"});
   check_device(a);
@@ -84,6 +99,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
       static_cast<int32_t>(a.get_int("max-num-batched-tokens", 1024, 1, 1 << 20));
   cfg.long_prefill_token_threshold =
       static_cast<int32_t>(a.get_int("long-prefill-token-threshold", 0, 0, 1 << 20));
+  cfg.admission_reserve_tokens = static_cast<int32_t>(
+      a.get_int("admission-reserve-tokens", cfg.admission_reserve_tokens, 0, 1 << 24));
   cfg.max_model_len =
       static_cast<int32_t>(a.get_int("max-model-len", in_len + out_len, 1, 1 << 24));
   // Default: KV room for max_num_seqs requests of max_model_len (no preemption needed).

@@ -27,6 +27,9 @@ commands:
             [--model DIR] [--tokenizer DIR] [--host 127.0.0.1] [--port 8000]
             [--served-model-name NAME] [--max-num-seqs N] [--max-model-len L]
             [--max-num-batched-tokens 2048] [--long-prefill-token-threshold 0]
+            [--admission-reserve-tokens 4096]  (a request is admitted while the KV pages cover
+            the prompts and up to this many outputs of it and of every running request; 0: the
+            prompts only, decode growth preempts)
             [--api-key KEY] [--load-format auto|safetensors|dummy]
             [--device cpu] [--tensor-parallel-size 1] [--gpu-memory-utilization 0.9]
             [--kv-cache-gib 2] [--max-pending 512] [--max-body-bytes N] [--http-threads 2]
@@ -53,6 +56,7 @@ commands:
             [--model DIR] [--load-format ...] --num-prompts N --input-len I --output-len O
             [--max-concurrency C]
             [--max-num-seqs S] [--max-num-batched-tokens B] [--max-model-len L] [--num-pages P]
+            [--long-prefill-token-threshold T] [--admission-reserve-tokens R]
             [--seed X] [--device cpu|cuda] [--enforce-eager]
             [--enable-prefix-caching [--num-snapshots N]]  (random prompts: nothing ever hits)
             [--mamba-ssm-cache-dtype auto|float32|bfloat16]

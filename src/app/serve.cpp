@@ -135,6 +135,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
                                  "max-model-len",
                                  "max-num-batched-tokens",
                                  "long-prefill-token-threshold",
+                                 "admission-reserve-tokens",
                                  "gpu-memory-utilization",
                                  "load-format",
                                  "api-key",
@@ -179,6 +180,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
       static_cast<int32_t>(a.get_int("max-num-batched-tokens", 2048, 1, 1 << 24));
   ecfg.long_prefill_token_threshold =
       static_cast<int32_t>(a.get_int("long-prefill-token-threshold", 0, 0, 1 << 24));
+  ecfg.admission_reserve_tokens = static_cast<int32_t>(
+      a.get_int("admission-reserve-tokens", ecfg.admission_reserve_tokens, 0, 1 << 24));
   const server::HttpServerConfig hcfg = http_config(a);
   const double shutdown_s = a.get_double("shutdown-timeout", 60, 0, 86400);
   server::ApiConfig acfg;

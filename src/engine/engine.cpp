@@ -94,7 +94,7 @@ Engine::Engine(std::unique_ptr<LocalExecutor> owned, Executor* exec, EngineConfi
       cache_({plan_.num_pages, plan_.page_size, plan_.num_slots, plan_.num_snapshots,
               cfg_.enable_prefix_caching && plan_.num_snapshots > 0}),
       scheduler_({cfg_.max_num_seqs, cfg_.max_num_batched_tokens, cfg_.mamba_block_size,
-                  cfg_.long_prefill_token_threshold},
+                  cfg_.long_prefill_token_threshold, cfg_.admission_reserve_tokens},
                  cache_),
       output_(cfg_.eos_token_ids, cfg_.max_model_len) {
   cfg_.num_pages = plan_.num_pages;

@@ -34,6 +34,8 @@ struct EngineConfig {
   int32_t max_num_seqs = 16;
   int32_t max_num_batched_tokens = 1024;
   int32_t long_prefill_token_threshold = 0;  // > 0: a request's prefill chunk at most this
+  // Admission keeps KV room for up to this many outputs of every request (SchedulerConfig).
+  int32_t admission_reserve_tokens = 4096;
   int32_t page_size = 16;
   int32_t num_pages = 0;  // 0: room for min(max_num_seqs, 4) requests of max_model_len
   // How the memory plan sizes the KV pages; unset: `num_pages` pages.

@@ -126,8 +126,12 @@ ScheduledStep Scheduler::schedule() {
     budget -= add_seq(r, n, builder, plan);
   }
 
-  // 3. Admit waiting requests (FCFS) while a slot, sequence room, budget and pages remain.
-  // A request waiting for its prefill leader (n > 1) is passed over; the rest keep their order.
+  // 3. Admit waiting requests (FCFS) while a slot, sequence room, budget and pages remain, the
+  // pages covering what the running requests and the new one need to finish (into an empty batch
+  // a request is admitted on room for its first chunk). A request waiting for its prefill leader
+  // (n > 1) is passed over; the rest keep their order.
+  int64_t committed = 0;
+  for (const Request* r : running_) committed += pages_to_finish(r);
   for (size_t w = 0; w < waiting_.size() && budget > 0 &&
                      static_cast<int32_t>(running_.size()) < cfg_.max_num_seqs;) {
     Request* r = waiting_[w];
@@ -142,7 +146,9 @@ ScheduledStep Scheduler::schedule() {
     const int64_t coverable =
         static_cast<int64_t>(cache_.num_available_pages()) * cache_.page_size();
     const int32_t n = static_cast<int32_t>(std::min<int64_t>(prefill_chunk(r, budget), coverable));
-    if (n <= 0) {
+    const bool room =
+        running_.empty() || cache_.num_available_pages() - committed >= pages_to_finish(r);
+    if (n <= 0 || !room) {
       forget_resume(r);
       break;
     }
@@ -160,9 +166,18 @@ ScheduledStep Scheduler::schedule() {
     r->status = RequestStatus::kRunning;
     running_.insert(std::upper_bound(running_.begin(), running_.end(), r, by_id), r);
     budget -= add_seq(r, n, builder, plan);
+    committed += pages_to_finish(r);
   }
   plan.batch = builder.build();
   return plan;
+}
+
+int64_t Scheduler::pages_to_finish(const Request* r) const {
+  const int64_t outputs = std::clamp<int64_t>(r->params.max_tokens - r->num_outputs(), 0,
+                                              cfg_.admission_reserve_tokens);
+  const int64_t held = static_cast<int64_t>(r->pages.size());
+  return std::max<int64_t>(
+      cache_.pages_for(static_cast<int64_t>(r->tokens.size()) + outputs) - held, 0);
 }
 
 int32_t Scheduler::prefill_chunk(const Request* r, int32_t budget) const {

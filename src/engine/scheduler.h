@@ -2,10 +2,13 @@
 // chunks of running requests, then new requests (FCFS; an n > 1 sibling waits for its leader's
 // prefill and resumes from the cache it leaves), within max_num_batched_tokens tokens and
 // max_num_seqs sequences, each prefill chunk at most long_prefill_token_threshold tokens when set;
-// pages and slots are taken here and never overcommitted. When a running request needs a page and
-// none is free, the youngest unscheduled running request younger than it is preempted (freed,
-// recomputed later). The result is the step's immutable StepBatch, built here once, with the
-// requests it serves in sequence order.
+// pages and slots are taken here and never overcommitted. A waiting request is admitted only while
+// the available pages cover what it and every running request still need to finish: the rest of
+// the prompt and up to admission_reserve_tokens of the remaining output (a request that preempts
+// others recomputes nothing, one that is preempted recomputes all it had). When a running request
+// needs a page and none is free (its output outgrew the reserve), the youngest unscheduled running
+// request younger than it is preempted (freed, recomputed later). The result is the step's
+// immutable StepBatch, built here once, with the requests it serves in sequence order.
 //
 // With prefix caching (scheduler_prefix.cpp), a request admitted with nothing computed resumes from
 // the longest cached prefix that has a GDN snapshot (its KV pages shared, the snapshot restored in
@@ -33,6 +36,9 @@ struct SchedulerConfig {
   // vLLM's long_prefill_token_threshold: > 0 caps each request's prefill chunk of a step at this
   // many tokens, so a long prompt shares the step budget with the prompts behind it.
   int32_t long_prefill_token_threshold = 0;
+  // Output tokens of each request (at most its max_tokens left) that admission keeps KV room for.
+  // 0: room for the prompts only (vLLM's policy, where decode growth preempts).
+  int32_t admission_reserve_tokens = 4096;
 };
 
 // One step: decode rows first, then prefill chunks. A chunk that reaches the end of its
@@ -71,6 +77,8 @@ class Scheduler {
   // Grows r's page table to `tokens` positions, preempting younger unscheduled running requests
   // when needed (and allowed). False when the pages cannot be had.
   bool reserve(Request* r, int64_t tokens, bool may_preempt, ScheduledStep& step);
+  // Pages r still needs for its prompt and up to admission_reserve_tokens more outputs.
+  int64_t pages_to_finish(const Request* r) const;
   // r's prefill chunk this step: its remaining tokens within `budget` and the long-prefill cap.
   int32_t prefill_chunk(const Request* r, int32_t budget) const;
   // Adds up to `n` of r's tokens from num_computed to the step being built (fewer when a snapshot

@@ -111,7 +111,8 @@ TEST_F(EngineTest, SeededSamplingIsReproducibleAcrossBatchCompositions) {
   EXPECT_LT(same, static_cast<int>(reqs.size()));
 }
 
-TEST_F(EngineTest, MorePressureThanPagesStillCompletesCorrectly) {
+// Eight requests of up to 10 pages each against 20 pages.
+std::vector<GenerateRequest> pressure_requests() {
   SamplingParams p;
   p.temperature = 0;
   p.ignore_eos = true;
@@ -121,12 +122,25 @@ TEST_F(EngineTest, MorePressureThanPagesStillCompletesCorrectly) {
     r.params.max_tokens = 40;
     reqs.push_back(r);
   }
+  return reqs;
+}
+
+EngineConfig pressure_config() {
   EngineConfig cfg;
   cfg.max_model_len = 256;
   cfg.page_size = 16;
   cfg.num_pages = 20;  // one request needs up to 10 pages; eight want ~60
   cfg.max_num_seqs = 8;
   cfg.max_num_batched_tokens = 256;
+  return cfg;
+}
+
+// With no output room reserved at admission (vLLM's policy), decode growth preempts and the
+// preempted requests recompute to the same tokens.
+TEST_F(EngineTest, MorePressureThanPagesStillCompletesCorrectly) {
+  const std::vector<GenerateRequest> reqs = pressure_requests();
+  EngineConfig cfg = pressure_config();
+  cfg.admission_reserve_tokens = 0;
   const auto ref = alone(reqs, cfg);
   MetricsSnapshot m;
   const auto got = together(reqs, cfg, &m);
@@ -135,6 +149,18 @@ TEST_F(EngineTest, MorePressureThanPagesStillCompletesCorrectly) {
     EXPECT_EQ(got[i].tokens.size(), 40u);
   }
   EXPECT_GT(m.preemptions, 0);
+  EXPECT_EQ(m.kv_pages_used, 0);
+}
+
+// With the default reserve the same pressure is met by waiting: nothing is preempted.
+TEST_F(EngineTest, AdmissionRoomAvoidsPreemptionUnderPressure) {
+  const std::vector<GenerateRequest> reqs = pressure_requests();
+  const EngineConfig cfg = pressure_config();
+  const auto ref = alone(reqs, cfg);
+  MetricsSnapshot m;
+  const auto got = together(reqs, cfg, &m);
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got[i].tokens, ref[i].tokens) << i;
+  EXPECT_EQ(m.preemptions, 0);
   EXPECT_EQ(m.kv_pages_used, 0);
 }
 

@@ -244,6 +244,7 @@ TEST_F(PrefixCacheTest, PreemptingARequestThatHoldsSharedPages) {
   EngineConfig c = config(true);
   c.max_model_len = 256;
   c.num_pages = 22;
+  c.admission_reserve_tokens = 0;  // admitted on their prompts' room: decode growth preempts
   Engine e(*model_, c);
   run(e, greedy(prefix, 1));
   std::vector<std::shared_ptr<RequestStream>> streams;

@@ -113,19 +113,57 @@ TEST(Scheduler, DecodeRowsBeforePrefillAndSeqLimit) {
 }
 
 TEST(Scheduler, PreemptsYoungestAndRecomputes) {
-  // 4 pages of 4 tokens: two requests of 6 + 6 tokens cannot both finish.
-  const auto t = trace({4, 16}, 4, 4, {{1, 'A', 6, 6}, {1, 'B', 6, 6}});
+  // 4 pages of 4 tokens: two requests of 6 + 6 tokens cannot both finish. With no output room
+  // reserved (vLLM's policy) both are admitted on their prompts' room.
+  SchedulerConfig cfg{4, 16};
+  cfg.admission_reserve_tokens = 0;
+  const auto t = trace(cfg, 4, 4, {{1, 'A', 6, 6}, {1, 'B', 6, 6}});
   EXPECT_EQ(t, (std::vector<std::string>{
                    "A:p6@0 B:p6@0",
                    "A:d1@6 B:d1@6",
                    "A:d1@7 B:d1@7",
-                   "A:d1@8 !B",      // A needs a 3rd page: B (younger) is preempted
-                   "A:d1@9 B:p4@0",  // B recomputes its 6 prompt + 3 output tokens in the free page
-                   "A:d1@10",        // A finishes; B cannot grow while A holds the pages
-                   "B:p5@4",
+                   "A:d1@8 !B",  // A needs a 3rd page: B (younger) is preempted
+                   "A:d1@9",     // B's 6 prompt + 3 output tokens need 3 pages; 1 is free
+                   "A:d1@10",    // A finishes
+                   "B:p9@0",     // B recomputes
                    "B:d1@9",
                    "B:d1@10",
                }));
+}
+
+TEST(Scheduler, AdmissionKeepsRoomForTheOutputs) {
+  // The same two requests with output room reserved (the default): B waits for A's pages instead
+  // of being admitted, preempted and recomputed.
+  const auto t = trace({4, 16}, 4, 4, {{1, 'A', 6, 6}, {1, 'B', 6, 6}});
+  EXPECT_EQ(t, (std::vector<std::string>{
+                   "A:p6@0",
+                   "A:d1@6",
+                   "A:d1@7",
+                   "A:d1@8",
+                   "A:d1@9",
+                   "A:d1@10",  // A done
+                   "B:p6@0",
+                   "B:d1@6",
+                   "B:d1@7",
+                   "B:d1@8",
+                   "B:d1@9",
+                   "B:d1@10",
+               }));
+  // Room is kept for at most admission_reserve_tokens outputs: with 2, both are admitted (6 + 2
+  // tokens each fill the 4 pages) and B is preempted when A outgrows its reserve.
+  SchedulerConfig two{4, 16};
+  two.admission_reserve_tokens = 2;
+  const auto clipped = trace(two, 4, 4, {{1, 'A', 6, 6}, {1, 'B', 6, 6}});
+  ASSERT_GE(clipped.size(), 4u);
+  EXPECT_EQ(clipped[0], "A:p6@0 B:p6@0");
+  EXPECT_EQ(clipped[3], "A:d1@8 !B");
+}
+
+// A request that alone needs more than the pool (prompt + reserve) still runs when nothing else
+// does: admission needs room only for its first chunk then.
+TEST(Scheduler, AnEmptyBatchAdmitsOnFirstChunkRoom) {
+  const auto t = trace({4, 16}, 3, 4, {{1, 'A', 6, 4}});
+  EXPECT_EQ(t, (std::vector<std::string>{"A:p6@0", "A:d1@6", "A:d1@7", "A:d1@8"}));
 }
 
 TEST(PagePool, GrowReleaseAndLowestFirst) {

@@ -34,6 +34,9 @@ class TestServer {
     engine::EngineConfig ecfg;
     ecfg.max_model_len = 1024;
     ecfg.max_num_seqs = max_num_seqs;
+    // Room for 512 tokens a sequence: the server tests meet the server, not the scheduler's
+    // admission under KV pressure.
+    ecfg.num_pages = max_num_seqs * 512 / ecfg.page_size;
     engine_ = std::make_unique<engine::Engine>(*model_, ecfg, tok_.get());
     api_ = std::make_unique<server::OpenAiApi>(acfg, *engine_, *tok_, chat_.get());
     hcfg.port = 0;
