@@ -36,22 +36,19 @@ __global__ void silu_mul_kernel(SiluMulRows a, int64_t from) {
   }
 }
 
-// Eight elements per thread and step, 16-byte aligned: each row's first `row_vecs` vectors (width
-// a multiple of 8, or one row), rows by blockIdx.y — no division per vector.
-__global__ void silu_mul_vec_kernel(SiluMulRows a, int64_t row_vecs) {
+// Eight elements per thread and step, 16-byte aligned: vectors [0, vecs) (width a multiple of 8,
+// or one row).
+__global__ void silu_mul_vec_kernel(SiluMulRows a, int64_t vecs) {
   pdl::allow_successor();  // a programmatic dependent may start streaming its weights
   pdl::wait_for_predecessor();
-  for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
-    const __nv_bfloat16 *g = a.g + r * a.stride, *u = a.u + r * a.stride;
-    __nv_bfloat16* out = a.out + r * a.width;
-    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < row_vecs;
-         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-      const F32x8 gv = load_bf16x8(g + 8 * i), uv = load_bf16x8(u + 8 * i);
-      F32x8 y;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < vecs;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t at = a.in_at(8 * i);
+    const F32x8 gv = load_bf16x8(a.g + at), uv = load_bf16x8(a.u + at);
+    F32x8 y;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) y.v[e] = silu(gv.v[e]) * uv.v[e];
-      store_bf16x8(out + 8 * i, y);
-    }
+    for (int e = 0; e < 8; ++e) y.v[e] = silu(gv.v[e]) * uv.v[e];
+    store_bf16x8(a.out + 8 * i, y);
   }
 }
 
@@ -65,10 +62,9 @@ void launch_rows(const SiluMulRows& a, cudaStream_t stream) {
   int64_t done = 0;
   if (aligned16(a.g, a.u, a.out) && (a.rows == 1 || (a.width % 8 == 0 && a.stride % 8 == 0)) &&
       n >= 8) {
-    const int64_t row_vecs = a.width / 8;  // one row: its whole vectors, the tail below
-    const dim3 grid(blocks_for(row_vecs), static_cast<unsigned>(std::min<int64_t>(a.rows, 65535)));
-    pdl::launch_dependent(silu_mul_vec_kernel, grid, 256, 0, stream, a, row_vecs);
-    done = a.rows * 8 * row_vecs;
+    const int64_t vecs = n / 8;
+    pdl::launch_dependent(silu_mul_vec_kernel, blocks_for(vecs), 256, 0, stream, a, vecs);
+    done = 8 * vecs;
   }
   if (done < n) silu_mul_kernel<<<blocks_for(n - done), 256, 0, stream>>>(a, done);
 }
