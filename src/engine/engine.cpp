@@ -39,8 +39,11 @@ EngineConfig resolve(EngineConfig c, Executor& exec, const tokenizer::Tokenizer*
     throw Error("max_model_len " + std::to_string(c.max_model_len) +
                 " exceeds the model's max_position_embeddings " +
                 std::to_string(mc.max_position_embeddings));
-  if (c.page_size <= 0 || c.max_num_seqs < 0 || c.max_num_batched_tokens <= 0)
-    throw Error("page_size and max_num_batched_tokens must be positive, max_num_seqs not negative");
+  if (c.page_size <= 0 || c.max_num_seqs < 0 || c.max_num_batched_tokens <= 0 ||
+      c.admission_reserve_tokens < 0)
+    throw Error(
+        "page_size and max_num_batched_tokens must be positive, max_num_seqs and "
+        "admission_reserve_tokens not negative");
   if (c.mamba_block_size <= 0 || c.mamba_block_size % c.page_size != 0)
     throw Error("mamba_block_size " + std::to_string(c.mamba_block_size) +
                 " must be a positive multiple of the page size " + std::to_string(c.page_size));

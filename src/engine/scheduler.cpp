@@ -18,7 +18,7 @@ int32_t remaining(const Request* r) {
 
 Scheduler::Scheduler(SchedulerConfig cfg, cache::CacheManager& cache) : cfg_(cfg), cache_(cache) {
   DS_CHECK(cfg.max_num_seqs > 0 && cfg.max_num_batched_tokens > 0 && cfg.snapshot_every > 0 &&
-               cfg.snapshot_every % cache.page_size() == 0,
+               cfg.admission_reserve_tokens >= 0 && cfg.snapshot_every % cache.page_size() == 0,
            "bad scheduler config");
 }
 

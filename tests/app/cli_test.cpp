@@ -218,6 +218,10 @@ TEST(Cli, MalformedNumbersAndAbsurdConfigsExitWithAMessage) {
       {"bench offline --mamba-ssm-cache-dtype fp8", "--mamba-ssm-cache-dtype must be auto"},
       {"serve " + tok + " --long-prefill-token-threshold -1",
        "--long-prefill-token-threshold must be an integer in [0, "},
+      {"serve " + tok + " --admission-reserve-tokens -5",
+       "--admission-reserve-tokens must be an integer in [0, "},
+      {"bench offline --admission-reserve-tokens x",
+       "--admission-reserve-tokens must be an integer"},
   };
   for (const Case& c : cases) {
     const Result r = run(c.args);

@@ -215,6 +215,9 @@ TEST_F(EngineTest, RejectsBadRequestsUpFront) {
   tiny.num_pages = 3;
   tiny.page_size = 16;
   EXPECT_THROW(Engine(*model_, tiny), Error);  // one request of 256 tokens needs 16 pages
+  EngineConfig negative_reserve;
+  negative_reserve.admission_reserve_tokens = -1;
+  EXPECT_THROW(Engine(*model_, negative_reserve), Error);
 }
 
 TEST_F(EngineTest, MaxTokensEosAndMetrics) {
