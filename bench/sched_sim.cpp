@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "app/args.h"
+#include "app/scheduler_flags.h"
 #include "cache/cache_manager.h"
 #include "core/error.h"
 #include "engine/scheduler.h"
@@ -106,12 +107,10 @@ int main(int argc, char** argv) {
          "prefill-token-ms", "input-len", "output-len", "concurrency", "num-prompts"});
     engine::SchedulerConfig cfg;
     cfg.max_num_seqs = static_cast<int32_t>(a.get_int("max-num-seqs", 512, 1, 1 << 16));
-    cfg.max_num_batched_tokens =
-        static_cast<int32_t>(a.get_int("max-num-batched-tokens", 2048, 1, 1 << 24));
-    cfg.long_prefill_token_threshold =
-        static_cast<int32_t>(a.get_int("long-prefill-token-threshold", 0, 0, 1 << 24));
-    cfg.admission_reserve_tokens = static_cast<int32_t>(
-        a.get_int("admission-reserve-tokens", cfg.admission_reserve_tokens, 0, 1 << 24));
+    const app::SchedulerFlags sched = app::scheduler_flags(a, 2048);
+    cfg.max_num_batched_tokens = sched.max_num_batched_tokens;
+    cfg.long_prefill_token_threshold = sched.long_prefill_token_threshold;
+    cfg.admission_reserve_tokens = sched.admission_reserve_tokens;
     StepCost cost;
     cost.fixed_ms = a.get_double("fixed-ms", cost.fixed_ms, 0, 1e6);
     cost.decode_row_ms = a.get_double("decode-row-ms", cost.decode_row_ms, 0, 1e6);

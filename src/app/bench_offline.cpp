@@ -12,6 +12,7 @@
 #include "app/cache_flags.h"
 #include "app/commands.h"
 #include "app/runtime.h"
+#include "app/scheduler_flags.h"
 #include "app/tpsp_flags.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
@@ -95,12 +96,10 @@ int cmd_bench(const std::vector<std::string>& argv) {
   const model::ModelConfig& mc = rt.exec->config();
   engine::EngineConfig cfg;
   cfg.max_num_seqs = static_cast<int32_t>(a.get_int("max-num-seqs", 16, 1, 4096));
-  cfg.max_num_batched_tokens =
-      static_cast<int32_t>(a.get_int("max-num-batched-tokens", 1024, 1, 1 << 20));
-  cfg.long_prefill_token_threshold =
-      static_cast<int32_t>(a.get_int("long-prefill-token-threshold", 0, 0, 1 << 20));
-  cfg.admission_reserve_tokens = static_cast<int32_t>(
-      a.get_int("admission-reserve-tokens", cfg.admission_reserve_tokens, 0, 1 << 24));
+  const SchedulerFlags sched = scheduler_flags(a, 1024);
+  cfg.max_num_batched_tokens = sched.max_num_batched_tokens;
+  cfg.long_prefill_token_threshold = sched.long_prefill_token_threshold;
+  cfg.admission_reserve_tokens = sched.admission_reserve_tokens;
   cfg.max_model_len =
       static_cast<int32_t>(a.get_int("max-model-len", in_len + out_len, 1, 1 << 24));
   // Default: KV room for max_num_seqs requests of max_model_len (no preemption needed).

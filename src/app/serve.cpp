@@ -13,6 +13,7 @@
 #include "app/cache_flags.h"
 #include "app/commands.h"
 #include "app/runtime.h"
+#include "app/scheduler_flags.h"
 #include "app/tpsp_flags.h"
 #include "app/vllm_flags.h"
 #include "backend/cpu/cpu_backend.h"
@@ -176,12 +177,10 @@ int cmd_serve(const std::vector<std::string>& argv) {
   ecfg.max_num_seqs = static_cast<int32_t>(a.get_int("max-num-seqs", 0, 1, 65536));
   ecfg.enforce_eager = a.has("enforce-eager");
   const double snapshot_fraction = apply_cache_flags(a, ecfg);
-  ecfg.max_num_batched_tokens =
-      static_cast<int32_t>(a.get_int("max-num-batched-tokens", 2048, 1, 1 << 24));
-  ecfg.long_prefill_token_threshold =
-      static_cast<int32_t>(a.get_int("long-prefill-token-threshold", 0, 0, 1 << 24));
-  ecfg.admission_reserve_tokens = static_cast<int32_t>(
-      a.get_int("admission-reserve-tokens", ecfg.admission_reserve_tokens, 0, 1 << 24));
+  const SchedulerFlags sched = scheduler_flags(a, 2048);
+  ecfg.max_num_batched_tokens = sched.max_num_batched_tokens;
+  ecfg.long_prefill_token_threshold = sched.long_prefill_token_threshold;
+  ecfg.admission_reserve_tokens = sched.admission_reserve_tokens;
   const server::HttpServerConfig hcfg = http_config(a);
   const double shutdown_s = a.get_double("shutdown-timeout", 60, 0, 86400);
   server::ApiConfig acfg;
