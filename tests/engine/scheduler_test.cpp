@@ -7,6 +7,7 @@
 #include <map>
 
 #include "cache/cache_manager.h"
+#include "engine/scheduler_replay.h"
 
 namespace deltaserve::engine {
 namespace {
@@ -164,6 +165,25 @@ TEST(Scheduler, AdmissionKeepsRoomForTheOutputs) {
 TEST(Scheduler, AnEmptyBatchAdmitsOnFirstChunkRoom) {
   const auto t = trace({4, 16}, 3, 4, {{1, 'A', 6, 4}});
   EXPECT_EQ(t, (std::vector<std::string>{"A:p6@0", "A:d1@6", "A:d1@7", "A:d1@8"}));
+}
+
+// A closed loop of 32 clients (96 requests of 256 + 64 tokens, 20 pages each at most) against 540
+// pages, 100 short of the 640 that 32 running requests reach: with the default reserve requests
+// queue and nothing is recomputed; with none (vLLM's policy) the same load preempts.
+TEST(Scheduler, ClosedLoopOnAShortPoolQueuesInsteadOfRecomputing) {
+  const ReplayWorkload w{256, 64, 32, 96};
+  SchedulerConfig cfg{64, 2048};
+  const ReplayCounts reserved = replay_closed_loop(cfg, 540, 16, w);
+  EXPECT_EQ(reserved.finished, 96);
+  EXPECT_EQ(reserved.preemptions, 0);
+  EXPECT_EQ(reserved.prefill_tokens, 96 * 256) << "every prompt prefilled once";
+  EXPECT_EQ(reserved.decode_rows, 96 * 63);  // the first output comes from the prefill
+  EXPECT_LE(reserved.max_running, 540 / 20);
+  cfg.admission_reserve_tokens = 0;
+  const ReplayCounts unreserved = replay_closed_loop(cfg, 540, 16, w);
+  EXPECT_EQ(unreserved.finished, 96);
+  EXPECT_GT(unreserved.preemptions, 0);
+  EXPECT_GT(unreserved.prefill_tokens, 96 * 256);
 }
 
 TEST(PagePool, GrowReleaseAndLowestFirst) {
