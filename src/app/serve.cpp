@@ -248,6 +248,11 @@ int cmd_serve(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "deltaserve: %s\n", eng.tpsp_profile().c_str());
   std::fprintf(stderr, "deltaserve: memory plan per rank: %s\n",
                eng.memory_plan().describe().c_str());
+  std::fprintf(stderr,
+               "deltaserve: KV room for %.1f requests of max_model_len %d tokens at once, %d state "
+               "slots (--max-num-seqs); requests beyond either wait\n",
+               eng.memory_plan().max_concurrency(eng.config().max_model_len),
+               eng.config().max_model_len, eng.config().max_num_seqs);
   server::OpenAiApi api(acfg, eng, *tok, chat.get());
   api_ptr = &api;
 

@@ -155,6 +155,12 @@ int32_t auto_max_num_seqs(const std::function<MemoryPlan(int32_t)>& plan_for) {
   return kFallbackMaxNumSeqs;
 }
 
+double MemoryPlan::max_concurrency(int64_t tokens) const {
+  const int64_t pages =
+      page_size > 0 ? (std::max<int64_t>(tokens, 1) + page_size - 1) / page_size : 0;
+  return pages > 0 ? static_cast<double>(num_pages) / static_cast<double>(pages) : 0.0;
+}
+
 std::string MemoryPlan::describe() const {
   const double gib = 1 << 30;
   char buf[512];

@@ -61,6 +61,9 @@ struct MemoryPlan {
   int64_t state_bytes() const { return (int64_t{num_slots} + num_snapshots + 1) * slot_bytes; }
   // What the runner allocates through Backend::alloc (the workspace is the backend's own).
   int64_t runner_bytes() const { return kv_bytes() + state_bytes() + scratch_bytes; }
+  // How many requests of `tokens` positions the KV pages hold at once (vLLM's "maximum
+  // concurrency"): beyond it, and beyond num_slots, requests wait.
+  double max_concurrency(int64_t tokens) const;
   std::string describe() const;
 };
 

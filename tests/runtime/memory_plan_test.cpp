@@ -141,6 +141,9 @@ TEST(MemoryPlan, BudgetsSizeTheKvPages) {
   EXPECT_LE(p.device_used + p.runner_bytes() + p.workspace_bytes + p.reserve_bytes,
             b.device_total / 2);
   EXPECT_NE(p.describe().find("KV pages"), std::string::npos);
+  EXPECT_DOUBLE_EQ(p.max_concurrency(100), p.num_pages / 7.0);  // 7 pages of 16 a request
+  EXPECT_DOUBLE_EQ(p.max_concurrency(112), p.num_pages / 7.0);
+  EXPECT_DOUBLE_EQ(p.max_concurrency(113), p.num_pages / 8.0);
 }
 
 TEST(MemoryPlan, FailsClosedWhenOneRequestCannotFit) {
