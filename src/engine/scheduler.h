@@ -4,10 +4,10 @@
 // max_num_seqs sequences, each prefill chunk at most long_prefill_token_threshold tokens when set;
 // pages and slots are taken here and never overcommitted. A waiting request is admitted only while
 // the available pages cover what it and every running request still need to finish: the rest of
-// the prompt and up to admission_reserve_tokens of the remaining output (a request that preempts
-// others recomputes nothing, one that is preempted recomputes all it had). When a running request
-// needs a page and none is free (its output outgrew the reserve), the youngest unscheduled running
-// request younger than it is preempted (freed, recomputed later). The result is the step's
+// the prompt and up to admission_reserve_tokens of the remaining output: waiting costs a request
+// its queueing time, being admitted and then preempted costs it all it had computed. When a running
+// request needs a page and none is free (its output outgrew the reserve), the youngest unscheduled
+// running request younger than it is preempted (freed, recomputed later). The result is the step's
 // immutable StepBatch, built here once, with the requests it serves in sequence order.
 //
 // With prefix caching (scheduler_prefix.cpp), a request admitted with nothing computed resumes from
@@ -37,7 +37,7 @@ struct SchedulerConfig {
   // many tokens, so a long prompt shares the step budget with the prompts behind it.
   int32_t long_prefill_token_threshold = 0;
   // Output tokens of each request (at most its max_tokens left) that admission keeps KV room for.
-  // 0: room for the prompts only (vLLM's policy, where decode growth preempts).
+  // 0: room for the prompts only (decode growth then preempts, as in vLLM).
   int32_t admission_reserve_tokens = 4096;
 };
 
