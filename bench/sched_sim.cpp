@@ -16,11 +16,11 @@ using namespace deltaserve;
 
 int main(int argc, char** argv) {
   try {
-    const app::Args a(
-        std::vector<std::string>(argv + 1, argv + argc), "sched_sim",
-        {"num-pages", "page-size", "max-num-seqs", "max-num-batched-tokens",
-         "long-prefill-token-threshold", "admission-reserve-tokens", "fixed-ms", "decode-row-ms",
-         "prefill-token-ms", "input-len", "output-len", "concurrency", "num-prompts"});
+    const app::Args a(std::vector<std::string>(argv + 1, argv + argc), "sched_sim",
+                      {"num-pages", "page-size", "max-num-seqs", "max-num-batched-tokens",
+                       "long-prefill-token-threshold", "admission-reserve-tokens", "fixed-ms",
+                       "decode-row-ms", "prefill-token-ms", "input-len", "output-len", "max-tokens",
+                       "concurrency", "num-prompts"});
     engine::SchedulerConfig cfg;
     cfg.max_num_seqs = static_cast<int32_t>(a.get_int("max-num-seqs", 512, 1, 1 << 16));
     const app::SchedulerFlags sched = app::scheduler_flags(a, 2048);
@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
     engine::ReplayWorkload w;
     w.input_len = static_cast<int32_t>(a.get_int("input-len", w.input_len, 1, 1 << 24));
     w.output_len = static_cast<int32_t>(a.get_int("output-len", w.output_len, 1, 1 << 24));
+    w.max_tokens = static_cast<int32_t>(a.get_int("max-tokens", 0, 0, 1 << 24));
     w.concurrency = static_cast<int32_t>(a.get_int("concurrency", w.concurrency, 1, 1 << 20));
     w.num_prompts = static_cast<int32_t>(a.get_int("num-prompts", w.num_prompts, 1, 1 << 24));
     const engine::ReplayCounts c = engine::replay_closed_loop(cfg, num_pages, page_size, w, cost);

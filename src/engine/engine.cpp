@@ -364,6 +364,8 @@ void Engine::finish(Request& r, FinishReason why, OutputDelta d) {
   d.cached_tokens = r.num_cached_tokens;
   d.completion_tokens = r.num_outputs();
   const auto now = clock::now();
+  if (why == FinishReason::kStop || why == FinishReason::kLength)
+    scheduler_.record_output_length(r.num_outputs());
   scheduler_.remove(&r);
   // Gauges first, so a client that sees the final delta also sees the freed pages.
   metrics_.update([&](MetricsSnapshot& s) {

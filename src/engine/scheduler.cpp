@@ -173,8 +173,13 @@ ScheduledStep Scheduler::schedule() {
 }
 
 int64_t Scheduler::pages_to_finish(const Request* r) const {
-  const int64_t outputs = std::clamp<int64_t>(r->params.max_tokens - r->num_outputs(), 0,
-                                              cfg_.admission_reserve_tokens);
+  // Expected to reach the longest recent output (before any finished: max_tokens).
+  const int64_t expected =
+      finished_outputs_.empty()
+          ? r->params.max_tokens
+          : std::min<int64_t>(finished_outputs_.longest(), r->params.max_tokens);
+  const int64_t outputs =
+      std::clamp<int64_t>(expected - r->num_outputs(), 0, cfg_.admission_reserve_tokens);
   const int64_t held = static_cast<int64_t>(r->pages.size());
   return std::max<int64_t>(
       cache_.pages_for(static_cast<int64_t>(r->tokens.size()) + outputs) - held, 0);

@@ -4,8 +4,10 @@
 // max_num_seqs sequences, each prefill chunk at most long_prefill_token_threshold tokens when set;
 // pages and slots are taken here and never overcommitted. A waiting request is admitted only while
 // the available pages cover what it and every running request still need to finish: the rest of
-// the prompt and up to admission_reserve_tokens of the remaining output: waiting costs a request
-// its queueing time, being admitted and then preempted costs it all it had computed. When a running
+// the prompt and its expected remaining output — up to the longest output of the last requests that
+// finished (OutputLengthWindow), at most its max_tokens and admission_reserve_tokens: waiting
+// costs a request its queueing time, being admitted and then preempted costs it all it had
+// computed. When a running
 // request needs a page and none is free (its output outgrew the reserve), the youngest unscheduled
 // running request younger than it is preempted (freed, recomputed later). The result is the step's
 // immutable StepBatch, built here once, with the requests it serves in sequence order.
@@ -25,6 +27,7 @@
 
 #include "cache/cache_manager.h"
 #include "core/step_batch.h"
+#include "engine/output_length_window.h"
 #include "engine/request.h"
 
 namespace deltaserve::engine {
@@ -61,6 +64,9 @@ class Scheduler {
   void remove(Request* r);
   // Plans the next step, taking pages and slots for it.
   ScheduledStep schedule();
+  // Records how many outputs a request that finished on its own (not aborted) produced: admission
+  // expects the next requests to reach as far as the longest of the recent ones.
+  void record_output_length(int32_t outputs) { finished_outputs_.record(outputs); }
   // Records that `step` ran: each sequence's tokens are now in the cache (and indexed, with the
   // snapshots it saved, when prefix caching is on).
   void commit(const ScheduledStep& step);
@@ -77,7 +83,8 @@ class Scheduler {
   // Grows r's page table to `tokens` positions, preempting younger unscheduled running requests
   // when needed (and allowed). False when the pages cannot be had.
   bool reserve(Request* r, int64_t tokens, bool may_preempt, ScheduledStep& step);
-  // Pages r still needs for its prompt and up to admission_reserve_tokens more outputs.
+  // Pages r still needs for its prompt and expected outputs (at most admission_reserve_tokens
+  // more).
   int64_t pages_to_finish(const Request* r) const;
   // r's prefill chunk this step: its remaining tokens within `budget` and the long-prefill cap.
   int32_t prefill_chunk(const Request* r, int32_t budget) const;
@@ -112,6 +119,7 @@ class Scheduler {
   std::vector<Request*> running_;    // ascending id
   std::deque<Request*> waiting_;     // ascending id
   std::vector<Request*> scheduled_;  // this step's requests (not preemptible)
+  OutputLengthWindow finished_outputs_;
 };
 
 }  // namespace deltaserve::engine

@@ -15,7 +15,7 @@ std::unique_ptr<Request> make_request(uint64_t id, const ReplayWorkload& w) {
   r->id = id;
   r->num_prompt = w.input_len;
   r->tokens.assign(static_cast<size_t>(w.input_len), 5);
-  r->params.max_tokens = w.output_len;
+  r->params.max_tokens = std::max(w.max_tokens, w.output_len);
   return r;
 }
 
@@ -70,7 +70,8 @@ ReplayCounts replay_closed_loop(const SchedulerConfig& cfg, int32_t num_pages, i
       if (plan.batch.seq(i).num_samples == 0) continue;
       Request* r = plan.requests[i];
       r->tokens.push_back(7);
-      if (r->num_outputs() >= r->params.max_tokens) {
+      if (r->num_outputs() >= w.output_len) {
+        sched.record_output_length(r->num_outputs());
         sched.remove(r);
         live.erase(r->id);
         ++c.finished;

@@ -14,6 +14,8 @@ namespace deltaserve::engine {
 
 struct ReplayWorkload {
   int32_t input_len = 8192, output_len = 1024, concurrency = 256, num_prompts = 512;
+  // Each request's max_tokens (0: output_len); above output_len it stops early, as at an EOS.
+  int32_t max_tokens = 0;
 };
 
 // A step's forward time: a fixed part, one per decode row, one per prefill token. The defaults are

@@ -186,6 +186,32 @@ TEST(Scheduler, ClosedLoopOnAShortPoolQueuesInsteadOfRecomputing) {
   EXPECT_GT(unreserved.prefill_tokens, 96 * 256);
 }
 
+// Requests that stop long before max_tokens (256 + 32 tokens used of 256 + 512 allowed): before any
+// finished, admission keeps room for max_tokens (48 pages a request: 11 of them in 540 pages); once
+// some have, for the longest recent output (18 pages: 30), without preempting anything.
+TEST(Scheduler, AdmissionLearnsHowLongOutputsRun) {
+  ReplayWorkload w{256, 32, 40, 200};
+  w.max_tokens = 512;
+  const ReplayCounts c = replay_closed_loop({64, 2048}, 540, 16, w);
+  EXPECT_EQ(c.finished, 200);
+  EXPECT_EQ(c.preemptions, 0);
+  EXPECT_EQ(c.prefill_tokens, 200 * 256);
+  EXPECT_GE(c.max_running, 28);
+  EXPECT_LE(c.max_running, 30);
+}
+
+TEST(OutputLengthWindow, LongestOfTheLastRecorded) {
+  OutputLengthWindow win;
+  EXPECT_TRUE(win.empty());
+  EXPECT_EQ(win.longest(), 0);
+  win.record(700);
+  for (int i = 0; i < OutputLengthWindow::kSize - 1; ++i) win.record(10 + i % 5);
+  EXPECT_EQ(win.longest(), 700);
+  win.record(20);  // 700 drops out of the window
+  EXPECT_EQ(win.longest(), 20);
+  EXPECT_FALSE(win.empty());
+}
+
 TEST(PagePool, GrowReleaseAndLowestFirst) {
   cache::PagePool p(5, 16);
   std::vector<int32_t> a, b;
