@@ -5,6 +5,7 @@
 // can still be met by preemption.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
@@ -18,19 +19,18 @@ class OutputLengthWindow {
     lengths_[static_cast<size_t>(next_)] = outputs;
     next_ = (next_ + 1) % kSize;
     if (count_ < kSize) ++count_;
+    longest_ = 0;  // once a finish, so that longest() is a read per admission check
+    for (int i = 0; i < count_; ++i)
+      longest_ = std::max(longest_, lengths_[static_cast<size_t>(i)]);
   }
   bool empty() const { return count_ == 0; }
   // The longest recorded output (0 when empty).
-  int32_t longest() const {
-    int32_t m = 0;
-    for (int i = 0; i < count_; ++i)
-      m = lengths_[static_cast<size_t>(i)] > m ? lengths_[static_cast<size_t>(i)] : m;
-    return m;
-  }
+  int32_t longest() const { return longest_; }
 
  private:
   std::array<int32_t, kSize> lengths_{};
   int next_ = 0, count_ = 0;
+  int32_t longest_ = 0;
 };
 
 }  // namespace deltaserve::engine
