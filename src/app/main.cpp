@@ -32,7 +32,7 @@ commands:
             prompts only, decode growth preempts)
             [--api-key KEY] [--load-format auto|safetensors|dummy]
             [--device cpu] [--tensor-parallel-size 1] [--gpu-memory-utilization 0.9]
-            [--kv-cache-gib 2] [--max-pending 512] [--max-body-bytes N] [--http-threads 2]
+            [--kv-cache-gib 2] [--max-pending 4096] [--max-body-bytes N] [--http-threads 2]
             [--enforce-eager]  (no decode CUDA graphs)
             [--no-enable-prefix-caching] [--mamba-block-size 64]
             [--prefix-cache-snapshot-fraction 0.25] [--mamba-ssm-cache-dtype auto|float32|bfloat16]

@@ -185,7 +185,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   const double shutdown_s = a.get_double("shutdown-timeout", 60, 0, 86400);
   server::ApiConfig acfg;
   acfg.api_key = a.get("api-key", "");
-  acfg.max_pending = a.get_int("max-pending", 512, 1, 1 << 24);
+  acfg.max_pending = a.get_int("max-pending", acfg.max_pending, 1, 1 << 24);
   acfg.served_model_name =
       a.get("served-model-name", model_dir.empty() ? "deltaserve-default" : model_dir);
   if (a.has("reasoning-parser")) {

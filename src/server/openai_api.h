@@ -14,8 +14,10 @@ namespace deltaserve::server {
 
 struct ApiConfig {
   std::string served_model_name = "deltaserve";
-  std::string api_key;            // empty: no authentication
-  int64_t max_pending = 512;      // requests in flight before new ones get 503
+  std::string api_key;  // empty: no authentication
+  // Requests in flight (running or queued) before new ones get 503: a bound on what clients can
+  // pile up, above the concurrency benchmarks use (SGLang's cells go to 1,024).
+  int64_t max_pending = 4096;
   bool reasoning_parser = false;  // --reasoning-parser qwen3: reasoning_content in chat replies
   bool tool_call_parser = false;  // qwen3_coder: <tool_call> blocks become tool_calls
 };
