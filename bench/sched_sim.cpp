@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
     cost.prefill_token_ms = a.get_double("prefill-token-ms", cost.prefill_token_ms, 0, 1e6);
     const int32_t page_size = static_cast<int32_t>(a.get_int("page-size", 16, 1, 1024));
     cfg.snapshot_every = page_size;
-    const int32_t num_pages = static_cast<int32_t>(a.get_int("num-pages", 139600, 1, 1 << 30));
+    const int32_t num_pages = static_cast<int32_t>(a.get_int("num-pages", 139217, 1, 1 << 30));
     engine::ReplayWorkload w;
     w.input_len = static_cast<int32_t>(a.get_int("input-len", w.input_len, 1, 1 << 24));
     w.output_len = static_cast<int32_t>(a.get_int("output-len", w.output_len, 1, 1 << 24));
