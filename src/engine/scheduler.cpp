@@ -130,8 +130,9 @@ ScheduledStep Scheduler::schedule() {
   // pages covering what the running requests and the new one need to finish (into an empty batch
   // a request is admitted on room for its first chunk). A request waiting for its prefill leader
   // (n > 1) is passed over; the rest keep their order.
-  int64_t committed = 0;
-  for (const Request* r : running_) committed += pages_to_finish(r);
+  int64_t committed = 0;  // summed only when someone waits (not on every decode step)
+  if (!waiting_.empty())
+    for (const Request* r : running_) committed += pages_to_finish(r);
   for (size_t w = 0; w < waiting_.size() && budget > 0 &&
                      static_cast<int32_t>(running_.size()) < cfg_.max_num_seqs;) {
     Request* r = waiting_[w];
