@@ -126,10 +126,7 @@ __device__ void load_conv_outputs(PrepSmem<kHeads>& sm, const Chunk& ch, const b
   }
 }
 
-// EXPERIMENT mode bits: 1 bulk loads, 2 bulk stores, 4 SiLU by tanh, 8 no loads (with 1), 16 no
-// stores.
-__device__ bool bulk_stores(const Chunk& ch) { return (ch.mode & 2) != 0; }
-__device__ bool no_stores(const Chunk& ch) { return (ch.mode & 16) != 0; }
+__device__ bool bulk_stores(const Chunk& ch) { return ch.mode >= 5; }
 
 __device__ const bf16* in_conv_state(const Chunk& ch, int channel, int C) {
   return ch.conv_state + (static_cast<size_t>(ch.slot) * C + channel) * kHalo;
@@ -146,14 +143,14 @@ __device__ void load_rows_bulk(PrepSmem<kHeads>& sm, const Chunk& ch, const bf16
   const int first = max(0, halo - ch.t0), last = halo + ch.n;  // copied rows [first, last)
   if (threadIdx.x == 0)
     tma::arrive_expect_bytes(&sm.inputs_landed,
-                             (ch.mode & 8) ? 0u : static_cast<uint32_t>((last - first) * kMats * 256));
+                             ch.mode == 2 ? 0u : static_cast<uint32_t>((last - first) * kMats * 256));
   for (int e = threadIdx.x; e < kMats * rows; e += kThreads) {
     const int which = e / rows, j = e % rows, r = j - halo;
     bf16* dst = rows_of(sm, which)[j];
     if (j >= last) {
       for (int c8 = 0; c8 < kDim; c8 += 8) *reinterpret_cast<uint4*>(dst + c8) = uint4{0, 0, 0, 0};
     } else if (j >= first) {
-      if (!(ch.mode & 8))
+      if (ch.mode != 2)
         tma::load_1d(dst, src + static_cast<size_t>(ch.begin + r) * C + channel0(which, ch, s), 256,
                      &sm.inputs_landed);
     } else {
@@ -244,7 +241,7 @@ template <int kHeads>
 __device__ void stage_inputs(PrepSmem<kHeads>& sm, const Chunk& ch, const GdnQkvSource& in,
                              const bf16* a, const bf16* bg, const float* A_log,
                              const float* dt_bias, const GdnShape& s, PhaseClock& clk) {
-  const bool bulk = (ch.mode & 1) != 0;
+  const bool bulk = ch.mode == 1 || ch.mode == 2 || ch.mode == 4 || ch.mode == 6;
   if (bulk) {
     if (threadIdx.x == 0) {
       tma::barrier_init(&sm.inputs_landed, 1);
@@ -296,7 +293,7 @@ __device__ void stage_inputs(PrepSmem<kHeads>& sm, const Chunk& ch, const GdnQkv
   if (bulk) tma::wait(&sm.inputs_landed, 0);
   __syncthreads();
   clk.mark(0);
-  if (in.y == nullptr) convolve_in_place(sm, (ch.mode & 4) != 0);
+  if (in.y == nullptr) convolve_in_place(sm, ch.mode == 7);
 }
 
 // q / |q| / sqrt(dk) and k / |k| in place; q to the workspace (once per key head), k e^(gam_last -
@@ -343,9 +340,9 @@ __device__ void normalise(PrepSmem<kHeads>& sm, const Chunk& ch, const GdnShape&
       }
       store_bf16x8(sm.qa.q[r] + c0 + kPieceStride * i, q[i]);
       store_bf16x8(sm.k[r] + c0 + kPieceStride * i, k[i]);
-      if (row && writes_q && !no_stores(ch)) store_bf16x8(dq + kPieceStride * i, q[i]);
+      if (row && writes_q && ch.mode < 3) store_bf16x8(dq + kPieceStride * i, q[i]);
     }
-    if (!row || no_stores(ch)) continue;
+    if (!row || ch.mode >= 3) continue;
 #pragma unroll
     for (int j = 0; j < kHeads; ++j) {  // k e^(gam_last - gam_r) of each value head
       const float d = __expf(sm.gam[j][ch.n - 1] - sm.gam[j][r]);
@@ -452,7 +449,7 @@ __device__ void store_p(const PrepSmem<kHeads>& sm, const Chunk& ch, const GdnSh
   }
   for (int e = threadIdx.x - kFirst; e < kChunk * kPieces; e += kThreads - kFirst) {
     const int r = e / kPieces, c8 = 8 * (e % kPieces);
-    if (r >= ch.n || no_stores(ch)) break;
+    if (r >= ch.n || ch.mode >= 3) break;
     const size_t row = static_cast<size_t>(ch.begin + r) * s.nv + ch.h;
     *reinterpret_cast<uint4*>(ws.p + row * kChunk + c8) =
         *reinterpret_cast<const uint4*>(&sm.qa.a.a_u[r][c8]);
@@ -577,7 +574,7 @@ __device__ void solve(PrepSmem<kHeads>& sm, int jh, const Chunk& ch, const GdnSh
   for (int e = threadIdx.x; e < 2 * kChunk * kPieces; e += kThreads) {
     const bool u = e >= kChunk * kPieces;
     const int r = (e / kPieces) % kChunk, c8 = 8 * (e % kPieces);
-    if (r >= ch.n || no_stores(ch)) continue;
+    if (r >= ch.n || ch.mode >= 3) continue;
     const size_t row = static_cast<size_t>(ch.begin + r) * s.nv + ch.h;
     *reinterpret_cast<uint4*>((u ? ws.u : ws.w) + row * kDim + c8) =
         *reinterpret_cast<const uint4*>(&out_tile(sm, u)[r][c8]);
