@@ -126,7 +126,7 @@ __device__ void load_conv_outputs(PrepSmem<kHeads>& sm, const Chunk& ch, const b
   }
 }
 
-__device__ bool bulk_stores(const Chunk& ch) { return ch.mode >= 5; }
+__device__ bool bulk_stores(const Chunk& ch) { return ch.mode == 5 || ch.mode == 6; }
 
 __device__ const bf16* in_conv_state(const Chunk& ch, int channel, int C) {
   return ch.conv_state + (static_cast<size_t>(ch.slot) * C + channel) * kHalo;
@@ -206,7 +206,7 @@ __device__ void load_conv_inputs(PrepSmem<kHeads>& sm, const Chunk& ch, const Gd
 // Rows 0..63 <- silu(conv) of rows 0..66, in place: a thread per (8 channels, 16 rows); row r's
 // output (inputs r .. r + 3) goes to row r, which only its own thread still reads.
 template <int kHeads>
-__device__ void convolve_in_place(PrepSmem<kHeads>& sm, bool tanh_silu) {
+__device__ void convolve_in_place(PrepSmem<kHeads>& sm) {
   constexpr int kRows = 16, kVecs = (2 + kHeads) * kDim / 8;
   static_assert(kVecs * (kChunk / kRows) <= kThreads);
   const int tid = threadIdx.x, which = (tid % kVecs) / 16, c8 = 8 * (tid % 16);
@@ -226,8 +226,7 @@ __device__ void convolve_in_place(PrepSmem<kHeads>& sm, bool tanh_silu) {
     for (int r = 0; r < kRows; ++r) {
       const F32x8 cur = r + kHalo < kRows ? load_bf16x8(m[r0 + r + kHalo] + c8)
                                           : unpack_bf16x8(below[r + kHalo - kRows]);
-      store_bf16x8(m[r0 + r] + c8,
-                   tanh_silu ? conv_silu_tanh(taps, win, cur) : conv_silu(taps, win, cur));
+      store_bf16x8(m[r0 + r] + c8, conv_silu(taps, win, cur));
       conv_shift(win, cur);
     }
   }
@@ -293,7 +292,7 @@ __device__ void stage_inputs(PrepSmem<kHeads>& sm, const Chunk& ch, const GdnQkv
   if (bulk) tma::wait(&sm.inputs_landed, 0);
   __syncthreads();
   clk.mark(0);
-  if (in.y == nullptr) convolve_in_place(sm, ch.mode == 7);
+  if (in.y == nullptr) convolve_in_place(sm);
 }
 
 // q / |q| / sqrt(dk) and k / |k| in place; q to the workspace (once per key head), k e^(gam_last -

@@ -44,24 +44,6 @@ __device__ inline F32x8 conv_silu(const ConvTaps& t, const F32x8 (&win)[kConvK -
   return out;
 }
 
-// EXPERIMENT: as conv_silu, SiLU as h + h tanh(h), h = x / 2 (one MUFU instead of two).
-__device__ inline F32x8 conv_silu_tanh(const ConvTaps& t, const F32x8 (&win)[kConvK - 1],
-                                       const F32x8& cur) {
-  F32x8 out;
-#pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    float acc = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kConvK - 1; ++i) acc += t.w[i][e] * win[i].v[e];
-    acc += t.w[kConvK - 1][e] * cur.v[e];
-    const float h = 0.5f * acc;
-    float th;
-    asm("tanh.approx.f32 %0, %1;" : "=f"(th) : "f"(h));
-    out.v[e] = fmaf(h, th, h);
-  }
-  return out;
-}
-
 // The window moved on by one input.
 __device__ inline void conv_shift(F32x8 (&win)[kConvK - 1], const F32x8& cur) {
 #pragma unroll
