@@ -126,8 +126,6 @@ __device__ void load_conv_outputs(PrepSmem<kHeads>& sm, const Chunk& ch, const b
   }
 }
 
-__device__ bool bulk_stores(const Chunk& ch) { return ch.mode == 5 || ch.mode == 6; }
-
 __device__ const bf16* in_conv_state(const Chunk& ch, int channel, int C) {
   return ch.conv_state + (static_cast<size_t>(ch.slot) * C + channel) * kHalo;
 }
@@ -240,7 +238,7 @@ template <int kHeads>
 __device__ void stage_inputs(PrepSmem<kHeads>& sm, const Chunk& ch, const GdnQkvSource& in,
                              const bf16* a, const bf16* bg, const float* A_log,
                              const float* dt_bias, const GdnShape& s, PhaseClock& clk) {
-  const bool bulk = ch.mode == 1 || ch.mode == 2 || ch.mode == 4 || ch.mode == 6;
+  const bool bulk = ch.mode == 1 || ch.mode == 2 || ch.mode == 4;
   if (bulk) {
     if (threadIdx.x == 0) {
       tma::barrier_init(&sm.inputs_landed, 1);
@@ -403,7 +401,7 @@ struct Products {
 // P = (q_i . k_j) e^(gam_i - gam_j) (j <= i) staged over a_u (bf16), each decay factor computed
 // once for both. L above its diagonal blocks is never read and not written.
 template <int kHeads>
-__device__ void decay_products(PrepSmem<kHeads>& sm, const Products& pr, int jh, bool fence) {
+__device__ void decay_products(PrepSmem<kHeads>& sm, const Products& pr, int jh) {
   const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const float *gam = sm.gam[jh], *beta = sm.beta[jh];
 #pragma unroll
@@ -426,7 +424,6 @@ __device__ void decay_products(PrepSmem<kHeads>& sm, const Products& pr, int jh,
         sm.l[i][j + 1] = l[1];
       }
     }
-  if (fence) tma::fence_async_shared();  // P's staging read by the bulk copies
   __syncthreads();
 }
 
@@ -436,16 +433,6 @@ template <int kHeads>
 __device__ void store_p(const PrepSmem<kHeads>& sm, const Chunk& ch, const GdnShape& s,
                         const Workspace& ws) {
   constexpr int kFirst = 128, kPieces = kChunk / 8;
-  if (bulk_stores(ch)) {  // a row a thread, by the bulk copy engine
-    const int r = threadIdx.x - kFirst;
-    if (r < ch.n) {
-      const size_t row = static_cast<size_t>(ch.begin + r) * s.nv + ch.h;
-      tma::store_1d(ws.p + row * kChunk, &sm.qa.a.a_u[r][0], kChunk * 2);
-      tma::store_commit();
-      tma::store_wait_read();  // a_u is written again after the inverse
-    }
-    return;
-  }
   for (int e = threadIdx.x - kFirst; e < kChunk * kPieces; e += kThreads - kFirst) {
     const int r = e / kPieces, c8 = 8 * (e % kPieces);
     if (r >= ch.n || ch.mode >= 3) break;
@@ -555,20 +542,8 @@ __device__ void solve(PrepSmem<kHeads>& sm, int jh, const Chunk& ch, const GdnSh
         *reinterpret_cast<__nv_bfloat162*>(&tile[16 * m + g + 8 * hf][64 * half + 8 * nt + 2 * c]) =
             __floats2bfloat162_rn(acc[nt][2 * hf], acc[nt][2 * hf + 1]);
   }
-  if (bulk_stores(ch)) tma::fence_async_shared();
   __syncthreads();
   clk.mark(8);
-  if (bulk_stores(ch)) {  // a row of W or U a thread, by the bulk copy engine
-    const bool u = threadIdx.x >= kChunk;
-    const int r = threadIdx.x % kChunk;
-    if (threadIdx.x < 2 * kChunk && r < ch.n) {
-      const size_t row = static_cast<size_t>(ch.begin + r) * s.nv + ch.h;
-      tma::store_1d((u ? ws.u : ws.w) + row * kDim, &out_tile(sm, u)[r][0], kDim * 2);
-      tma::store_commit();
-      tma::store_wait_read();  // L / T are written again by the next head
-    }
-    return;
-  }
   constexpr int kPieces = kDim / 8;
   for (int e = threadIdx.x; e < 2 * kChunk * kPieces; e += kThreads) {
     const bool u = e >= kChunk * kPieces;
@@ -605,14 +580,13 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int j = 0; j < kHeads; ++j) {
     Chunk head = ch;
     head.h = ch.h + j;
-    decay_products(sm, pr, j, bulk_stores(ch));
+    decay_products(sm, pr, j);
     clk.mark(4);
     invert(sm, j, head, s, ws, clk);
     solve(sm, j, head, s, ws, clk);
     if (j + 1 < kHeads) __syncthreads();  // the stores from L / T done before the next L
     clk.mark(9);
   }
-  if (bulk_stores(ch)) tma::store_wait_all();
   if (phases != nullptr && threadIdx.x == 0) atomicAdd(&phases[15], 1ull);
 }
 

@@ -57,25 +57,6 @@ __device__ inline void load_1d(void* dst, const void* src, uint32_t bytes, uint6
       : "memory");
 }
 
-// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from shared `src` to global
-// `dst` as a bulk group of this thread; store_commit closes the group, store_wait_read waits until
-// the thread's groups have read their shared memory, store_wait_all until they are written.
-__device__ inline void store_1d(void* dst, const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(
-                   reinterpret_cast<uint64_t>(dst)),
-               "r"(smem_addr(src)), "r"(bytes)
-               : "memory");
-}
-__device__ inline void store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-__device__ inline void store_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-}
-__device__ inline void store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
-// Orders this thread's shared-memory writes before later bulk copies' reads of them.
-__device__ inline void fence_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
 // Copies the box at (c0 innermost, c1) of `map` to shared `dst` (1024-byte aligned for the
 // 128-byte swizzle), completing on `bar`. Elements outside the tensor land as zeros (and count).
 __device__ inline void load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
