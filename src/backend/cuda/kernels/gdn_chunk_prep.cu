@@ -13,7 +13,6 @@
 #include "backend/cuda/kernels/gdn_conv4.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
 #include "backend/cuda/kernels/mma_tf32.cuh"
-#include "backend/cuda/kernels/tma.cuh"
 
 namespace deltaserve::cuda::gdn_chunk {
 namespace {
@@ -44,7 +43,6 @@ struct PrepSmem {
   float t[kChunk][kLdF];                              // T = (I + L)^-1 (lower)
   float x[4][16][kLdX];                               // block products of the inverse
   float gam[kHeads][kChunk], beta[kHeads][kChunk], beta_egam[kHeads][kChunk];
-  uint64_t inputs_landed;  // EXPERIMENT: the bulk copies' barrier
 };
 static_assert(2 * (sizeof(PrepSmem<2>) + 1024) <= 228 * 1024, "two blocks per SM");
 
@@ -88,15 +86,11 @@ struct PhaseClock {
   }
 };
 
-struct Chunk;
 struct Chunk {
   int begin, n, t0;  // first token row, valid rows, offset in the sequence's step tokens
   int h, kh, T;      // (first) value head, key head, step tokens
   int slot;          // the sequence's state slot
   bool fresh;        // the sequence starts at 0 (no conv state)
-  const bf16* conv_state;
-  int mode;  // EXPERIMENT (DS_GDN_PREP_EXP): 0 cp.async, 1 bulk copies, 2 no loads, 3 no stores,
-             // 4 bulk copies and no stores
 };
 
 // The first channel of q (which 0), k (1) or the v of value head h + which - 2 (which >= 2) of the
@@ -123,41 +117,6 @@ __device__ void load_conv_outputs(PrepSmem<kHeads>& sm, const Chunk& ch, const b
     const bf16* src =
         y + static_cast<size_t>(ch.begin + min(r, ch.n - 1)) * C + channel0(which, ch, s);
     mma::cp_async16(rows_of(sm, which)[r] + c8, src + c8, r < ch.n);
-  }
-}
-
-__device__ const bf16* in_conv_state(const Chunk& ch, int channel, int C) {
-  return ch.conv_state + (static_cast<size_t>(ch.slot) * C + channel) * kHalo;
-}
-
-// EXPERIMENT: the chunk's input rows by bulk copies (one a row and matrix, 256 bytes) completing
-// on sm.inputs_landed; rows past n zeroed by stores; rows before the sequence from the conv state
-// (halo > 0: conv inputs) as load_conv_inputs does. Thread 0 arrives with the byte count.
-template <int kHeads>
-__device__ void load_rows_bulk(PrepSmem<kHeads>& sm, const Chunk& ch, const bf16* src, int halo,
-                               const GdnShape& s) {
-  constexpr int kMats = 2 + kHeads;
-  const int C = conv_dim(s), rows = kChunk + halo;
-  const int first = max(0, halo - ch.t0), last = halo + ch.n;  // copied rows [first, last)
-  if (threadIdx.x == 0)
-    tma::arrive_expect_bytes(&sm.inputs_landed,
-                             ch.mode == 2 ? 0u : static_cast<uint32_t>((last - first) * kMats * 256));
-  for (int e = threadIdx.x; e < kMats * rows; e += kThreads) {
-    const int which = e / rows, j = e % rows, r = j - halo;
-    bf16* dst = rows_of(sm, which)[j];
-    if (j >= last) {
-      for (int c8 = 0; c8 < kDim; c8 += 8) *reinterpret_cast<uint4*>(dst + c8) = uint4{0, 0, 0, 0};
-    } else if (j >= first) {
-      if (ch.mode != 2)
-        tma::load_1d(dst, src + static_cast<size_t>(ch.begin + r) * C + channel0(which, ch, s), 256,
-                     &sm.inputs_landed);
-    } else {
-      const int c0 = channel0(which, ch, s);
-      for (int c = 0; c < kDim; ++c) {
-        const bf16* st = in_conv_state(ch, c0 + c, C);
-        dst[c] = ch.fresh ? __float2bfloat16(0.0f) : st[kHalo + ch.t0 + r];
-      }
-    }
   }
 }
 
@@ -238,28 +197,10 @@ template <int kHeads>
 __device__ void stage_inputs(PrepSmem<kHeads>& sm, const Chunk& ch, const GdnQkvSource& in,
                              const bf16* a, const bf16* bg, const float* A_log,
                              const float* dt_bias, const GdnShape& s, PhaseClock& clk) {
-  const bool bulk = ch.mode == 1 || ch.mode == 2 || ch.mode == 4;
-  if (bulk) {
-    if (threadIdx.x == 0) {
-      tma::barrier_init(&sm.inputs_landed, 1);
-      tma::barrier_init_fence();
-    }
-    __syncthreads();
-    if (in.y == nullptr) {  // the taps as load_conv_inputs copies them
-      constexpr int kMats = 2 + kHeads;
-      constexpr int kTapPieces = tap_bytes<kHeads>() / 16, kPiecesPerTile = kTapPieces / kMats;
-      if (threadIdx.x < kTapPieces) {
-        const int which = threadIdx.x / kPiecesPerTile, c2 = 2 * (threadIdx.x % kPiecesPerTile);
-        mma::cp_async16(taps_of(sm) + (which * kDim + c2) * kConvK,
-                        in.conv_w + static_cast<size_t>(channel0(which, ch, s) + c2) * kConvK, true);
-      }
-    }
-    load_rows_bulk(sm, ch, in.y != nullptr ? in.y : in.u, in.y != nullptr ? 0 : kHalo, s);
-  } else if (in.y != nullptr) {
+  if (in.y != nullptr)
     load_conv_outputs(sm, ch, in.y, s);
-  } else {
+  else
     load_conv_inputs(sm, ch, in, s);
-  }
   mma::cp_async_commit();
   const int j = threadIdx.x / 32, h = ch.h + j;
   if (j < kHeads) {  // gates, then an inclusive scan of the log decay (two rows per lane)
@@ -287,7 +228,6 @@ __device__ void stage_inputs(PrepSmem<kHeads>& sm, const Chunk& ch, const GdnQkv
     sm.beta_egam[j][2 * lane + 1] = sm.beta[j][2 * lane + 1] * __expf(run);
   }
   mma::cp_async_wait<0>();
-  if (bulk) tma::wait(&sm.inputs_landed, 0);
   __syncthreads();
   clk.mark(0);
   if (in.y == nullptr) convolve_in_place(sm);
@@ -337,9 +277,9 @@ __device__ void normalise(PrepSmem<kHeads>& sm, const Chunk& ch, const GdnShape&
       }
       store_bf16x8(sm.qa.q[r] + c0 + kPieceStride * i, q[i]);
       store_bf16x8(sm.k[r] + c0 + kPieceStride * i, k[i]);
-      if (row && writes_q && ch.mode < 3) store_bf16x8(dq + kPieceStride * i, q[i]);
+      if (row && writes_q) store_bf16x8(dq + kPieceStride * i, q[i]);
     }
-    if (!row || ch.mode >= 3) continue;
+    if (!row) continue;
 #pragma unroll
     for (int j = 0; j < kHeads; ++j) {  // k e^(gam_last - gam_r) of each value head
       const float d = __expf(sm.gam[j][ch.n - 1] - sm.gam[j][r]);
@@ -435,7 +375,7 @@ __device__ void store_p(const PrepSmem<kHeads>& sm, const Chunk& ch, const GdnSh
   constexpr int kFirst = 128, kPieces = kChunk / 8;
   for (int e = threadIdx.x - kFirst; e < kChunk * kPieces; e += kThreads - kFirst) {
     const int r = e / kPieces, c8 = 8 * (e % kPieces);
-    if (r >= ch.n || ch.mode >= 3) break;
+    if (r >= ch.n) break;
     const size_t row = static_cast<size_t>(ch.begin + r) * s.nv + ch.h;
     *reinterpret_cast<uint4*>(ws.p + row * kChunk + c8) =
         *reinterpret_cast<const uint4*>(&sm.qa.a.a_u[r][c8]);
@@ -548,7 +488,7 @@ __device__ void solve(PrepSmem<kHeads>& sm, int jh, const Chunk& ch, const GdnSh
   for (int e = threadIdx.x; e < 2 * kChunk * kPieces; e += kThreads) {
     const bool u = e >= kChunk * kPieces;
     const int r = (e / kPieces) % kChunk, c8 = 8 * (e % kPieces);
-    if (r >= ch.n || ch.mode >= 3) continue;
+    if (r >= ch.n) continue;
     const size_t row = static_cast<size_t>(ch.begin + r) * s.nv + ch.h;
     *reinterpret_cast<uint4*>((u ? ws.u : ws.w) + row * kDim + c8) =
         *reinterpret_cast<const uint4*>(&out_tile(sm, u)[r][c8]);
@@ -560,7 +500,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     prep_kernel(BatchMeta b, GdnQkvSource in, const bf16* __restrict__ a,
                 const bf16* __restrict__ bg, const float* __restrict__ A_log,
                 const float* __restrict__ dt_bias, GdnShape s, Workspace ws,
-                unsigned long long* phases, int mode) {
+                unsigned long long* phases) {
   PhaseClock clk(phases);
   extern __shared__ __align__(128) unsigned char prep_raw[];
   PrepSmem<kHeads>& sm = *reinterpret_cast<PrepSmem<kHeads>*>(prep_raw);
@@ -569,7 +509,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int h = kHeads * static_cast<int>(blockIdx.z);  // value heads h .. h + kHeads - 1
   const Chunk ch{
       b.seq_begin[seq] + t0, min(kChunk, len - t0), t0, h, h / (s.nv / s.nk), b.num_tokens,
-      b.seq_slot[seq],       b.seq_start[seq] == 0, in.conv_state, mode};
+      b.seq_slot[seq],       b.seq_start[seq] == 0};
   stage_inputs(sm, ch, in, a, bg, A_log, dt_bias, s, clk);
   clk.mark(1);
   normalise(sm, ch, s, ws);
@@ -603,14 +543,6 @@ unsigned long long* prep_phase_sums() {
   return sums;
 }
 
-int prep_mode() {
-  static const int mode = [] {
-    const char* m = std::getenv("DS_GDN_PREP_EXP");
-    return m != nullptr ? std::atoi(m) : 0;
-  }();
-  return mode;
-}
-
 template <int kHeads>
 void launch_prep_heads(const BatchMeta& b, const GdnQkvSource& in, const bf16* a, const bf16* bgate,
                        const float* A_log, const float* dt_bias, const GdnShape& s,
@@ -619,7 +551,7 @@ void launch_prep_heads(const BatchMeta& b, const GdnQkvSource& in, const bf16* a
   cudaFuncSetAttribute(prep_kernel<kHeads>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   const int chunks = (b.max_seq_len + kChunk - 1) / kChunk;
   prep_kernel<kHeads><<<dim3(b.num_seqs, chunks, s.nv / kHeads), kThreads, smem, stream>>>(
-      b, in, a, bgate, A_log, dt_bias, s, ws, prep_phase_sums(), prep_mode());
+      b, in, a, bgate, A_log, dt_bias, s, ws, prep_phase_sums());
 }
 
 }  // namespace

@@ -47,16 +47,6 @@ __device__ inline void wait(uint64_t* bar, uint32_t parity) {
         : "memory");
 }
 
-// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global `src` to shared
-// `dst`, completing on `bar`.
-__device__ inline void load_1d(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
-          "r"(smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_addr(bar))
-      : "memory");
-}
-
 // Copies the box at (c0 innermost, c1) of `map` to shared `dst` (1024-byte aligned for the
 // 128-byte swizzle), completing on `bar`. Elements outside the tensor land as zeros (and count).
 __device__ inline void load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
