@@ -13,7 +13,6 @@
 
 #include "app/args.h"
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "core/step_batch.h"
 #include "cuda_timing.h"
 
@@ -110,7 +109,6 @@ int main(int argc, char** argv) {
       std::printf("%d x %d: %.3f ms per layer%s\n", s.seqs, s.len,
                   time_shape(be, s, 0, mixer ? What::kLayerFused : What::kRule, rounds, calls),
                   mixer ? " (the mixer, fused)" : "");
-      ds::cuda::gdn_chunk::print_prep_phases();
       return 0;
     }
     std::printf(

@@ -51,8 +51,6 @@ struct Workspace {
 void launch_prep(const BatchMeta& b, const GdnQkvSource& in, const __nv_bfloat16* a,
                  const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
                  const GdnShape& s, const Workspace& ws, int num_sms, cudaStream_t stream);
-// EXPERIMENT: the prep's per-phase cycles (DS_GDN_PREP_PHASES=1) to stderr.
-void print_prep_phases();
 // The state pass forming every output (gdn_chunk_pass.cu): a block a (sequence, value head) —
 // or, where those blocks would leave most of the device's sm_count SMs idle (few sequences), a
 // block a half or a quarter of a head's state columns, the most parts whose blocks all fit at

@@ -5,7 +5,6 @@
 // head L = beta_i (k_i . k_j) e^(gam_i - gam_j) (j < i) and P = (q_i . k_j) e^(gam_i - gam_j)
 // (j <= i); T = (I + L)^-1 by 16 x 16 blocks (f32 diagonal blocks, tf32 tensor cores below); and
 // W = T diag(beta e^gam) K, U = T diag(beta) V. See gdn_chunk_layout.cuh for what it writes.
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -64,27 +63,6 @@ template <int kHeads>
 __device__ bf16 (*out_tile(PrepSmem<kHeads>& sm, bool is_u))[kLd] {
   return reinterpret_cast<bf16(*)[kLd]>(is_u ? &sm.t[0][0] : &sm.l[0][0]);
 }
-
-// EXPERIMENT (DS_GDN_PREP_PHASES=1): thread 0 adds each phase's cycles (between the block's
-// barriers) into phases[0..11]; phases[15] counts blocks.
-struct PhaseClock {
-  unsigned long long* sums;
-  long long last;
-  __device__ explicit PhaseClock(unsigned long long* s) : sums(s), last(now()) {}
-  __device__ static long long now() {
-#ifdef __CUDA_ARCH__
-    return clock64();
-#else
-    return 0;
-#endif
-  }
-  __device__ void mark(int i) {
-    if (sums == nullptr || threadIdx.x != 0) return;
-    const long long now = PhaseClock::now();
-    atomicAdd(&sums[i], static_cast<unsigned long long>(now - last));
-    last = now;
-  }
-};
 
 struct Chunk {
   int begin, n, t0;  // first token row, valid rows, offset in the sequence's step tokens
@@ -196,7 +174,7 @@ __device__ void convolve_in_place(PrepSmem<kHeads>& sm) {
 template <int kHeads>
 __device__ void stage_inputs(PrepSmem<kHeads>& sm, const Chunk& ch, const GdnQkvSource& in,
                              const bf16* a, const bf16* bg, const float* A_log,
-                             const float* dt_bias, const GdnShape& s, PhaseClock& clk) {
+                             const float* dt_bias, const GdnShape& s) {
   if (in.y != nullptr)
     load_conv_outputs(sm, ch, in.y, s);
   else
@@ -229,7 +207,6 @@ __device__ void stage_inputs(PrepSmem<kHeads>& sm, const Chunk& ch, const GdnQkv
   }
   mma::cp_async_wait<0>();
   __syncthreads();
-  clk.mark(0);
   if (in.y == nullptr) convolve_in_place(sm);
 }
 
@@ -441,15 +418,13 @@ __device__ void invert_below_diagonal(PrepSmem<kHeads>& sm) {
 // zero); P stored beside the first step (ch.h the value head).
 template <int kHeads>
 __device__ void invert(PrepSmem<kHeads>& sm, int jh, const Chunk& ch, const GdnShape& s,
-                       const Workspace& ws, PhaseClock& clk) {
+                       const Workspace& ws) {
   if (threadIdx.x >= 128)
     store_p(sm, ch, s, ws);
   else
     invert_diagonal(sm);
   __syncthreads();
-  clk.mark(5);
   invert_below_diagonal(sm);
-  clk.mark(6);
   for (int e = threadIdx.x; e < kChunk * kChunk / 2; e += kThreads) {
     const int i = e / (kChunk / 2), j = 2 * (e % (kChunk / 2));
     const bool above = i / 16 < j / 16;
@@ -460,14 +435,13 @@ __device__ void invert(PrepSmem<kHeads>& sm, int jh, const Chunk& ch, const GdnS
         __floats2bfloat162_rn(t0 * sm.beta_egam[jh][j], t1 * sm.beta_egam[jh][j + 1]);
   }
   __syncthreads();
-  clk.mark(7);
 }
 
 // Warps 0-3: W = (T diag(beta e^gam)) K; warps 4-7: U = (T diag(beta)) V; 16 rows per warp, in two
 // halves of 64 columns; staged over L / T, then stored to the workspace in 16-byte pieces.
 template <int kHeads>
 __device__ void solve(PrepSmem<kHeads>& sm, int jh, const Chunk& ch, const GdnShape& s,
-                      const Workspace& ws, PhaseClock& clk) {
+                      const Workspace& ws) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
   const bool is_u = warp >= 4;
   const int m = warp % 4;
@@ -483,7 +457,6 @@ __device__ void solve(PrepSmem<kHeads>& sm, int jh, const Chunk& ch, const GdnSh
             __floats2bfloat162_rn(acc[nt][2 * hf], acc[nt][2 * hf + 1]);
   }
   __syncthreads();
-  clk.mark(8);
   constexpr int kPieces = kDim / 8;
   for (int e = threadIdx.x; e < 2 * kChunk * kPieces; e += kThreads) {
     const bool u = e >= kChunk * kPieces;
@@ -499,9 +472,7 @@ template <int kHeads>
 __global__ void __launch_bounds__(kThreads, 2)
     prep_kernel(BatchMeta b, GdnQkvSource in, const bf16* __restrict__ a,
                 const bf16* __restrict__ bg, const float* __restrict__ A_log,
-                const float* __restrict__ dt_bias, GdnShape s, Workspace ws,
-                unsigned long long* phases) {
-  PhaseClock clk(phases);
+                const float* __restrict__ dt_bias, GdnShape s, Workspace ws) {
   extern __shared__ __align__(128) unsigned char prep_raw[];
   PrepSmem<kHeads>& sm = *reinterpret_cast<PrepSmem<kHeads>*>(prep_raw);
   const int seq = blockIdx.x, t0 = blockIdx.y * kChunk, len = b.seq_len[seq];
@@ -510,37 +481,18 @@ __global__ void __launch_bounds__(kThreads, 2)
   const Chunk ch{
       b.seq_begin[seq] + t0, min(kChunk, len - t0), t0, h, h / (s.nv / s.nk), b.num_tokens,
       b.seq_slot[seq],       b.seq_start[seq] == 0};
-  stage_inputs(sm, ch, in, a, bg, A_log, dt_bias, s, clk);
-  clk.mark(1);
+  stage_inputs(sm, ch, in, a, bg, A_log, dt_bias, s);
   normalise(sm, ch, s, ws);
-  clk.mark(2);
   const Products pr(sm);
-  clk.mark(3);
 #pragma unroll 1
   for (int j = 0; j < kHeads; ++j) {
     Chunk head = ch;
     head.h = ch.h + j;
     decay_products(sm, pr, j);
-    clk.mark(4);
-    invert(sm, j, head, s, ws, clk);
-    solve(sm, j, head, s, ws, clk);
+    invert(sm, j, head, s, ws);
+    solve(sm, j, head, s, ws);
     if (j + 1 < kHeads) __syncthreads();  // the stores from L / T done before the next L
-    clk.mark(9);
   }
-  if (phases != nullptr && threadIdx.x == 0) atomicAdd(&phases[15], 1ull);
-}
-
-unsigned long long* prep_phase_sums() {
-  static unsigned long long* sums = [] {
-    unsigned long long* p = nullptr;
-    const char* on = std::getenv("DS_GDN_PREP_PHASES");
-    if (on != nullptr && std::strcmp(on, "1") == 0) {
-      cudaMalloc(&p, 16 * sizeof(unsigned long long));
-      cudaMemset(p, 0, 16 * sizeof(unsigned long long));
-    }
-    return p;
-  }();
-  return sums;
 }
 
 template <int kHeads>
@@ -551,23 +503,10 @@ void launch_prep_heads(const BatchMeta& b, const GdnQkvSource& in, const bf16* a
   cudaFuncSetAttribute(prep_kernel<kHeads>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   const int chunks = (b.max_seq_len + kChunk - 1) / kChunk;
   prep_kernel<kHeads><<<dim3(b.num_seqs, chunks, s.nv / kHeads), kThreads, smem, stream>>>(
-      b, in, a, bgate, A_log, dt_bias, s, ws, prep_phase_sums());
+      b, in, a, bgate, A_log, dt_bias, s, ws);
 }
 
 }  // namespace
-
-void print_prep_phases() {
-  unsigned long long h[16] = {};
-  if (prep_phase_sums() == nullptr) return;
-  cudaDeviceSynchronize();
-  cudaMemcpy(h, prep_phase_sums(), sizeof(h), cudaMemcpyDeviceToHost);
-  const char* names[10] = {"load+gates", "conv", "normalise", "products", "decay (per head)",
-                           "p store / diag inverse", "below-diagonal inverse", "T scaled",
-                           "solve mma", "solve stores"};
-  std::fprintf(stderr, "prep phases over %llu blocks, cycles a block:\n", h[15]);
-  for (int i = 0; i < 10; ++i)
-    std::fprintf(stderr, "  %-24s %8.0f\n", names[i], h[15] ? double(h[i]) / h[15] : 0.0);
-}
 
 // Two value heads a block where a key head has an even number of them and the paired grid has a
 // block for every SM; else one (twice the blocks for short steps). Measured on the H200 (4B,
