@@ -472,11 +472,7 @@ template <int kHeads>
 __global__ void __launch_bounds__(kThreads, 2)
     prep_kernel(BatchMeta b, GdnQkvSource in, const bf16* __restrict__ a,
                 const bf16* __restrict__ bg, const float* __restrict__ A_log,
-                const float* __restrict__ dt_bias, GdnShape s, Workspace ws, uint3 stagger) {
-  {  // EXPERIMENT (DS_PREP_STAGGER_NS): blocks [stagger.y, stagger.z) sleep stagger.x ns first
-    const unsigned id = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-    if (stagger.x > 0 && id >= stagger.y && id < stagger.z) __nanosleep(stagger.x);
-  }
+                const float* __restrict__ dt_bias, GdnShape s, Workspace ws) {
   extern __shared__ __align__(128) unsigned char prep_raw[];
   PrepSmem<kHeads>& sm = *reinterpret_cast<PrepSmem<kHeads>*>(prep_raw);
   const int seq = blockIdx.x, t0 = blockIdx.y * kChunk, len = b.seq_len[seq];
@@ -502,19 +498,12 @@ __global__ void __launch_bounds__(kThreads, 2)
 template <int kHeads>
 void launch_prep_heads(const BatchMeta& b, const GdnQkvSource& in, const bf16* a, const bf16* bgate,
                        const float* A_log, const float* dt_bias, const GdnShape& s,
-                       const Workspace& ws, int num_sms, cudaStream_t stream) {
+                       const Workspace& ws, cudaStream_t stream) {
   constexpr int smem = sizeof(PrepSmem<kHeads>);
   cudaFuncSetAttribute(prep_kernel<kHeads>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   const int chunks = (b.max_seq_len + kChunk - 1) / kChunk;
-  static const unsigned ns = [] {
-    const char* v = std::getenv("DS_PREP_STAGGER_NS");
-    return v != nullptr ? static_cast<unsigned>(std::atoi(v)) : 0u;
-  }();
-  const int64_t blocks = static_cast<int64_t>(b.num_seqs) * chunks * (s.nv / kHeads);
-  const uint3 stagger = blocks >= 4 * num_sms ? make_uint3(ns, num_sms, 2 * num_sms)
-                                              : make_uint3(0, 0, 0);
   prep_kernel<kHeads><<<dim3(b.num_seqs, chunks, s.nv / kHeads), kThreads, smem, stream>>>(
-      b, in, a, bgate, A_log, dt_bias, s, ws, stagger);
+      b, in, a, bgate, A_log, dt_bias, s, ws);
 }
 
 }  // namespace
@@ -532,9 +521,9 @@ void launch_prep(const BatchMeta& b, const GdnQkvSource& in, const bf16* a, cons
       static_cast<int64_t>(b.num_seqs) * ((b.max_seq_len + kChunk - 1) / kChunk) * (s.nv / 2);
   const bool pays = forced ? std::strcmp(forced, "0") != 0 : paired_blocks >= num_sms;
   if (pays && (s.nv / s.nk) % 2 == 0)
-    launch_prep_heads<2>(b, in, a, bgate, A_log, dt_bias, s, ws, num_sms, stream);
+    launch_prep_heads<2>(b, in, a, bgate, A_log, dt_bias, s, ws, stream);
   else
-    launch_prep_heads<1>(b, in, a, bgate, A_log, dt_bias, s, ws, num_sms, stream);
+    launch_prep_heads<1>(b, in, a, bgate, A_log, dt_bias, s, ws, stream);
 }
 
 }  // namespace deltaserve::cuda::gdn_chunk

@@ -1,7 +1,5 @@
 // The fused GDN decode layer (gdn_decode.cuh): conv + SiLU with the conv-state update, q / k L2
 // norms, the gates, the delta rule and the gated RMSNorm for one token per sequence, one kernel.
-#include <cstdlib>
-
 #include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gdn_decode.cuh"
@@ -12,8 +10,6 @@
 
 namespace deltaserve::cuda {
 namespace {
-
-int p_nk(const GdnDecodeArgs& p) { return p.nk; }
 
 using namespace gdn_decode;
 
@@ -48,10 +44,6 @@ __global__ void __launch_bounds__(kPar* kThreads, 2 / kPar)
 #pragma unroll
   for (int e = 0; e < 4; ++e) nw[e] = p.norm_w[4 * (threadIdx.x % 32) + e];
   pdl::wait_for_predecessor();
-  {
-    const int id = blockIdx.x + gridDim.x * blockIdx.y;
-    if (p.stagger_ns > 0 && id >= p.stagger_lo && id < p.stagger_hi) __nanosleep(p.stagger_ns);
-  }
   __shared__ float ys[kKeyHeadChannels];
   __shared__ HeadScratch scratch[kPar];
   __shared__ float norms[3];  // |q|^-1 dk^-1/2, |k|^-1, q . k (normalised)
@@ -78,19 +70,9 @@ __global__ void __launch_bounds__(kPar* kThreads, 2 / kPar)
 }
 
 template <class StateT>
-void launch(const BatchMeta& b, const GdnDecodeArgs& args, StateT* state, int num_sms,
+void launch(const BatchMeta& b, const GdnDecodeArgs& p, StateT* state, int num_sms,
             cudaStream_t stream) {
-  const dim3 grid(b.num_seqs, p_nk(args));
-  static const unsigned stagger = [] {
-    const char* v = std::getenv("DS_DECODE_STAGGER_NS");
-    return v != nullptr ? static_cast<unsigned>(std::atoi(v)) : 0u;
-  }();
-  GdnDecodeArgs p = args;
-  if (stagger > 0 && b.num_seqs * p.nk >= 4 * num_sms) {
-    p.stagger_ns = stagger;
-    p.stagger_lo = num_sms;
-    p.stagger_hi = 2 * num_sms;
-  }
+  const dim3 grid(b.num_seqs, p.nk);
   // Two heads a block where a grid of single-head blocks would leave most SMs without a second
   // block (a few sequences: the chain of dependent loads bounds the step, not the state traffic).
   if (p.nv / p.nk >= 2 && b.num_seqs * p.nk <= num_sms)

@@ -25,9 +25,6 @@ struct GdnDecodeArgs {
   float eps;
   int nk, nv;
   __nv_bfloat16* out;  // [T, nv, dv]
-  // EXPERIMENT (DS_DECODE_STAGGER_NS): blocks [stagger_lo, stagger_hi) sleep stagger_ns first.
-  unsigned stagger_ns = 0;
-  int stagger_lo = 0, stagger_hi = 0;
 };
 
 // The shapes the kernel supports: dk = dv = 128, K = 4, up to 4 value heads per key head.
