@@ -298,14 +298,9 @@ void CudaBackend::linear_multi(const Tensor& x, std::span<const Tensor* const> w
     cuda::SkinnyGroup g[cuda::kSkinnyMaxGroups];
     for (int i = 0; i < count; ++i)
       g[i] = {bf(*ws[i]), bf(*ys[i]), static_cast<int>(ws[i]->dim(0))};
-    static const bool short_after_gemm = std::getenv("DS_SKINNY_SHORT_AFTER_GEMM") != nullptr &&
-                                         std::string(std::getenv("DS_SKINNY_SHORT_AFTER_GEMM")) == "1";
-    const int pipe_kb =
-        short_after_gemm && after_skinny_silu_mul_ ? cuda::kSkinnyShortPipeKB : 160;  // EXPERIMENT
-    after_skinny_silu_mul_ = false;
-    return check(cuda::launch_skinny_gemm_bf16(bf(x), g, count, t, k, skinny_ws_, num_sms_,
-                                               stream_, pipe_kb),
-                 "skinny GEMM launch");
+    return check(
+        cuda::launch_skinny_gemm_bf16(bf(x), g, count, t, k, skinny_ws_, num_sms_, stream_),
+        "skinny GEMM launch");
   }
   if (route == LinearRoute::kGemv) {
     cuda::GemvGroups g{};
@@ -352,7 +347,6 @@ void CudaBackend::linear_silu_mul(const Tensor& x, const Tensor& w_gate, const T
       cuda::skinny_supported(x.data, w_up.data, act.data, static_cast<int>(T),
                              static_cast<int>(K))) {
     OpTimer timer(*this, "linear");
-    after_skinny_silu_mul_ = true;  // EXPERIMENT: the next skinny GEMM follows it directly
     return check(cuda::launch_skinny_gemm_silu_mul_bf16(
                      bf(x), bf(w_gate), bf(w_up), bf(act), static_cast<int>(T), static_cast<int>(K),
                      static_cast<int>(I), skinny_ws_, num_sms_, stream_),

@@ -49,11 +49,10 @@ struct BlockShared {
 
 // A pipeline stage: the weight tile, then the activation tile (both SW128, 1024-byte aligned).
 constexpr int kWBytes = kTileRows * wgmma::kRowBytes;
-// EXPERIMENT: kPipeKB 160 (kPipelineBytes) or a short pipeline that fits beside a running block.
-template <int kRows, int kPipeKB = kPipelineBytes / 1024>
+template <int kRows>
 struct Pipe {
   static constexpr int kStageBytes = kWBytes + kRows * wgmma::kRowBytes;
-  static constexpr int kStages = kPipeKB * 1024 / kStageBytes;
+  static constexpr int kStages = kPipelineBytes / kStageBytes;
   static constexpr int kSmemBytes = kStages * kStageBytes + wgmma::kAtomBytes;
 };
 
@@ -93,11 +92,10 @@ __device__ inline TileRef tile_ref(const Params& p, int tile) {
 
 // One thread issues every copy: the first stages' weight tiles before waiting for the previous
 // kernel (weights are never written by one), then activations and the rest as stages free up.
-template <int kRows, int kPipeKB>
+template <int kRows>
 __device__ void produce(const Params& p, int u0, int u1, unsigned char* stages, uint64_t* full,
                         uint64_t* empty) {
-  constexpr int kStageBytes = Pipe<kRows, kPipeKB>::kStageBytes,
-                kStages = Pipe<kRows, kPipeKB>::kStages;
+  constexpr int kStageBytes = Pipe<kRows>::kStageBytes, kStages = Pipe<kRows>::kStages;
   tma::prefetch_map(&p.x);
   const auto load_w = [&](int i) {
     const int u = u0 + i, s = i % kStages;
@@ -340,11 +338,10 @@ __device__ void finish_segment(const Params& p, int c, int tile, int kt0, int kt
 
 // The consumer warpgroups over the block's units, tile segment by tile segment; each stage is
 // released once the MMAs reading it have completed.
-template <int kRows, int kPipeKB>
+template <int kRows>
 __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* stages,
                         uint64_t* full, uint64_t* empty, BlockShared& sh) {
-  constexpr int kStageBytes = Pipe<kRows, kPipeKB>::kStageBytes,
-                kStages = Pipe<kRows, kPipeKB>::kStages;
+  constexpr int kStageBytes = Pipe<kRows>::kStageBytes, kStages = Pipe<kRows>::kStages;
   const uint32_t base = tma::smem_addr(stages);
   const uint32_t rows = (threadIdx.x / 128) * 64 * wgmma::kRowBytes;  // this warpgroup's 64
   constexpr uint32_t kStep = 32 >> 4;  // 16 bf16 along K, in the descriptor's 16-byte units
@@ -372,10 +369,10 @@ __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* s
   }
 }
 
-template <int kRows, int kPipeKB>
+template <int kRows>
 __global__ void __launch_bounds__(kThreads, 1)
     skinny_gemm_kernel(const __grid_constant__ Params p) {
-  constexpr int kStages = Pipe<kRows, kPipeKB>::kStages;
+  constexpr int kStages = Pipe<kRows>::kStages;
   extern __shared__ unsigned char raw[];
   unsigned char* stages = wgmma::atom_aligned<unsigned char>(raw);
   __shared__ uint64_t full[kStages], empty[kStages];
@@ -391,17 +388,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   pdl::allow_successor();  // the next kernel's blocks may start streaming their weights
   if (threadIdx.x >= kConsumers) {
-    if (threadIdx.x == kConsumers) produce<kRows, kPipeKB>(p, u0, u1, stages, full, empty);
+    if (threadIdx.x == kConsumers) produce<kRows>(p, u0, u1, stages, full, empty);
     return;
   }
   pdl::wait_for_predecessor();  // before the stores and the workspace
-  consume<kRows, kPipeKB>(p, c, u0, u1, stages, full, empty, sh);
+  consume<kRows>(p, c, u0, u1, stages, full, empty, sh);
 }
 
-template <int kRows, int kPipeKB>
+template <int kRows>
 cudaError_t launch(const Params& p, cudaStream_t stream) {
-  const auto kernel = skinny_gemm_kernel<kRows, kPipeKB>;
-  constexpr int smem = Pipe<kRows, kPipeKB>::kSmemBytes;
+  const auto kernel = skinny_gemm_kernel<kRows>;
+  constexpr int smem = Pipe<kRows>::kSmemBytes;
   const cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
@@ -410,8 +407,7 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
 
 // x [T, K] and the split of p's `tiles` tiles of K between blocks, then the launch.
 cudaError_t launch_tiles(Params& p, const bf16* x, int tiles, int T, int K,
-                         const SkinnyWorkspace& ws, int sm_count, cudaStream_t stream,
-                         int pipe_kb = kPipelineBytes / 1024) {
+                         const SkinnyWorkspace& ws, int sm_count, cudaStream_t stream) {
   if (tiles > kSkinnyMaxTiles) return cudaErrorInvalidValue;
   const int rows = T <= 16 ? 16 : T <= 32 ? 32 : 64;
   p.x = encode_tma_2d_bf16(x, T, K, rows);
@@ -420,10 +416,9 @@ cudaError_t launch_tiles(Params& p, const bf16* x, int tiles, int T, int K,
   p.units = tiles * p.k_tiles;
   p.blocks = skinny::blocks_for(p.units, p.k_tiles, sm_count);
   p.ws = ws;
-  if (pipe_kb == kSkinnyShortPipeKB && rows == 16) return launch<16, kSkinnyShortPipeKB>(p, stream);
-  return rows == 16   ? launch<16, kPipelineBytes / 1024>(p, stream)
-         : rows == 32 ? launch<32, kPipelineBytes / 1024>(p, stream)
-                      : launch<64, kPipelineBytes / 1024>(p, stream);
+  return rows == 16   ? launch<16>(p, stream)
+         : rows == 32 ? launch<32>(p, stream)
+                      : launch<64>(p, stream);
 }
 
 }  // namespace
@@ -442,7 +437,7 @@ bool skinny_supported(const void* x, const void* w, const void* y, int T, int K)
 
 cudaError_t launch_skinny_gemm_bf16(const bf16* x, const SkinnyGroup* groups, int count, int T,
                                     int K, const SkinnyWorkspace& ws, int sm_count,
-                                    cudaStream_t stream, int pipe_kb) {
+                                    cudaStream_t stream) {
   if (T < 1 || T > kSkinnyMaxRows) return cudaErrorInvalidValue;
   Params p{};
   int tiles = 0;
@@ -454,7 +449,7 @@ cudaError_t launch_skinny_gemm_bf16(const bf16* x, const SkinnyGroup* groups, in
     tiles += (groups[g].n + kTileRows - 1) / kTileRows;
   }
   p.count = count;
-  return launch_tiles(p, x, tiles, T, K, ws, sm_count, stream, pipe_kb);
+  return launch_tiles(p, x, tiles, T, K, ws, sm_count, stream);
 }
 
 cudaError_t launch_skinny_gemm_silu_mul_bf16(const bf16* x, const bf16* gate, const bf16* up,

@@ -73,12 +73,9 @@ bool skinny_supported(const void* x, const void* w, const void* y, int T, int K)
 // waits for the previous kernel; sm_count the device's multiprocessors. Never allocates or
 // syncs; returns the launch's error (throws deltaserve::DeviceError when a tensor map cannot be
 // encoded).
-// EXPERIMENT: pipe_kb kSkinnyShortPipeKB (up to 16 tokens) a pipeline short enough to start
-// beside the previous skinny GEMM's blocks; else the deep one.
-constexpr int kSkinnyShortPipeKB = 56;
 cudaError_t launch_skinny_gemm_bf16(const __nv_bfloat16* x, const SkinnyGroup* groups, int count,
                                     int T, int K, const SkinnyWorkspace& ws, int sm_count,
-                                    cudaStream_t stream, int pipe_kb = 160);
+                                    cudaStream_t stream);
 
 // The MLP's gate and up projections and SiLU-mul in one launch, for up to kSkinnySiluMulMaxRows
 // tokens: act [T, I] = silu(x . gate^T) * (x . up^T), gate and up [I, K]. Each 128-row tile
