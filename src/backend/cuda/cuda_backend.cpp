@@ -327,8 +327,7 @@ void CudaBackend::linear_add_rms_norm(const Tensor& x, const Tensor& w, const Te
   const Tensor* ys[1] = {&residual};
   const LinearRoute route = linear_route(x, ws, ys);
   if (route == LinearRoute::kSkinny && skinny_add_norm_ && x.dim(0) <= cuda::kSkinnyAddNormMaxRows &&
-      residual.dim(1) % 8 == 0 && residual.dim(1) <= cuda::kSkinnyAddNormMaxCols &&
-      cuda::aligned16(out.data, residual.data)) {
+      residual.dim(1) % 8 == 0 && cuda::aligned16(out.data, residual.data)) {
     OpTimer timer(*this, "linear");
     const cuda::SkinnyAddNorm an{bf(residual), f32(norm_w), eps, bf(out)};
     return check(cuda::launch_skinny_gemm_add_rms_norm_bf16(

@@ -23,38 +23,25 @@ __device__ inline void add4_to_residual(__nv_bfloat16* r, int col, int n, const 
   for (int j = 0; j < 4 && col + j < n; ++j) add_to_residual(r + j, e[j]);
 }
 
-// Rows of up to kSkinnyAddNormMaxCols values: a lane's share of a row held in registers.
-constexpr int kAddNormLaneVecs = kSkinnyAddNormMaxCols / 8 / 32;
-
 // out = rms_norm(residual) * (1 + w) of T rows of n (n % 8 == 0, 16-byte aligned rows), a warp a
-// row, by the first `threads` threads of the block: a lane issues all its loads of the row before
-// using them (one L2 round trip, no block barrier). The residual rows are read past L1: other
+// row, by the first `threads` threads of the block. The residual rows are read past L1: other
 // blocks wrote them (the caller acquired their release).
 __device__ inline void norm_rows(const SkinnyAddNorm& an, int T, int n, int threads) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warps = threads / 32;
   const int vecs = n / 8;
   for (int row = static_cast<int>(threadIdx.x) / 32; row < T; row += warps) {
     const __nv_bfloat16* r = an.residual + static_cast<size_t>(row) * n;
-    uint4 raw[kAddNormLaneVecs];
-#pragma unroll
-    for (int j = 0; j < kAddNormLaneVecs; ++j) {
-      const int i = lane + 32 * j;
-      if (i < vecs) raw[j] = __ldcg(reinterpret_cast<const uint4*>(r + 8 * i));
-    }
     float ss = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kAddNormLaneVecs; ++j) {
-      if (lane + 32 * j >= vecs) break;
-      const F32x8 v = unpack_bf16x8(raw[j]);
+    for (int i = lane; i < vecs; i += 32) {
+      const uint4 raw = __ldcg(reinterpret_cast<const uint4*>(r + 8 * i));
+      const F32x8 v = unpack_bf16x8(raw);
 #pragma unroll
       for (int e = 0; e < 8; ++e) ss += v.v[e] * v.v[e];
     }
     const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(n) + an.eps);
-#pragma unroll
-    for (int j = 0; j < kAddNormLaneVecs; ++j) {
-      const int i = lane + 32 * j;
-      if (i >= vecs) break;
-      const F32x8 v = unpack_bf16x8(raw[j]), w = load_f32x8(an.norm_w + 8 * i);
+    for (int i = lane; i < vecs; i += 32) {
+      const F32x8 v = unpack_bf16x8(__ldcg(reinterpret_cast<const uint4*>(r + 8 * i)));
+      const F32x8 w = load_f32x8(an.norm_w + 8 * i);
       F32x8 y;
 #pragma unroll
       for (int e = 0; e < 8; ++e) y.v[e] = v.v[e] * inv * (1.0f + w.v[e]);

@@ -486,8 +486,7 @@ cudaError_t launch_skinny_gemm_add_rms_norm_bf16(const bf16* x, const bf16* w, i
                                                  int K, const SkinnyAddNorm& an,
                                                  const SkinnyWorkspace& ws, int sm_count,
                                                  cudaStream_t stream) {
-  if (T < 1 || T > kSkinnyAddNormMaxRows || n % 8 != 0 || n > kSkinnyAddNormMaxCols)
-    return cudaErrorInvalidValue;
+  if (T < 1 || T > kSkinnyAddNormMaxRows || n % 8 != 0) return cudaErrorInvalidValue;
   Params p{};
   p.w[0] = encode_tma_2d_bf16(w, n, K, kTileRows);
   p.n[0] = n;

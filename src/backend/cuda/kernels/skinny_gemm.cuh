@@ -93,9 +93,8 @@ cudaError_t launch_skinny_gemm_silu_mul_bf16(const __nv_bfloat16* x, const __nv_
 // kSkinnyAddNormMaxRows tokens): residual [T, n] = bf16(residual + bf16(x . w^T)) — the values
 // launch_skinny_gemm_bf16 then launch_add_rms_norm_bf16 give —, then out [T, n] = rms_norm(
 // residual) * (1 + norm_w) by the block that finishes the last tile (a warp a row). n a multiple
-// of 8 up to kSkinnyAddNormMaxCols, residual and out 16-byte aligned; else as
-// launch_skinny_gemm_bf16 (no y).
-constexpr int kSkinnyAddNormMaxRows = 16, kSkinnyAddNormMaxCols = 6144;
+// of 8, residual and out 16-byte aligned; else as launch_skinny_gemm_bf16 (no y).
+constexpr int kSkinnyAddNormMaxRows = 16;
 struct SkinnyAddNorm {
   __nv_bfloat16* residual;
   const float* norm_w;  // [n]
