@@ -17,7 +17,6 @@
 #include "backend/cuda/kernels/gated_rms_norm.cuh"
 #include "backend/cuda/kernels/gather_rows.cuh"
 #include "backend/cuda/kernels/gdn.cuh"
-#include "backend/cuda/kernels/bf16x8.cuh"
 #include "backend/cuda/kernels/gdn_chunk.cuh"
 #include "backend/cuda/kernels/gdn_decode.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
@@ -66,7 +65,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   skinny_gemm_ = cuda::ab_switch_on("DS_SKINNY_GEMM");
   one_gate_up_gemm_ = cuda::ab_switch_on("DS_GATE_UP_GEMM");
   fused_silu_mul_ = cuda::ab_switch_on("DS_FUSED_SILU_MUL");
-  skinny_add_norm_ = cuda::ab_switch_on("DS_SKINNY_ADD_NORM");
   gemm_tuning_ = cuda::ab_switch_on("DS_GEMM_TUNE");
   if (!cuda::ab_switch_on("DS_GEMM_TUNE_DECODE"))
     decode_tune_rows_ = std::numeric_limits<int64_t>::max();  // no decode bucket is tuned
@@ -86,9 +84,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   check(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device), "SM count");
   check(cudaMalloc(&attn_ws_, kAttnWorkspaceBytes), "cudaMalloc (attention workspace)");
   check(cudaMalloc(&skinny_ws_.partials, skinny_ws_bytes()), "cudaMalloc (GEMM workspace)");
-  check(cudaMalloc(&skinny_ws_.counters, cuda::kSkinnyCounters * sizeof(int)),
+  check(cudaMalloc(&skinny_ws_.counters, cuda::kSkinnyMaxTiles * sizeof(int)),
         "cudaMalloc (GEMM tile counters)");
-  check(cudaMemset(skinny_ws_.counters, 0, cuda::kSkinnyCounters * sizeof(int)),
+  check(cudaMemset(skinny_ws_.counters, 0, cuda::kSkinnyMaxTiles * sizeof(int)),
         "cudaMemset (GEMM tile counters)");
 }
 
@@ -325,17 +323,7 @@ void CudaBackend::linear_add_rms_norm(const Tensor& x, const Tensor& w, const Te
                                       const Tensor& scratch) {
   const Tensor* ws[1] = {&w};
   const Tensor* ys[1] = {&residual};
-  const LinearRoute route = linear_route(x, ws, ys);
-  if (route == LinearRoute::kSkinny && skinny_add_norm_ && x.dim(0) <= cuda::kSkinnyAddNormMaxRows &&
-      residual.dim(1) % 8 == 0 && cuda::aligned16(out.data, residual.data)) {
-    OpTimer timer(*this, "linear");
-    const cuda::SkinnyAddNorm an{bf(residual), f32(norm_w), eps, bf(out)};
-    return check(cuda::launch_skinny_gemm_add_rms_norm_bf16(
-                     bf(x), bf(w), static_cast<int>(w.dim(0)), static_cast<int>(x.dim(0)),
-                     static_cast<int>(x.dim(1)), an, skinny_ws_, num_sms_, stream_),
-                 "skinny GEMM + add + RMSNorm launch");
-  }
-  if (route != LinearRoute::kCublasLt)
+  if (linear_route(x, ws, ys) != LinearRoute::kCublasLt)
     return Backend::linear_add_rms_norm(x, w, residual, norm_w, eps, out, scratch);
   {
     OpTimer timer(*this, "linear");

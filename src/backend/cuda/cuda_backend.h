@@ -143,7 +143,6 @@ class CudaBackend final : public Backend {
   bool one_gate_up_gemm_ = true;
   // linear_silu_mul in the weight-streaming GEMM (DS_FUSED_SILU_MUL=0 for A/B: the unfused ops)
   bool fused_silu_mul_ = true;
-  bool skinny_add_norm_ = true;  // DS_SKINNY_ADD_NORM=0: the residual add + norm as their own kernel
   bool gemm_tuning_ = true;  // set_linear_tuning takes effect (DS_GEMM_TUNE=0: it does not)
   // The fewest rows of a tuned decode bucket: DS_GEMM_TUNE_DECODE_ROWS=N (A/B), or none
   // (DS_GEMM_TUNE_DECODE=0).

@@ -3,7 +3,6 @@
 #include "backend/cuda/kernels/bf16x8.cuh"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
-#include "backend/cuda/kernels/skinny_add_norm.cuh"
 #include "backend/cuda/kernels/skinny_gemm.cuh"
 #include "backend/cuda/kernels/skinny_partition.h"
 #include "backend/cuda/kernels/tma.cuh"
@@ -36,10 +35,6 @@ struct Params {
   // SiLU-mul form: w[0] / w[1] the gate / up weights in boxes of 64 rows, a tile's rows 0-63
   // gate rows and 64-127 the same up rows; y[0] the product, n[0] its width.
   bool paired;
-  // Add-norm form (an.residual set; one group): each finished tile's outputs, rounded to bf16, are
-  // added into the residual rows instead of stored, and the block finishing the last tile writes
-  // the rows' RMSNorm (skinny_add_norm.cuh).
-  SkinnyAddNorm an;
   SkinnyWorkspace ws;
 };
 constexpr int kPairRows = kTileRows / 2;
@@ -191,12 +186,8 @@ __device__ void store_tile(const Params& p, const TileRef& t, const float (&acc)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int tok = f.tok(i, j), col = t.n0 + f.row(j);
-      if (tok >= p.T || col >= n) continue;
-      const size_t at = static_cast<size_t>(tok) * n + col;
-      if (p.an.residual != nullptr)
-        add_to_residual(p.an.residual + at, acc[4 * i + j]);
-      else
-        y[at] = __float2bfloat16(acc[4 * i + j]);
+      if (tok < p.T && col < n)
+        y[static_cast<size_t>(tok) * n + col] = __float2bfloat16(acc[4 * i + j]);
     }
 }
 
@@ -311,11 +302,7 @@ __device__ void reduce_tile(const Params& p, int tile, const float** parts) {
     for (int b = 0; b < kBatch; ++b) {
       if (b >= valid) continue;
       const int tok = at[b] / kTileRows, r = at[b] % kTileRows;
-      const size_t o = static_cast<size_t>(tok) * n + t.n0 + r;
-      if (p.an.residual != nullptr)
-        add4_to_residual(p.an.residual + o, t.n0 + r, n, v[b]);
-      else
-        store4(p.y[t.g] + o, t.n0 + r, n, v[b]);
+      store4(p.y[t.g] + static_cast<size_t>(tok) * n + t.n0 + r, t.n0 + r, n, v[b]);
     }
   }
 }
@@ -335,26 +322,10 @@ __device__ inline int add_acq_rel(int* counter, int v) {
 
 // A tile's sum over k-tiles [kt0, kt1) is done: stored as bf16 when that is all of K, else left as
 // a partial; the block that completes a tile's k-tiles (a counter per tile) adds its partials.
-// Add-norm form: a tile was added to the residual; the block finishing the last of them (a count
-// in the counter past the tiles', released and acquired as the tiles' counters are) norms the rows.
-__device__ void tile_added(const Params& p, BlockShared& sh) {
-  consumers_sync();  // every consumer's residual stores before the count's release
-  int* done = p.ws.counters + kSkinnyMaxTiles;
-  if (threadIdx.x == 0) sh.last = add_acq_rel(done, 1) + 1 == p.units / p.k_tiles;
-  consumers_sync();
-  if (!sh.last) return;
-  norm_rows(p.an, p.T, p.n[0], kConsumers);
-  if (threadIdx.x == 0) *done = 0;  // ready for the next launch
-}
-
 template <int kRows>
 __device__ void finish_segment(const Params& p, int c, int tile, int kt0, int kt1,
                                const float (&acc)[kRows / 2], BlockShared& sh) {
-  if (kt0 == 0 && kt1 == p.k_tiles) {
-    store_tile<kRows>(p, tile_ref(p, tile), acc, sh.xchg);
-    if (p.an.residual != nullptr) tile_added(p, sh);
-    return;
-  }
+  if (kt0 == 0 && kt1 == p.k_tiles) return store_tile<kRows>(p, tile_ref(p, tile), acc, sh.xchg);
   store_partial<kRows>(p, slot_of(p, c, tile), acc);
   consumers_sync();  // every consumer's partial stored before the count's release
   if (threadIdx.x == 0)
@@ -363,7 +334,6 @@ __device__ void finish_segment(const Params& p, int c, int tile, int kt0, int kt
   if (!sh.last) return;
   reduce_tile<kRows>(p, tile, sh.parts);
   if (threadIdx.x == 0) p.ws.counters[tile] = 0;  // ready for the next launch
-  if (p.an.residual != nullptr) tile_added(p, sh);
 }
 
 // The consumer warpgroups over the block's units, tile segment by tile segment; each stage is
@@ -480,19 +450,6 @@ cudaError_t launch_skinny_gemm_bf16(const bf16* x, const SkinnyGroup* groups, in
   }
   p.count = count;
   return launch_tiles(p, x, tiles, T, K, ws, sm_count, stream);
-}
-
-cudaError_t launch_skinny_gemm_add_rms_norm_bf16(const bf16* x, const bf16* w, int n, int T,
-                                                 int K, const SkinnyAddNorm& an,
-                                                 const SkinnyWorkspace& ws, int sm_count,
-                                                 cudaStream_t stream) {
-  if (T < 1 || T > kSkinnyAddNormMaxRows || n % 8 != 0) return cudaErrorInvalidValue;
-  Params p{};
-  p.w[0] = encode_tma_2d_bf16(w, n, K, kTileRows);
-  p.n[0] = n;
-  p.count = 1;
-  p.an = an;
-  return launch_tiles(p, x, (n + kTileRows - 1) / kTileRows, T, K, ws, sm_count, stream);
 }
 
 cudaError_t launch_skinny_gemm_silu_mul_bf16(const bf16* x, const bf16* gate, const bf16* up,

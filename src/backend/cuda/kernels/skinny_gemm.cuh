@@ -25,7 +25,6 @@ constexpr int kSkinnyMaxGroups = 4;
 // takes 1,940); and the fewest for which the GEMM pays over cuBLASLt from 9 tokens on: with fewer,
 // most tiles are shared between blocks.
 constexpr int kSkinnyTileRows = 128, kSkinnyMaxTiles = 8192, kSkinnyMinTiles = 48;
-constexpr int kSkinnyCounters = kSkinnyMaxTiles + 1;
 
 // Whether the GEMM beats cuBLASLt at T tokens for a group of `tiles` 128-row tiles in all whose
 // narrowest projection has `narrowest` (measured on the H200 at the 4B shapes, bench/linear_bench):
@@ -50,8 +49,8 @@ inline bool skinny_gemm_pays(int T, int64_t tiles, int64_t narrowest) {
 }
 
 // Device memory the launches share (one launch at a time: stream order): f32 partial sums
-// (skinny_workspace_floats) and kSkinnyCounters counters (one a tile, then the add-norm form's
-// count of finished tiles), zero before the first launch (every launch leaves them zero).
+// (skinny_workspace_floats) and kSkinnyMaxTiles tile counters, zero before the first launch (every
+// launch leaves them zero).
 struct SkinnyWorkspace {
   float* partials;
   int* counters;
@@ -88,22 +87,5 @@ cudaError_t launch_skinny_gemm_silu_mul_bf16(const __nv_bfloat16* x, const __nv_
                                              const __nv_bfloat16* up, __nv_bfloat16* act, int T,
                                              int K, int I, const SkinnyWorkspace& ws, int sm_count,
                                              cudaStream_t stream);
-
-// A residual projection with the residual add and RMSNorm in one launch (decode steps of up to
-// kSkinnyAddNormMaxRows tokens): residual [T, n] = bf16(residual + bf16(x . w^T)) — the values
-// launch_skinny_gemm_bf16 then launch_add_rms_norm_bf16 give —, then out [T, n] = rms_norm(
-// residual) * (1 + norm_w) by the block that finishes the last tile (a warp a row). n a multiple
-// of 8, residual and out 16-byte aligned; else as launch_skinny_gemm_bf16 (no y).
-constexpr int kSkinnyAddNormMaxRows = 16;
-struct SkinnyAddNorm {
-  __nv_bfloat16* residual;
-  const float* norm_w;  // [n]
-  float eps;
-  __nv_bfloat16* out;
-};
-cudaError_t launch_skinny_gemm_add_rms_norm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* w,
-                                                 int n, int T, int K, const SkinnyAddNorm& an,
-                                                 const SkinnyWorkspace& ws, int sm_count,
-                                                 cudaStream_t stream);
 
 }  // namespace deltaserve::cuda
