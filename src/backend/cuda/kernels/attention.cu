@@ -305,9 +305,13 @@ __global__ void __launch_bounds__(32 * kWarps)
 
 // Block (t, head): merges the splits' partials and applies the gate. The splits' maxima and sums
 // come first, one thread a split, so that every load of a thread's column is independent of the
-// others (a split's scale is 0 where it saw no key: its partial is not read). kBatched: a thread
-// issues all its column's loads (up to kMaxSplits) before adding them, one L2 round trip instead
-// of one per eight splits (DS_ATTN_COMBINE_BATCH=0: the eight-at-a-time loop, A/B).
+// others (a split's scale is 0 where it saw no key: its partial is not read). kBatched (from
+// kCombineBatchMinSplits splits): a thread issues all its column's loads before adding them, one
+// L2 round trip instead of one per eight splits. Measured on the H200 (4B, context 1k, graphed ms,
+// two rounds, batched / eight at a time): B = 1 (32 splits) 3.003, 3.015 / 3.033, 3.030 (the
+// attention op -9%); B = 4 (17) 3.214, 3.235 / 3.229, 3.212 with the op 6% slower eager, so not
+// there. DS_ATTN_COMBINE_BATCH=0: never batched (A/B).
+constexpr int kCombineBatchMinSplits = 24;
 template <bool kBatched>
 __global__ void attn_combine_kernel(BatchMeta b, AttnShape s, int splits, int min_len,
                                     const float* __restrict__ ws,
@@ -416,7 +420,8 @@ void paged_attention(const BatchMeta& b, int split_rows, int prefill_from, const
   else
     launch_split<256>(b, split_rows, q, gate, k_cache, v_cache, s, splits, min_len, ws, out,
                       stream);
-  static const bool batched = ab_switch_on("DS_ATTN_COMBINE_BATCH");
+  static const bool batch_on = ab_switch_on("DS_ATTN_COMBINE_BATCH");
+  const bool batched = batch_on && splits >= kCombineBatchMinSplits;
   if (splits > 1)
     pdl::launch_dependent(batched ? attn_combine_kernel<true> : attn_combine_kernel<false>,
                           dim3(split_rows, s.nh), std::min(s.hd, 256), 0, stream, b, s, splits,
