@@ -1,9 +1,9 @@
 // The scheduler's step flags, shared by `serve`, `bench offline` and bench/sched_sim:
 //   --max-num-batched-tokens N        tokens a step (vLLM's)
 //   --long-prefill-token-threshold N  a request's prefill chunk at most N tokens (vLLM's; 0: off)
-//   --admission-reserve-tokens N      KV room kept at admission for up to N outputs of every
-//   request
-//                                     (SchedulerConfig::admission_reserve_tokens; 0: prompts only)
+//   --admission-reserve-tokens N      KV room kept at admission for up to N outputs of each
+//                                     request (SchedulerConfig::admission_reserve_tokens; 0: the
+//                                     prompts only)
 #pragma once
 
 #include <cstdint>

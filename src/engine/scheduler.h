@@ -7,10 +7,10 @@
 // the prompt and its expected remaining output — up to the longest output of the last requests that
 // finished (OutputLengthWindow), at most its max_tokens and admission_reserve_tokens: waiting
 // costs a request its queueing time, being admitted and then preempted costs it all it had
-// computed. When a running
-// request needs a page and none is free (its output outgrew the reserve), the youngest unscheduled
-// running request younger than it is preempted (freed, recomputed later). The result is the step's
-// immutable StepBatch, built here once, with the requests it serves in sequence order.
+// computed. When a running request needs a page and none is free (its output outgrew the
+// reserve), the youngest unscheduled running request younger than it is preempted (freed,
+// recomputed later). The result is the step's immutable StepBatch, built here once, with the
+// requests it serves in sequence order.
 //
 // With prefix caching (scheduler_prefix.cpp), a request admitted with nothing computed resumes from
 // the longest cached prefix that has a GDN snapshot (its KV pages shared, the snapshot restored in
