@@ -17,6 +17,7 @@
 //                                         that the chunk-to-chunk chain does not wait through it)
 // S^T and V'^T go to shared memory through stmatrix (transposed) in the 128-byte-swizzled layout
 // the MMAs read (wgmma.cuh).
+#include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "backend/cuda/kernels/gdn_chunk_wg_state.cuh"
 #include "backend/cuda/kernels/gdn_pass_split.h"
@@ -66,19 +67,20 @@ using Tile = Sw128Rows<kChunk>;
 
 __device__ int warp_in_group() { return threadIdx.x / 32 % 4; }
 
-// Chunk `c`'s tiles into `st` by thread 0, completing on `full`; its gam (rows past the sequence
-// zero) as one cp.async group by the first 64 threads.
+// Chunk `c`'s tiles into `st` by thread 0, completing on `full` — of U only the 64-column half
+// `u_half` where it is 0 or 1 (a block of fewer columns reads no other), both where it is -1; its
+// gam (rows past the sequence zero) as one cp.async group by the first 64 threads.
 __device__ void load_chunk(Stage& st, uint64_t* full, const PassMaps& maps, const Seq& q, int c,
-                           const Workspace& ws) {
+                           const Workspace& ws, int u_half) {
   const int t0 = c * kChunk, n = min(kChunk, q.len - t0), first = q.base + t0;
   const int tid = threadIdx.x;
   if (tid == 0) {
-    tma::arrive_expect_bytes(full, kTileBytes);
+    tma::arrive_expect_bytes(full, u_half < 0 ? kTileBytes : kTileBytes - sizeof(Stage::u) / 2);
     for (int half = 0; half < 2; ++half) {
       const int at = half * kChunk * 64, col = q.h * kDim + 64 * half;
       tma::load_2d(st.w + at, &maps.w, col, first, full);
       tma::load_2d(st.kd + at, &maps.kd, col, first, full);
-      tma::load_2d(st.u + at, &maps.u, col, first, full);
+      if (u_half < 0 || u_half == half) tma::load_2d(st.u + at, &maps.u, col, first, full);
       tma::load_2d(st.q + at, &maps.q, q.kh * kDim + 64 * half, first, full);
     }
     tma::load_2d(st.p, &maps.p, q.h * kChunk, first, full);
@@ -176,13 +178,14 @@ __device__ void step(Acc<kCols> (&hs)[2], const Stage& st, uint32_t st_tile, uin
 template <class StateT, int kCols, int kGroups>
 __global__ void __launch_bounds__(128 * kGroups, 1)
     pass_kernel(BatchMeta b, const __grid_constant__ PassMaps maps, Workspace ws,
-                StateT* __restrict__ state, GdnShape s, bf16* __restrict__ out) {
+                StateT* __restrict__ state, GdnShape s, bf16* __restrict__ out, bool u_halves) {
   using WgState = WarpgroupState<kCols>;
   extern __shared__ __align__(128) unsigned char pass_raw[];
   Smem<kCols>& sm = *wgmma::atom_aligned<Smem<kCols>>(pass_raw);
   const int seq = blockIdx.x, h = blockIdx.y;
   const int group = kGroups == 1 ? 0 : static_cast<int>(threadIdx.x) / 128;
   const int col0 = kCols * (kGroups * static_cast<int>(blockIdx.z) + group);
+  const int u_half = kGroups == 1 && u_halves ? col0 / 64 : -1;  // the U columns the block reads
   const Seq q{b.seq_begin[seq], b.seq_len[seq], h, h / (s.nv / s.nk), b.num_tokens};
   const uint32_t st_tile = mma::smem_u32(sm.st[group]), vt = mma::smem_u32(sm.vt[group]);
   const size_t head = static_cast<size_t>(kDim) * kDim;
@@ -196,13 +199,13 @@ __global__ void __launch_bounds__(128 * kGroups, 1)
     tma::barrier_init_fence();
   }
   __syncthreads();  // the barriers initialised
-  load_chunk(sm.stage[0], &sm.full[0], maps, q, 0, ws);
+  load_chunk(sm.stage[0], &sm.full[0], maps, q, 0, ws, u_half);
   WgState::publish(st_tile, hs);
   for (int c = 0; c < chunks; ++c) {
     mma::cp_async_wait<0>();
     __syncthreads();  // chunk c's gam staged, S^T published, every read of chunk c - 1's done
     if (c + 1 < chunks)
-      load_chunk(sm.stage[(c + 1) % 2], &sm.full[(c + 1) % 2], maps, q, c + 1, ws);
+      load_chunk(sm.stage[(c + 1) % 2], &sm.full[(c + 1) % 2], maps, q, c + 1, ws, u_half);
     const int t0 = c * kChunk, n = min(kChunk, q.len - t0);
     tma::wait(&sm.full[c % 2], (c / 2) & 1);
     step<kCols>(hs, sm.stage[c % 2], st_tile, vt, q, t0, n, s, group, col0, out);
@@ -219,8 +222,10 @@ void launch_kernel(const BatchMeta& b, const PassMaps& maps, const Workspace& ws
   constexpr int smem = kSmemBytes<kCols>, parts = kDim / (kCols * kGroups);
   const auto kernel = pass_kernel<StateT, kCols, kGroups>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  kernel<<<dim3(b.num_seqs, s.nv, parts), 128 * kGroups, smem, stream>>>(b, maps, ws, state, s,
-                                                                         out);
+  // Split heads' blocks copy only their half of U (DS_GDN_PASS_U_HALF=0: all of it, A/B).
+  static const bool u_halves = ab_switch_on("DS_GDN_PASS_U_HALF");
+  kernel<<<dim3(b.num_seqs, s.nv, parts), 128 * kGroups, smem, stream>>>(b, maps, ws, state, s, out,
+                                                                         u_halves);
 }
 
 template <class StateT>
