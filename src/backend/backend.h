@@ -132,14 +132,6 @@ class Backend {
   virtual void record_event(int e) { (void)e; }
   virtual void wait_event(int e) { (void)e; }
 
-  // A hint, given just before a layer's mixer: `w` is read next by a projection of `rows` rows
-  // after the mixer's ops. A backend may start moving it closer meanwhile (the CUDA one pulls it
-  // into L2 beside decode-sized steps, whose mixers stream little). No-op by default.
-  virtual void prefetch_weights(const Tensor& w, int64_t rows) {
-    (void)w;
-    (void)rows;
-  }
-
   // out[t] = table[ids[t]], or zeros where ids[t] = -1 (an id of another rank's vocabulary slice).
   // ids [T] i32, table [V, H], out [T, H].
   virtual void embedding(const Tensor& ids, const Tensor& table, const Tensor& out) = 0;

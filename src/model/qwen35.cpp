@@ -118,7 +118,6 @@ void Qwen35Model::forward(const StepBatch& batch, const StepBuffers& s,
   }
   for (int64_t i = 0; i < L; ++i) {
     const LayerWeights& l = w_.layers[static_cast<size_t>(i)];
-    be_.prefetch_weights(*out_projection(i, s).w, T);  // read after the mixer
     mixer(batch, i, s, cache[static_cast<size_t>(i)]);
     MicrochunkPipeline p(be_, chunks, overlap);
     project_add_norm(p, out_projection(i, s), l.post_norm, true);

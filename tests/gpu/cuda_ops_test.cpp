@@ -80,39 +80,6 @@ TEST_F(CudaOps, LinearGemvAndCublasLt) {
   }
 }
 
-// A projection whose weight was prefetched into L2 beside the stream (a decode-sized step): the
-// prefetch branch of a captured graph rejoins it (else the capture could not end), and the
-// graph's output and the eager run's match the CPU. A range the bulk prefetch cannot take is
-// refused, not issued.
-TEST_F(CudaOps, PrefetchedWeightLeavesLinearAndGraphsWhole) {
-  const int T = 1, in = 2560, out = 4096;
-  auto x = rnd(static_cast<size_t>(T) * in, 6), w = rnd(static_cast<size_t>(out) * in, 7, 0.05f);
-  auto dx = dev(x, DType::kBF16, {T, in}), dw = dev(w, DType::kBF16, {out, in});
-  auto dy = gpu_->alloc(DType::kBF16, {T, out});
-  std::vector<float> ref(static_cast<size_t>(T) * out);
-  cpu_.linear(Tensor(x.data(), DType::kF32, {T, in}), Tensor(w.data(), DType::kF32, {out, in}),
-              Tensor(ref.data(), DType::kF32, {T, out}));
-  poison(dy.tensor());
-  gpu_->prefetch_weights(dw.tensor(), T);
-  gpu_->linear(dx.tensor(), dw.tensor(), dy.tensor());
-  expect_close(host(dy.tensor()), ref, 1e-2f, "eager");
-  poison(dy.tensor());
-  gpu_->begin_capture();
-  gpu_->prefetch_weights(dw.tensor(), T);
-  gpu_->linear(dx.tensor(), dw.tensor(), dy.tensor());
-  const int graph = gpu_->end_capture();
-  gpu_->replay(graph);
-  gpu_->synchronize();
-  expect_close(host(dy.tensor()), ref, 1e-2f, "graph");
-  cuda::L2Prefetcher prefetcher;
-  const char* base = static_cast<const char*>(dw.tensor().data);
-  EXPECT_FALSE(prefetcher.prefetch(base + 8, 1024, gpu_->stream()));
-  EXPECT_FALSE(prefetcher.prefetch(base, 1000, gpu_->stream()));
-  EXPECT_TRUE(prefetcher.prefetch(base, 1024, gpu_->stream()));
-  prefetcher.join(gpu_->stream());
-  gpu_->synchronize();
-}
-
 // A row-parallel projection added into the residual stream and normalised, against the CPU's
 // linear + add_rms_norm in f32: up to 8 tokens the weight-streaming GEMM into the scratch then the
 // fused add + norm; from 9 tokens on (20 tiles of 128 rows: cuBLASLt; run at 16, 64, 300) the GEMM

@@ -70,8 +70,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     decode_tune_rows_ = std::numeric_limits<int64_t>::max();  // no decode bucket is tuned
   else if (const char* rows = std::getenv("DS_GEMM_TUNE_DECODE_ROWS"))
     decode_tune_rows_ = std::max<int64_t>(1, std::atoll(rows));
-  if (const char* rows = std::getenv("DS_L2_PREFETCH_ROWS"))
-    l2_prefetch_rows_ = std::max<int64_t>(0, std::atoll(rows));
   int count = 0;
   if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess)
     throw DeviceError(std::string("no usable CUDA device: ") + cudaGetErrorString(e));
@@ -82,7 +80,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   check(cudaStreamCreateWithFlags(&main_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   check(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   stream_ = main_stream_;
-  prefetcher_ = std::make_unique<cuda::L2Prefetcher>();
   gemm_ = std::make_unique<cuda::CublasLtLinear>();
   check(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device), "SM count");
   check(cudaMalloc(&attn_ws_, kAttnWorkspaceBytes), "cudaMalloc (attention workspace)");
@@ -118,7 +115,6 @@ CudaBackend::~CudaBackend() {
   if (profile_)
     std::fprintf(stderr, "CUDA per-op time (DS_CUDA_PROFILE):\n%s", profile_report(false).c_str());
   drop_graphs();
-  prefetcher_.reset();
   gemm_.reset();
   if (meta_buf_) cudaFree(meta_buf_);
   if (attn_ws_) cudaFree(attn_ws_);

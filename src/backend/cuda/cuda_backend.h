@@ -19,7 +19,6 @@
 #include "backend/cuda/kernels/batch_meta.cuh"
 #include "backend/cuda/kernels/gdn.cuh"
 #include "backend/cuda/kernels/skinny_gemm.cuh"
-#include "backend/cuda/l2_prefetcher.h"
 
 namespace deltaserve::backend {
 
@@ -96,9 +95,6 @@ class CudaBackend final : public Backend {
   void linear_silu_mul(const Tensor& x, const Tensor& w_gate, const Tensor& w_up,
                        const Tensor& gate_up, const Tensor& act) override;
   void gather_rows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
-  // Pulls w into L2 beside the step (cuda::L2Prefetcher) for steps of up to DS_L2_PREFETCH_ROWS
-  // rows (default kL2PrefetchRows; 0 never).
-  void prefetch_weights(const Tensor& w, int64_t rows) override;
   void gated_rms_norm(const Tensor& o, const Tensor& z, const Tensor& w, float eps) override;
   void copy_state_rows(std::span<const Tensor> tensors, std::span<const SlotMove> moves) override;
 
@@ -151,9 +147,6 @@ class CudaBackend final : public Backend {
   // The fewest rows of a tuned decode bucket: DS_GEMM_TUNE_DECODE_ROWS=N (A/B), or none
   // (DS_GEMM_TUNE_DECODE=0).
   int64_t decode_tune_rows_ = kMinTunedDecodeRows;
-  static constexpr int64_t kL2PrefetchRows = 16;
-  int64_t l2_prefetch_rows_ = kL2PrefetchRows;
-  std::unique_ptr<cuda::L2Prefetcher> prefetcher_;
   std::vector<Timed> pending_;
   std::vector<std::pair<const char*, std::pair<double, int64_t>>> totals_;
 

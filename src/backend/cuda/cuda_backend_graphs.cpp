@@ -1,5 +1,4 @@
-// CudaBackend's two streams, their events, the L2 prefetches beside them, and CUDA graph capture /
-// replay.
+// CudaBackend's two streams, their events, and CUDA graph capture / replay.
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_backend_detail.h"
 
@@ -25,16 +24,10 @@ void CudaBackend::wait_event(int e) {
   check(cudaStreamWaitEvent(stream_, event(e), 0), "stream wait event");
 }
 
-void CudaBackend::prefetch_weights(const Tensor& w, int64_t rows) {
-  if (rows > l2_prefetch_rows_ || w.device != Device::kCuda) return;
-  prefetcher_->prefetch(w.data, w.nbytes(), stream_);
-}
-
 void CudaBackend::begin_capture() {
   DS_CHECK(!capturing_, "already capturing");
   DS_CHECK(stream_ == main_stream_, "capture starts on the main stream");
   if (profile_) account();
-  prefetcher_->forget();
   check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin capture");
   capturing_ = true;
 }
@@ -42,7 +35,6 @@ void CudaBackend::begin_capture() {
 int CudaBackend::end_capture() {
   DS_CHECK(capturing_, "not capturing");
   capturing_ = false;
-  prefetcher_->join(stream_);  // the prefetch branch rejoins the captured stream
   cudaGraph_t g = nullptr;
   check(cudaStreamEndCapture(stream_, &g), "end capture");
   cudaGraphExec_t exec = nullptr;
