@@ -17,6 +17,8 @@
 //                                         that the chunk-to-chunk chain does not wait through it)
 // S^T and V'^T go to shared memory through stmatrix (transposed) in the 128-byte-swizzled layout
 // the MMAs read (wgmma.cuh).
+#include <cstdlib>
+
 #include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "backend/cuda/kernels/gdn_chunk_wg_state.cuh"
@@ -44,43 +46,51 @@ struct PassMaps {
   CUtensorMap w, kd, u, q, p;
 };
 
-struct alignas(wgmma::kAtomBytes) Stage {  // SW128 tiles: 64-column blocks of the 64 rows
-  bf16 w[kChunk * kDim];                   // W
-  bf16 kd[kChunk * kDim];                  // k e^(gam_last - gam)
-  bf16 q[kChunk * kDim];                   // q (the key head's)
-  bf16 u[kChunk * kDim];                   // U
-  bf16 p[kChunk * kChunk];                 // P
+// A chunk's operands: SW128 tiles, 64-column blocks of the 64 rows; of U all kUCols = 128
+// columns (a block of a whole head) or the 64-column half holding the block's columns (a split
+// head's block reads no other).
+template <int kUCols>
+struct alignas(wgmma::kAtomBytes) Stage {
+  bf16 w[kChunk * kDim];    // W
+  bf16 kd[kChunk * kDim];   // k e^(gam_last - gam)
+  bf16 q[kChunk * kDim];    // q (the key head's)
+  bf16 u[kChunk * kUCols];  // U
+  bf16 p[kChunk * kChunk];  // P
   float gam[kChunk];
+  static constexpr uint32_t kTileBytes = 3 * sizeof(w) + sizeof(u) + sizeof(p);
 };
-template <int kCols>
+// kStages stages: chunk c in stage c % kStages, the next kStages - 1 loading meanwhile.
+template <int kCols, int kGroups, int kStages>
 struct Smem {
-  bf16 st[2][2 * kCols * 64];  // per warpgroup S^T [column][dk]: two SW128 blocks of 64 dk
-  bf16 vt[2][kCols * 64];      // per warpgroup V'^T [column][token]: one SW128 block
-  Stage stage[2];              // chunk c in stage c % 2, the next one loading into the other
-  uint64_t full[2];            // a stage's tiles landed
+  static constexpr int kUCols = kGroups == 1 ? 64 : kDim;
+  bf16 st[kGroups][2 * kCols * 64];  // per warpgroup S^T [column][dk]: two SW128 blocks of 64 dk
+  bf16 vt[kGroups][kCols * 64];      // per warpgroup V'^T [column][token]: one SW128 block
+  Stage<kUCols> stage[kStages];
+  uint64_t full[kStages];  // a stage's tiles landed
 };
-template <int kCols>
-constexpr size_t kSmemBytes = sizeof(Smem<kCols>) + wgmma::kAtomBytes;  // + alignment
-constexpr uint32_t kTileBytes = 4 * sizeof(Stage::w) + sizeof(Stage::p);
+template <int kCols, int kGroups, int kStages>
+constexpr size_t kSmemBytes = sizeof(Smem<kCols, kGroups, kStages>) + wgmma::kAtomBytes;
 
 using Tile = Sw128Rows<kChunk>;
 
 __device__ int warp_in_group() { return threadIdx.x / 32 % 4; }
 
-// Chunk `c`'s tiles into `st` by thread 0, completing on `full` — of U only the 64-column half
-// `u_half` where it is 0 or 1 (a block of fewer columns reads no other), both where it is -1; its
-// gam (rows past the sequence zero) as one cp.async group by the first 64 threads.
-__device__ void load_chunk(Stage& st, uint64_t* full, const PassMaps& maps, const Seq& q, int c,
-                           const Workspace& ws, int u_half) {
+// Chunk `c`'s tiles into `st` by thread 0, completing on `full` (of U all of it, or the 64-column
+// half `u_half` in a stage of half tiles); its gam (rows past the sequence zero) by the first 64
+// threads, as one cp.async group of every thread.
+template <int kUCols>
+__device__ void load_chunk(Stage<kUCols>& st, uint64_t* full, const PassMaps& maps, const Seq& q,
+                           int c, const Workspace& ws, int u_half) {
   const int t0 = c * kChunk, n = min(kChunk, q.len - t0), first = q.base + t0;
   const int tid = threadIdx.x;
   if (tid == 0) {
-    tma::arrive_expect_bytes(full, u_half < 0 ? kTileBytes : kTileBytes - sizeof(Stage::u) / 2);
+    tma::arrive_expect_bytes(full, Stage<kUCols>::kTileBytes);
     for (int half = 0; half < 2; ++half) {
       const int at = half * kChunk * 64, col = q.h * kDim + 64 * half;
       tma::load_2d(st.w + at, &maps.w, col, first, full);
       tma::load_2d(st.kd + at, &maps.kd, col, first, full);
-      if (u_half < 0 || u_half == half) tma::load_2d(st.u + at, &maps.u, col, first, full);
+      if (kUCols == kDim || u_half == half)
+        tma::load_2d(st.u + (kUCols == kDim ? at : 0), &maps.u, col, first, full);
       tma::load_2d(st.q + at, &maps.q, q.kh * kDim + 64 * half, first, full);
     }
     tma::load_2d(st.p, &maps.p, q.h * kChunk, first, full);
@@ -92,10 +102,10 @@ __device__ void load_chunk(Stage& st, uint64_t* full, const PassMaps& maps, cons
 }
 
 // V' = U - W S (in v; rows past n zero: their kd must add nothing to S) as bf16 into V'^T.
-template <int kCols>
-__device__ void form_v(Acc<kCols>& v, const Stage& st, uint32_t vt, int n, int col0) {
+template <int kCols, int kUCols>
+__device__ void form_v(Acc<kCols>& v, const Stage<kUCols>& st, uint32_t vt, int n, int col0) {
   const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-  const int c0 = col0 + 2 * c;
+  const int c0 = col0 % kUCols + 2 * c;  // in the stage's U columns
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const int i = 16 * warp_in_group() + g + 8 * hf;
@@ -112,8 +122,8 @@ __device__ void form_v(Acc<kCols>& v, const Stage& st, uint32_t vt, int n, int c
 }
 
 // O *= e^gam (per row): the decay of q S.
-template <int kCols>
-__device__ void scale_rows(Acc<kCols>& o, const Stage& st) {
+template <int kCols, class StageT>
+__device__ void scale_rows(Acc<kCols>& o, const StageT& st) {
   const int lane = threadIdx.x % 32, i = 16 * warp_in_group() + lane / 4;
   const float e0 = __expf(st.gam[i]), e1 = __expf(st.gam[i + 8]);
 #pragma unroll
@@ -144,8 +154,8 @@ __device__ void store_output(const Acc<kCols>& o, const Seq& q, int t0, int n, c
 
 // One chunk of the warpgroup's columns col0 .. col0 + kCols - 1 (its local index in the block
 // `group`); S^T published for the next on return.
-template <int kCols>
-__device__ void step(Acc<kCols> (&hs)[2], const Stage& st, uint32_t st_tile, uint32_t vt,
+template <int kCols, class StageT>
+__device__ void step(Acc<kCols> (&hs)[2], const StageT& st, uint32_t st_tile, uint32_t vt,
                      const Seq& q, int t0, int n, const GdnShape& s, int group, int col0,
                      bf16* out) {
   using WgState = WarpgroupState<kCols>;
@@ -175,17 +185,18 @@ __device__ void step(Acc<kCols> (&hs)[2], const Stage& st, uint32_t st_tile, uin
 }
 
 // Block (sequence, value head, column part), kGroups warpgroups of kCols columns each.
-template <class StateT, int kCols, int kGroups>
+template <class StateT, int kCols, int kGroups, int kStages>
 __global__ void __launch_bounds__(128 * kGroups, 1)
     pass_kernel(BatchMeta b, const __grid_constant__ PassMaps maps, Workspace ws,
-                StateT* __restrict__ state, GdnShape s, bf16* __restrict__ out, bool u_halves) {
+                StateT* __restrict__ state, GdnShape s, bf16* __restrict__ out) {
   using WgState = WarpgroupState<kCols>;
+  using SmemT = Smem<kCols, kGroups, kStages>;
   extern __shared__ __align__(128) unsigned char pass_raw[];
-  Smem<kCols>& sm = *wgmma::atom_aligned<Smem<kCols>>(pass_raw);
+  SmemT& sm = *wgmma::atom_aligned<SmemT>(pass_raw);
   const int seq = blockIdx.x, h = blockIdx.y;
   const int group = kGroups == 1 ? 0 : static_cast<int>(threadIdx.x) / 128;
   const int col0 = kCols * (kGroups * static_cast<int>(blockIdx.z) + group);
-  const int u_half = kGroups == 1 && u_halves ? col0 / 64 : -1;  // the U columns the block reads
+  const int u_half = col0 / 64;  // where the stages hold half of U: the one the block reads
   const Seq q{b.seq_begin[seq], b.seq_len[seq], h, h / (s.nv / s.nk), b.num_tokens};
   const uint32_t st_tile = mma::smem_u32(sm.st[group]), vt = mma::smem_u32(sm.vt[group]);
   const size_t head = static_cast<size_t>(kDim) * kDim;
@@ -194,21 +205,27 @@ __global__ void __launch_bounds__(128 * kGroups, 1)
   if (b.seq_start[seq] != 0) WgState::template io<false>(S, col0, hs);
   const int chunks = (q.len + kChunk - 1) / kChunk, snap_at = b.seq_snap_at[seq];
   if (threadIdx.x == 0) {
-    tma::barrier_init(&sm.full[0], 1);
-    tma::barrier_init(&sm.full[1], 1);
+    for (int i = 0; i < kStages; ++i) tma::barrier_init(&sm.full[i], 1);
     tma::barrier_init_fence();
   }
   __syncthreads();  // the barriers initialised
-  load_chunk(sm.stage[0], &sm.full[0], maps, q, 0, ws, u_half);
+  // Chunk c's loads, or (past the last chunk) an empty cp.async group: every step then has
+  // kStages - 2 groups after its own to leave pending.
+  const auto load = [&](int c) {
+    if (c < chunks)
+      load_chunk(sm.stage[c % kStages], &sm.full[c % kStages], maps, q, c, ws, u_half);
+    else
+      mma::cp_async_commit();
+  };
+  for (int c = 0; c + 1 < kStages; ++c) load(c);
   WgState::publish(st_tile, hs);
   for (int c = 0; c < chunks; ++c) {
-    mma::cp_async_wait<0>();
-    __syncthreads();  // chunk c's gam staged, S^T published, every read of chunk c - 1's done
-    if (c + 1 < chunks)
-      load_chunk(sm.stage[(c + 1) % 2], &sm.full[(c + 1) % 2], maps, q, c + 1, ws, u_half);
+    mma::cp_async_wait<kStages - 2>();
+    __syncthreads();        // chunk c's gam staged, S^T published, every read of chunk c - 1's done
+    load(c + kStages - 1);  // into chunk c - 1's stage
     const int t0 = c * kChunk, n = min(kChunk, q.len - t0);
-    tma::wait(&sm.full[c % 2], (c / 2) & 1);
-    step<kCols>(hs, sm.stage[c % 2], st_tile, vt, q, t0, n, s, group, col0, out);
+    tma::wait(&sm.full[c % kStages], (c / kStages) & 1);
+    step<kCols>(hs, sm.stage[c % kStages], st_tile, vt, q, t0, n, s, group, col0, out);
     if (t0 + n == snap_at)  // the in-step snapshot: the state after this chunk
       WgState::template io<true>(
           state + (static_cast<size_t>(b.seq_snap_slot[seq]) * s.nv + h) * head, col0, hs);
@@ -216,16 +233,27 @@ __global__ void __launch_bounds__(128 * kGroups, 1)
   WgState::template io<true>(S, col0, hs);
 }
 
-template <class StateT, int kCols, int kGroups>
+template <class StateT, int kCols, int kGroups, int kStages>
 void launch_kernel(const BatchMeta& b, const PassMaps& maps, const Workspace& ws, StateT* state,
                    const GdnShape& s, bf16* out, cudaStream_t stream) {
-  constexpr int smem = kSmemBytes<kCols>, parts = kDim / (kCols * kGroups);
-  const auto kernel = pass_kernel<StateT, kCols, kGroups>;
+  constexpr int smem = kSmemBytes<kCols, kGroups, kStages>, parts = kDim / (kCols * kGroups);
+  static_assert(smem <= 227 * 1024, "the pass's stages fit one SM's shared memory");
+  const auto kernel = pass_kernel<StateT, kCols, kGroups, kStages>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  // Split heads' blocks copy only their half of U (DS_GDN_PASS_U_HALF=0: all of it, A/B).
-  static const bool u_halves = ab_switch_on("DS_GDN_PASS_U_HALF");
-  kernel<<<dim3(b.num_seqs, s.nv, parts), 128 * kGroups, smem, stream>>>(b, maps, ws, state, s, out,
-                                                                         u_halves);
+  kernel<<<dim3(b.num_seqs, s.nv, parts), 128 * kGroups, smem, stream>>>(b, maps, ws, state, s,
+                                                                         out);
+}
+
+// A split head's block (one warpgroup) with its loads issued kStages - 1 chunks ahead: three
+// stages of half-U tiles fit beside its state (DS_GDN_PASS_STAGES=2: two, A/B).
+template <class StateT, int kCols>
+void launch_split(const BatchMeta& b, const PassMaps& maps, const Workspace& ws, StateT* state,
+                  const GdnShape& s, bf16* out, cudaStream_t stream) {
+  static const bool three = ab_switch_on("DS_GDN_PASS_STAGES");
+  if (three)
+    launch_kernel<StateT, kCols, 1, 3>(b, maps, ws, state, s, out, stream);
+  else
+    launch_kernel<StateT, kCols, 1, 2>(b, maps, ws, state, s, out, stream);
 }
 
 template <class StateT>
@@ -238,18 +266,24 @@ void launch_typed(const BatchMeta& b, const Workspace& ws, StateT* state, const 
                       encode_tma_2d_bf16(ws.q, T, static_cast<int64_t>(s.nk) * kDim, kChunk),
                       encode_tma_2d_bf16(ws.p, T, static_cast<int64_t>(s.nv) * kChunk, kChunk)};
   if (split == 4)
-    launch_kernel<StateT, 32, 1>(b, maps, ws, state, s, out, stream);
+    launch_split<StateT, 32>(b, maps, ws, state, s, out, stream);
   else if (split == 2)
-    launch_kernel<StateT, 64, 1>(b, maps, ws, state, s, out, stream);
+    launch_split<StateT, 64>(b, maps, ws, state, s, out, stream);
   else
-    launch_kernel<StateT, 64, 2>(b, maps, ws, state, s, out, stream);
+    launch_kernel<StateT, 64, 2, 2>(b, maps, ws, state, s, out, stream);
 }
 
 }  // namespace
 
 void launch_state_pass(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
                        int sm_count, bf16* out, cudaStream_t stream) {
-  const int split = state_pass_parts(b.num_seqs, s.nv, sm_count);
+  // DS_GDN_PASS_PARTS=1, 2 or 4 forces the column parts a head (A/B, tests).
+  static const int forced = [] {
+    const char* v = std::getenv("DS_GDN_PASS_PARTS");
+    const int n = v ? std::atoi(v) : 0;
+    return n == 1 || n == 2 || n == 4 ? n : 0;
+  }();
+  const int split = forced ? forced : state_pass_parts(b.num_seqs, s.nv, sm_count);
   if (state.bf16)
     launch_typed(b, ws, static_cast<bf16*>(state.data), s, split, out, stream);
   else
