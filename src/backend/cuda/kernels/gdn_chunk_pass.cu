@@ -6,8 +6,9 @@
 // of one warpgroup a half (64 columns) or a quarter (32) of a head, each staging the head's
 // operands itself, so that a single long sequence runs 128 blocks of shorter chunk steps at the
 // 4B shape (measured at 1 x 8192: 0.418 ms a layer against 0.495 for the earlier state-only
-// slice pass with an output kernel after it). The next chunk's operands stream into shared memory
-// while the current one computes, copied by the bulk tensor copy engine (one thread issues them)
+// slice pass with an output kernel after it). The next chunks' operands stream into shared memory
+// while the current one computes (one chunk ahead; two in a split head's block, whose stages hold
+// only its half of U), copied by the bulk tensor copy engine (one thread issues them)
 // into 128-byte-swizzled tiles; rows past a sequence's end are the next sequence's (or zeros past
 // the step): V' is zeroed there, P is zero above its diagonal, and those output rows are not
 // stored. Per chunk:
