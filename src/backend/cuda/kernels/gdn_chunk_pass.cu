@@ -18,7 +18,6 @@
 //                                         that the chunk-to-chunk chain does not wait through it)
 // S^T and V'^T go to shared memory through stmatrix (transposed) in the 128-byte-swizzled layout
 // the MMAs read (wgmma.cuh).
-#include <cstdio>
 #include <cstdlib>
 
 #include "backend/cuda/ab_switch.h"
@@ -64,7 +63,7 @@ struct alignas(wgmma::kAtomBytes) Stage {
 // kStages stages: chunk c in stage c % kStages, the next kStages - 1 loading meanwhile.
 template <int kCols, int kGroups, int kStages>
 struct Smem {
-  static constexpr int kUCols = kCols * kGroups <= 64 ? 64 : kDim;
+  static constexpr int kUCols = kGroups == 1 ? 64 : kDim;
   bf16 st[kGroups][2 * kCols * 64];  // per warpgroup S^T [column][dk]: two SW128 blocks of 64 dk
   bf16 vt[kGroups][kCols * 64];      // per warpgroup V'^T [column][token]: one SW128 block
   Stage<kUCols> stage[kStages];
@@ -246,67 +245,50 @@ void launch_kernel(const BatchMeta& b, const PassMaps& maps, const Workspace& ws
                                                                          out);
 }
 
-// The most stages (3 or 2) that fit an SM beside the block's state (DS_GDN_PASS_STAGES=0: 2,
-// A/B): three where a block's columns need only half of U.
-template <class StateT, int kCols, int kGroups>
-void launch_staged(const BatchMeta& b, const PassMaps& maps, const Workspace& ws, StateT* state,
-                   const GdnShape& s, bf16* out, cudaStream_t stream) {
+// A split head's block (one warpgroup) with its loads issued kStages - 1 chunks ahead: three
+// stages of half-U tiles fit beside its state (DS_GDN_PASS_STAGES=2: two, A/B).
+template <class StateT, int kCols>
+void launch_split(const BatchMeta& b, const PassMaps& maps, const Workspace& ws, StateT* state,
+                  const GdnShape& s, bf16* out, cudaStream_t stream) {
   static const bool three = ab_switch_on("DS_GDN_PASS_STAGES");
-  if constexpr (kSmemBytes<kCols, kGroups, 3> <= 227 * 1024) {
-    if (three) return launch_kernel<StateT, kCols, kGroups, 3>(b, maps, ws, state, s, out, stream);
-  }
-  launch_kernel<StateT, kCols, kGroups, 2>(b, maps, ws, state, s, out, stream);
+  if (three)
+    launch_kernel<StateT, kCols, 1, 3>(b, maps, ws, state, s, out, stream);
+  else
+    launch_kernel<StateT, kCols, 1, 2>(b, maps, ws, state, s, out, stream);
 }
-
-// A block's form: kCols columns a warpgroup x kGroups warpgroups.
-struct PassForm {
-  int cols, groups;
-};
 
 template <class StateT>
 void launch_typed(const BatchMeta& b, const Workspace& ws, StateT* state, const GdnShape& s,
-                  PassForm form, bf16* out, cudaStream_t stream) {
+                  int split, bf16* out, cudaStream_t stream) {
   const int64_t T = b.num_tokens, cols = static_cast<int64_t>(s.nv) * kDim;
   const PassMaps maps{encode_tma_2d_bf16(ws.w, T, cols, kChunk),
                       encode_tma_2d_bf16(ws.kd, T, cols, kChunk),
                       encode_tma_2d_bf16(ws.u, T, cols, kChunk),
                       encode_tma_2d_bf16(ws.q, T, static_cast<int64_t>(s.nk) * kDim, kChunk),
                       encode_tma_2d_bf16(ws.p, T, static_cast<int64_t>(s.nv) * kChunk, kChunk)};
-  if (form.cols == 32 && form.groups == 1)
-    launch_staged<StateT, 32, 1>(b, maps, ws, state, s, out, stream);
-  else if (form.cols == 32 && form.groups == 2)
-    launch_staged<StateT, 32, 2>(b, maps, ws, state, s, out, stream);
-  else if (form.cols == 32 && form.groups == 4)
-    launch_staged<StateT, 32, 4>(b, maps, ws, state, s, out, stream);
-  else if (form.cols == 64 && form.groups == 1)
-    launch_staged<StateT, 64, 1>(b, maps, ws, state, s, out, stream);
+  if (split == 4)
+    launch_split<StateT, 32>(b, maps, ws, state, s, out, stream);
+  else if (split == 2)
+    launch_split<StateT, 64>(b, maps, ws, state, s, out, stream);
   else
-    launch_staged<StateT, 64, 2>(b, maps, ws, state, s, out, stream);
-}
-
-// The form for `parts` column parts a head (64 x 2, 64 x 1, 32 x 1 for 1, 2, 4), or the one
-// DS_GDN_PASS_FORM=COLSxGROUPS names (32x1, 32x2, 32x4, 64x1, 64x2; A/B, tests).
-PassForm pass_form(int parts) {
-  static const PassForm forced = [] {
-    const char* v = std::getenv("DS_GDN_PASS_FORM");
-    int c = 0, g = 0;
-    if (v == nullptr || std::sscanf(v, "%dx%d", &c, &g) != 2) return PassForm{0, 0};
-    const bool known = (c == 32 && (g == 1 || g == 2 || g == 4)) || (c == 64 && (g == 1 || g == 2));
-    return known ? PassForm{c, g} : PassForm{0, 0};
-  }();
-  if (forced.cols != 0) return forced;
-  return parts == 4 ? PassForm{32, 1} : parts == 2 ? PassForm{64, 1} : PassForm{64, 2};
+    launch_kernel<StateT, 64, 2, 2>(b, maps, ws, state, s, out, stream);
 }
 
 }  // namespace
 
 void launch_state_pass(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
                        int sm_count, bf16* out, cudaStream_t stream) {
-  const PassForm form = pass_form(state_pass_parts(b.num_seqs, s.nv, sm_count));
+  // DS_GDN_PASS_PARTS=1, 2 or 4 forces the column parts a head (A/B, tests).
+  static const int forced = [] {
+    const char* v = std::getenv("DS_GDN_PASS_PARTS");
+    const int n = v ? std::atoi(v) : 0;
+    return n == 1 || n == 2 || n == 4 ? n : 0;
+  }();
+  const int split = forced ? forced : state_pass_parts(b.num_seqs, s.nv, sm_count);
   if (state.bf16)
-    launch_typed(b, ws, static_cast<bf16*>(state.data), s, form, out, stream);
+    launch_typed(b, ws, static_cast<bf16*>(state.data), s, split, out, stream);
   else
-    launch_typed(b, ws, static_cast<float*>(state.data), s, form, out, stream);
+    launch_typed(b, ws, static_cast<float*>(state.data), s, split, out, stream);
 }
 
 }  // namespace deltaserve::cuda::gdn_chunk
