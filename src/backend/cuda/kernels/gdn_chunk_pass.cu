@@ -19,9 +19,12 @@
 // S^T and V'^T go to shared memory through stmatrix (transposed) in the 128-byte-swizzled layout
 // the MMAs read (wgmma.cuh).
 #include <cstdlib>
+#include <cstring>
 
 #include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
+#include "backend/cuda/kernels/gdn_chunk_pass_stage.cuh"
+#include "backend/cuda/kernels/gdn_chunk_pass_transposed.h"
 #include "backend/cuda/kernels/gdn_chunk_wg_state.cuh"
 #include "backend/cuda/kernels/gdn_pass_split.h"
 #include "backend/cuda/kernels/mma_bf16.cuh"
@@ -38,28 +41,6 @@ using bf16 = __nv_bfloat16;
 template <int kCols>
 using Acc = typename WarpgroupState<kCols>::Acc;
 
-struct Seq {
-  int base, len, h, kh, T;
-};
-
-// W, kd, U [T][nv dk], q [T][nk dk], P [T][nv 64], copied in boxes of 64 tokens x 64 columns.
-struct PassMaps {
-  CUtensorMap w, kd, u, q, p;
-};
-
-// A chunk's operands: SW128 tiles, 64-column blocks of the 64 rows; of U all kUCols = 128
-// columns (a block of a whole head) or the 64-column half holding the block's columns (a split
-// head's block reads no other).
-template <int kUCols>
-struct alignas(wgmma::kAtomBytes) Stage {
-  bf16 w[kChunk * kDim];    // W
-  bf16 kd[kChunk * kDim];   // k e^(gam_last - gam)
-  bf16 q[kChunk * kDim];    // q (the key head's)
-  bf16 u[kChunk * kUCols];  // U
-  bf16 p[kChunk * kChunk];  // P
-  float gam[kChunk];
-  static constexpr uint32_t kTileBytes = 3 * sizeof(w) + sizeof(u) + sizeof(p);
-};
 // kStages stages: chunk c in stage c % kStages, the next kStages - 1 loading meanwhile.
 template <int kCols, int kGroups, int kStages>
 struct Smem {
@@ -72,35 +53,9 @@ struct Smem {
 template <int kCols, int kGroups, int kStages>
 constexpr size_t kSmemBytes = sizeof(Smem<kCols, kGroups, kStages>) + wgmma::kAtomBytes;
 
-using Tile = Sw128Rows<kChunk>;
+using Tile = PassTile;
 
 __device__ int warp_in_group() { return threadIdx.x / 32 % 4; }
-
-// Chunk `c`'s tiles into `st` by thread 0, completing on `full` (of U all of it, or the 64-column
-// half `u_half` in a stage of half tiles); its gam (rows past the sequence zero) by the first 64
-// threads, as one cp.async group of every thread.
-template <int kUCols>
-__device__ void load_chunk(Stage<kUCols>& st, uint64_t* full, const PassMaps& maps, const Seq& q,
-                           int c, const Workspace& ws, int u_half) {
-  const int t0 = c * kChunk, n = min(kChunk, q.len - t0), first = q.base + t0;
-  const int tid = threadIdx.x;
-  if (tid == 0) {
-    tma::arrive_expect_bytes(full, Stage<kUCols>::kTileBytes);
-    for (int half = 0; half < 2; ++half) {
-      const int at = half * kChunk * 64, col = q.h * kDim + 64 * half;
-      tma::load_2d(st.w + at, &maps.w, col, first, full);
-      tma::load_2d(st.kd + at, &maps.kd, col, first, full);
-      if (kUCols == kDim || u_half == half)
-        tma::load_2d(st.u + (kUCols == kDim ? at : 0), &maps.u, col, first, full);
-      tma::load_2d(st.q + at, &maps.q, q.kh * kDim + 64 * half, first, full);
-    }
-    tma::load_2d(st.p, &maps.p, q.h * kChunk, first, full);
-  }
-  if (tid < kChunk)
-    mma::cp_async4(&st.gam[tid],
-                   ws.gam + static_cast<size_t>(q.h) * q.T + first + (tid < n ? tid : 0), tid < n);
-  mma::cp_async_commit();
-}
 
 // V' = U - W S (in v; rows past n zero: their kd must add nothing to S) as bf16 into V'^T.
 template <int kCols, int kUCols>
@@ -260,12 +215,7 @@ void launch_split(const BatchMeta& b, const PassMaps& maps, const Workspace& ws,
 template <class StateT>
 void launch_typed(const BatchMeta& b, const Workspace& ws, StateT* state, const GdnShape& s,
                   int split, bf16* out, cudaStream_t stream) {
-  const int64_t T = b.num_tokens, cols = static_cast<int64_t>(s.nv) * kDim;
-  const PassMaps maps{encode_tma_2d_bf16(ws.w, T, cols, kChunk),
-                      encode_tma_2d_bf16(ws.kd, T, cols, kChunk),
-                      encode_tma_2d_bf16(ws.u, T, cols, kChunk),
-                      encode_tma_2d_bf16(ws.q, T, static_cast<int64_t>(s.nk) * kDim, kChunk),
-                      encode_tma_2d_bf16(ws.p, T, static_cast<int64_t>(s.nv) * kChunk, kChunk)};
+  const PassMaps maps = pass_maps(b, ws, s);
   if (split == 4)
     launch_split<StateT, 32>(b, maps, ws, state, s, out, stream);
   else if (split == 2)
@@ -285,6 +235,12 @@ void launch_state_pass(const BatchMeta& b, const Workspace& ws, GdnState state, 
     return n == 1 || n == 2 || n == 4 ? n : 0;
   }();
   const int split = forced ? forced : state_pass_parts(b.num_seqs, s.nv, sm_count);
+  // DS_GDN_PASS_T=1: the pass with the state transposed in registers (A/B).
+  static const bool transposed = [] {
+    const char* v = std::getenv("DS_GDN_PASS_T");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  if (transposed) return launch_state_pass_transposed(b, ws, state, s, split > 1, out, stream);
   if (state.bf16)
     launch_typed(b, ws, static_cast<bf16*>(state.data), s, split, out, stream);
   else

@@ -1,0 +1,212 @@
+// The GDN state pass with the state kept transposed in registers (sm_90a): a warpgroup owns 64
+// value columns of a head as S^T (an m64 x n128 f32 wgmma accumulator: rows = its value columns,
+// columns = dk), so that every chunk-to-chunk operand is an accumulator turned into bf16 A
+// fragments in registers (as flash attention keeps P), never written to shared memory:
+//   V'^T = U^T - S^T W^T       (A = S^T; B = W, K-major: [token][dk] as staged)
+//   O^T  = S^T q^T             (B = q, K-major), then O^T *= e^gam per token, O^T += V'^T P^T
+//                              (A = V'^T; B = P [i][j], K-major)
+//   S^T <- e^gam_last S^T + V'^T kd   (A = V'^T; B = kd [token][dk], MN-major)
+// U^T comes from the staged U by ldmatrix.trans straight into the accumulator layout. Each
+// warpgroup runs its own chain: no barrier between them inside a chunk, only the stage's. Block
+// (sequence, value head, half of the head) of one warpgroup, or (sequence, value head) of two;
+// three stages of chunk operands (gdn_chunk_pass_stage.cuh), the loads two chunks ahead.
+#include "backend/cuda/kernels/gdn_chunk.cuh"
+#include "backend/cuda/kernels/gdn_chunk_pass_stage.cuh"
+#include "backend/cuda/kernels/gdn_chunk_pass_transposed.h"
+#include "backend/cuda/kernels/gdn_state.cuh"
+
+namespace deltaserve::cuda::gdn_chunk {
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kCols = 64, kStages = 3;
+
+template <int kGroups>
+struct TSmem {
+  static constexpr int kUCols = kGroups == 1 ? 64 : kDim;
+  Stage<kUCols> stage[kStages];
+  uint64_t full[kStages];
+};
+template <int kGroups>
+constexpr size_t kTSmemBytes = sizeof(TSmem<kGroups>) + wgmma::kAtomBytes;
+
+__device__ int warp4() { return threadIdx.x / 32 % 4; }
+
+// The accumulator's 16-column block pair kk as bf16 A fragments (K = 16 columns 16 kk ..).
+template <int N>
+__device__ void to_a(const float (&d)[N], int kk, uint32_t (&a)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    a[i] = mma::pack_bf16(d[4 * (2 * kk + i / 2) + 2 * (i % 2)],
+                          d[4 * (2 * kk + i / 2) + 2 * (i % 2) + 1]);
+}
+
+// d (= or +=) A B^T over K = dk (8 steps): A the state's fragments, B a K-major [token][dk] tile.
+__device__ void issue_over_dk(float (&d)[32], const uint32_t (&as)[8][4], uint32_t tile) {
+  const uint64_t bd = wgmma::desc(tile, 16, wgmma::kAtomBytes);
+#pragma unroll
+  for (int kk = 0; kk < kDim / 16; ++kk) {
+    const uint32_t at = (kk / 4) * kChunk * wgmma::kRowBytes + (kk % 4) * 32;
+    wgmma::mma_64x64_rs<false>(d, as[kk], bd + (at >> 4), kk > 0);
+  }
+}
+
+// The state (f32 or bf16 [dk][dv] in memory) to / from the thread's S^T elements.
+template <bool kStore, class StateT>
+__device__ void io_t(StateT* S, int v0, float (&hs)[64]) {
+  const int lane = threadIdx.x % 32, r = v0 + 16 * warp4() + lane / 4, c = 2 * (lane % 4);
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      StateT* p = S + static_cast<size_t>(8 * i + c + e % 2) * kDim + r + 8 * (e / 2);
+      if constexpr (kStore)
+        StateIo<StateT>::store(p, hs[4 * i + e]);
+      else
+        hs[4 * i + e] = StateIo<StateT>::load(p);
+    }
+}
+
+// One chunk of the warpgroup's columns v0 .. v0 + 63 (ucol0: the first in the stage's U tile).
+template <class StageT>
+__device__ void step_t(float (&hs)[64], const StageT& st, const Seq& q, int t0, int n,
+                       const GdnShape& s, int v0, int ucol0, bf16* out) {
+  const int lane = threadIdx.x % 32, g = lane / 4, c2 = 2 * (lane % 4);
+  uint32_t as[8][4];
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) to_a(hs, kk, as[kk]);
+  float x[32], o[32];
+  wgmma::fence();
+  issue_over_dk(x, as, mma::smem_u32(st.w));
+  wgmma::commit();
+  issue_over_dk(o, as, mma::smem_u32(st.q));
+  wgmma::commit();
+  uint32_t uf[4][4];  // U^T in the accumulator layout, while the MMAs run
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks)
+    mma::load_a_trans_at(uf[ks], PassTile{st.u}, 16 * ks, ucol0 + 16 * warp4());
+  const float decay = __expf(st.gam[n - 1]);
+  wgmma::wait<1>();  // X = S^T W^T
+  uint32_t av[4][4];
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int blk = 2 * ks + i / 2, e = 2 * (i % 2), tok = 8 * blk + c2;
+      const float2 u = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&uf[ks][i]));
+      const float lo = tok < n ? u.x - x[4 * blk + e] : 0.0f;
+      const float hi = tok + 1 < n ? u.y - x[4 * blk + e + 1] : 0.0f;
+      av[ks][i] = mma::pack_bf16(lo, hi);
+    }
+#pragma unroll
+  for (int e = 0; e < 64; ++e) hs[e] *= decay;
+  wgmma::fence();
+  const uint64_t kdd =
+      wgmma::desc(mma::smem_u32(st.kd), kChunk * wgmma::kRowBytes, wgmma::kAtomBytes);
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks)
+    wgmma::mma_64x128_rs(hs, av[ks], kdd + ((ks * 16 * wgmma::kRowBytes) >> 4));
+  wgmma::commit();
+  wgmma::wait<1>();  // O^T = S^T q^T (the update may still run)
+#pragma unroll
+  for (int blk = 0; blk < 8; ++blk) {
+    const float e0 = __expf(st.gam[8 * blk + c2]), e1 = __expf(st.gam[8 * blk + c2 + 1]);
+    o[4 * blk] *= e0;
+    o[4 * blk + 1] *= e1;
+    o[4 * blk + 2] *= e0;
+    o[4 * blk + 3] *= e1;
+  }
+  wgmma::fence();
+  const uint64_t pd = wgmma::desc(mma::smem_u32(st.p), 16, wgmma::kAtomBytes);
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) wgmma::mma_64x64_rs<false>(o, av[ks], pd + ((ks * 32) >> 4), true);
+  wgmma::commit();
+  wgmma::wait<0>();
+  const int v = v0 + 16 * warp4() + g;
+#pragma unroll
+  for (int blk = 0; blk < 8; ++blk)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int tok = 8 * blk + c2 + e % 2;
+      if (tok >= n) continue;
+      out[(static_cast<size_t>(q.base + t0 + tok) * s.nv + q.h) * kDim + v + 8 * (e / 2)] =
+          __float2bfloat16(o[4 * blk + e]);
+    }
+}
+
+template <class StateT, int kGroups>
+__global__ void __launch_bounds__(128 * kGroups, 1)
+    pass_t_kernel(BatchMeta b, const __grid_constant__ PassMaps maps, Workspace ws,
+                  StateT* __restrict__ state, GdnShape s, bf16* __restrict__ out) {
+  using SmemT = TSmem<kGroups>;
+  extern __shared__ __align__(128) unsigned char pass_t_raw[];
+  SmemT& sm = *wgmma::atom_aligned<SmemT>(pass_t_raw);
+  const int seq = blockIdx.x, h = blockIdx.y, group = static_cast<int>(threadIdx.x) / 128;
+  const int v0 = kCols * (kGroups * static_cast<int>(blockIdx.z) + group);
+  const int u_half = v0 / 64, ucol0 = v0 % SmemT::kUCols;
+  const Seq q{b.seq_begin[seq], b.seq_len[seq], h, h / (s.nv / s.nk), b.num_tokens};
+  const size_t head = static_cast<size_t>(kDim) * kDim;
+  StateT* S = state + (static_cast<size_t>(b.seq_slot[seq]) * s.nv + h) * head;
+  float hs[64];
+#pragma unroll
+  for (int e = 0; e < 64; ++e) hs[e] = 0.0f;
+  if (b.seq_start[seq] != 0) io_t<false>(S, v0, hs);
+  const int chunks = (q.len + kChunk - 1) / kChunk, snap_at = b.seq_snap_at[seq];
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i) tma::barrier_init(&sm.full[i], 1);
+    tma::barrier_init_fence();
+  }
+  __syncthreads();                // the barriers initialised
+  const auto load = [&](int c) {  // past the last chunk an empty cp.async group
+    if (c < chunks)
+      load_chunk(sm.stage[c % kStages], &sm.full[c % kStages], maps, q, c, ws, u_half);
+    else
+      mma::cp_async_commit();
+  };
+  for (int c = 0; c + 1 < kStages; ++c) load(c);
+  for (int c = 0; c < chunks; ++c) {
+    mma::cp_async_wait<kStages - 2>();
+    __syncthreads();  // chunk c's gam staged, every read of chunk c - 1's stage done
+    load(c + kStages - 1);
+    const int t0 = c * kChunk, n = min(kChunk, q.len - t0);
+    tma::wait(&sm.full[c % kStages], (c / kStages) & 1);
+    step_t(hs, sm.stage[c % kStages], q, t0, n, s, v0, ucol0, out);
+    if (t0 + n == snap_at)  // the in-step snapshot: the state after this chunk
+      io_t<true>(state + (static_cast<size_t>(b.seq_snap_slot[seq]) * s.nv + h) * head, v0, hs);
+  }
+  io_t<true>(S, v0, hs);
+}
+
+template <class StateT, int kGroups>
+void launch_t(const BatchMeta& b, const PassMaps& maps, const Workspace& ws, StateT* state,
+              const GdnShape& s, bf16* out, cudaStream_t stream) {
+  constexpr int smem = kTSmemBytes<kGroups>, parts = kDim / (kCols * kGroups);
+  static_assert(smem <= 227 * 1024, "three stages fit one SM's shared memory");
+  const auto kernel = pass_t_kernel<StateT, kGroups>;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  kernel<<<dim3(b.num_seqs, s.nv, parts), 128 * kGroups, smem, stream>>>(b, maps, ws, state, s,
+                                                                         out);
+}
+
+template <class StateT>
+void launch_typed_t(const BatchMeta& b, const Workspace& ws, StateT* state, const GdnShape& s,
+                    bool halves, bf16* out, cudaStream_t stream) {
+  const PassMaps maps = pass_maps(b, ws, s);
+  if (halves)
+    launch_t<StateT, 1>(b, maps, ws, state, s, out, stream);
+  else
+    launch_t<StateT, 2>(b, maps, ws, state, s, out, stream);
+}
+
+}  // namespace
+
+void launch_state_pass_transposed(const BatchMeta& b, const Workspace& ws, GdnState state,
+                                  const GdnShape& s, bool halves, __nv_bfloat16* out,
+                                  cudaStream_t stream) {
+  if (state.bf16)
+    launch_typed_t(b, ws, static_cast<bf16*>(state.data), s, halves, out, stream);
+  else
+    launch_typed_t(b, ws, static_cast<float*>(state.data), s, halves, out, stream);
+}
+
+}  // namespace deltaserve::cuda::gdn_chunk
