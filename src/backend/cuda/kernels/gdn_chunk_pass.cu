@@ -201,7 +201,7 @@ void launch_kernel(const BatchMeta& b, const PassMaps& maps, const Workspace& ws
 }
 
 // A split head's block (one warpgroup) with its loads issued kStages - 1 chunks ahead: three
-// stages of half-U tiles fit beside its state (DS_GDN_PASS_STAGES=2: two, A/B).
+// stages of half-U tiles fit beside its state (DS_GDN_PASS_STAGES=0: two, A/B).
 template <class StateT, int kCols>
 void launch_split(const BatchMeta& b, const PassMaps& maps, const Workspace& ws, StateT* state,
                   const GdnShape& s, bf16* out, cudaStream_t stream) {
