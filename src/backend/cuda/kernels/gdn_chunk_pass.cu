@@ -235,15 +235,15 @@ void launch_state_pass(const BatchMeta& b, const Workspace& ws, GdnState state, 
     return n == 1 || n == 2 || n == 4 ? n : 0;
   }();
   const int split = forced ? forced : state_pass_parts(b.num_seqs, s.nv, sm_count);
-  // Whole heads (enough sequences to fill the GPU) take the pass with the state transposed in
-  // registers: 8 x 1024 0.321 / 0.322 ms a layer against 0.326 / 0.327 (gdn_bench, H200, bc8b3ec);
-  // split heads keep this one (1 x 8192 0.378 against 0.419 for its 64-column halves).
+  // Whole and half heads take the pass with the state transposed in registers (on the H200,
+  // gdn_bench: 8 x 1024 0.321 / 0.322 ms a layer against 0.326 / 0.327 at bc8b3ec; 64-column
+  // halves at 1 x 8192 0.419 against 0.436); quarter heads (one sequence) keep this one (0.378).
   // DS_GDN_PASS_T=0 never takes it, =1 always does (A/B, tests).
   static const int transposed = [] {
     const char* v = std::getenv("DS_GDN_PASS_T");
     return v == nullptr ? -1 : std::strcmp(v, "0") == 0 ? 0 : 1;
   }();
-  if (transposed == 1 || (transposed == -1 && split == 1))
+  if (transposed == 1 || (transposed == -1 && split <= 2))
     return launch_state_pass_transposed(b, ws, state, s, split > 1, out, stream);
   if (state.bf16)
     launch_typed(b, ws, static_cast<bf16*>(state.data), s, split, out, stream);
