@@ -236,8 +236,9 @@ void launch_state_pass(const BatchMeta& b, const Workspace& ws, GdnState state, 
   }();
   const int split = forced ? forced : state_pass_parts(b.num_seqs, s.nv, sm_count);
   // Whole and half heads take the pass with the state transposed in registers (on the H200,
-  // gdn_bench: 8 x 1024 0.321 / 0.322 ms a layer against 0.326 / 0.327 at bc8b3ec; 64-column
-  // halves at 1 x 8192 0.419 against 0.436); quarter heads (one sequence) keep this one (0.378).
+  // gdn_bench, ms a layer: 8 x 1024 0.321 against 0.326 at bc8b3ec; 2 x 4096 0.323 against 0.334,
+  // 2 x 16384 1.257 against 1.291 at 3c896b8); quarter heads (one sequence) keep this one (1 x 8192
+  // 0.378 against 0.419 for the transposed pass's 64-column halves).
   // DS_GDN_PASS_T=0 never takes it, =1 always does (A/B, tests).
   static const int transposed = [] {
     const char* v = std::getenv("DS_GDN_PASS_T");
