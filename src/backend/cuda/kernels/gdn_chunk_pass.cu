@@ -1,9 +1,11 @@
 // Kernel 2 of the chunked delta rule: the state pass on Hopper warpgroup MMAs (sm_90a), forming
-// every chunk's output as it goes. A warpgroup owns kCols columns of a value head's state (two
-// m64 x kCols f32 accumulators, rows 0..63 and 64..127), of V' and of the output: block (sequence,
-// value head) of two warpgroups of 64 columns sharing the staged chunk operands (W, kd, q, P, U:
-// one copy a head, read once from L2) when the sequences fill the GPU; for few sequences, a block
-// of one warpgroup a half (64 columns) or a quarter (32) of a head, each staging the head's
+// every chunk's output as it goes. By default only a single sequence's quarter-head blocks run
+// here; whole and half heads take gdn_chunk_pass_transposed.cu (launch_state_pass below picks;
+// DS_GDN_PASS_T=0 sends every form here). A warpgroup owns kCols columns of a value head's state
+// (two m64 x kCols f32 accumulators, rows 0..63 and 64..127), of V' and of the output: block
+// (sequence, value head) of two warpgroups of 64 columns sharing the staged chunk operands (W, kd,
+// q, P, U: one copy a head, read once from L2) when the sequences fill the GPU; for few sequences,
+// a block of one warpgroup a half (64 columns) or a quarter (32) of a head, each staging the head's
 // operands itself, so that a single long sequence runs 128 blocks of shorter chunk steps at the
 // 4B shape (measured at 1 x 8192: 0.418 ms a layer against 0.495 for the earlier state-only
 // slice pass with an output kernel after it). The next chunks' operands stream into shared memory
