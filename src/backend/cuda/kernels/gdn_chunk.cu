@@ -1,8 +1,10 @@
 // The chunked (chunk 64) gated delta rule of prefill steps: gdn_chunk_prep.cu prepares every chunk
 // in parallel (the WY form); the state pass (gdn_chunk_pass.cu) walks each sequence's chunks in
-// order, forming their outputs as it goes; the gated RMSNorm of the output follows.
+// order, forming their outputs as it goes — or, for steps of enough sequences from the conv
+// outputs, gdn_chunk_fused.cu does both in one kernel; the gated RMSNorm of the output follows.
 #include "backend/cuda/kernels/gated_rms_norm.cuh"
 #include "backend/cuda/kernels/gdn_chunk.cuh"
+#include "backend/cuda/kernels/gdn_chunk_fused.h"
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "backend/cuda/kernels/gdn_conv4.cuh"
 #include "backend/gdn_workspace.h"
@@ -22,9 +24,13 @@ void launch_gdn_chunked(const BatchMeta& b, const GdnQkvSource& in, const __nv_b
                         const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
                         GdnState state, const GdnShape& s, const GatedNorm& norm, float* ws,
                         int num_sms, __nv_bfloat16* out, cudaStream_t stream) {
-  const gdn_chunk::Workspace w(ws, b.num_tokens, s);
-  gdn_chunk::launch_prep(b, in, a, bgate, A_log, dt_bias, s, w, num_sms, stream);
-  gdn_chunk::launch_state_pass(b, w, state, s, num_sms, out, stream);
+  if (gdn_chunk::fused_pays(b, in, s, num_sms)) {
+    gdn_chunk::launch_fused(b, in, a, bgate, A_log, dt_bias, state, s, out, stream);
+  } else {
+    const gdn_chunk::Workspace w(ws, b.num_tokens, s);
+    gdn_chunk::launch_prep(b, in, a, bgate, A_log, dt_bias, s, w, num_sms, stream);
+    gdn_chunk::launch_state_pass(b, w, state, s, num_sms, out, stream);
+  }
   if (norm.z != nullptr) {
     const size_t at = static_cast<size_t>(norm.first_row) * s.nv * s.dv;
     launch_gated_rms_norm_bf16(out + at, norm.z + at, norm.w, norm.eps,

@@ -13,7 +13,7 @@
 #include "backend/cuda/kernels/gdn_chunk.cuh"
 #include "backend/cuda/kernels/gdn_chunk_pass_stage.cuh"
 #include "backend/cuda/kernels/gdn_chunk_pass_transposed.h"
-#include "backend/cuda/kernels/gdn_state.cuh"
+#include "backend/cuda/kernels/gdn_chunk_t_ops.cuh"
 
 namespace deltaserve::cuda::gdn_chunk {
 namespace {
@@ -30,48 +30,11 @@ struct TSmem {
 template <int kGroups>
 constexpr size_t kTSmemBytes = sizeof(TSmem<kGroups>) + wgmma::kAtomBytes;
 
-__device__ int warp4() { return threadIdx.x / 32 % 4; }
-
-// The accumulator's 16-column block pair kk as bf16 A fragments (K = 16 columns 16 kk ..).
-template <int N>
-__device__ void to_a(const float (&d)[N], int kk, uint32_t (&a)[4]) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-    a[i] = mma::pack_bf16(d[4 * (2 * kk + i / 2) + 2 * (i % 2)],
-                          d[4 * (2 * kk + i / 2) + 2 * (i % 2) + 1]);
-}
-
-// d (= or +=) A B^T over K = dk (8 steps): A the state's fragments, B a K-major [token][dk] tile.
-__device__ void issue_over_dk(float (&d)[32], const uint32_t (&as)[8][4], uint32_t tile) {
-  const uint64_t bd = wgmma::desc(tile, 16, wgmma::kAtomBytes);
-#pragma unroll
-  for (int kk = 0; kk < kDim / 16; ++kk) {
-    const uint32_t at = (kk / 4) * kChunk * wgmma::kRowBytes + (kk % 4) * 32;
-    wgmma::mma_64x64_rs<false>(d, as[kk], bd + (at >> 4), kk > 0);
-  }
-}
-
-// The state (f32 or bf16 [dk][dv] in memory) to / from the thread's S^T elements.
-template <bool kStore, class StateT>
-__device__ void io_t(StateT* S, int v0, float (&hs)[64]) {
-  const int lane = threadIdx.x % 32, r = v0 + 16 * warp4() + lane / 4, c = 2 * (lane % 4);
-#pragma unroll
-  for (int i = 0; i < 16; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      StateT* p = S + static_cast<size_t>(8 * i + c + e % 2) * kDim + r + 8 * (e / 2);
-      if constexpr (kStore)
-        StateIo<StateT>::store(p, hs[4 * i + e]);
-      else
-        hs[4 * i + e] = StateIo<StateT>::load(p);
-    }
-}
-
 // One chunk of the warpgroup's columns v0 .. v0 + 63 (ucol0: the first in the stage's U tile).
 template <class StageT>
 __device__ void step_t(float (&hs)[64], const StageT& st, const Seq& q, int t0, int n,
                        const GdnShape& s, int v0, int ucol0, bf16* out) {
-  const int lane = threadIdx.x % 32, g = lane / 4, c2 = 2 * (lane % 4);
+  const int c2 = 2 * (threadIdx.x % 4);
   uint32_t as[8][4];
 #pragma unroll
   for (int kk = 0; kk < 8; ++kk) to_a(hs, kk, as[kk]);
@@ -122,16 +85,7 @@ __device__ void step_t(float (&hs)[64], const StageT& st, const Seq& q, int t0, 
   for (int ks = 0; ks < 4; ++ks) wgmma::mma_64x64_rs<false>(o, av[ks], pd + ((ks * 32) >> 4), true);
   wgmma::commit();
   wgmma::wait<0>();
-  const int v = v0 + 16 * warp4() + g;
-#pragma unroll
-  for (int blk = 0; blk < 8; ++blk)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int tok = 8 * blk + c2 + e % 2;
-      if (tok >= n) continue;
-      out[(static_cast<size_t>(q.base + t0 + tok) * s.nv + q.h) * kDim + v + 8 * (e / 2)] =
-          __float2bfloat16(o[4 * blk + e]);
-    }
+  store_out_t(o, out + (static_cast<size_t>(q.base + t0) * s.nv + q.h) * kDim, s.nv, n, v0);
 }
 
 template <class StateT, int kGroups>

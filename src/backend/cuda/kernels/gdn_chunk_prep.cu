@@ -8,10 +8,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/cuda/kernels/gdn_chunk_inverse.cuh"
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "backend/cuda/kernels/gdn_conv4.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
-#include "backend/cuda/kernels/mma_tf32.cuh"
 
 namespace deltaserve::cuda::gdn_chunk {
 namespace {
@@ -19,8 +19,6 @@ namespace {
 using bf16 = __nv_bfloat16;
 constexpr int kThreads = 256;
 constexpr int kHalo = kConvK - 1, kConvRows = kChunk + kHalo;  // conv inputs before / of a chunk
-constexpr int kLdF = kChunk + 4;  // f32 rows of 64, padded: tf32 A fragments hit 32 banks
-constexpr int kLdX = 16 + 8;      // f32 rows of 16, padded: tf32 B fragments hit 32 banks
 
 // q's rows are dead once the products are formed (q . k in registers, normalised q stored): the
 // region then holds T diag(beta) and T diag(beta e^gam) of each value head in turn (one row more
@@ -190,16 +188,13 @@ __device__ void stage_inputs(PrepSmem<kHeads>& sm, const Chunk& ch, const GdnQkv
       sm.beta[j][i] = 0.0f;
       if (i < ch.n) {
         const size_t gi = static_cast<size_t>(ch.begin + i) * s.nv + h;
-        sm.beta[j][i] = 1.0f / (1.0f + __expf(-__bfloat162float(bg[gi])));
-        const float xa = __bfloat162float(a[gi]) + dt_bias[h];
-        g[e] = -__expf(A_log[h]) * (xa > 20.0f ? xa : log1pf(__expf(xa)));
+        const TokenGates tg =
+            token_gates(__bfloat162float(a[gi]), __bfloat162float(bg[gi]), A_log[h], dt_bias[h]);
+        sm.beta[j][i] = tg.beta;
+        g[e] = tg.g;
       }
     }
-    float run = g[0] + g[1];
-    for (int o = 1; o < 32; o <<= 1) {
-      const float up = __shfl_up_sync(0xffffffffu, run, o);
-      if (lane >= o) run += up;
-    }
+    const float run = scan_row_pairs(g[0], g[1]);
     sm.gam[j][2 * lane] = run - g[1];
     sm.gam[j][2 * lane + 1] = run;
     sm.beta_egam[j][2 * lane] = sm.beta[j][2 * lane] * __expf(run - g[1]);
@@ -359,72 +354,18 @@ __device__ void store_p(const PrepSmem<kHeads>& sm, const Chunk& ch, const GdnSh
   }
 }
 
-// T = (I + L)^-1 by 16 x 16 blocks. The four diagonal blocks by forward substitution, a column
-// per thread in registers (the block's upper entries come out zero).
-template <int kHeads>
-__device__ void invert_diagonal(PrepSmem<kHeads>& sm) {
-  if (threadIdx.x >= kChunk) return;
-  const int o = 16 * (threadIdx.x / 16), c = threadIdx.x % 16;
-  float col[16];
-#pragma unroll
-  for (int r = 0; r < 16; ++r) {
-    const float* lr = &sm.l[o + r][o];
-    float v = r == c ? 1.0f : 0.0f;
-#pragma unroll
-    for (int m = 0; m < r; ++m) v = fmaf(-lr[m], col[m], v);
-    col[r] = v;
-    sm.t[o + r][o + c] = v;
-  }
-}
-
-// The blocks below the diagonal on tf32 tensor cores, as the inverse of a 2 x 2 block lower
-// triangle [[A, 0], [C, B]]^-1 = [[A^-1, 0], [-B^-1 C A^-1, B^-1]]: first the 32 x 32 diagonal
-// halves (warps 0, 1: T_{2w+1, 2w}), then the lower-left 32 x 32 (warps 0-3, one 16 x 16 block
-// each).
-template <int kHeads>
-__device__ void invert_below_diagonal(PrepSmem<kHeads>& sm) {
-  const int warp = threadIdx.x / 32;
-  if (warp < 2) {
-    const int i = 16 * (2 * warp + 1), j = 16 * (2 * warp);
-    float x[2][4] = {}, tij[2][4] = {};
-    mma::tile_16x16_tf32<16>(x, &sm.l[i][j], kLdF, &sm.t[j][j], kLdF);
-    mma::store_16x16(sm.x[warp][0], kLdX, x, 1.0f);
-    __syncwarp();
-    mma::tile_16x16_tf32<16>(tij, &sm.t[i][i], kLdF, sm.x[warp][0], kLdX);
-    mma::store_16x16(&sm.t[i][j], kLdF, tij, -1.0f);
-  }
-  __syncthreads();
-  const int ri = warp / 2, cj = warp % 2;  // block (2 + ri, cj) of T
-  if (warp < 4) {                          // X = C A^-1 (A^-1's upper-right block is zero)
-    float x[2][4] = {};
-    if (cj == 0)
-      mma::tile_16x16_tf32<32>(x, &sm.l[32 + 16 * ri][0], kLdF, &sm.t[0][0], kLdF);
-    else
-      mma::tile_16x16_tf32<16>(x, &sm.l[32 + 16 * ri][16], kLdF, &sm.t[16][16], kLdF);
-    mma::store_16x16(sm.x[warp][0], kLdX, x, 1.0f);
-  }
-  __syncthreads();
-  if (warp < 4) {  // -B^-1 X
-    float tij[2][4] = {};
-    for (int mb = 0; mb <= ri; ++mb)
-      mma::tile_16x16_tf32<16>(tij, &sm.t[32 + 16 * ri][32 + 16 * mb], kLdF, sm.x[2 * mb + cj][0],
-                               kLdX);
-    mma::store_16x16(&sm.t[32 + 16 * ri][16 * cj], kLdF, tij, -1.0f);
-  }
-  __syncthreads();
-}
-
 // Value head jh's T, then T diag(beta) and T diag(beta e^gam) as bf16 (blocks above the diagonal
 // zero); P stored beside the first step (ch.h the value head).
 template <int kHeads>
 __device__ void invert(PrepSmem<kHeads>& sm, int jh, const Chunk& ch, const GdnShape& s,
                        const Workspace& ws) {
+  const InverseTiles tiles{sm.l, sm.t, sm.x};
   if (threadIdx.x >= 128)
     store_p(sm, ch, s, ws);
   else
-    invert_diagonal(sm);
+    invert_diagonal(tiles);
   __syncthreads();
-  invert_below_diagonal(sm);
+  invert_below_diagonal(tiles, [] { __syncthreads(); });
   for (int e = threadIdx.x; e < kChunk * kChunk / 2; e += kThreads) {
     const int i = e / (kChunk / 2), j = 2 * (e % (kChunk / 2));
     const bool above = i / 16 < j / 16;

@@ -1,0 +1,27 @@
+// The chunked gated delta rule in one kernel (gdn_chunk_fused.cu): a block a (sequence, value
+// head) forming each chunk's products and inverse beside the state pass, for steps with enough
+// sequences x value heads to fill the GPU.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "backend/cuda/kernels/gdn.cuh"
+#include "backend/cuda/kernels/gdn_chunk.cuh"
+#include "backend/cuda/kernels/gdn_chunk_layout.cuh"
+
+namespace deltaserve::cuda::gdn_chunk {
+
+// Blocks an SM below which the two-kernel form (prep + state pass) runs instead.
+constexpr int kFusedMinBlocksPerSm = 1;
+
+// Whether a step takes the fused kernel: q / k / v from the conv outputs y (not the conv on the
+// way in), and (sequences x value heads) blocks enough for num_sms SMs; DS_GDN_FUSED=1 / 0 forces.
+bool fused_pays(const BatchMeta& b, const GdnQkvSource& in, const GdnShape& s, int num_sms);
+
+// What launch_prep + launch_state_pass do, in one kernel, without the workspace.
+void launch_fused(const BatchMeta& b, const GdnQkvSource& in, const __nv_bfloat16* a,
+                  const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
+                  GdnState state, const GdnShape& s, __nv_bfloat16* out, cudaStream_t stream);
+
+}  // namespace deltaserve::cuda::gdn_chunk
