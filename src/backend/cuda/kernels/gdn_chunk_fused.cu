@@ -45,12 +45,19 @@ struct alignas(wgmma::kAtomBytes) InStage {
 struct alignas(wgmma::kAtomBytes) IntraStage {
   bf16 p[kChunk * kChunk], tb[kChunk * kChunk];  // P, T diag(beta): SW128 [i][j]
 };
+// Per token of a chunk, for the state warpgroups: rk e^gam (X's columns), rk e^(gam_last - gam)
+// (the update's), rq e^gam (the output's); and e^gam_last.
+struct TokenFactors {
+  float x[kChunk], u[kChunk], o[kChunk];
+  float decay;
+};
 struct FusedSmem {
   InStage in[kInStages];
   IntraStage intra[kIntraStages];
-  float gam[kIntraStages][kChunk], rq[kIntraStages][kChunk], rk[kIntraStages][kChunk];
-  float beta[kIntraStages][kChunk];
-  float l[kChunk][kLdF], t[kChunk][kLdF], x[4][16][kLdX];  // the intra warpgroup's inverse
+  TokenFactors f[kIntraStages];
+  float gam[kChunk], rq[kChunk], rk[kChunk];               // the intra warpgroup's chunk
+  float beta[kIntraStages][kChunk];                        // (read until T_b is stored)
+  float l[kChunk][kLdF], t[kChunk][kLdF], x[4][16][kLdX];  // its products and inverse
   uint64_t full_in[kInStages], empty_in[kInStages], full_intra[kIntraStages],
       empty_intra[kIntraStages];
 };
@@ -78,7 +85,7 @@ __device__ void store_pair(bf16* tile, int r, int c, float lo, float hi) {
 __device__ void load_inputs(FusedSmem& sm, const CUtensorMap* y, const Seq& sq, int c,
                             const GdnShape& s) {
   const int st = c % kInStages, row = sq.base + c * kChunk, key_dim = s.nk * kDim;
-  if (c >= kInStages) tma::wait(&sm.empty_in[st], (c / kInStages + 1) & 1);
+  if (c >= kInStages) tma::wait_suspended(&sm.empty_in[st], (c / kInStages + 1) & 1);
   tma::arrive_expect_bytes(&sm.full_in[st], 3 * kTileBytes);
   InStage& in = sm.in[st];
   for (int half = 0; half < 2; ++half) {
@@ -89,19 +96,20 @@ __device__ void load_inputs(FusedSmem& sm, const CUtensorMap* y, const Seq& sq, 
   }
 }
 
-// The gate inputs (a, b) of rows 2 lane and 2 lane + 1 of chunk c, by a warp (zeros past n).
+// The gate inputs (a, b) of rows 2 lane and 2 lane + 1 of chunk c as loaded, by a warp (zeros
+// past the sequence): converted where used, so that the loads stay in flight meanwhile.
 struct GateInputs {
-  float a[2], b[2];
+  bf16 a[2], b[2];
 };
 __device__ GateInputs fetch_gates(const bf16* a, const bf16* bg, const Seq& sq, int c, int nv) {
-  GateInputs r{};
+  GateInputs r;
   const int t0 = c * kChunk, lane = threadIdx.x % 32;
   for (int e = 0; e < 2; ++e) {
     const int i = 2 * lane + e;
-    if (t0 + i >= sq.len) continue;
-    const size_t gi = static_cast<size_t>(sq.base + t0 + i) * nv + sq.h;
-    r.a[e] = __bfloat162float(a[gi]);
-    r.b[e] = __bfloat162float(bg[gi]);
+    const bool in = t0 + i < sq.len;
+    const size_t gi = static_cast<size_t>(sq.base + (in ? t0 + i : 0)) * nv + sq.h;
+    r.a[e] = a[gi];
+    r.b[e] = bg[gi];
   }
   return r;
 }
@@ -113,17 +121,18 @@ __device__ void chunk_gates(FusedSmem& sm, int s2, const GateInputs& in, int n, 
   float g[2];
   for (int e = 0; e < 2; ++e) {
     const int i = 2 * lane + e;
-    const TokenGates tg = token_gates(in.a[e], in.b[e], A_log, dt_bias);
+    const TokenGates tg =
+        token_gates(__bfloat162float(in.a[e]), __bfloat162float(in.b[e]), A_log, dt_bias);
     sm.beta[s2][i] = i < n ? tg.beta : 0.0f;
     g[e] = i < n ? tg.g : 0.0f;
   }
   const float run = scan_row_pairs(g[0], g[1]);
-  sm.gam[s2][2 * lane] = run - g[1];
-  sm.gam[s2][2 * lane + 1] = run;
+  sm.gam[2 * lane] = run - g[1];
+  sm.gam[2 * lane + 1] = run;
 }
 
 // rq = |q_r|^-1 dk^-1/2 (threads 0..63) and rk = |k_r|^-1 (64..127) of the staged rows.
-__device__ void row_norms(FusedSmem& sm, const InStage& in, int s2) {
+__device__ void row_norms(FusedSmem& sm, const InStage& in) {
   const int r = threadIdx.x % kChunk;
   const bool is_q = threadIdx.x < kChunk;
   const char* tile = reinterpret_cast<const char*>(is_q ? in.q : in.k);
@@ -140,53 +149,67 @@ __device__ void row_norms(FusedSmem& sm, const InStage& in, int s2) {
   }
   const float inv = rsqrtf(ss + 1e-6f);
   if (is_q)
-    sm.rq[s2][r] = inv * rsqrtf(static_cast<float>(kDim));
+    sm.rq[r] = inv * rsqrtf(static_cast<float>(kDim));
   else
-    sm.rk[s2][r] = inv;
+    sm.rk[r] = inv;
 }
 
-// A B^T of two staged K-major 64 x 128 tiles (raw rows) on wgmma, waited for.
-__device__ void raw_product(const bf16* a_tile, const bf16* b_tile, float (&d)[32]) {
+// The state warpgroups' per-token factors of the chunk (n rows), by threads 0..63.
+__device__ void token_factors(FusedSmem& sm, TokenFactors& f, int n) {
+  const int i = threadIdx.x;
+  if (i >= kChunk) return;
+  const float last = sm.gam[n - 1], e = __expf(sm.gam[i]);
+  f.x[i] = sm.rk[i] * e;
+  f.u[i] = sm.rk[i] * __expf(last - sm.gam[i]);
+  f.o[i] = sm.rq[i] * e;
+  if (i == 0) f.decay = __expf(last);
+}
+
+// A B^T of two staged K-major 64 x 128 tiles (raw rows) on wgmma, to f32 rows `d` (stride kLdF).
+__device__ void raw_product(const bf16* a_tile, const bf16* b_tile, float (*d)[kLdF]) {
   const uint64_t ad = wgmma::desc(mma::smem_u32(a_tile), 16, wgmma::kAtomBytes),
                  bd = wgmma::desc(mma::smem_u32(b_tile), 16, wgmma::kAtomBytes);
+  float acc[32];
   wgmma::fence();
 #pragma unroll
   for (int ks = 0; ks < kDim / 16; ++ks) {
     const uint32_t at = ((ks / 4) * kChunk * wgmma::kRowBytes + (ks % 4) * 32) >> 4;
-    wgmma::mma_64x64_ss(d, ad + at, bd + at, ks > 0);
+    wgmma::mma_64x64_ss(acc, ad + at, bd + at, ks > 0);
   }
   wgmma::commit();
   wgmma::wait<0>();
-}
-
-// P (bf16, to the intra stage) from Q K^T, or (kL) L (f32, to the inverse's tile) from K K^T.
-template <bool kL>
-__device__ void decay_product(FusedSmem& sm, int s2, const float (&d)[32]) {
-  const int lane = threadIdx.x % 32, g = lane / 4, c2 = 2 * (lane % 4), w = threadIdx.x / 32;
-  const float *gam = sm.gam[s2], *rk = sm.rk[s2];
+  const int lane = threadIdx.x % 32, r = 16 * (threadIdx.x / 32) + lane / 4, c2 = 2 * (lane % 4);
 #pragma unroll
   for (int blk = 0; blk < 8; ++blk)
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const int i = 16 * w + g + 8 * hf, j = 8 * blk + c2;
-      const float ri = kL ? sm.beta[s2][i] * rk[i] : sm.rq[s2][i];
-      float v[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-        if (kL ? j + e < i : j + e <= i)
-          v[e] = d[4 * blk + 2 * hf + e] * ri * rk[j + e] * __expf(gam[i] - gam[j + e]);
-      if constexpr (kL) {
-        sm.l[i][j] = v[0];
-        sm.l[i][j + 1] = v[1];
-      } else {
-        store_pair(sm.intra[s2].p, i, j, v[0], v[1]);
-      }
-    }
+    for (int hf = 0; hf < 2; ++hf)
+      *reinterpret_cast<float2*>(&d[r + 8 * hf][8 * blk + c2]) =
+          make_float2(acc[4 * blk + 2 * hf], acc[4 * blk + 2 * hf + 1]);
+}
+
+// From the raw K K^T (in l) and Q K^T (in t): L_ij = beta_i rk_i rk_j e^(gam_i - gam_j) (k_i . k_j)
+// (j < i) in place, and P_ij = rq_i rk_j e^(gam_i - gam_j) (q_i . k_j) (j <= i) as bf16 into the
+// intra stage; each decay factor once for both. A warp a row pair of 32 column pairs at a time.
+__device__ void decay_products(FusedSmem& sm, int s2) {
+  bf16* p = sm.intra[s2].p;
+#pragma unroll 4
+  for (int e = threadIdx.x; e < kChunk * kChunk / 2; e += 128) {
+    const int i = e / (kChunk / 2), j = 2 * (e % (kChunk / 2));
+    const float2 kk = *reinterpret_cast<const float2*>(&sm.l[i][j]);
+    const float2 qk = *reinterpret_cast<const float2*>(&sm.t[i][j]);
+    const float gi = sm.gam[i], li = sm.beta[s2][i] * sm.rk[i], pi = sm.rq[i];
+    const float d0 = j <= i ? sm.rk[j] * __expf(gi - sm.gam[j]) : 0.0f;
+    const float d1 = j + 1 <= i ? sm.rk[j + 1] * __expf(gi - sm.gam[j + 1]) : 0.0f;
+    *reinterpret_cast<float2*>(&sm.l[i][j]) =
+        make_float2(j < i ? li * kk.x * d0 : 0.0f, j + 1 < i ? li * kk.y * d1 : 0.0f);
+    store_pair(p, i, j, pi * qk.x * d0, pi * qk.y * d1);
+  }
 }
 
 // T diag(beta) as bf16 into the intra stage (blocks above the diagonal zero).
 __device__ void store_t_beta(FusedSmem& sm, int s2) {
   const float* beta = sm.beta[s2];
+#pragma unroll 4
   for (int e = threadIdx.x; e < kChunk * kChunk / 2; e += 128) {
     const int i = e / (kChunk / 2), j = 2 * (e % (kChunk / 2));
     const bool above = i / 16 < j / 16;
@@ -207,25 +230,23 @@ __device__ void intra_role(FusedSmem& sm, const CUtensorMap* y, const Seq& sq, i
   const InverseTiles tiles{sm.l, sm.t, sm.x};
   for (int c = 0; c < chunks; ++c) {
     const int s2 = c % kIntraStages, s3 = c % kInStages, n = min(kChunk, sq.len - c * kChunk);
-    if (c >= kIntraStages) tma::wait(&sm.empty_intra[s2], (c / kIntraStages + 1) & 1);
+    if (c >= kIntraStages) tma::wait_suspended(&sm.empty_intra[s2], (c / kIntraStages + 1) & 1);
     if (gate_warp) {
       chunk_gates(sm, s2, gates, n, A_log, dt_bias);
       if (c + 1 < chunks) gates = fetch_gates(a, bg, sq, c + 1, s.nv);
     }
     tma::wait(&sm.full_in[s3], (c / kInStages) & 1);
-    row_norms(sm, sm.in[s3], s2);
-    intra_sync();  // gam, beta, rq, rk
-    {
-      float d[32];
-      raw_product(sm.in[s3].k, sm.in[s3].k, d);
-      decay_product<true>(sm, s2, d);
-      raw_product(sm.in[s3].q, sm.in[s3].k, d);
-      decay_product<false>(sm, s2, d);
-    }
+    row_norms(sm, sm.in[s3]);
+    intra_sync();  // gam, beta, rq, rk; the previous chunk's reads of l and t done
+    token_factors(sm, sm.f[s2], n);
+    raw_product(sm.in[s3].k, sm.in[s3].k, sm.l);
+    raw_product(sm.in[s3].q, sm.in[s3].k, sm.t);
+    intra_sync();  // the raw products
+    decay_products(sm, s2);
     intra_sync();  // L
     invert_diagonal(tiles);
     intra_sync();
-    invert_below_diagonal(tiles, intra_sync);
+    invert_below_diagonal(tiles, [] { intra_sync(); });
     store_t_beta(sm, s2);
     wgmma::fence_shared_for_async();  // P and T_b are read by the state warpgroups' wgmma
     tma::arrive(&sm.full_intra[s2]);
@@ -244,8 +265,7 @@ __device__ void state_fragments(const float (&hs)[64], uint32_t (&as)[8][4]) {
 // the state's fragments packed again before the decay), which keeps the registers in flight
 // within the state warpgroups' share.
 __device__ void state_step(float (&hs)[64], const InStage& in, const IntraStage& it,
-                           const float* gam, const float* rq, const float* rk, int n, int v0,
-                           bf16* first, int nv) {
+                           const TokenFactors& f, int n, int v0, bf16* first, int nv) {
   const int c2 = 2 * (threadIdx.x % 4);
   uint32_t ay[4][4];  // Y^T = V^T - X^T diag(rk e^gam) as A fragments over the chunk's tokens
   {
@@ -264,9 +284,8 @@ __device__ void state_step(float (&hs)[64], const InStage& in, const IntraStage&
       for (int i = 0; i < 4; ++i) {
         const int blk = 2 * ks + i / 2, e = 2 * (i % 2), tok = 8 * blk + c2;
         const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&vf[i]));
-        const float lo = tok < n ? v.x - x[4 * blk + e] * rk[tok] * __expf(gam[tok]) : 0.0f;
-        const float hi =
-            tok + 1 < n ? v.y - x[4 * blk + e + 1] * rk[tok + 1] * __expf(gam[tok + 1]) : 0.0f;
+        const float lo = tok < n ? v.x - x[4 * blk + e] * f.x[tok] : 0.0f;
+        const float hi = tok + 1 < n ? v.y - x[4 * blk + e + 1] * f.x[tok + 1] : 0.0f;
         ay[ks][i] = mma::pack_bf16(lo, hi);
       }
     }
@@ -281,7 +300,6 @@ __device__ void state_step(float (&hs)[64], const InStage& in, const IntraStage&
       wgmma::mma_64x64_rs<false>(vp, ay[ks], tbd + ((ks * 32) >> 4), ks > 0);
     wgmma::commit();
     wgmma::wait<0>();
-    const float last = gam[n - 1];
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks)
 #pragma unroll
@@ -289,17 +307,15 @@ __device__ void state_step(float (&hs)[64], const InStage& in, const IntraStage&
         const int blk = 2 * ks + i / 2, e = 2 * (i % 2), tok = 8 * blk + c2;
         const float lo = vp[4 * blk + e], hi = vp[4 * blk + e + 1];
         av[ks][i] = mma::pack_bf16(lo, hi);
-        au[ks][i] = mma::pack_bf16(lo * rk[tok] * __expf(last - gam[tok]),
-                                   hi * rk[tok + 1] * __expf(last - gam[tok + 1]));
+        au[ks][i] = mma::pack_bf16(lo * f.u[tok], hi * f.u[tok + 1]);
       }
   }
   float o[32];
   {
     uint32_t as[8][4];
     state_fragments(hs, as);
-    const float decay = __expf(gam[n - 1]);
 #pragma unroll
-    for (int e = 0; e < 64; ++e) hs[e] *= decay;
+    for (int e = 0; e < 64; ++e) hs[e] *= f.decay;
     wgmma::fence();
     const uint64_t kmn =
         wgmma::desc(mma::smem_u32(in.k), kChunk * wgmma::kRowBytes, wgmma::kAtomBytes);
@@ -314,7 +330,7 @@ __device__ void state_step(float (&hs)[64], const InStage& in, const IntraStage&
 #pragma unroll
   for (int blk = 0; blk < 8; ++blk) {
     const int tok = 8 * blk + c2;
-    const float e0 = rq[tok] * __expf(gam[tok]), e1 = rq[tok + 1] * __expf(gam[tok + 1]);
+    const float e0 = f.o[tok], e1 = f.o[tok + 1];
     o[4 * blk] *= e0;
     o[4 * blk + 1] *= e1;
     o[4 * blk + 2] *= e0;
@@ -345,9 +361,9 @@ __device__ void state_role(FusedSmem& sm, const BatchMeta& b, int seq, const Seq
   for (int c = 0; c < chunks; ++c) {
     const int s2 = c % kIntraStages, s3 = c % kInStages, t0 = c * kChunk;
     const int n = min(kChunk, sq.len - t0);
-    tma::wait(&sm.full_in[s3], (c / kInStages) & 1);
-    tma::wait(&sm.full_intra[s2], (c / kIntraStages) & 1);
-    state_step(hs, sm.in[s3], sm.intra[s2], sm.gam[s2], sm.rq[s2], sm.rk[s2], n, v0,
+    tma::wait_suspended(&sm.full_in[s3], (c / kInStages) & 1);
+    tma::wait_suspended(&sm.full_intra[s2], (c / kIntraStages) & 1);
+    state_step(hs, sm.in[s3], sm.intra[s2], sm.f[s2], n, v0,
                out + (static_cast<size_t>(sq.base + t0) * s.nv + sq.h) * kDim, s.nv);
     tma::arrive(&sm.empty_in[s3]);
     tma::arrive(&sm.empty_intra[s2]);

@@ -47,6 +47,20 @@ __device__ inline void wait(uint64_t* bar, uint32_t parity) {
         : "memory");
 }
 
+// As wait, for waits that may be long (another warpgroup's whole phase of work): each try may
+// suspend the thread until the phase completes (up to the hint's ~0.1 ms), so that waiting warps
+// do not take issue slots from the warps they wait for.
+__device__ inline void wait_suspended(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity), "r"(100000)
+        : "memory");
+}
+
 // Copies the box at (c0 innermost, c1) of `map` to shared `dst` (1024-byte aligned for the
 // 128-byte swizzle), completing on `bar`. Elements outside the tensor land as zeros (and count).
 __device__ inline void load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
