@@ -1,26 +1,28 @@
 // The chunked gated delta rule in one kernel (sm_90a), for steps whose (sequence, value head)
 // pairs fill the GPU: a block per pair walks the sequence's chunks in order with three
-// warpgroups, and nothing of a chunk goes through global memory but its q / k / v and its output.
+// warpgroups, and nothing of a chunk goes through global memory but its q / k / v (the conv
+// outputs y), its gates and its output. (The prep kernel + state pass of gdn_chunk_prep.cu /
+// gdn_chunk_pass*.cu write and read W, U, kd, q and P through a workspace instead.)
 //
-// The intra warpgroup (threads 0..127) runs a chunk ahead of the state warpgroups. From the
-// chunk's q, k (the key head's) and v (copied by TMA, three stages ahead of use) and its gates it
-// forms, on wgmma, Q K^T and K K^T of the raw rows; with the row norms rq (times dk^-1/2) and rk
-// and the cumulative log decay gam, in registers,
-//   P_ij = (q_i . k_j) rq_i rk_j e^(gam_i - gam_j) (j <= i), L_ij = beta_i (k_i . k_j) rk_i rk_j
-//   e^(gam_i - gam_j) (j < i);
-// then T = (I + L)^-1 (gdn_chunk_inverse.cuh) and T_b = T diag(beta), P and T_b as bf16 tiles for
-// the state warpgroups (two stages).
+// The intra warpgroup (threads 0..127) runs a chunk ahead of the state warpgroups. Its thread 0
+// copies each chunk's q, k (the key head's) and v rows by TMA into three stages, two chunks ahead.
+// From the raw rows it forms, on wgmma, K K^T, Q K^T and the diagonal of Q Q^T (the row norms rk
+// and rq, times dk^-1/2); with the gates' cumulative log decay gam (warp 0, one chunk ahead),
+//   L_ij = beta_i rk_i rk_j e^(gam_i - gam_j) (k_i . k_j) (j < i),
+//   P_ij = rq_i rk_j e^(gam_i - gam_j) (q_i . k_j) (j <= i),
+// then T = (I + L)^-1 (gdn_chunk_inverse.cuh); P and T_b = T diag(beta) as bf16 tiles, and the
+// per-token factors below, go to the state warpgroups in two stages.
 //
 // Each state warpgroup keeps 64 value columns of S^T in registers (gdn_chunk_t_ops.cuh), and with
-// V' = T_b (V - diag(rk e^gam) K S) (the prep kernel's U - W S),
-//   X^T  = S^T K^T,  O^T = S^T q^T                       (A = S^T; B = k, q K-major)
+// V' = T_b (V - diag(rk e^gam) K S) (the prep kernel's U - W S):
+//   X^T  = S^T K^T                                       (A = S^T; B = k K-major)
 //   Y^T  = V^T - X^T diag(rk e^gam)                      (V^T by ldmatrix.trans, in registers)
 //   V'^T = Y^T T_b^T                                     (A = Y^T; B = T_b [i][j] K-major)
 //   S^T <- e^gam_last S^T + V'^T diag(rk e^(gam_last - gam)) K   (B = k, MN-major)
-//   O^T  = O^T diag(rq e^gam) + V'^T P^T                 (B = P [i][j] K-major)
+//   O^T  = S^T q^T (the state before the update) diag(rq e^gam) + V'^T P^T
 // Rows past the sequence's end (the next sequence's tokens, or zeros past the step) get beta = 0
 // and a flat decay, so their columns of T_b and V' are zero; their outputs are not stored.
-// setmaxnreg gives the state warpgroups the registers the intra one does not need.
+// setmaxnreg moves registers between the warpgroups (kIntraRegs / kStateRegs).
 #include <cstdlib>
 #include <cstring>
 
@@ -34,7 +36,10 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 constexpr int kThreads = 384, kInStages = 3, kIntraStages = 2;
-constexpr int kIntraRegs = 88, kStateRegs = 208;  // 128 x 88 + 256 x 208 <= 384 x 168
+// The intra warpgroup's chain is the longer one: registers for its loads in flight count more
+// than the state warpgroups' wgmma overlap, which 184 serializes (H200, 8 x 1024 at 426c572:
+// 0.326 ms a layer at 136 / 184, 0.329 at 120 / 192, 0.327 at 152 / 176, 0.455 at 88 / 208).
+constexpr int kIntraRegs = 136, kStateRegs = 184;  // 128 x 136 + 256 x 184 <= 384 x 168
 constexpr uint32_t kTileBytes = kChunk * kDim * sizeof(bf16);
 
 // A chunk's q, k and v rows as SW128 tiles (two 64-column blocks each).
@@ -131,29 +136,6 @@ __device__ void chunk_gates(FusedSmem& sm, int s2, const GateInputs& in, int n, 
   sm.gam[2 * lane + 1] = run;
 }
 
-// rq = |q_r|^-1 dk^-1/2 (threads 0..63) and rk = |k_r|^-1 (64..127) of the staged rows.
-__device__ void row_norms(FusedSmem& sm, const InStage& in) {
-  const int r = threadIdx.x % kChunk;
-  const bool is_q = threadIdx.x < kChunk;
-  const char* tile = reinterpret_cast<const char*>(is_q ? in.q : in.k);
-  float ss = 0.0f;
-#pragma unroll 4
-  for (int c8 = 0; c8 < kDim; c8 += 8) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(tile + wgmma::sw128_offset(kChunk, r, c8));
-    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
-      ss = fmaf(f.x, f.x, fmaf(f.y, f.y, ss));
-    }
-  }
-  const float inv = rsqrtf(ss + 1e-6f);
-  if (is_q)
-    sm.rq[r] = inv * rsqrtf(static_cast<float>(kDim));
-  else
-    sm.rk[r] = inv;
-}
-
 // The state warpgroups' per-token factors of the chunk (n rows), by threads 0..63.
 __device__ void token_factors(FusedSmem& sm, TokenFactors& f, int n) {
   const int i = threadIdx.x;
@@ -165,19 +147,8 @@ __device__ void token_factors(FusedSmem& sm, TokenFactors& f, int n) {
   if (i == 0) f.decay = __expf(last);
 }
 
-// A B^T of two staged K-major 64 x 128 tiles (raw rows) on wgmma, to f32 rows `d` (stride kLdF).
-__device__ void raw_product(const bf16* a_tile, const bf16* b_tile, float (*d)[kLdF]) {
-  const uint64_t ad = wgmma::desc(mma::smem_u32(a_tile), 16, wgmma::kAtomBytes),
-                 bd = wgmma::desc(mma::smem_u32(b_tile), 16, wgmma::kAtomBytes);
-  float acc[32];
-  wgmma::fence();
-#pragma unroll
-  for (int ks = 0; ks < kDim / 16; ++ks) {
-    const uint32_t at = ((ks / 4) * kChunk * wgmma::kRowBytes + (ks % 4) * 32) >> 4;
-    wgmma::mma_64x64_ss(acc, ad + at, bd + at, ks > 0);
-  }
-  wgmma::commit();
-  wgmma::wait<0>();
+// The accumulator of a 64 x 64 product to f32 rows `d` (stride kLdF).
+__device__ void store_product(const float (&acc)[32], float (*d)[kLdF]) {
   const int lane = threadIdx.x % 32, r = 16 * (threadIdx.x / 32) + lane / 4, c2 = 2 * (lane % 4);
 #pragma unroll
   for (int blk = 0; blk < 8; ++blk)
@@ -187,34 +158,78 @@ __device__ void raw_product(const bf16* a_tile, const bf16* b_tile, float (*d)[k
           make_float2(acc[4 * blk + 2 * hf], acc[4 * blk + 2 * hf + 1]);
 }
 
+// `scale` / sqrt(d + 1e-6) for each diagonal entry d of a 64 x 64 product's accumulator (the
+// squared norms of the rows of a tile times itself) into out[64], by the threads holding them.
+__device__ void store_inverse_norms(const float (&acc)[32], float* out, float scale) {
+  const int lane = threadIdx.x % 32, r = 16 * (threadIdx.x / 32) + lane / 4, c2 = 2 * (lane % 4);
+#pragma unroll
+  for (int blk = 0; blk < 8; ++blk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      if (r + 8 * (i / 2) == 8 * blk + c2 + i % 2)
+        out[r + 8 * (i / 2)] = scale * rsqrtf(acc[4 * blk + i] + 1e-6f);
+}
+
+// A B^T of two staged K-major 64 x 128 tiles (raw rows) on wgmma, as one group.
+__device__ void issue_raw_product(const bf16* a_tile, const bf16* b_tile, float (&acc)[32]) {
+  const uint64_t ad = wgmma::desc(mma::smem_u32(a_tile), 16, wgmma::kAtomBytes),
+                 bd = wgmma::desc(mma::smem_u32(b_tile), 16, wgmma::kAtomBytes);
+#pragma unroll
+  for (int ks = 0; ks < kDim / 16; ++ks) {
+    const uint32_t at = ((ks / 4) * kChunk * wgmma::kRowBytes + (ks % 4) * 32) >> 4;
+    wgmma::mma_64x64_ss(acc, ad + at, bd + at, ks > 0);
+  }
+  wgmma::commit();
+}
+
+// K K^T into l and Q K^T into t (raw rows, f32), and the row norms rk = |k_r|^-1 and
+// rq = |q_r|^-1 dk^-1/2 from the diagonals of K K^T and Q Q^T, on wgmma.
+__device__ void raw_products(FusedSmem& sm, const InStage& in) {
+  float kk[32], qq[32], qk[32];  // Q Q^T: only its diagonal is kept
+  wgmma::fence();
+  issue_raw_product(in.k, in.k, kk);
+  issue_raw_product(in.q, in.q, qq);
+  issue_raw_product(in.q, in.k, qk);
+  wgmma::wait<2>();
+  store_product(kk, sm.l);
+  store_inverse_norms(kk, sm.rk, 1.0f);
+  wgmma::wait<1>();
+  store_inverse_norms(qq, sm.rq, rsqrtf(static_cast<float>(kDim)));
+  wgmma::wait<0>();
+  store_product(qk, sm.t);
+}
+
 // From the raw K K^T (in l) and Q K^T (in t): L_ij = beta_i rk_i rk_j e^(gam_i - gam_j) (k_i . k_j)
-// (j < i) in place, and P_ij = rq_i rk_j e^(gam_i - gam_j) (q_i . k_j) (j <= i) as bf16 into the
-// intra stage; each decay factor once for both. A warp a row pair of 32 column pairs at a time.
+// (j < i: the entries the inverse reads) in place, and P_ij = rq_i rk_j e^(gam_i - gam_j)
+// (q_i . k_j) (zero above the diagonal) as bf16 into the intra stage; each decay factor once for
+// both. Warp w takes rows w, w + 4, ..., lane l columns 2 l and 2 l + 1.
 __device__ void decay_products(FusedSmem& sm, int s2) {
   bf16* p = sm.intra[s2].p;
-#pragma unroll 4
-  for (int e = threadIdx.x; e < kChunk * kChunk / 2; e += 128) {
-    const int i = e / (kChunk / 2), j = 2 * (e % (kChunk / 2));
+  const int j = 2 * (threadIdx.x % 32);
+  const float gj0 = sm.gam[j], gj1 = sm.gam[j + 1], rj0 = sm.rk[j], rj1 = sm.rk[j + 1];
+#pragma unroll 8
+  for (int i = threadIdx.x / 32; i < kChunk; i += 4) {
     const float2 kk = *reinterpret_cast<const float2*>(&sm.l[i][j]);
     const float2 qk = *reinterpret_cast<const float2*>(&sm.t[i][j]);
     const float gi = sm.gam[i], li = sm.beta[s2][i] * sm.rk[i], pi = sm.rq[i];
-    const float d0 = j <= i ? sm.rk[j] * __expf(gi - sm.gam[j]) : 0.0f;
-    const float d1 = j + 1 <= i ? sm.rk[j + 1] * __expf(gi - sm.gam[j + 1]) : 0.0f;
-    *reinterpret_cast<float2*>(&sm.l[i][j]) =
-        make_float2(j < i ? li * kk.x * d0 : 0.0f, j + 1 < i ? li * kk.y * d1 : 0.0f);
+    const float d0 = j <= i ? rj0 * __expf(gi - gj0) : 0.0f;
+    const float d1 = j + 1 <= i ? rj1 * __expf(gi - gj1) : 0.0f;
+    if (j < i)
+      *reinterpret_cast<float2*>(&sm.l[i][j]) = make_float2(li * kk.x * d0, li * kk.y * d1);
     store_pair(p, i, j, pi * qk.x * d0, pi * qk.y * d1);
   }
 }
 
-// T diag(beta) as bf16 into the intra stage (blocks above the diagonal zero).
+// T diag(beta) as bf16 into the intra stage (blocks above the diagonal zero). Warp w takes rows
+// w, w + 4, ..., lane l columns 2 l and 2 l + 1.
 __device__ void store_t_beta(FusedSmem& sm, int s2) {
-  const float* beta = sm.beta[s2];
-#pragma unroll 4
-  for (int e = threadIdx.x; e < kChunk * kChunk / 2; e += 128) {
-    const int i = e / (kChunk / 2), j = 2 * (e % (kChunk / 2));
+  const int j = 2 * (threadIdx.x % 32);
+  const float b0 = sm.beta[s2][j], b1 = sm.beta[s2][j + 1];
+#pragma unroll
+  for (int i = threadIdx.x / 32; i < kChunk; i += 4) {
     const bool above = i / 16 < j / 16;
-    store_pair(sm.intra[s2].tb, i, j, above ? 0.0f : sm.t[i][j] * beta[j],
-               above ? 0.0f : sm.t[i][j + 1] * beta[j + 1]);
+    const float2 t = *reinterpret_cast<const float2*>(&sm.t[i][j]);
+    store_pair(sm.intra[s2].tb, i, j, above ? 0.0f : t.x * b0, above ? 0.0f : t.y * b1);
   }
 }
 
@@ -225,23 +240,19 @@ __device__ void intra_role(FusedSmem& sm, const CUtensorMap* y, const Seq& sq, i
   const bool loader = threadIdx.x == 0, gate_warp = threadIdx.x < 32;
   if (loader)
     for (int c = 0; c < min(chunks, kInStages - 1); ++c) load_inputs(sm, y, sq, c, s);
+  if (gate_warp)
+    chunk_gates(sm, 0, fetch_gates(a, bg, sq, 0, s.nv), min(kChunk, sq.len), A_log, dt_bias);
   GateInputs gates{};
-  if (gate_warp) gates = fetch_gates(a, bg, sq, 0, s.nv);
+  if (gate_warp && chunks > 1) gates = fetch_gates(a, bg, sq, 1, s.nv);
   const InverseTiles tiles{sm.l, sm.t, sm.x};
   for (int c = 0; c < chunks; ++c) {
     const int s2 = c % kIntraStages, s3 = c % kInStages, n = min(kChunk, sq.len - c * kChunk);
     if (c >= kIntraStages) tma::wait_suspended(&sm.empty_intra[s2], (c / kIntraStages + 1) & 1);
-    if (gate_warp) {
-      chunk_gates(sm, s2, gates, n, A_log, dt_bias);
-      if (c + 1 < chunks) gates = fetch_gates(a, bg, sq, c + 1, s.nv);
-    }
     tma::wait(&sm.full_in[s3], (c / kInStages) & 1);
-    row_norms(sm, sm.in[s3]);
-    intra_sync();  // gam, beta, rq, rk; the previous chunk's reads of l and t done
+    intra_sync();  // the previous chunk's reads of l and t done; this one's gam and beta written
+    raw_products(sm, sm.in[s3]);
+    intra_sync();  // the raw products and norms
     token_factors(sm, sm.f[s2], n);
-    raw_product(sm.in[s3].k, sm.in[s3].k, sm.l);
-    raw_product(sm.in[s3].q, sm.in[s3].k, sm.t);
-    intra_sync();  // the raw products
     decay_products(sm, s2);
     intra_sync();  // L
     invert_diagonal(tiles);
@@ -251,6 +262,12 @@ __device__ void intra_role(FusedSmem& sm, const CUtensorMap* y, const Seq& sq, i
     wgmma::fence_shared_for_async();  // P and T_b are read by the state warpgroups' wgmma
     tma::arrive(&sm.full_intra[s2]);
     if (loader && c + kInStages - 1 < chunks) load_inputs(sm, y, sq, c + kInStages - 1, s);
+    if (gate_warp && c + 1 < chunks) {  // the next chunk's gates, off its chain (gam and its beta
+      // slot are no longer read)
+      chunk_gates(sm, (c + 1) % kIntraStages, gates, min(kChunk, sq.len - (c + 1) * kChunk), A_log,
+                  dt_bias);
+      if (c + 2 < chunks) gates = fetch_gates(a, bg, sq, c + 2, s.nv);
+    }
   }
 }
 
@@ -423,8 +440,11 @@ bool fused_pays(const BatchMeta& b, const GdnQkvSource& in, const GdnShape& s, i
   // DS_GDN_FUSED=1 takes the fused kernel wherever it applies, =0 never (A/B, tests).
   static const char* forced = std::getenv("DS_GDN_FUSED");
   if (in.y == nullptr || (forced && std::strcmp(forced, "0") == 0)) return false;
-  // Not yet run on a GPU: taken only when forced until measured.
-  return forced != nullptr && static_cast<int64_t>(b.num_seqs) * s.nv >= 0 * num_sms;
+  // Its blocks walk their chunks one after another, so it pays only with a block for (nearly)
+  // every SM. H200, gdn_bench rule ms a layer, fused / prep + pass: 8 x 1024 (256 blocks) 0.277 /
+  // 0.305, 4 x 2048 (128) 0.267 / 0.300, 3 x 2730 (96) 0.350 / 0.306, 2 x 4096 (64) 0.504 / 0.321.
+  if (forced) return true;
+  return static_cast<int64_t>(b.num_seqs) * s.nv * 8 >= static_cast<int64_t>(num_sms) * 7;
 }
 
 void launch_fused(const BatchMeta& b, const GdnQkvSource& in, const bf16* a, const bf16* bgate,

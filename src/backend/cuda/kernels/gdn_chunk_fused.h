@@ -12,11 +12,9 @@
 
 namespace deltaserve::cuda::gdn_chunk {
 
-// Blocks an SM below which the two-kernel form (prep + state pass) runs instead.
-constexpr int kFusedMinBlocksPerSm = 1;
-
 // Whether a step takes the fused kernel: q / k / v from the conv outputs y (not the conv on the
-// way in), and (sequences x value heads) blocks enough for num_sms SMs; DS_GDN_FUSED=1 / 0 forces.
+// way in), and a (sequence, value head) block for at least 7/8 of the num_sms SMs; DS_GDN_FUSED=1
+// / 0 forces it on / off.
 bool fused_pays(const BatchMeta& b, const GdnQkvSource& in, const GdnShape& s, int num_sms);
 
 // What launch_prep + launch_state_pass do, in one kernel, without the workspace.
