@@ -14,6 +14,7 @@
 // rounding (one bf16 ulp for a bf16 state).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <utility>
 
@@ -48,6 +49,10 @@ const std::vector<SeqSpec> kMixedPrefill = {
 
 class GdnMixer : public CudaOps {
  protected:
+  // The unfused ops' delta rule on the prep kernel + state pass, as the fused mixer runs it (steps
+  // of many sequences would otherwise take gdn_chunk_fused.cu, a different rounding of the same
+  // math, checked against the CPU by gdn_chunk_test): read at the first launch.
+  static void SetUpTestSuite() { setenv("DS_GDN_FUSED", "0", 1); }
   // The fused gdn_mixer on `batch` against the unfused ops on `parts` (steps of consecutive row
   // ranges of the batch, in order; the batch itself by default).
   void check_fused_against_ops(const StepBatch& batch, const std::vector<StepBatch>& parts = {},
