@@ -80,6 +80,14 @@ __device__ void regs_inc() {
 // The intra warpgroup's barrier (named barrier 1).
 __device__ void intra_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
 
+// 2^x (the hardware's approximation, as __expf uses it).
+__device__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+constexpr float kLog2e = 1.4426950408889634f;
+
 __device__ void store_pair(bf16* tile, int r, int c, float lo, float hi) {
   *reinterpret_cast<uint32_t*>(reinterpret_cast<char*>(tile) + wgmma::sw128_offset(kChunk, r, c)) =
       mma::pack_bf16(lo, hi);
@@ -132,19 +140,19 @@ __device__ void chunk_gates(FusedSmem& sm, int s2, const GateInputs& in, int n, 
     g[e] = i < n ? tg.g : 0.0f;
   }
   const float run = scan_row_pairs(g[0], g[1]);
-  sm.gam[2 * lane] = run - g[1];
-  sm.gam[2 * lane + 1] = run;
+  sm.gam[2 * lane] = (run - g[1]) * kLog2e;
+  sm.gam[2 * lane + 1] = run * kLog2e;
 }
 
 // The state warpgroups' per-token factors of the chunk (n rows), by threads 0..63.
 __device__ void token_factors(FusedSmem& sm, TokenFactors& f, int n) {
   const int i = threadIdx.x;
   if (i >= kChunk) return;
-  const float last = sm.gam[n - 1], e = __expf(sm.gam[i]);
+  const float last = sm.gam[n - 1], e = exp2_approx(sm.gam[i]);
   f.x[i] = sm.rk[i] * e;
-  f.u[i] = sm.rk[i] * __expf(last - sm.gam[i]);
+  f.u[i] = sm.rk[i] * exp2_approx(last - sm.gam[i]);
   f.o[i] = sm.rq[i] * e;
-  if (i == 0) f.decay = __expf(last);
+  if (i == 0) f.decay = exp2_approx(last);
 }
 
 // The accumulator of a 64 x 64 product to f32 rows `d` (stride kLdF).
@@ -199,37 +207,58 @@ __device__ void raw_products(FusedSmem& sm, const InStage& in) {
   store_product(qk, sm.t);
 }
 
-// From the raw K K^T (in l) and Q K^T (in t): L_ij = beta_i rk_i rk_j e^(gam_i - gam_j) (k_i . k_j)
-// (j < i: the entries the inverse reads) in place, and P_ij = rq_i rk_j e^(gam_i - gam_j)
-// (q_i . k_j) (zero above the diagonal) as bf16 into the intra stage; each decay factor once for
-// both. Warp w takes rows w, w + 4, ..., lane l columns 2 l and 2 l + 1.
+// The 16 x 16 blocks on and below the diagonal of a 64 x 64 lower triangle, row-block major: a
+// block each of 10 rounds, thread t its row 16 bi + t / 8, columns 16 bj + 2 (t % 8) (+ 1).
+constexpr int kLowerBlocks = 10;
+__device__ constexpr int block_row(int b) { return b < 1 ? 0 : b < 3 ? 1 : b < 6 ? 2 : 3; }
+__device__ constexpr int block_col(int b) { return b - block_row(b) * (block_row(b) + 1) / 2; }
+
+// P's and T_b's blocks above the diagonal, zero in both stages for good (never written again).
+__device__ void zero_upper_blocks(FusedSmem& sm) {
+  for (int e = threadIdx.x; e < kIntraStages * 2 * 6 * 128; e += 128) {
+    const int pair = e % 128, blk = (e / 128) % 6, which = e / (128 * 6);
+    const int bi = blk < 3 ? 0 : blk < 5 ? 1 : 2, bj = blk < 3 ? blk + 1 : blk < 5 ? blk - 1 : 3;
+    IntraStage& st = sm.intra[which / 2];
+    store_pair(which % 2 ? st.tb : st.p, 16 * bi + pair / 8, 16 * bj + 2 * (pair % 8), 0.0f, 0.0f);
+  }
+}
+
+// From the raw K K^T (in l) and Q K^T (in t), on and below the diagonal blocks:
+// L_ij = beta_i rk_i rk_j e^(gam_i - gam_j) (k_i . k_j) (j < i: the entries the inverse reads) in
+// place, and P_ij = rq_i rk_j e^(gam_i - gam_j) (q_i . k_j) (j <= i) as bf16 into the intra stage;
+// each decay factor once for both.
 __device__ void decay_products(FusedSmem& sm, int s2) {
   bf16* p = sm.intra[s2].p;
-  const int j = 2 * (threadIdx.x % 32);
-  const float gj0 = sm.gam[j], gj1 = sm.gam[j + 1], rj0 = sm.rk[j], rj1 = sm.rk[j + 1];
-#pragma unroll 8
-  for (int i = threadIdx.x / 32; i < kChunk; i += 4) {
+  const int r = threadIdx.x / 8, c2 = 2 * (threadIdx.x % 8);
+#pragma unroll 5
+  for (int b = 0; b < kLowerBlocks; ++b) {
+    const int i = 16 * block_row(b) + r, j = 16 * block_col(b) + c2;
+    const bool diag = block_row(b) == block_col(b);
     const float2 kk = *reinterpret_cast<const float2*>(&sm.l[i][j]);
     const float2 qk = *reinterpret_cast<const float2*>(&sm.t[i][j]);
     const float gi = sm.gam[i], li = sm.beta[s2][i] * sm.rk[i], pi = sm.rq[i];
-    const float d0 = j <= i ? rj0 * __expf(gi - gj0) : 0.0f;
-    const float d1 = j + 1 <= i ? rj1 * __expf(gi - gj1) : 0.0f;
-    if (j < i)
-      *reinterpret_cast<float2*>(&sm.l[i][j]) = make_float2(li * kk.x * d0, li * kk.y * d1);
+    float d0 = sm.rk[j] * exp2_approx(gi - sm.gam[j]);
+    float d1 = sm.rk[j + 1] * exp2_approx(gi - sm.gam[j + 1]);
+    if (diag) {
+      d0 = j <= i ? d0 : 0.0f;
+      d1 = j + 1 <= i ? d1 : 0.0f;
+    }
+    const float l0 = !diag || j < i ? li * kk.x * d0 : 0.0f;
+    const float l1 = !diag || j + 1 < i ? li * kk.y * d1 : 0.0f;
+    *reinterpret_cast<float2*>(&sm.l[i][j]) = make_float2(l0, l1);
     store_pair(p, i, j, pi * qk.x * d0, pi * qk.y * d1);
   }
 }
 
-// T diag(beta) as bf16 into the intra stage (blocks above the diagonal zero). Warp w takes rows
-// w, w + 4, ..., lane l columns 2 l and 2 l + 1.
+// T diag(beta) as bf16 into the intra stage, on and below the diagonal blocks (T is zero above the
+// diagonal within them).
 __device__ void store_t_beta(FusedSmem& sm, int s2) {
-  const int j = 2 * (threadIdx.x % 32);
-  const float b0 = sm.beta[s2][j], b1 = sm.beta[s2][j + 1];
+  const int r = threadIdx.x / 8, c2 = 2 * (threadIdx.x % 8);
 #pragma unroll
-  for (int i = threadIdx.x / 32; i < kChunk; i += 4) {
-    const bool above = i / 16 < j / 16;
+  for (int b = 0; b < kLowerBlocks; ++b) {
+    const int i = 16 * block_row(b) + r, j = 16 * block_col(b) + c2;
     const float2 t = *reinterpret_cast<const float2*>(&sm.t[i][j]);
-    store_pair(sm.intra[s2].tb, i, j, above ? 0.0f : t.x * b0, above ? 0.0f : t.y * b1);
+    store_pair(sm.intra[s2].tb, i, j, t.x * sm.beta[s2][j], t.y * sm.beta[s2][j + 1]);
   }
 }
 
@@ -238,6 +267,7 @@ __device__ void intra_role(FusedSmem& sm, const CUtensorMap* y, const Seq& sq, i
                            const bf16* a, const bf16* bg, float A_log, float dt_bias,
                            const GdnShape& s) {
   const bool loader = threadIdx.x == 0, gate_warp = threadIdx.x < 32;
+  zero_upper_blocks(sm);
   if (loader)
     for (int c = 0; c < min(chunks, kInStages - 1); ++c) load_inputs(sm, y, sq, c, s);
   if (gate_warp)
