@@ -60,9 +60,9 @@ struct FusedSmem {
   InStage in[kInStages];
   IntraStage intra[kIntraStages];
   TokenFactors f[kIntraStages];
-  float gam[kChunk], rq[kChunk], rk[kChunk];               // the intra warpgroup's chunk
-  float beta[kIntraStages][kChunk];                        // (read until T_b is stored)
-  float l[kChunk][kLdF], t[kChunk][kLdF], x[4][16][kLdX];  // its products and inverse
+  float rq[kChunk], rk[kChunk];                                 // the intra warpgroup's chunk
+  float gam[kIntraStages][kChunk], beta[kIntraStages][kChunk];  // formed a chunk ahead
+  float l[kChunk][kLdF], t[kChunk][kLdF], x[4][16][kLdX];       // its products and inverse
   uint64_t full_in[kInStages], empty_in[kInStages], full_intra[kIntraStages],
       empty_intra[kIntraStages];
 };
@@ -140,19 +140,22 @@ __device__ void chunk_gates(FusedSmem& sm, int s2, const GateInputs& in, int n, 
     g[e] = i < n ? tg.g : 0.0f;
   }
   const float run = scan_row_pairs(g[0], g[1]);
-  sm.gam[2 * lane] = (run - g[1]) * kLog2e;
-  sm.gam[2 * lane + 1] = run * kLog2e;
+  sm.gam[s2][2 * lane] = (run - g[1]) * kLog2e;
+  sm.gam[s2][2 * lane + 1] = run * kLog2e;
 }
 
 // The state warpgroups' per-token factors of the chunk (n rows), by threads 0..63.
-__device__ void token_factors(FusedSmem& sm, TokenFactors& f, int n) {
-  const int i = threadIdx.x;
-  if (i >= kChunk) return;
-  const float last = sm.gam[n - 1], e = exp2_approx(sm.gam[i]);
-  f.x[i] = sm.rk[i] * e;
-  f.u[i] = sm.rk[i] * exp2_approx(last - sm.gam[i]);
-  f.o[i] = sm.rq[i] * e;
-  if (i == 0) f.decay = exp2_approx(last);
+__device__ void token_factors(FusedSmem& sm, int s2, int n) {
+  TokenFactors& f = sm.f[s2];
+  const float* gam = sm.gam[s2];
+  const float last = gam[n - 1];
+  for (int i = threadIdx.x % 32; i < kChunk; i += 32) {
+    const float e = exp2_approx(gam[i]);
+    f.x[i] = sm.rk[i] * e;
+    f.u[i] = sm.rk[i] * exp2_approx(last - gam[i]);
+    f.o[i] = sm.rq[i] * e;
+  }
+  if (threadIdx.x % 32 == 0) f.decay = exp2_approx(last);
 }
 
 // The accumulator of a 64 x 64 product to f32 rows `d` (stride kLdF).
@@ -236,9 +239,10 @@ __device__ void decay_products(FusedSmem& sm, int s2) {
     const bool diag = block_row(b) == block_col(b);
     const float2 kk = *reinterpret_cast<const float2*>(&sm.l[i][j]);
     const float2 qk = *reinterpret_cast<const float2*>(&sm.t[i][j]);
-    const float gi = sm.gam[i], li = sm.beta[s2][i] * sm.rk[i], pi = sm.rq[i];
-    float d0 = sm.rk[j] * exp2_approx(gi - sm.gam[j]);
-    float d1 = sm.rk[j + 1] * exp2_approx(gi - sm.gam[j + 1]);
+    const float* gam = sm.gam[s2];
+    const float gi = gam[i], li = sm.beta[s2][i] * sm.rk[i], pi = sm.rq[i];
+    float d0 = sm.rk[j] * exp2_approx(gi - gam[j]);
+    float d1 = sm.rk[j + 1] * exp2_approx(gi - gam[j + 1]);
     if (diag) {
       d0 = j <= i ? d0 : 0.0f;
       d1 = j + 1 <= i ? d1 : 0.0f;
@@ -266,7 +270,10 @@ __device__ void store_t_beta(FusedSmem& sm, int s2) {
 __device__ void intra_role(FusedSmem& sm, const CUtensorMap* y, const Seq& sq, int chunks,
                            const bf16* a, const bf16* bg, float A_log, float dt_bias,
                            const GdnShape& s) {
-  const bool loader = threadIdx.x == 0, gate_warp = threadIdx.x < 32;
+  // Warps 2 and 3 idle while warps 0 and 1 invert L's diagonal blocks: warp 2 then forms the next
+  // chunk's gates, warp 3 this chunk's per-token factors.
+  const int warp = threadIdx.x / 32;
+  const bool loader = threadIdx.x == 0, gate_warp = warp == 2, factor_warp = warp == 3;
   zero_upper_blocks(sm);
   if (loader)
     for (int c = 0; c < min(chunks, kInStages - 1); ++c) load_inputs(sm, y, sq, c, s);
@@ -282,22 +289,22 @@ __device__ void intra_role(FusedSmem& sm, const CUtensorMap* y, const Seq& sq, i
     intra_sync();  // the previous chunk's reads of l and t done; this one's gam and beta written
     raw_products(sm, sm.in[s3]);
     intra_sync();  // the raw products and norms
-    token_factors(sm, sm.f[s2], n);
     decay_products(sm, s2);
     intra_sync();  // L
     invert_diagonal(tiles);
+    if (gate_warp && c + 1 < chunks) {  // the next chunk's gam and beta (their slots' last readers,
+                                        // chunk c - 1's, are done)
+      chunk_gates(sm, (c + 1) % kIntraStages, gates, min(kChunk, sq.len - (c + 1) * kChunk), A_log,
+                  dt_bias);
+      if (c + 2 < chunks) gates = fetch_gates(a, bg, sq, c + 2, s.nv);
+    }
+    if (factor_warp) token_factors(sm, s2, n);
     intra_sync();
     invert_below_diagonal(tiles, [] { intra_sync(); });
     store_t_beta(sm, s2);
     wgmma::fence_shared_for_async();  // P and T_b are read by the state warpgroups' wgmma
     tma::arrive(&sm.full_intra[s2]);
     if (loader && c + kInStages - 1 < chunks) load_inputs(sm, y, sq, c + kInStages - 1, s);
-    if (gate_warp && c + 1 < chunks) {  // the next chunk's gates, off its chain (gam and its beta
-      // slot are no longer read)
-      chunk_gates(sm, (c + 1) % kIntraStages, gates, min(kChunk, sq.len - (c + 1) * kChunk), A_log,
-                  dt_bias);
-      if (c + 2 < chunks) gates = fetch_gates(a, bg, sq, c + 2, s.nv);
-    }
   }
 }
 
