@@ -7,7 +7,7 @@
 // The intra warpgroup (threads 0..127) runs a chunk ahead of the state warpgroups. Its thread 0
 // copies each chunk's q, k (the key head's) and v rows by TMA into three stages, two chunks ahead.
 // From the raw rows it forms, on wgmma, K K^T, Q K^T and the diagonal of Q Q^T (the row norms rk
-// and rq, times dk^-1/2); with the gates' cumulative log decay gam (warp 0, one chunk ahead),
+// and rq, times dk^-1/2); with the gates' cumulative log decay gam (warp 2, one chunk ahead),
 //   L_ij = beta_i rk_i rk_j e^(gam_i - gam_j) (k_i . k_j) (j < i),
 //   P_ij = rq_i rk_j e^(gam_i - gam_j) (q_i . k_j) (j <= i),
 // then T = (I + L)^-1 (gdn_chunk_inverse.cuh); P and T_b = T diag(beta) as bf16 tiles, and the
@@ -477,11 +477,12 @@ bool fused_pays(const BatchMeta& b, const GdnQkvSource& in, const GdnShape& s, i
   // DS_GDN_FUSED=1 takes the fused kernel wherever it applies, =0 never (A/B, tests).
   static const char* forced = std::getenv("DS_GDN_FUSED");
   if (in.y == nullptr || (forced && std::strcmp(forced, "0") == 0)) return false;
-  // Its blocks walk their chunks one after another, so it pays only with a block for (nearly)
-  // every SM. H200, gdn_bench rule ms a layer, fused / prep + pass: 8 x 1024 (256 blocks) 0.277 /
-  // 0.305, 4 x 2048 (128) 0.267 / 0.300, 3 x 2730 (96) 0.350 / 0.306, 2 x 4096 (64) 0.504 / 0.321.
+  // Its blocks walk their chunks one after another, so it pays only with a block for most SMs.
+  // H200 at ca3c264, gdn_bench rule ms a layer, fused / prep + pass: 8 x 1024 (256 blocks) 0.219
+  // / 0.306, 4 x 2048 (128) 0.214 / (0.301), 16 x 512 (512) 0.232 / 0.309, 32 x 256 (1024) 0.256 /
+  // 0.318, 3 x 2730 (96) 0.287 / 0.306, 2 x 4096 (64) 0.418 / 0.330.
   if (forced) return true;
-  return static_cast<int64_t>(b.num_seqs) * s.nv * 8 >= static_cast<int64_t>(num_sms) * 7;
+  return static_cast<int64_t>(b.num_seqs) * s.nv * 8 >= static_cast<int64_t>(num_sms) * 5;
 }
 
 void launch_fused(const BatchMeta& b, const GdnQkvSource& in, const bf16* a, const bf16* bgate,

@@ -13,7 +13,7 @@
 namespace deltaserve::cuda::gdn_chunk {
 
 // Whether a step takes the fused kernel: q / k / v from the conv outputs y (not the conv on the
-// way in), and a (sequence, value head) block for at least 7/8 of the num_sms SMs; DS_GDN_FUSED=1
+// way in), and a (sequence, value head) block for at least 5/8 of the num_sms SMs; DS_GDN_FUSED=1
 // / 0 forces it on / off.
 bool fused_pays(const BatchMeta& b, const GdnQkvSource& in, const GdnShape& s, int num_sms);
 
