@@ -196,18 +196,19 @@ __device__ void issue_raw_product(const bf16* a_tile, const bf16* b_tile, float 
 // K K^T into l and Q K^T into t (raw rows, f32), and the row norms rk = |k_r|^-1 and
 // rq = |q_r|^-1 dk^-1/2 from the diagonals of K K^T and Q Q^T, on wgmma.
 __device__ void raw_products(FusedSmem& sm, const InStage& in) {
-  float kk[32], qq[32], qk[32];  // Q Q^T: only its diagonal is kept
+  float kk[32], qk[32];  // then Q Q^T in kk's registers: only its diagonal is kept
   wgmma::fence();
   issue_raw_product(in.k, in.k, kk);
-  issue_raw_product(in.q, in.q, qq);
   issue_raw_product(in.q, in.k, qk);
-  wgmma::wait<2>();
+  wgmma::wait<1>();
   store_product(kk, sm.l);
   store_inverse_norms(kk, sm.rk, 1.0f);
+  wgmma::fence();
+  issue_raw_product(in.q, in.q, kk);
   wgmma::wait<1>();
-  store_inverse_norms(qq, sm.rq, rsqrtf(static_cast<float>(kDim)));
-  wgmma::wait<0>();
   store_product(qk, sm.t);
+  wgmma::wait<0>();
+  store_inverse_norms(kk, sm.rq, rsqrtf(static_cast<float>(kDim)));
 }
 
 // The 16 x 16 blocks on and below the diagonal of a 64 x 64 lower triangle, row-block major: a
