@@ -61,7 +61,7 @@ struct FusedSmem {
   IntraStage intra[kIntraStages];
   TokenFactors f[kIntraStages];
   float rq[kChunk], rk[kChunk];                                 // the intra warpgroup's chunk
-  float gam[kIntraStages][kChunk], beta[kIntraStages][kChunk];  // formed a chunk ahead
+  float gam[kIntraStages][kChunk], beta[kIntraStages][kChunk];  // a chunk ahead; gam x log2 e
   float l[kChunk][kLdF], t[kChunk][kLdF], x[4][16][kLdX];       // its products and inverse
   uint64_t full_in[kInStages], empty_in[kInStages], full_intra[kIntraStages],
       empty_intra[kIntraStages];
@@ -109,8 +109,9 @@ __device__ void load_inputs(FusedSmem& sm, const CUtensorMap* y, const Seq& sq, 
   }
 }
 
-// The gate inputs (a, b) of rows 2 lane and 2 lane + 1 of chunk c as loaded, by a warp (zeros
-// past the sequence): converted where used, so that the loads stay in flight meanwhile.
+// The gate inputs (a, b) of rows 2 lane and 2 lane + 1 of chunk c as loaded, by a warp (rows past
+// the sequence read its first row; chunk_gates masks them): converted where used, so that the
+// loads stay in flight meanwhile.
 struct GateInputs {
   bf16 a[2], b[2];
 };
@@ -127,7 +128,8 @@ __device__ GateInputs fetch_gates(const bf16* a, const bf16* bg, const Seq& sq, 
   return r;
 }
 
-// beta and gam of the chunk's rows (rows past n: beta 0, gam flat), by a warp.
+// beta and gam (in log2 units, for ex2) of the chunk's rows (rows past n: beta 0, gam flat), by a
+// warp.
 __device__ void chunk_gates(FusedSmem& sm, int s2, const GateInputs& in, int n, float A_log,
                             float dt_bias) {
   const int lane = threadIdx.x % 32;
@@ -144,7 +146,7 @@ __device__ void chunk_gates(FusedSmem& sm, int s2, const GateInputs& in, int n, 
   sm.gam[s2][2 * lane + 1] = run * kLog2e;
 }
 
-// The state warpgroups' per-token factors of the chunk (n rows), by threads 0..63.
+// The state warpgroups' per-token factors of the chunk (n rows), by a warp (two tokens a lane).
 __device__ void token_factors(FusedSmem& sm, int s2, int n) {
   TokenFactors& f = sm.f[s2];
   const float* gam = sm.gam[s2];
