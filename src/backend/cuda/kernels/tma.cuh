@@ -49,7 +49,8 @@ __device__ inline void wait(uint64_t* bar, uint32_t parity) {
 
 // As wait, for waits that may be long (another warpgroup's whole phase of work): each try may
 // suspend the thread until the phase completes (up to the hint's ~0.1 ms), so that waiting warps
-// do not take issue slots from the warps they wait for.
+// need not take issue slots from the warps they wait for. (In the fused GDN chunk kernel it timed
+// the same as wait: 0.457 against 0.459 ms a layer at 8 x 1024.)
 __device__ inline void wait_suspended(uint64_t* bar, uint32_t parity) {
   uint32_t done = 0;
   while (!done)
