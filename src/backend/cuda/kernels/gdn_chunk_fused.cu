@@ -384,22 +384,8 @@ __device__ void state_step(float (&hs)[64], const InStage& in, const IntraStage&
     wgmma::commit();
     wgmma::wait<0>();
   }
-#pragma unroll
-  for (int blk = 0; blk < 8; ++blk) {
-    const int tok = 8 * blk + c2;
-    const float e0 = f.o[tok], e1 = f.o[tok + 1];
-    o[4 * blk] *= e0;
-    o[4 * blk + 1] *= e1;
-    o[4 * blk + 2] *= e0;
-    o[4 * blk + 3] *= e1;
-  }
-  wgmma::fence();
-  const uint64_t pd = wgmma::desc(mma::smem_u32(it.p), 16, wgmma::kAtomBytes);
-#pragma unroll
-  for (int ks = 0; ks < 4; ++ks) wgmma::mma_64x64_rs<false>(o, av[ks], pd + ((ks * 32) >> 4), true);
-  wgmma::commit();
-  wgmma::wait<0>();
-  store_out_t(o, first, nv, n, v0);
+  finish_output_t(
+      o, av, mma::smem_u32(it.p), [&](int tok) { return f.o[tok]; }, first, nv, n, v0);
 }
 
 // A state warpgroup: its columns of the head's state through every chunk, then to the state slot

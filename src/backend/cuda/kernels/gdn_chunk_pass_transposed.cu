@@ -71,21 +71,9 @@ __device__ void step_t(float (&hs)[64], const StageT& st, const Seq& q, int t0, 
     wgmma::mma_64x128_rs(hs, av[ks], kdd + ((ks * 16 * wgmma::kRowBytes) >> 4));
   wgmma::commit();
   wgmma::wait<1>();  // O^T = S^T q^T (the update may still run)
-#pragma unroll
-  for (int blk = 0; blk < 8; ++blk) {
-    const float e0 = __expf(st.gam[8 * blk + c2]), e1 = __expf(st.gam[8 * blk + c2 + 1]);
-    o[4 * blk] *= e0;
-    o[4 * blk + 1] *= e1;
-    o[4 * blk + 2] *= e0;
-    o[4 * blk + 3] *= e1;
-  }
-  wgmma::fence();
-  const uint64_t pd = wgmma::desc(mma::smem_u32(st.p), 16, wgmma::kAtomBytes);
-#pragma unroll
-  for (int ks = 0; ks < 4; ++ks) wgmma::mma_64x64_rs<false>(o, av[ks], pd + ((ks * 32) >> 4), true);
-  wgmma::commit();
-  wgmma::wait<0>();
-  store_out_t(o, out + (static_cast<size_t>(q.base + t0) * s.nv + q.h) * kDim, s.nv, n, v0);
+  finish_output_t(
+      o, av, mma::smem_u32(st.p), [&](int tok) { return __expf(st.gam[tok]); },
+      out + (static_cast<size_t>(q.base + t0) * s.nv + q.h) * kDim, s.nv, n, v0);
 }
 
 template <class StateT, int kGroups>

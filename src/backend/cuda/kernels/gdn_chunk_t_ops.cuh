@@ -66,4 +66,28 @@ __device__ inline void store_out_t(const float (&o)[32], __nv_bfloat16* first, i
     }
 }
 
+// O^T (the accumulator of the warpgroup's columns v0.. x the chunk's tokens, its MMAs done) with
+// each token's column times scale(token), plus V'^T P^T (A = V'^T's fragments av over the tokens;
+// B = P [i][j], a K-major SW128 tile at shared address p), then stored as store_out_t does.
+template <class Scale>
+__device__ inline void finish_output_t(float (&o)[32], const uint32_t (&av)[4][4], uint32_t p,
+                                       Scale scale, __nv_bfloat16* first, int nv, int n, int v0) {
+  const int c2 = 2 * (threadIdx.x % 4);
+#pragma unroll
+  for (int blk = 0; blk < 8; ++blk) {
+    const float e0 = scale(8 * blk + c2), e1 = scale(8 * blk + c2 + 1);
+    o[4 * blk] *= e0;
+    o[4 * blk + 1] *= e1;
+    o[4 * blk + 2] *= e0;
+    o[4 * blk + 3] *= e1;
+  }
+  wgmma::fence();
+  const uint64_t pd = wgmma::desc(p, 16, wgmma::kAtomBytes);
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) wgmma::mma_64x64_rs<false>(o, av[ks], pd + ((ks * 32) >> 4), true);
+  wgmma::commit();
+  wgmma::wait<0>();
+  store_out_t(o, first, nv, n, v0);
+}
+
 }  // namespace deltaserve::cuda::gdn_chunk
