@@ -161,33 +161,15 @@ __global__ void __launch_bounds__(128 * kGroups, 1)
   StateT* S = state + (static_cast<size_t>(b.seq_slot[seq]) * s.nv + h) * head;
   Acc<kCols> hs[2] = {};
   if (b.seq_start[seq] != 0) WgState::template io<false>(S, col0, hs);
-  const int chunks = (q.len + kChunk - 1) / kChunk, snap_at = b.seq_snap_at[seq];
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < kStages; ++i) tma::barrier_init(&sm.full[i], 1);
-    tma::barrier_init_fence();
-  }
-  __syncthreads();  // the barriers initialised
-  // Chunk c's loads, or (past the last chunk) an empty cp.async group: every step then has
-  // kStages - 2 groups after its own to leave pending.
-  const auto load = [&](int c) {
-    if (c < chunks)
-      load_chunk(sm.stage[c % kStages], &sm.full[c % kStages], maps, q, c, ws, u_half);
-    else
-      mma::cp_async_commit();
-  };
-  for (int c = 0; c + 1 < kStages; ++c) load(c);
-  WgState::publish(st_tile, hs);
-  for (int c = 0; c < chunks; ++c) {
-    mma::cp_async_wait<kStages - 2>();
-    __syncthreads();        // chunk c's gam staged, S^T published, every read of chunk c - 1's done
-    load(c + kStages - 1);  // into chunk c - 1's stage
-    const int t0 = c * kChunk, n = min(kChunk, q.len - t0);
-    tma::wait(&sm.full[c % kStages], (c / kStages) & 1);
-    step<kCols>(hs, sm.stage[c % kStages], st_tile, vt, q, t0, n, s, group, col0, out);
-    if (t0 + n == snap_at)  // the in-step snapshot: the state after this chunk
-      WgState::template io<true>(
-          state + (static_cast<size_t>(b.seq_snap_slot[seq]) * s.nv + h) * head, col0, hs);
-  }
+  const int snap_at = b.seq_snap_at[seq];
+  walk_chunks(
+      sm.stage, sm.full, maps, q, ws, u_half, [&] { WgState::publish(st_tile, hs); },
+      [&](const auto& stage, int t0, int n) {  // S^T published before the first chunk's barrier
+        step<kCols>(hs, stage, st_tile, vt, q, t0, n, s, group, col0, out);
+        if (t0 + n == snap_at)  // the in-step snapshot: the state after this chunk
+          WgState::template io<true>(
+              state + (static_cast<size_t>(b.seq_snap_slot[seq]) * s.nv + h) * head, col0, hs);
+      });
   WgState::template io<true>(S, col0, hs);
 }
 

@@ -65,6 +65,40 @@ __device__ inline void load_chunk(Stage<kUCols>& st, uint64_t* full, const PassM
   mma::cp_async_commit();
 }
 
+// The pass kernels' walk over a sequence's chunks: the stages' barriers initialised, each chunk's
+// operands copied kStages - 1 chunks ahead (past the last chunk an empty cp.async group, so that
+// every chunk has kStages - 2 groups after its own to leave pending); `before()` once the first
+// copies are issued; then per chunk, once its gam and bulk copies landed and a block barrier saw
+// every read of the chunk before's stage done (the next copies go into that stage),
+// `step(stage, t0, n)`.
+template <int kStages, int kUCols, class Before, class Step>
+__device__ inline void walk_chunks(Stage<kUCols> (&stages)[kStages], uint64_t (&full)[kStages],
+                                   const PassMaps& maps, const Seq& q, const Workspace& ws,
+                                   int u_half, Before before, Step step) {
+  const int chunks = (q.len + kChunk - 1) / kChunk;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i) tma::barrier_init(&full[i], 1);
+    tma::barrier_init_fence();
+  }
+  __syncthreads();  // the barriers initialised
+  const auto load = [&](int c) {
+    if (c < chunks)
+      load_chunk(stages[c % kStages], &full[c % kStages], maps, q, c, ws, u_half);
+    else
+      mma::cp_async_commit();
+  };
+  for (int c = 0; c + 1 < kStages; ++c) load(c);
+  before();
+  for (int c = 0; c < chunks; ++c) {
+    mma::cp_async_wait<kStages - 2>();
+    __syncthreads();        // chunk c's gam staged, every read of chunk c - 1's stage done
+    load(c + kStages - 1);  // into chunk c - 1's stage
+    const int t0 = c * kChunk, n = min(kChunk, q.len - t0);
+    tma::wait(&full[c % kStages], (c / kStages) & 1);
+    step(stages[c % kStages], t0, n);
+  }
+}
+
 // The tensor maps of the workspace's W, kd, U, q and P for a step of b.num_tokens tokens.
 inline PassMaps pass_maps(const BatchMeta& b, const Workspace& ws, const GdnShape& s) {
   const int64_t T = b.num_tokens, cols = static_cast<int64_t>(s.nv) * kDim;

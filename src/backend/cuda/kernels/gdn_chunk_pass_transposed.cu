@@ -93,29 +93,14 @@ __global__ void __launch_bounds__(128 * kGroups, 1)
 #pragma unroll
   for (int e = 0; e < 64; ++e) hs[e] = 0.0f;
   if (b.seq_start[seq] != 0) io_t<false>(S, v0, hs);
-  const int chunks = (q.len + kChunk - 1) / kChunk, snap_at = b.seq_snap_at[seq];
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < kStages; ++i) tma::barrier_init(&sm.full[i], 1);
-    tma::barrier_init_fence();
-  }
-  __syncthreads();                // the barriers initialised
-  const auto load = [&](int c) {  // past the last chunk an empty cp.async group
-    if (c < chunks)
-      load_chunk(sm.stage[c % kStages], &sm.full[c % kStages], maps, q, c, ws, u_half);
-    else
-      mma::cp_async_commit();
-  };
-  for (int c = 0; c + 1 < kStages; ++c) load(c);
-  for (int c = 0; c < chunks; ++c) {
-    mma::cp_async_wait<kStages - 2>();
-    __syncthreads();  // chunk c's gam staged, every read of chunk c - 1's stage done
-    load(c + kStages - 1);
-    const int t0 = c * kChunk, n = min(kChunk, q.len - t0);
-    tma::wait(&sm.full[c % kStages], (c / kStages) & 1);
-    step_t(hs, sm.stage[c % kStages], q, t0, n, s, v0, ucol0, out);
-    if (t0 + n == snap_at)  // the in-step snapshot: the state after this chunk
-      io_t<true>(state + (static_cast<size_t>(b.seq_snap_slot[seq]) * s.nv + h) * head, v0, hs);
-  }
+  const int snap_at = b.seq_snap_at[seq];
+  walk_chunks(
+      sm.stage, sm.full, maps, q, ws, u_half, [] {},
+      [&](const auto& stage, int t0, int n) {
+        step_t(hs, stage, q, t0, n, s, v0, ucol0, out);
+        if (t0 + n == snap_at)  // the in-step snapshot: the state after this chunk
+          io_t<true>(state + (static_cast<size_t>(b.seq_snap_slot[seq]) * s.nv + h) * head, v0, hs);
+      });
   io_t<true>(S, v0, hs);
 }
 
