@@ -371,15 +371,7 @@ __device__ void state_step(float (&hs)[64], const InStage& in, const IntraStage&
   {
     uint32_t as[8][4];
     state_fragments(hs, as);
-#pragma unroll
-    for (int e = 0; e < 64; ++e) hs[e] *= f.decay;
-    wgmma::fence();
-    const uint64_t kmn =
-        wgmma::desc(mma::smem_u32(in.k), kChunk * wgmma::kRowBytes, wgmma::kAtomBytes);
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks)
-      wgmma::mma_64x128_rs(hs, au[ks], kmn + ((ks * 16 * wgmma::kRowBytes) >> 4));
-    wgmma::commit();
+    issue_state_update_t(hs, au, mma::smem_u32(in.k), f.decay);
     issue_over_dk(o, as, mma::smem_u32(in.q));
     wgmma::commit();
     wgmma::wait<0>();

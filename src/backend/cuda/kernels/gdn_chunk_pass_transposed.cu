@@ -61,15 +61,7 @@ __device__ void step_t(float (&hs)[64], const StageT& st, const Seq& q, int t0, 
       const float hi = tok + 1 < n ? u.y - x[4 * blk + e + 1] : 0.0f;
       av[ks][i] = mma::pack_bf16(lo, hi);
     }
-#pragma unroll
-  for (int e = 0; e < 64; ++e) hs[e] *= decay;
-  wgmma::fence();
-  const uint64_t kdd =
-      wgmma::desc(mma::smem_u32(st.kd), kChunk * wgmma::kRowBytes, wgmma::kAtomBytes);
-#pragma unroll
-  for (int ks = 0; ks < 4; ++ks)
-    wgmma::mma_64x128_rs(hs, av[ks], kdd + ((ks * 16 * wgmma::kRowBytes) >> 4));
-  wgmma::commit();
+  issue_state_update_t(hs, av, mma::smem_u32(st.kd), decay);
   wgmma::wait<1>();  // O^T = S^T q^T (the update may still run)
   finish_output_t(
       o, av, mma::smem_u32(st.p), [&](int tok) { return __expf(st.gam[tok]); },

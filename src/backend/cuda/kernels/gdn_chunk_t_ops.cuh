@@ -34,6 +34,21 @@ __device__ inline void issue_over_dk(float (&d)[32], const uint32_t (&as)[8][4],
   }
 }
 
+// S^T <- decay S^T + A B, issued as one group: A the fragments of a 64 x 64 accumulator over the
+// chunk's tokens (4 steps of 16), B the chunk's [token][dk] SW128 tile at shared address `tile`,
+// read MN-major.
+__device__ inline void issue_state_update_t(float (&hs)[64], const uint32_t (&a)[4][4],
+                                            uint32_t tile, float decay) {
+#pragma unroll
+  for (int e = 0; e < 64; ++e) hs[e] *= decay;
+  wgmma::fence();
+  const uint64_t bd = wgmma::desc(tile, kChunk * wgmma::kRowBytes, wgmma::kAtomBytes);
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks)
+    wgmma::mma_64x128_rs(hs, a[ks], bd + ((ks * 16 * wgmma::kRowBytes) >> 4));
+  wgmma::commit();
+}
+
 // The state (f32 or bf16 [dk][dv] in memory) to / from the thread's S^T elements.
 template <bool kStore, class StateT>
 __device__ inline void io_t(StateT* S, int v0, float (&hs)[64]) {
