@@ -35,31 +35,34 @@ __device__ inline void arrive_expect_bytes(uint64_t* bar, uint32_t bytes) {
 __device__ inline void arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
-// Waits until the barrier's phase of parity `parity` has completed.
-__device__ inline void wait(uint64_t* bar, uint32_t parity) {
+// Waits until the barrier's phase of parity `parity` has completed. With kSuspend (waits that may
+// be long: another warpgroup's whole phase of work) each try may suspend the thread until the phase
+// completes (up to the hint's ~0.1 ms), so that waiting warps need not take issue slots from the
+// warps they wait for. (In the fused GDN chunk kernel that timed the same as without: 0.457
+// against 0.459 ms a layer at 8 x 1024.)
+template <bool kSuspend>
+__device__ inline void wait_phase(uint64_t* bar, uint32_t parity) {
   uint32_t done = 0;
-  while (!done)
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(smem_addr(bar)), "r"(parity)
-        : "memory");
+  while (!done) {
+    if constexpr (kSuspend)
+      asm volatile(
+          "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
+          "selp.u32 %0, 1, 0, p;\n}\n"
+          : "=r"(done)
+          : "r"(smem_addr(bar)), "r"(parity), "r"(100000)
+          : "memory");
+    else
+      asm volatile(
+          "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+          "selp.u32 %0, 1, 0, p;\n}\n"
+          : "=r"(done)
+          : "r"(smem_addr(bar)), "r"(parity)
+          : "memory");
+  }
 }
-
-// As wait, for waits that may be long (another warpgroup's whole phase of work): each try may
-// suspend the thread until the phase completes (up to the hint's ~0.1 ms), so that waiting warps
-// need not take issue slots from the warps they wait for. (In the fused GDN chunk kernel it timed
-// the same as wait: 0.457 against 0.459 ms a layer at 8 x 1024.)
+__device__ inline void wait(uint64_t* bar, uint32_t parity) { wait_phase<false>(bar, parity); }
 __device__ inline void wait_suspended(uint64_t* bar, uint32_t parity) {
-  uint32_t done = 0;
-  while (!done)
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(smem_addr(bar)), "r"(parity), "r"(100000)
-        : "memory");
+  wait_phase<true>(bar, parity);
 }
 
 // Copies the box at (c0 innermost, c1) of `map` to shared `dst` (1024-byte aligned for the
