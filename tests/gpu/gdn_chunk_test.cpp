@@ -5,9 +5,9 @@
 // and continuing from a state; varlen mixes (the state pass in quarter-head, half-head and whole-
 // head blocks; the 40-sequence mixes fill an H200 with (sequence, value head) blocks, so by
 // default they take the fused kernel, gdn_chunk_fused.cu); in-step snapshots; a bf16 state.
-// tests/CMakeLists.txt runs the cases again with each form forced (DS_GDN_FUSED, DS_GDN_PASS_T). Bounds are those of bf16
-// operands: |error| <= 2^-6 of the largest reference magnitude (at least 1) for the bf16 output and
-// 2^-7 for the f32 state (4 and 2 bf16 ulps at that magnitude).
+// tests/CMakeLists.txt runs the cases again with each form forced (DS_GDN_FUSED, DS_GDN_PASS_T).
+// Bounds are those of bf16 operands: |error| <= 2^-6 of the largest reference magnitude (at least
+// 1) for the bf16 output and 2^-7 for the f32 state (4 and 2 bf16 ulps at that magnitude).
 #include <gtest/gtest.h>
 
 #include <array>
