@@ -1,6 +1,7 @@
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gdn.cuh"
 #include "backend/cuda/kernels/gdn_chunk.cuh"
+#include "backend/cuda/kernels/gdn_gates.cuh"
 #include "backend/cuda/kernels/gdn_state.cuh"
 
 namespace deltaserve::cuda {
@@ -60,9 +61,8 @@ __global__ void __launch_bounds__(kThreads)
       ks[i0] = kv * rk;
     }
     const size_t gi = static_cast<size_t>(begin + t) * s.nv + h;
-    const float beta = 1.0f / (1.0f + __expf(-__bfloat162float(bg[gi])));
-    const float x = __bfloat162float(a[gi]) + bias;
-    const float alpha = __expf(neg_A * (x > 20.0f ? x : log1pf(__expf(x))));
+    const float beta = gate_beta(__bfloat162float(bg[gi]));
+    const float alpha = __expf(gate_log_decay(__bfloat162float(a[gi]), bias, neg_A));
     const float v = has_col ? __bfloat162float(row[2 * key_dim + h * s.dv + col]) : 0.0f;
     __syncthreads();  // qs / ks written
     float m = 0.0f;
@@ -146,9 +146,8 @@ __global__ void __launch_bounds__(kFastThreads)
         ks[i0] = x * rsqrtf(sk + 1e-6f);
     }
     const size_t gi = static_cast<size_t>(begin + t) * s.nv + h;
-    const float beta = 1.0f / (1.0f + __expf(-__bfloat162float(bg[gi])));
-    const float xa = __bfloat162float(a[gi]) + bias;
-    const float alpha = __expf(neg_A * (xa > 20.0f ? xa : log1pf(__expf(xa))));
+    const float beta = gate_beta(__bfloat162float(bg[gi]));
+    const float alpha = __expf(gate_log_decay(__bfloat162float(a[gi]), bias, neg_A));
     const __nv_bfloat16* vr = row + 2 * key_dim + h * 128 + 4 * lane;
     const float4 v = make_float4(__bfloat162float(vr[0]), __bfloat162float(vr[1]),
                                  __bfloat162float(vr[2]), __bfloat162float(vr[3]));

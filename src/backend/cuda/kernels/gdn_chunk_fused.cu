@@ -30,6 +30,7 @@
 #include "backend/cuda/kernels/gdn_chunk_inverse.cuh"
 #include "backend/cuda/kernels/gdn_chunk_pass_stage.cuh"
 #include "backend/cuda/kernels/gdn_chunk_t_ops.cuh"
+#include "backend/cuda/kernels/gdn_gates.cuh"
 
 namespace deltaserve::cuda::gdn_chunk {
 namespace {
@@ -136,10 +137,10 @@ __device__ void chunk_gates(FusedSmem& sm, int s2, const GateInputs& in, int n, 
   float g[2];
   for (int e = 0; e < 2; ++e) {
     const int i = 2 * lane + e;
-    const TokenGates tg =
-        token_gates(__bfloat162float(in.a[e]), __bfloat162float(in.b[e]), A_log, dt_bias);
-    sm.beta[s2][i] = i < n ? tg.beta : 0.0f;
-    g[e] = i < n ? tg.g : 0.0f;
+    const float beta = gate_beta(__bfloat162float(in.b[e]));
+    const float ge = gate_log_decay(__bfloat162float(in.a[e]), dt_bias, -__expf(A_log));
+    sm.beta[s2][i] = i < n ? beta : 0.0f;
+    g[e] = i < n ? ge : 0.0f;
   }
   const float run = scan_row_pairs(g[0], g[1]);
   sm.gam[s2][2 * lane] = (run - g[1]) * kLog2e;
@@ -309,12 +310,6 @@ __device__ void intra_role(FusedSmem& sm, const CUtensorMap* y, const Seq& sq, i
     tma::arrive(&sm.full_intra[s2]);
     if (loader && c + kInStages - 1 < chunks) load_inputs(sm, y, sq, c + kInStages - 1, s);
   }
-}
-
-// The state's fragments (S^T as bf16 A operands over dk).
-__device__ void state_fragments(const float (&hs)[64], uint32_t (&as)[8][4]) {
-#pragma unroll
-  for (int kk = 0; kk < 8; ++kk) to_a(hs, kk, as[kk]);
 }
 
 // One chunk of a state warpgroup's columns v0 .. v0 + 63; its outputs from row `first` on. The

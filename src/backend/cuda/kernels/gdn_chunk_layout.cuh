@@ -46,27 +46,6 @@ struct Workspace {
   }
 };
 
-// A token's gates: beta = sigmoid(b) and the log decay g = -e^A_log softplus(a + dt_bias).
-struct TokenGates {
-  float beta, g;
-};
-__device__ inline TokenGates token_gates(float a, float b, float A_log, float dt_bias) {
-  const float xa = a + dt_bias;
-  return {1.0f / (1.0f + __expf(-b)), -__expf(A_log) * (xa > 20.0f ? xa : log1pf(__expf(xa)))};
-}
-
-// The inclusive scan of a chunk's log decays across a warp, lane l holding rows 2 l and 2 l + 1
-// (g0, g1): the cumulative log decay through row 2 l + 1 (through row 2 l: the result - g1).
-__device__ inline float scan_row_pairs(float g0, float g1) {
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  float run = g0 + g1;
-  for (int o = 1; o < 32; o <<= 1) {
-    const float up = __shfl_up_sync(0xffffffffu, run, o);
-    if (lane >= o) run += up;
-  }
-  return run;
-}
-
 // Every chunk's W / U / kd / q / P / gam into ws (gdn_chunk_prep.cu); num_sms picks the block
 // form.
 void launch_prep(const BatchMeta& b, const GdnQkvSource& in, const __nv_bfloat16* a,

@@ -36,8 +36,7 @@ __device__ void step_t(float (&hs)[64], const StageT& st, const Seq& q, int t0, 
                        const GdnShape& s, int v0, int ucol0, bf16* out) {
   const int c2 = 2 * (threadIdx.x % 4);
   uint32_t as[8][4];
-#pragma unroll
-  for (int kk = 0; kk < 8; ++kk) to_a(hs, kk, as[kk]);
+  state_fragments(hs, as);
   float x[32], o[32];
   wgmma::fence();
   issue_over_dk(x, as, mma::smem_u32(st.w));

@@ -11,6 +11,7 @@
 #include "backend/cuda/kernels/gdn_chunk_inverse.cuh"
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "backend/cuda/kernels/gdn_conv4.cuh"
+#include "backend/cuda/kernels/gdn_gates.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
 
 namespace deltaserve::cuda::gdn_chunk {
@@ -188,10 +189,11 @@ __device__ void stage_inputs(PrepSmem<kHeads>& sm, const Chunk& ch, const GdnQkv
       sm.beta[j][i] = 0.0f;
       if (i < ch.n) {
         const size_t gi = static_cast<size_t>(ch.begin + i) * s.nv + h;
-        const TokenGates tg =
-            token_gates(__bfloat162float(a[gi]), __bfloat162float(bg[gi]), A_log[h], dt_bias[h]);
-        sm.beta[j][i] = tg.beta;
-        g[e] = tg.g;
+        const float av = __bfloat162float(a[gi]), bv = __bfloat162float(bg[gi]);
+        const float alog = A_log[h], bias = dt_bias[h];
+        const float beta = gate_beta(bv);
+        g[e] = gate_log_decay(av, bias, -__expf(alog));
+        sm.beta[j][i] = beta;
       }
     }
     const float run = scan_row_pairs(g[0], g[1]);

@@ -24,6 +24,12 @@ __device__ inline void to_a(const float (&d)[N], int kk, uint32_t (&a)[4]) {
                           d[4 * (2 * kk + i / 2) + 2 * (i % 2) + 1]);
 }
 
+// The state's fragments (S^T as bf16 A operands over dk).
+__device__ inline void state_fragments(const float (&hs)[64], uint32_t (&as)[8][4]) {
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) to_a(hs, kk, as[kk]);
+}
+
 // d (= or +=) A B^T over K = dk (8 steps): A the state's fragments, B a K-major [token][dk] tile.
 __device__ inline void issue_over_dk(float (&d)[32], const uint32_t (&as)[8][4], uint32_t tile) {
   const uint64_t bd = wgmma::desc(tile, 16, wgmma::kAtomBytes);

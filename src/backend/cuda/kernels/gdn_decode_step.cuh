@@ -10,6 +10,7 @@
 #include "backend/cuda/kernels/bf16x8.cuh"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gdn_decode.cuh"
+#include "backend/cuda/kernels/gdn_gates.cuh"
 
 namespace deltaserve::cuda::gdn_decode {
 
@@ -64,9 +65,8 @@ __device__ inline GateInputs load_gate_inputs(const GdnDecodeArgs& p, size_t gi,
 
 // beta = sigmoid(b) and the decay alpha = e^g, g = -e^A_log softplus(a + dt_bias).
 __device__ inline void decode_gates(const GateInputs& in, float& beta, float& alpha) {
-  beta = 1.0f / (1.0f + __expf(-in.b));
-  const float xa = in.a + in.dt_bias;
-  alpha = __expf(-__expf(in.A_log) * (xa > 20.0f ? xa : log1pf(__expf(xa))));
+  beta = gate_beta(in.b);
+  alpha = __expf(gate_log_decay(in.a, in.dt_bias, -__expf(in.A_log)));
 }
 
 // In place on the conv outputs ys = q [kDk] | k [kDk] | ... in shared memory: q scaled by
