@@ -13,4 +13,11 @@ inline bool ab_switch_on(const char* name) {
   return !(v && std::strcmp(v, "0") == 0);
 }
 
+// A switch that forces a form on or off where a heuristic picks by default: -1 unset (the
+// heuristic), 0 set to 0 (off), 1 set to anything else (on).
+inline int ab_switch_forced(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? -1 : std::strcmp(v, "0") == 0 ? 0 : 1;
+}
+
 }  // namespace deltaserve::cuda

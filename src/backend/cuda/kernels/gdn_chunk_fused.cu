@@ -23,9 +23,7 @@
 // Rows past the sequence's end (the next sequence's tokens, or zeros past the step) get beta = 0
 // and a flat decay, so their columns of T_b and V' are zero; their outputs are not stored.
 // setmaxnreg moves registers between the warpgroups (kIntraRegs / kStateRegs).
-#include <cstdlib>
-#include <cstring>
-
+#include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/gdn_chunk_fused.h"
 #include "backend/cuda/kernels/gdn_chunk_inverse.cuh"
 #include "backend/cuda/kernels/gdn_chunk_pass_stage.cuh"
@@ -451,13 +449,13 @@ void launch_typed(const BatchMeta& b, const bf16* y, const bf16* a, const bf16* 
 
 bool fused_pays(const BatchMeta& b, const GdnQkvSource& in, const GdnShape& s, int num_sms) {
   // DS_GDN_FUSED=1 takes the fused kernel wherever it applies, =0 never (A/B, tests).
-  static const char* forced = std::getenv("DS_GDN_FUSED");
-  if (in.y == nullptr || (forced && std::strcmp(forced, "0") == 0)) return false;
+  static const int forced = ab_switch_forced("DS_GDN_FUSED");
+  if (in.y == nullptr || forced == 0) return false;
   // Its blocks walk their chunks one after another, so it pays only with a block for most SMs.
   // H200 at ca3c264, gdn_bench rule ms a layer, fused / prep + pass: 8 x 1024 (256 blocks) 0.219
   // / 0.306, 4 x 2048 (128) 0.214 / (0.301), 16 x 512 (512) 0.232 / 0.309, 32 x 256 (1024) 0.256 /
   // 0.318, 3 x 2730 (96) 0.287 / 0.306, 2 x 4096 (64) 0.418 / 0.330.
-  if (forced) return true;
+  if (forced == 1) return true;
   return static_cast<int64_t>(b.num_seqs) * s.nv * 8 >= static_cast<int64_t>(num_sms) * 5;
 }
 

@@ -21,7 +21,6 @@
 // S^T and V'^T go to shared memory through stmatrix (transposed) in the 128-byte-swizzled layout
 // the MMAs read (wgmma.cuh).
 #include <cstdlib>
-#include <cstring>
 
 #include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
@@ -224,10 +223,7 @@ void launch_state_pass(const BatchMeta& b, const Workspace& ws, GdnState state, 
   // 2 x 16384 1.257 against 1.291 at 3c896b8); quarter heads (one sequence) keep this one (1 x 8192
   // 0.378 against 0.419 for the transposed pass's 64-column halves).
   // DS_GDN_PASS_T=0 never takes it, =1 always does (A/B, tests).
-  static const int transposed = [] {
-    const char* v = std::getenv("DS_GDN_PASS_T");
-    return v == nullptr ? -1 : std::strcmp(v, "0") == 0 ? 0 : 1;
-  }();
+  static const int transposed = ab_switch_forced("DS_GDN_PASS_T");
   if (transposed == 1 || (transposed == -1 && split <= 2))
     return launch_state_pass_transposed(b, ws, state, s, split > 1, out, stream);
   if (state.bf16)

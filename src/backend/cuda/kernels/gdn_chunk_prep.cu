@@ -5,9 +5,7 @@
 // head L = beta_i (k_i . k_j) e^(gam_i - gam_j) (j < i) and P = (q_i . k_j) e^(gam_i - gam_j)
 // (j <= i); T = (I + L)^-1 by 16 x 16 blocks (f32 diagonal blocks, tf32 tensor cores below); and
 // W = T diag(beta e^gam) K, U = T diag(beta) V. See gdn_chunk_layout.cuh for what it writes.
-#include <cstdlib>
-#include <cstring>
-
+#include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/gdn_chunk_inverse.cuh"
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
 #include "backend/cuda/kernels/gdn_conv4.cuh"
@@ -459,10 +457,10 @@ void launch_prep_heads(const BatchMeta& b, const GdnQkvSource& in, const bf16* a
 void launch_prep(const BatchMeta& b, const GdnQkvSource& in, const bf16* a, const bf16* bgate,
                  const float* A_log, const float* dt_bias, const GdnShape& s, const Workspace& ws,
                  int num_sms, cudaStream_t stream) {
-  static const char* forced = std::getenv("DS_GDN_PREP_PAIRS");
+  static const int forced = ab_switch_forced("DS_GDN_PREP_PAIRS");
   const int64_t paired_blocks =
       static_cast<int64_t>(b.num_seqs) * ((b.max_seq_len + kChunk - 1) / kChunk) * (s.nv / 2);
-  const bool pays = forced ? std::strcmp(forced, "0") != 0 : paired_blocks >= num_sms;
+  const bool pays = forced == -1 ? paired_blocks >= num_sms : forced == 1;
   if (pays && (s.nv / s.nk) % 2 == 0)
     launch_prep_heads<2>(b, in, a, bgate, A_log, dt_bias, s, ws, stream);
   else
