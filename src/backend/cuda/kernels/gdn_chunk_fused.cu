@@ -6,8 +6,9 @@
 //
 // The intra warpgroup (threads 0..127) runs a chunk ahead of the state warpgroups. Its thread 0
 // copies each chunk's q, k (the key head's) and v rows by TMA into three stages, two chunks ahead.
-// From the raw rows it forms, on wgmma, K K^T, Q K^T and the diagonal of Q Q^T (the row norms rk
-// and rq, times dk^-1/2); with the gates' cumulative log decay gam (warp 2, one chunk ahead),
+// From the raw rows it forms K K^T and Q K^T on wgmma and meanwhile the row norms rk and rq (times
+// dk^-1/2) on the CUDA cores; from the products' accumulators, with the gates' cumulative log decay
+// gam (warp 2, one chunk ahead),
 //   L_ij = beta_i rk_i rk_j e^(gam_i - gam_j) (k_i . k_j) (j < i),
 //   P_ij = rq_i rk_j e^(gam_i - gam_j) (q_i . k_j) (j <= i),
 // then T = (I + L)^-1 (gdn_chunk_inverse.cuh); P and T_b = T diag(beta) as bf16 tiles, and the
@@ -159,27 +160,25 @@ __device__ void token_factors(FusedSmem& sm, int s2, int n) {
   if (threadIdx.x % 32 == 0) f.decay = exp2_approx(last);
 }
 
-// The accumulator of a 64 x 64 product to f32 rows `d` (stride kLdF).
-__device__ void store_product(const float (&acc)[32], float (*d)[kLdF]) {
-  const int lane = threadIdx.x % 32, r = 16 * (threadIdx.x / 32) + lane / 4, c2 = 2 * (lane % 4);
+// `scale` / sqrt(|row|^2 + 1e-6) of each of a staged SW128 64 x 128 tile's rows into out[64], by
+// the intra warpgroup: two threads a row, one 64-column block each (a row's 16-byte pieces only
+// permuted by the swizzle, read from a rotated start so that a warp's rows hit other banks).
+__device__ void row_norms(const bf16* tile, float* out, float scale) {
+  const int r = threadIdx.x / 2, half = threadIdx.x % 2;
+  const char* row = reinterpret_cast<const char*>(tile) + (half * kChunk + r) * wgmma::kRowBytes;
+  float sum = 0.0f;
 #pragma unroll
-  for (int blk = 0; blk < 8; ++blk)
+  for (int x = 0; x < 8; ++x) {
+    const uint4 piece = *reinterpret_cast<const uint4*>(row + 16 * ((x + r) % 8));
+    const uint32_t words[4] = {piece.x, piece.y, piece.z, piece.w};
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf)
-      *reinterpret_cast<float2*>(&d[r + 8 * hf][8 * blk + c2]) =
-          make_float2(acc[4 * blk + 2 * hf], acc[4 * blk + 2 * hf + 1]);
-}
-
-// `scale` / sqrt(d + 1e-6) for each diagonal entry d of a 64 x 64 product's accumulator (the
-// squared norms of the rows of a tile times itself) into out[64], by the threads holding them.
-__device__ void store_inverse_norms(const float (&acc)[32], float* out, float scale) {
-  const int lane = threadIdx.x % 32, r = 16 * (threadIdx.x / 32) + lane / 4, c2 = 2 * (lane % 4);
-#pragma unroll
-  for (int blk = 0; blk < 8; ++blk)
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      if (r + 8 * (i / 2) == 8 * blk + c2 + i % 2)
-        out[r + 8 * (i / 2)] = scale * rsqrtf(acc[4 * blk + i] + 1e-6f);
+    for (int w = 0; w < 4; ++w) {
+      const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[w]));
+      sum = fmaf(f.x, f.x, fmaf(f.y, f.y, sum));
+    }
+  }
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  if (half == 0) out[r] = scale * rsqrtf(sum + 1e-6f);
 }
 
 // A B^T of two staged K-major 64 x 128 tiles (raw rows) on wgmma, as one group.
@@ -192,24 +191,6 @@ __device__ void issue_raw_product(const bf16* a_tile, const bf16* b_tile, float 
     wgmma::mma_64x64_ss(acc, ad + at, bd + at, ks > 0);
   }
   wgmma::commit();
-}
-
-// K K^T into l and Q K^T into t (raw rows, f32), and the row norms rk = |k_r|^-1 and
-// rq = |q_r|^-1 dk^-1/2 from the diagonals of K K^T and Q Q^T, on wgmma.
-__device__ void raw_products(FusedSmem& sm, const InStage& in) {
-  float kk[32], qk[32];  // then Q Q^T in kk's registers: only its diagonal is kept
-  wgmma::fence();
-  issue_raw_product(in.k, in.k, kk);
-  issue_raw_product(in.q, in.k, qk);
-  wgmma::wait<1>();
-  store_product(kk, sm.l);
-  store_inverse_norms(kk, sm.rk, 1.0f);
-  wgmma::fence();
-  issue_raw_product(in.q, in.q, kk);
-  wgmma::wait<1>();
-  store_product(qk, sm.t);
-  wgmma::wait<0>();
-  store_inverse_norms(kk, sm.rq, rsqrtf(static_cast<float>(kDim)));
 }
 
 // The 16 x 16 blocks on and below the diagonal of a 64 x 64 lower triangle, row-block major: a
@@ -228,32 +209,55 @@ __device__ void zero_upper_blocks(FusedSmem& sm) {
   }
 }
 
-// From the raw K K^T (in l) and Q K^T (in t), on and below the diagonal blocks:
-// L_ij = beta_i rk_i rk_j e^(gam_i - gam_j) (k_i . k_j) (j < i: the entries the inverse reads) in
-// place, and P_ij = rq_i rk_j e^(gam_i - gam_j) (q_i . k_j) (j <= i) as bf16 into the intra stage;
-// each decay factor once for both.
-__device__ void decay_products(FusedSmem& sm, int s2) {
+// From K K^T and Q K^T of the raw rows (wgmma accumulators), on and below the diagonal blocks
+// (warp w holds rows 16 w .. 16 w + 15, so blocks 0 .. w of its block row):
+// L_ij = beta_i rk_i rk_j e^(gam_i - gam_j) (k_i . k_j) (j < i: the entries the inverse reads)
+// into l, and P_ij = rq_i rk_j e^(gam_i - gam_j) (q_i . k_j) (j <= i) as bf16 into the intra
+// stage; each decay factor once for both.
+__device__ void decay_products(FusedSmem& sm, int s2, const float (&kk)[32],
+                               const float (&qk)[32]) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r = 16 * warp + lane / 4, c2 = 2 * (lane % 4);
+  const float* gam = sm.gam[s2];
   bf16* p = sm.intra[s2].p;
-  const int r = threadIdx.x / 8, c2 = 2 * (threadIdx.x % 8);
-#pragma unroll 5
-  for (int b = 0; b < kLowerBlocks; ++b) {
-    const int i = 16 * block_row(b) + r, j = 16 * block_col(b) + c2;
-    const bool diag = block_row(b) == block_col(b);
-    const float2 kk = *reinterpret_cast<const float2*>(&sm.l[i][j]);
-    const float2 qk = *reinterpret_cast<const float2*>(&sm.t[i][j]);
-    const float* gam = sm.gam[s2];
-    const float gi = gam[i], li = sm.beta[s2][i] * sm.rk[i], pi = sm.rq[i];
-    float d0 = sm.rk[j] * exp2_approx(gi - gam[j]);
-    float d1 = sm.rk[j + 1] * exp2_approx(gi - gam[j + 1]);
-    if (diag) {
-      d0 = j <= i ? d0 : 0.0f;
-      d1 = j + 1 <= i ? d1 : 0.0f;
-    }
-    const float l0 = !diag || j < i ? li * kk.x * d0 : 0.0f;
-    const float l1 = !diag || j + 1 < i ? li * kk.y * d1 : 0.0f;
-    *reinterpret_cast<float2*>(&sm.l[i][j]) = make_float2(l0, l1);
-    store_pair(p, i, j, pi * qk.x * d0, pi * qk.y * d1);
+  float gi[2], li[2], pi[2];
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int i = r + 8 * hf;
+    gi[hf] = gam[i];
+    li[hf] = sm.beta[s2][i] * sm.rk[i];
+    pi[hf] = sm.rq[i];
   }
+#pragma unroll
+  for (int blk = 0; blk < 8; ++blk) {
+    if (blk > 2 * warp + 1) break;  // above the diagonal block
+    const int j = 8 * blk + c2;
+    const float rk0 = sm.rk[j], rk1 = sm.rk[j + 1], g0 = gam[j], g1 = gam[j + 1];
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int i = r + 8 * hf, e = 4 * blk + 2 * hf;
+      const float d0 = j <= i ? rk0 * exp2_approx(gi[hf] - g0) : 0.0f;
+      const float d1 = j + 1 <= i ? rk1 * exp2_approx(gi[hf] - g1) : 0.0f;
+      const float l0 = j < i ? li[hf] * kk[e] * d0 : 0.0f;
+      const float l1 = j + 1 < i ? li[hf] * kk[e + 1] * d1 : 0.0f;
+      *reinterpret_cast<float2*>(&sm.l[i][j]) = make_float2(l0, l1);
+      store_pair(p, i, j, pi[hf] * qk[e] * d0, pi[hf] * qk[e + 1] * d1);
+    }
+  }
+}
+
+// K K^T and Q K^T of the raw rows on wgmma, the row norms rk = |k_r|^-1 and
+// rq = |q_r|^-1 dk^-1/2 meanwhile; then L and P (decay_products).
+__device__ void products_and_decay(FusedSmem& sm, const InStage& in, int s2) {
+  float kk[32], qk[32];
+  wgmma::fence();
+  issue_raw_product(in.k, in.k, kk);
+  issue_raw_product(in.q, in.k, qk);
+  row_norms(in.k, sm.rk, 1.0f);
+  row_norms(in.q, sm.rq, rsqrtf(static_cast<float>(kDim)));
+  intra_sync();  // the norms
+  wgmma::wait<0>();
+  decay_products(sm, s2, kk, qk);
 }
 
 // T diag(beta) as bf16 into the intra stage, on and below the diagonal blocks (T is zero above the
@@ -289,9 +293,7 @@ __device__ void intra_role(FusedSmem& sm, const CUtensorMap* y, const Seq& sq, i
     if (c >= kIntraStages) tma::wait_suspended(&sm.empty_intra[s2], (c / kIntraStages + 1) & 1);
     tma::wait(&sm.full_in[s3], (c / kInStages) & 1);
     intra_sync();  // the previous chunk's reads of l and t done; this one's gam and beta written
-    raw_products(sm, sm.in[s3]);
-    intra_sync();  // the raw products and norms
-    decay_products(sm, s2);
+    products_and_decay(sm, sm.in[s3], s2);
     intra_sync();  // L
     invert_diagonal(tiles);
     if (gate_warp && c + 1 < chunks) {  // the next chunk's gam and beta (their slots' last readers,
