@@ -36,10 +36,11 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 constexpr int kThreads = 384, kInStages = 3, kIntraStages = 2;
-// The intra warpgroup's chain is the longer one: registers for its loads in flight count more
-// than the state warpgroups' wgmma overlap, which 184 serializes (H200, 8 x 1024 at 426c572:
-// 0.326 ms a layer at 136 / 184, 0.329 at 120 / 192, 0.327 at 152 / 176, 0.455 at 88 / 208).
-constexpr int kIntraRegs = 136, kStateRegs = 184;  // 128 x 136 + 256 x 184 <= 384 x 168
+// The register split (the two must add up to at most 384 x 168, or setmaxnreg.inc waits for good).
+// H200, 8 x 1024 ms a layer: at 426c572 0.326 at 136 / 184, 0.329 at 120 / 192, 0.327 at 152 /
+// 176, 0.455 at 88 / 208 (the intra warpgroup spilled); since the intra warpgroup keeps no raw
+// products in shared memory (619e083) 0.200 at 120 / 192 against 0.203 at 136 / 184.
+constexpr int kIntraRegs = 120, kStateRegs = 192;  // 128 x 120 + 256 x 192 = 384 x 168
 constexpr uint32_t kTileBytes = kChunk * kDim * sizeof(bf16);
 
 // A chunk's q, k and v rows as SW128 tiles (two 64-column blocks each).
