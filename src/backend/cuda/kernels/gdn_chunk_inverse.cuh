@@ -21,20 +21,22 @@ struct InverseTiles {
   float (*x)[16][kLdX];
 };
 
-// The diagonal blocks, by threads 0..63 (a column of a block each); the others return.
+// The diagonal blocks, by threads 0..63 (a column of a block each); the others return. Column by
+// column of L: once entry k of the thread's column of T is final, its term leaves every row below
+// at once (each row's terms still added in the order k = 0, 1, ...), so that the chain from one
+// entry to the next is one FMA and L's loads need not wait for T's stores, which come last.
 __device__ inline void invert_diagonal(const InverseTiles& m) {
   if (threadIdx.x >= kChunk) return;
   const int o = 16 * (threadIdx.x / 16), c = threadIdx.x % 16;
   float col[16];
 #pragma unroll
-  for (int r = 0; r < 16; ++r) {
-    const float* lr = &m.l[o + r][o];
-    float v = r == c ? 1.0f : 0.0f;
+  for (int r = 0; r < 16; ++r) col[r] = r == c ? 1.0f : 0.0f;
 #pragma unroll
-    for (int k = 0; k < r; ++k) v = fmaf(-lr[k], col[k], v);
-    col[r] = v;
-    m.t[o + r][o + c] = v;
-  }
+  for (int k = 0; k < 15; ++k)
+#pragma unroll
+    for (int r = k + 1; r < 16; ++r) col[r] = fmaf(-m.l[o + r][o + k], col[k], col[r]);
+#pragma unroll
+  for (int r = 0; r < 16; ++r) m.t[o + r][o + c] = col[r];
 }
 
 // The blocks below the diagonal, by warps 0..3, after the diagonal ones: first the 32 x 32
