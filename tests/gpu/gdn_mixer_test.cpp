@@ -6,7 +6,9 @@
 //   head, else two value heads a block; one for many);
 // - prefill (sequences fresh and continued, shorter and longer than a chunk, a decode row among
 //   them): the conv inside the chunked delta rule's prep, the conv state read for the rows before a
-//   continued sequence's first step token;
+//   continued sequence's first step token (registered again as gdn_mixer_test_fused, with
+//   DS_GDN_FUSED=1: the conv kernel into y from the first prefill row on, then the fused chunk
+//   kernel);
 // - a mixed step (decode rows first): those rows on the fused decode kernel, the rest chunked —
 //   with few prefill sequences on quarter-head state-pass blocks, with five at 32 value heads on
 //   whole-head blocks (the norm kernel after the pass, over the rows past the decode rows).
@@ -51,8 +53,10 @@ class GdnMixer : public CudaOps {
  protected:
   // The unfused ops' delta rule on the prep kernel + state pass, as the fused mixer runs it (steps
   // of many sequences would otherwise take gdn_chunk_fused.cu, a different rounding of the same
-  // math, checked against the CPU by gdn_chunk_test): read at the first launch.
-  static void SetUpTestSuite() { setenv("DS_GDN_FUSED", "0", 1); }
+  // math, checked against the CPU by gdn_chunk_test): read at the first launch. Registered again
+  // with DS_GDN_FUSED=1 (left as set): then both sides take the fused chunk kernel for every
+  // prefill part, the mixer with the conv kernel into y first, as steps of many sequences run.
+  static void SetUpTestSuite() { setenv("DS_GDN_FUSED", "0", 0); }
   // The fused gdn_mixer on `batch` against the unfused ops on `parts` (steps of consecutive row
   // ranges of the batch, in order; the batch itself by default).
   void check_fused_against_ops(const StepBatch& batch, const std::vector<StepBatch>& parts = {},

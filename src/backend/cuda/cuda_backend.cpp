@@ -542,24 +542,32 @@ void CudaBackend::gdn_mixer(const StepBatch& batch, const GdnMixerTensors& t, co
   if (decode || capturing_ || !cuda::gdn_chunked_conv_supported(shape, d.conv_kernel, in))
     return Backend::gdn_mixer(batch, t, d, eps);
   // A prefill or mixed step: its leading decode rows on the fused decode kernel, the other
-  // sequences on the chunked delta rule with the conv inside (y is not written) and the gated norm
-  // applied as it stores the output.
+  // sequences on the chunked delta rule — with the conv inside the prep (y is not written), or,
+  // where the step has the sequences for the fused chunk kernel (which does not convolve), the
+  // conv kernel into y first — and the gated norm after it.
   const int32_t D = fused_decode ? leading_single_token_seqs(batch) : 0;
   const cuda::BatchMeta& m = meta(batch);
   if (D > 0) gdn_decode_rows(cuda::single_token_seqs(m, D), t, d, eps);
-  {
-    OpTimer timer(*this, "gdn_chunked_conv");
-    const cuda::BatchMeta rest = cuda::seqs_from(m, D);
-    const int C = static_cast<int>(t.u.dim(1));
-    DS_CHECK(C == 2 * d.nk * d.dk + d.nv * d.dv, "GDN conv inputs [T, 2 nk dk + nv dv]");
-    DS_CHECK(t.z.numel() == t.o.numel() && t.norm_w.numel() == d.dv,
-             "GDN norm inputs: z [T, nv dv], weight [dv]");
-    const cuda::GatedNorm norm{bf(t.z), f32(t.norm_w), eps, D};
-    cuda::launch_gdn_chunked(rest, in, bf(t.a), bf(t.b), f32(t.A_log), f32(t.dt_bias),
-                             gdn_state(t.state), shape, norm, gdn_chunk_workspace(m, shape),
-                             num_sms_, bf(t.o), stream_);
-    cuda::launch_gdn_conv_state(rest, bf(t.u), bf(t.conv_state), C, d.conv_kernel, stream_);
+  const cuda::BatchMeta rest = cuda::seqs_from(m, D);
+  const bool from_y = cuda::gdn_chunked_fuses_after_conv(rest, shape, num_sms_);
+  OpTimer timer(*this, from_y ? "gdn_chunked_fused" : "gdn_chunked_conv");
+  const int C = static_cast<int>(t.u.dim(1));
+  DS_CHECK(C == 2 * d.nk * d.dk + d.nv * d.dv, "GDN conv inputs [T, 2 nk dk + nv dv]");
+  DS_CHECK(t.z.numel() == t.o.numel() && t.norm_w.numel() == d.dv,
+           "GDN norm inputs: z [T, nv dv], weight [dv]");
+  const cuda::GatedNorm norm{bf(t.z), f32(t.norm_w), eps, D};
+  if (from_y) {
+    DS_CHECK(t.y.numel() == t.u.numel(), "GDN conv outputs y [T, C]");
+    cuda::launch_gdn_conv_from(m, D, bf(t.u), bf(t.conv_w), bf(t.conv_state), C, d.conv_kernel,
+                               bf(t.y), stream_);
   }
+  const cuda::GdnQkvSource src =
+      from_y ? cuda::GdnQkvSource{bf(t.y), nullptr, nullptr, nullptr} : in;
+  cuda::launch_gdn_chunked(rest, src, bf(t.a), bf(t.b), f32(t.A_log), f32(t.dt_bias),
+                           gdn_state(t.state), shape, norm, gdn_chunk_workspace(m, shape), num_sms_,
+                           bf(t.o), stream_);
+  if (!from_y)
+    cuda::launch_gdn_conv_state(rest, bf(t.u), bf(t.conv_state), C, d.conv_kernel, stream_);
 }
 
 void CudaBackend::gdn_decode_rows(const cuda::BatchMeta& m, const GdnMixerTensors& t,

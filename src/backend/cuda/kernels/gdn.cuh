@@ -20,6 +20,12 @@ struct GdnShape {
 void launch_gdn_conv(const BatchMeta& b, const __nv_bfloat16* u, const __nv_bfloat16* w,
                      __nv_bfloat16* conv_state, int C, int K, __nv_bfloat16* y,
                      cudaStream_t stream);
+// As launch_gdn_conv for the batch's sequences from `first` on, where the first `first` are one
+// token each (a mixed step's leading decode rows, rows 0 .. first - 1, which it leaves alone: their
+// y rows are not written, their conv states not updated).
+void launch_gdn_conv_from(const BatchMeta& b, int first, const __nv_bfloat16* u,
+                          const __nv_bfloat16* w, __nv_bfloat16* conv_state, int C, int K,
+                          __nv_bfloat16* y, cudaStream_t stream);
 // The conv state update of launch_gdn_conv alone (and the in-step snapshots): for kernels that
 // read the old conv state themselves (the chunked delta rule with the conv fused in), after them.
 void launch_gdn_conv_state(const BatchMeta& b, const __nv_bfloat16* u, __nv_bfloat16* conv_state,

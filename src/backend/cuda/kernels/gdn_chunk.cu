@@ -15,6 +15,10 @@ bool gdn_chunked_supported(const GdnShape& s) {
   return s.dk == gdn_chunk::kDim && s.dv == gdn_chunk::kDim && s.nk > 0 && s.nv % s.nk == 0;
 }
 
+bool gdn_chunked_fuses_after_conv(const BatchMeta& b, const GdnShape& s, int num_sms) {
+  return gdn_chunked_supported(s) && gdn_chunk::fused_pays_after_conv(b, s, num_sms);
+}
+
 bool gdn_chunked_conv_supported(const GdnShape& s, int conv_kernel, const GdnQkvSource& in) {
   return gdn_chunked_supported(s) && conv_kernel == kConvK &&
          aligned16(in.u, in.conv_w, in.conv_state);
@@ -24,7 +28,7 @@ void launch_gdn_chunked(const BatchMeta& b, const GdnQkvSource& in, const __nv_b
                         const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
                         GdnState state, const GdnShape& s, const GatedNorm& norm, float* ws,
                         int num_sms, __nv_bfloat16* out, cudaStream_t stream) {
-  if (gdn_chunk::fused_pays(b, in, s, num_sms)) {
+  if (in.y != nullptr && gdn_chunk::fused_pays(b, s, num_sms)) {
     gdn_chunk::launch_fused(b, in, a, bgate, A_log, dt_bias, state, s, out, stream);
   } else {
     const gdn_chunk::Workspace w(ws, b.num_tokens, s);

@@ -16,6 +16,12 @@ struct GdnQkvSource {
   const __nv_bfloat16 *y, *u, *conv_w, *conv_state;
 };
 
+// Whether a mixer step whose q | k | v come from the conv inputs u had better run the conv kernel
+// into y and then launch_gdn_chunked from y, which takes the fused kernel (gdn_chunk_fused.cu:
+// prep and state pass in one, for steps of enough sequences; it does not convolve), than
+// launch_gdn_chunked with the conv on the way in.
+bool gdn_chunked_fuses_after_conv(const BatchMeta& b, const GdnShape& s, int num_sms);
+
 // Whether the chunked form can take q | k | v as `in` says with the conv (width conv_kernel) on
 // the way in: width 4, 16-byte aligned u, conv_w, conv_state (and the shapes it handles).
 bool gdn_chunked_conv_supported(const GdnShape& s, int conv_kernel, const GdnQkvSource& in);

@@ -456,16 +456,33 @@ void launch_typed(const BatchMeta& b, const bf16* y, const bf16* a, const bf16* 
 
 }  // namespace
 
-bool fused_pays(const BatchMeta& b, const GdnQkvSource& in, const GdnShape& s, int num_sms) {
-  // DS_GDN_FUSED=1 takes the fused kernel wherever it applies, =0 never (A/B, tests).
+namespace {
+
+// Whether the step takes the fused kernel with its (sequence, value head) blocks covering at least
+// `eighths` / 8 of the SMs; DS_GDN_FUSED=1 takes it wherever it applies, =0 never (A/B, tests).
+bool fused_covers(const BatchMeta& b, const GdnShape& s, int num_sms, int eighths) {
   static const int forced = ab_switch_forced("DS_GDN_FUSED");
-  if (in.y == nullptr || forced == 0) return false;
+  if (forced != -1) return forced == 1;
+  return static_cast<int64_t>(b.num_seqs) * s.nv * 8 >= static_cast<int64_t>(num_sms) * eighths;
+}
+
+}  // namespace
+
+bool fused_pays(const BatchMeta& b, const GdnShape& s, int num_sms) {
   // Its blocks walk their chunks one after another, so it pays only with a block for most SMs.
   // H200 at ca3c264, gdn_bench rule ms a layer, fused / prep + pass: 8 x 1024 (256 blocks) 0.219
   // / 0.306, 4 x 2048 (128) 0.214 / (0.301), 16 x 512 (512) 0.232 / 0.309, 32 x 256 (1024) 0.256 /
   // 0.318, 3 x 2730 (96) 0.287 / 0.306, 2 x 4096 (64) 0.418 / 0.330.
-  if (forced == 1) return true;
-  return static_cast<int64_t>(b.num_seqs) * s.nv * 8 >= static_cast<int64_t>(num_sms) * 5;
+  return fused_covers(b, s, num_sms, 5);
+}
+
+bool fused_pays_after_conv(const BatchMeta& b, const GdnShape& s, int num_sms) {
+  // The conv kernel's pass over u and y costs what the fused kernel gains over the prep with the
+  // conv inside until the blocks nearly fill the GPU. H200 at 2483b60 + this routing, gdn_bench
+  // --mixer ms a layer, conv kernel + fused / conv in the prep: 8 x 1024 0.371 / 0.4005, 4 x 2048
+  // (128 blocks) 0.367 / 0.3945, 16 x 512 0.3825 / 0.405, 32 x 256 0.4075 / 0.417, 3 x 2730 (96)
+  // 0.4305 / 0.400.
+  return fused_covers(b, s, num_sms, 7);
 }
 
 void launch_fused(const BatchMeta& b, const GdnQkvSource& in, const bf16* a, const bf16* bgate,

@@ -8,13 +8,14 @@
 namespace deltaserve::cuda {
 namespace {
 
-// Thread per (token, channel): y[t, c] = silu(sum_i w[c, i] * in(t - (K-1) + i)), where in(j) for
-// j < 0 (before this step) comes from the slot's conv state (zeros for a fresh sequence).
+// Thread per (token from row first_row on, channel): y[t, c] = silu(sum_i w[c, i] * in(t - (K-1) +
+// i)), where in(j) for j < 0 (before this step) comes from the slot's conv state (zeros for a
+// fresh sequence).
 __global__ void gdn_conv_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ u,
                                 const __nv_bfloat16* __restrict__ w,
                                 const __nv_bfloat16* __restrict__ state, int C, int K,
-                                __nv_bfloat16* __restrict__ y) {
-  const int t = blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
+                                int first_row, __nv_bfloat16* __restrict__ y) {
+  const int t = first_row + blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   const int seq = b.token_seq[t], begin = b.seq_begin[seq], j = t - begin, km1 = K - 1;
   const bool fresh = b.seq_start[seq] == 0;
@@ -58,7 +59,8 @@ __global__ void gdn_conv_state_kernel(BatchMeta b, const __nv_bfloat16* __restri
   for (int i = 0; i < km1; ++i) st[i] = nw[i];
 }
 
-// Thread per (8 channels, up to `per_thread` consecutive tokens), K = 4, C % 8 == 0, 16-byte
+// Thread per (8 channels, up to `per_thread` consecutive tokens from row first_row on), K = 4,
+// C % 8 == 0, 16-byte
 // aligned rows: the window of the K - 1 previous inputs stays in registers while the thread walks
 // its tokens (refilled where a new sequence begins), so each input is read once; loads and stores
 // are 16-byte vectors. Same sums, in the same order, as gdn_conv_kernel. Prefill-heavy steps walk 8
@@ -68,11 +70,11 @@ __global__ void __launch_bounds__(kConvThreads)
     gdn_conv_vec_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ u,
                         const __nv_bfloat16* __restrict__ w,
                         const __nv_bfloat16* __restrict__ state, int C, int per_thread,
-                        __nv_bfloat16* __restrict__ y) {
+                        int first_row, __nv_bfloat16* __restrict__ y) {
   constexpr int km1 = kConvK - 1;
   const int c = 8 * (blockIdx.x * kConvThreads + threadIdx.x);
   if (c >= C) return;
-  const int t0 = blockIdx.y * per_thread, t1 = min(t0 + per_thread, b.num_tokens);
+  const int t0 = first_row + blockIdx.y * per_thread, t1 = min(t0 + per_thread, b.num_tokens);
   const ConvTaps taps = load_conv_taps(w, c);
   F32x8 win[km1];  // inputs t - 3, t - 2, t - 1
   int seq_of_window = -1;
@@ -106,17 +108,25 @@ __global__ void __launch_bounds__(kConvThreads)
 void launch_gdn_conv(const BatchMeta& b, const __nv_bfloat16* u, const __nv_bfloat16* w,
                      __nv_bfloat16* conv_state, int C, int K, __nv_bfloat16* y,
                      cudaStream_t stream) {
-  if (b.num_seqs == 0) return;
+  launch_gdn_conv_from(b, 0, u, w, conv_state, C, K, y, stream);
+}
+
+void launch_gdn_conv_from(const BatchMeta& b, int first, const __nv_bfloat16* u,
+                          const __nv_bfloat16* w, __nv_bfloat16* conv_state, int C, int K,
+                          __nv_bfloat16* y, cudaStream_t stream) {
+  const int rows = b.num_tokens - first, seqs = b.num_seqs - first;
+  if (seqs <= 0) return;
   if (K == kConvK && C % 8 == 0 && aligned16(u, w, conv_state, y)) {
-    const int per_thread = b.num_tokens >= 8 * b.num_seqs ? 8 : 1;
+    const int per_thread = rows >= 8 * seqs ? 8 : 1;
     const dim3 grid((C / 8 + kConvThreads - 1) / kConvThreads,
-                    (b.num_tokens + per_thread - 1) / per_thread);
-    gdn_conv_vec_kernel<<<grid, kConvThreads, 0, stream>>>(b, u, w, conv_state, C, per_thread, y);
+                    (rows + per_thread - 1) / per_thread);
+    gdn_conv_vec_kernel<<<grid, kConvThreads, 0, stream>>>(b, u, w, conv_state, C, per_thread,
+                                                           first, y);
   } else {
-    gdn_conv_kernel<<<dim3((C + 127) / 128, b.num_tokens), 128, 0, stream>>>(b, u, w, conv_state, C,
-                                                                             K, y);
+    gdn_conv_kernel<<<dim3((C + 127) / 128, rows), 128, 0, stream>>>(b, u, w, conv_state, C, K,
+                                                                     first, y);
   }
-  launch_gdn_conv_state(b, u, conv_state, C, K, stream);
+  launch_gdn_conv_state(seqs_from(b, first), u, conv_state, C, K, stream);
 }
 
 void launch_gdn_conv_state(const BatchMeta& b, const __nv_bfloat16* u, __nv_bfloat16* conv_state,
