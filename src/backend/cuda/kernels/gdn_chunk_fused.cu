@@ -371,12 +371,13 @@ __device__ void state_step(float (&hs)[64], const InStage& in, const IntraStage&
   {
     uint32_t as[8][4];
     state_fragments(hs, as);
+    issue_state_update_t(hs, au, mma::smem_u32(in.k), f.decay);
+    wgmma::wait<0>();  // the update (its accumulators are the state)
     wgmma::fence();
     issue_over_dk(o, as, mma::smem_u32(in.q));
     wgmma::commit();
     wgmma::wait<0>();
   }
-  issue_state_update_t(hs, au, mma::smem_u32(in.k), f.decay);  // beside P V' (finish_output_t)
   finish_output_t(
       o, av, mma::smem_u32(it.p), [&](int tok) { return f.o[tok]; }, first, nv, n, v0);
 }
