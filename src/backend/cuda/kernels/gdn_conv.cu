@@ -60,11 +60,11 @@ __global__ void gdn_conv_state_kernel(BatchMeta b, const __nv_bfloat16* __restri
 }
 
 // Thread per (8 channels, up to `per_thread` consecutive tokens from row first_row on), K = 4,
-// C % 8 == 0, 16-byte
-// aligned rows: the window of the K - 1 previous inputs stays in registers while the thread walks
-// its tokens (refilled where a new sequence begins), so each input is read once; loads and stores
-// are 16-byte vectors. Same sums, in the same order, as gdn_conv_kernel. Prefill-heavy steps walk 8
-// tokens a thread; decode-like ones (a token or a few per sequence) 1, for parallelism.
+// C % 8 == 0, 16-byte aligned rows: the window of the K - 1 previous inputs stays in registers
+// while the thread walks its tokens (refilled where a new sequence begins), so each input is read
+// once; loads and stores are 16-byte vectors. Same sums, in the same order, as gdn_conv_kernel.
+// Prefill-heavy steps walk 8 tokens a thread; decode-like ones (a token or a few per sequence) 1,
+// for parallelism.
 constexpr int kConvThreads = 128;
 __global__ void __launch_bounds__(kConvThreads)
     gdn_conv_vec_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ u,
