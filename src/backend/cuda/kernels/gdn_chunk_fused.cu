@@ -29,6 +29,7 @@
 #include "backend/cuda/kernels/gdn_chunk_inverse.cuh"
 #include "backend/cuda/kernels/gdn_chunk_pass_stage.cuh"
 #include "backend/cuda/kernels/gdn_chunk_t_ops.cuh"
+#include "backend/cuda/kernels/gdn_fused_split.h"
 #include "backend/cuda/kernels/gdn_gates.cuh"
 
 namespace deltaserve::cuda::gdn_chunk {
@@ -463,7 +464,7 @@ namespace {
 bool fused_covers(const BatchMeta& b, const GdnShape& s, int num_sms, int eighths) {
   static const int forced = ab_switch_forced("DS_GDN_FUSED");
   if (forced != -1) return forced == 1;
-  return static_cast<int64_t>(b.num_seqs) * s.nv * 8 >= static_cast<int64_t>(num_sms) * eighths;
+  return fused_blocks_cover(b.num_seqs, s.nv, num_sms, eighths);
 }
 
 }  // namespace
@@ -473,7 +474,7 @@ bool fused_pays(const BatchMeta& b, const GdnShape& s, int num_sms) {
   // H200 at ca3c264, gdn_bench rule ms a layer, fused / prep + pass: 8 x 1024 (256 blocks) 0.219
   // / 0.306, 4 x 2048 (128) 0.214 / (0.301), 16 x 512 (512) 0.232 / 0.309, 32 x 256 (1024) 0.256 /
   // 0.318, 3 x 2730 (96) 0.287 / 0.306, 2 x 4096 (64) 0.418 / 0.330.
-  return fused_covers(b, s, num_sms, 5);
+  return fused_covers(b, s, num_sms, kFusedEighthsFromY);
 }
 
 bool fused_pays_after_conv(const BatchMeta& b, const GdnShape& s, int num_sms) {
@@ -482,7 +483,7 @@ bool fused_pays_after_conv(const BatchMeta& b, const GdnShape& s, int num_sms) {
   // --mixer ms a layer, conv kernel + fused / conv in the prep: 8 x 1024 0.371 / 0.4005, 4 x 2048
   // (128 blocks) 0.367 / 0.3945, 16 x 512 0.3825 / 0.405, 32 x 256 0.4075 / 0.417, 3 x 2730 (96)
   // 0.4305 / 0.400.
-  return fused_covers(b, s, num_sms, 7);
+  return fused_covers(b, s, num_sms, kFusedEighthsAfterConv);
 }
 
 void launch_fused(const BatchMeta& b, const GdnQkvSource& in, const bf16* a, const bf16* bgate,
