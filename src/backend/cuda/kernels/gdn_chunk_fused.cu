@@ -254,7 +254,6 @@ __device__ void decay_products(FusedSmem& sm, int s2, const float (&kk)[32],
 // diagonal of K K^T 0.2005.)
 __device__ void products_and_decay(FusedSmem& sm, const InStage& in, int s2) {
   float kk[32], qk[32];
-  wgmma::fence();
   row_norms(in.k, sm.rk, 1.0f);
   row_norms(in.q, sm.rq, rsqrtf(static_cast<float>(kDim)));
   wgmma::fence();

@@ -207,29 +207,11 @@ __device__ void stage_inputs(PrepSmem<kHeads>& sm, const Chunk& ch, const GdnQkv
   if (in.y == nullptr) convolve_in_place(sm);
 }
 
-// The bulk form's stores of normalise: q's rows (by the key head's first block) and each value
-// head's kd rows, staged over L / T, a row a thread (their bulk groups read before L / T / q are
-// written again).
-template <int kHeads>
-__device__ void store_normalised(PrepSmem<kHeads>& sm, const Chunk& ch, const GdnShape& s,
-                                 const Workspace& ws) {
-  const int r = static_cast<int>(threadIdx.x) % kChunk, which = threadIdx.x / kChunk;
-  const bool writes_q = ch.h % (s.nv / s.nk) == 0;
-  if (which > kHeads || r >= ch.n || (which == 0 && !writes_q)) return;
-  const size_t tok = static_cast<size_t>(ch.begin + r);
-  if (which == 0)
-    tma::store_bulk(ws.q + (tok * s.nk + ch.kh) * kDim, sm.qa.q[r], kDim * sizeof(bf16));
-  else
-    tma::store_bulk(ws.kd + (tok * s.nv + ch.h + which - 1) * kDim, out_tile(sm, which == 2)[r],
-                    kDim * sizeof(bf16));
-  tma::bulk_commit();
-}
-
 // q / |q| / sqrt(dk) and k / |k| in place; q to the workspace (once per key head), k e^(gam_last -
 // gam_i) to it, gam to it. Eight threads per row, in two passes of 32 rows; thread p of a row takes
 // the 16-byte pieces at columns 8 p and 64 + 8 p, so that the eight threads' pieces of a row fall
 // in different shared-memory banks and their stores are one contiguous row.
-template <int kHeads, bool kBulk>
+template <int kHeads>
 __device__ void normalise(PrepSmem<kHeads>& sm, const Chunk& ch, const GdnShape& s,
                           const Workspace& ws) {
   constexpr int kPerRow = 8, kPieces = kDim / 8 / kPerRow, kRowsPerPass = kThreads / kPerRow;
@@ -269,7 +251,7 @@ __device__ void normalise(PrepSmem<kHeads>& sm, const Chunk& ch, const GdnShape&
       }
       store_bf16x8(sm.qa.q[r] + c0 + kPieceStride * i, q[i]);
       store_bf16x8(sm.k[r] + c0 + kPieceStride * i, k[i]);
-      if (!kBulk && row && writes_q) store_bf16x8(dq + kPieceStride * i, q[i]);
+      if (row && writes_q) store_bf16x8(dq + kPieceStride * i, q[i]);
     }
     if (!row) continue;
 #pragma unroll
@@ -281,8 +263,7 @@ __device__ void normalise(PrepSmem<kHeads>& sm, const Chunk& ch, const GdnShape&
         F32x8 kd;
 #pragma unroll
         for (int e = 0; e < 8; ++e) kd.v[e] = k[i].v[e] * d;
-        store_bf16x8(
-            kBulk ? out_tile(sm, j == 1)[r] + c0 + kPieceStride * i : dk + kPieceStride * i, kd);
+        store_bf16x8(dk + kPieceStride * i, kd);
       }
     }
   }
@@ -291,14 +272,12 @@ __device__ void normalise(PrepSmem<kHeads>& sm, const Chunk& ch, const GdnShape&
     if (threadIdx.x < ch.n)
       ws.gam[static_cast<size_t>(ch.h + j) * ch.T + ch.begin + threadIdx.x] =
           sm.gam[j][threadIdx.x];
-  if constexpr (kBulk) wgmma::fence_shared_for_async();  // q and kd visible to the bulk copies
   __syncthreads();
-  if constexpr (kBulk) store_normalised(sm, ch, s, ws);
 }
 
 // q_i . k_j and k_i . k_j on bf16 tensor cores, kept in registers for every value head: warp w
 // takes rows 16 (w % 4) .. + 15, columns 32 (w / 4) .. + 31 (its tiles above the diagonal are
-// zeros: no MMAs). q's rows stay live until the caller's next barrier.
+// zeros: no MMAs).
 struct Products {
   float kk[4][4], qk[4][4];
   int m, n0;
@@ -328,6 +307,7 @@ struct Products {
         }
       }
     }
+    __syncthreads();  // q's rows are dead from here: the region takes P and the inverses
   }
 };
 
@@ -401,9 +381,9 @@ __device__ void invert(PrepSmem<kHeads>& sm, int jh, const Chunk& ch, const GdnS
 }
 
 // Warps 0-3: W = (T diag(beta e^gam)) K; warps 4-7: U = (T diag(beta)) V; 16 rows per warp, in two
-// halves of 64 columns; staged over L / T, then stored to the workspace: with kBulk a row a thread
-// of the first kBulkThreads by the bulk copy engine (each in its own bulk group: L / T are free
-// again once bulk_wait_read says so), else in 16-byte pieces by every thread.
+// halves of 64 columns; staged over L / T, then stored to the workspace: with kBulk by the bulk
+// copy engine, a row a thread of the first kBulkThreads (L / T free again once their bulk groups
+// are read), else in 16-byte pieces by every thread.
 constexpr int kBulkThreads = 2 * kChunk;
 template <int kHeads, bool kBulk>
 __device__ void solve(PrepSmem<kHeads>& sm, int jh, const Chunk& ch, const GdnShape& s,
@@ -462,10 +442,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       b.seq_begin[seq] + t0, min(kChunk, len - t0), t0, h, h / (s.nv / s.nk), b.num_tokens,
       b.seq_slot[seq],       b.seq_start[seq] == 0};
   stage_inputs(sm, ch, in, a, bg, A_log, dt_bias, s);
-  normalise<kHeads, kBulk>(sm, ch, s, ws);
+  normalise(sm, ch, s, ws);
   const Products pr(sm);
-  if (kBulk) tma::bulk_wait_read<0>();  // q, kd read from q's rows and L / T
-  __syncthreads();  // q's rows are dead from here: the region takes P and the inverses
 #pragma unroll 1
   for (int j = 0; j < kHeads; ++j) {
     Chunk head = ch;
@@ -474,11 +452,12 @@ __global__ void __launch_bounds__(kThreads, 2)
     invert(sm, j, head, s, ws);
     solve<kHeads, kBulk>(sm, j, head, s, ws);
     if (j + 1 < kHeads) {  // the stores from L / T done before the next L
-      if (kBulk) tma::bulk_wait_read<0>();
+      if (kBulk && threadIdx.x < kBulkThreads) tma::bulk_wait_read<0>();
       __syncthreads();
     }
   }
-  if (kBulk) tma::bulk_wait<0>();  // shared memory read, W / U written
+  if (kBulk && threadIdx.x < kBulkThreads)
+    tma::bulk_wait<0>();  // shared memory read, W / U written
 }
 
 template <int kHeads, bool kBulk>
@@ -493,13 +472,17 @@ void launch_prep_form(const BatchMeta& b, const GdnQkvSource& in, const bf16* a,
       b, in, a, bgate, A_log, dt_bias, s, ws);
 }
 
-// W / U stored by the bulk copy engine (DS_GDN_PREP_BULK=0: by every thread, A/B).
+// W / U by the bulk copy engine where q / k / v come from y. Measured on the H200 (gdn_bench, ms a
+// layer, per-thread stores / bulk, two rounds, one lease): the rule 1 x 8192 0.364, 0.362 / 0.355,
+// 0.352; 1 x 32768 1.400, 1.389 / 1.366, 1.357; 1 x 2048 0.099, 0.098 / 0.097, 0.097. With the conv
+// on the way in (the model's mixer) it gained nothing (1 x 8192 0.457, 0.455 / 0.458, 0.455) and
+// lost at 1 x 32768 (1.710, 1.699 / 1.730, 1.720). DS_GDN_PREP_BULK=0 never takes it (A/B).
 template <int kHeads>
 void launch_prep_heads(const BatchMeta& b, const GdnQkvSource& in, const bf16* a, const bf16* bgate,
                        const float* A_log, const float* dt_bias, const GdnShape& s,
                        const Workspace& ws, cudaStream_t stream) {
-  static const bool bulk = ab_switch_on("DS_GDN_PREP_BULK");
-  if (bulk)
+  static const bool bulk_on = ab_switch_on("DS_GDN_PREP_BULK");
+  if (bulk_on && in.y != nullptr)
     launch_prep_form<kHeads, true>(b, in, a, bgate, A_log, dt_bias, s, ws, stream);
   else
     launch_prep_form<kHeads, false>(b, in, a, bgate, A_log, dt_bias, s, ws, stream);
