@@ -66,16 +66,13 @@ __device__ inline void load_chunk(Stage<kUCols>& st, uint64_t* full, const PassM
 }
 
 // Counting each chunk's finished output for the gated norm that streams behind a single
-// sequence's pass (gdn_norm_stream.cu): thread 0 arrives on sig[c % kSlots] once a barrier of the
-// warpgroups followed their output stores of chunk c (one arrival: 128 a chunk measured 0.07 ms a
-// layer slower at 1 x 8192); the block's signal warp (the warp after them) waits for that (and
-// takes every later chunk already done with it), makes the stores visible to the GPU with one fence
-// and adds 1 to each chunk's counter, then arrives on their ack[c % kSlots], which the warpgroups
-// waits for before it takes a slot again (kSlots chunks later). So the warpgroups' chain never
-// waits on a GPU-wide fence, and the fences are fewer than the chunks.
+// sequence's pass (gdn_norm_stream.cu): the warpgroups arrive on sig[c % 2] once their output
+// stores of chunk c are issued; the block's signal warp (the warp after them) waits for that,
+// makes the stores visible to the GPU and adds 1 to the chunk's counter in ws.chunk_done, then
+// arrives on ack[c % 2], which the warpgroups wait for before they take the slot again (chunk c +
+// 2). So the warpgroups' chain never waits on a GPU-wide fence.
 struct ChunkSignal {
-  static constexpr int kSlots = 4;
-  uint64_t sig[kSlots], ack[kSlots];
+  uint64_t sig[2], ack[2];
 };
 
 // Whether a pass block of `groups` warpgroups has the signal warp: one-warpgroup blocks (a single
@@ -92,8 +89,8 @@ template <int kStages, int kWgThreads>
 __device__ inline void init_walk(uint64_t (&full)[kStages], ChunkSignal& signal) {
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) tma::barrier_init(&full[i], 1);
-    for (int i = 0; i < ChunkSignal::kSlots; ++i) {
-      tma::barrier_init(&signal.sig[i], 1);
+    for (int i = 0; i < 2; ++i) {
+      tma::barrier_init(&signal.sig[i], kWgThreads);
       tma::barrier_init(&signal.ack[i], 1);
     }
     tma::barrier_init_fence();
@@ -101,26 +98,19 @@ __device__ inline void init_walk(uint64_t (&full)[kStages], ChunkSignal& signal)
   __syncthreads();
 }
 
-// The signal warp (its lane 0): chunk after chunk of sequence q, once the warpgroups' output stores
-// of it (and of any later chunks already done) are issued, a GPU-wide release fence (cumulative: it
-// orders the stores the barrier made this thread see) and the counters of (chunk, value head)
-// raised by one.
+// The signal warp: chunk after chunk of sequence q, once the warpgroups' output stores of it are
+// issued, a GPU-wide fence (cumulative: it orders the stores the barrier made this warp see) and
+// the counter of (chunk, value head) raised by one.
 __device__ inline void signal_chunks(ChunkSignal& signal, const Seq& q, const Workspace& ws) {
-  constexpr int kSlots = ChunkSignal::kSlots;
-  if (threadIdx.x % 32 != 0) return;
   const int chunks = (q.len + kChunk - 1) / kChunk;
-  const auto parity = [](int c) { return static_cast<uint32_t>((c / kSlots) & 1); };
-  for (int c = 0; c < chunks;) {
-    tma::wait_suspended(&signal.sig[c % kSlots], parity(c));  // no issue slots taken meanwhile
-    int end = c + 1;
-    while (end < chunks && end < c + kSlots &&
-           tma::phase_done(&signal.sig[end % kSlots], parity(end)))
-      ++end;
-    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
-    for (; c < end; ++c) {
+  for (int c = 0; c < chunks; ++c) {
+    tma::wait(&signal.sig[c % 2], (c / 2) & 1);
+    if (threadIdx.x % 32 == 0) {
+      __threadfence();
       atomicAdd(ws.chunk_done + c * ws.nv + q.h, 1);
-      tma::arrive(&signal.ack[c % kSlots]);
+      tma::arrive(&signal.ack[c % 2]);
     }
+    __syncwarp();
   }
 }
 
@@ -130,7 +120,7 @@ __device__ inline void signal_chunks(ChunkSignal& signal, const Seq& q, const Wo
 // `before()` once the first copies are issued; then per chunk, once its gam and bulk copies landed
 // and a barrier of the warpgroups saw every read of the chunk before's stage done (the next copies
 // go into that stage), `step(stage, t0, n)`; with kSignal (a block with the signal warp) and
-// ws.chunk_done set, chunk c's signal after the barrier of chunk c + 1 (or one after the last).
+// ws.chunk_done set, the chunk's signal after it.
 template <int kWgThreads, bool kSignal, int kStages, int kUCols, class Before, class Step>
 __device__ inline void walk_chunks(Stage<kUCols> (&stages)[kStages], uint64_t (&full)[kStages],
                                    ChunkSignal& signal, const PassMaps& maps, const Seq& q,
@@ -142,29 +132,21 @@ __device__ inline void walk_chunks(Stage<kUCols> (&stages)[kStages], uint64_t (&
     else
       mma::cp_async_commit();
   };
-  // Chunk c's outputs stored by every warpgroup thread (a barrier followed them): to the signal
-  // warp.
-  const auto signal_done = [&](int c) {
-    constexpr int kSlots = ChunkSignal::kSlots;
-    if (!kSignal || ws.chunk_done == nullptr || threadIdx.x != 0) return;
-    if (c >= kSlots) tma::wait(&signal.ack[c % kSlots], ((c - kSlots) / kSlots) & 1);
-    tma::arrive(&signal.sig[c % kSlots]);
-  };
-  const auto wg_sync = [] { asm volatile("bar.sync 3, %0;\n" ::"n"(kWgThreads) : "memory"); };
   for (int c = 0; c + 1 < kStages; ++c) load(c);
   before();
   for (int c = 0; c < chunks; ++c) {
     mma::cp_async_wait<kStages - 2>();
-    wg_sync();  // chunk c's gam staged, every read (and output store) of chunk c - 1 done
+    // chunk c's gam staged, every read of chunk c - 1's stage done (named barrier 3: the
+    // warpgroups only)
+    asm volatile("bar.sync 3, %0;\n" ::"n"(kWgThreads) : "memory");
     load(c + kStages - 1);  // into chunk c - 1's stage
-    if (c > 0) signal_done(c - 1);
     const int t0 = c * kChunk, n = min(kChunk, q.len - t0);
     tma::wait(&full[c % kStages], (c / kStages) & 1);
     step(stages[c % kStages], t0, n);
-  }
-  if (kSignal && ws.chunk_done != nullptr) {
-    wg_sync();
-    signal_done(chunks - 1);
+    if (kSignal && ws.chunk_done != nullptr) {
+      if (c >= 2) tma::wait(&signal.ack[c % 2], ((c - 2) / 2) & 1);
+      tma::arrive(&signal.sig[c % 2]);
+    }
   }
 }
 

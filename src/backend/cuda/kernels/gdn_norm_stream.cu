@@ -12,11 +12,9 @@ namespace deltaserve::cuda::gdn_chunk {
 namespace {
 
 using bf16 = __nv_bfloat16;
-// A row of kDim values on kLanes lanes, two rows a warp at once; a warp takes a (chunk, value head)
-// item's rows in batches of kBatch row pairs, every load of a batch issued before the math.
-constexpr int kThreads = 256, kWarps = kThreads / 32, kLanes = kDim / 8, kBatch = 8,
-              kBatchRows = 2 * kBatch;
-static_assert(kLanes == 16, "two rows a warp");
+// A row of kDim values on kLanes lanes; a block takes a chunk's rows in kPasses passes.
+constexpr int kThreads = 256, kLanes = kDim / 8, kRowsPerPass = kThreads / kLanes,
+              kPasses = kChunk / kRowsPerPass;
 
 // Spins (sleeping between reads) until *count >= target; acquire: the writes its raisers made
 // visible before raising it are visible to this thread after.
@@ -29,37 +27,33 @@ __device__ inline void wait_for_count(const int* count, int target) {
   }
 }
 
-// Items (chunk, value head) in chunk order, item i's counter ws.chunk_done[i] (the pass's chunk
-// order), a warp an item at a time: many in flight, so that the norm keeps up with the pass. Rows
-// past the sequence repeat its last row (every lane joins the shuffles) and store nothing.
+// Items (chunk, value head) in chunk order, item i's counter ws.chunk_done[i]: the pass's chunk
+// order. Rows past the sequence repeat its last row (every lane joins the shuffles) and store
+// nothing.
 __global__ void __launch_bounds__(kThreads)
     streamed_norm_kernel(BatchMeta b, GatedNorm norm, Workspace ws, int parts, int items,
                          bf16* __restrict__ out) {
-  const int lane = static_cast<int>(threadIdx.x) % 32, half = lane / kLanes, l = lane % kLanes;
+  const int lane = static_cast<int>(threadIdx.x) % kLanes, r0 = threadIdx.x / kLanes;
   const int base = b.seq_begin[0], len = b.seq_len[0], nv = ws.nv;
-  const F32x8 w = load_f32x8(norm.w + 8 * l);
-  for (int i = blockIdx.x * kWarps + static_cast<int>(threadIdx.x) / 32; i < items;
-       i += gridDim.x * kWarps) {
+  const F32x8 w = load_f32x8(norm.w + 8 * lane);
+  for (int i = blockIdx.x; i < items; i += gridDim.x) {
     const int c = i / nv, h = i % nv, n = min(kChunk, len - c * kChunk);
-    if (lane == 0) wait_for_count(ws.chunk_done + i, parts);
-    __syncwarp();  // lane 0's acquire orders the warp's reads after the pass's stores
-    for (int r0 = 0; r0 < n; r0 += kBatchRows) {
-      uint4 o[kBatch], z[kBatch];
-      size_t at[kBatch];
+    if (threadIdx.x == 0) wait_for_count(ws.chunk_done + i, parts);
+    __syncthreads();  // thread 0's acquire orders the block's reads after the pass's stores
+    F32x8 o[kPasses], z[kPasses];
+    size_t at[kPasses];
 #pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        const int r = min(r0 + 2 * j + half, n - 1);
-        at[j] = (static_cast<size_t>(base + c * kChunk + r) * nv + h) * kDim + 8 * l;
-        // Written by the pass while this kernel runs: read from L2, not through L1.
-        o[j] = __ldcg(reinterpret_cast<const uint4*>(out + at[j]));
-        z[j] = *reinterpret_cast<const uint4*>(norm.z + at[j]);
-      }
+    for (int p = 0; p < kPasses; ++p) {
+      const int r = min(r0 + p * kRowsPerPass, n - 1);
+      at[p] = (static_cast<size_t>(base + c * kChunk + r) * nv + h) * kDim + 8 * lane;
+      // Written by the pass while this kernel runs: read from L2, not through L1.
+      o[p] = unpack_bf16x8(__ldcg(reinterpret_cast<const uint4*>(out + at[p])));
+      z[p] = load_bf16x8(norm.z + at[p]);
+    }
 #pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        const F32x8 y =
-            gated_norm_lane<kLanes>(unpack_bf16x8(o[j]), unpack_bf16x8(z[j]), w, norm.eps);
-        if (r0 + 2 * j + half < n) store_bf16x8(out + at[j], y);
-      }
+    for (int p = 0; p < kPasses; ++p) {
+      const F32x8 y = gated_norm_lane<kLanes>(o[p], z[p], w, norm.eps);
+      if (r0 + p * kRowsPerPass < n) store_bf16x8(out + at[p], y);
     }
   }
   // The pass complete before this grid is: a later kernel's wait for this one orders the pass too.
@@ -77,9 +71,8 @@ bool streamed_norm_fits(const BatchMeta& b, const GatedNorm& norm, const GdnShap
 void launch_streamed_norm(const BatchMeta& b, const Workspace& ws, const GatedNorm& norm, int parts,
                           int num_sms, __nv_bfloat16* out, cudaStream_t stream) {
   const int items = (b.max_seq_len + kChunk - 1) / kChunk * ws.nv;
-  const int blocks = std::min((items + kWarps - 1) / kWarps, num_sms);
-  pdl::launch_dependent(streamed_norm_kernel, dim3(blocks), dim3(kThreads), 0, stream, b, norm, ws,
-                        parts, items, out);
+  pdl::launch_dependent(streamed_norm_kernel, dim3(std::min(items, num_sms)), dim3(kThreads), 0,
+                        stream, b, norm, ws, parts, items, out);
 }
 
 }  // namespace deltaserve::cuda::gdn_chunk
