@@ -11,9 +11,7 @@
 //   kernel);
 // - a mixed step (decode rows first): those rows on the fused decode kernel, the rest chunked —
 //   with few prefill sequences on quarter-head state-pass blocks, with five at 32 value heads on
-//   whole-head blocks (the norm kernel after the pass, over the rows past the decode rows);
-// - one prefill sequence (alone, or behind decode rows): the gated norm streamed behind the state
-//   pass instead of the norm kernel.
+//   whole-head blocks (the norm kernel after the pass, over the rows past the decode rows).
 // Bounds: the output within bf16 rounding, the conv state exactly, the recurrent state within f32
 // rounding (one bf16 ulp for a bf16 state).
 #include <gtest/gtest.h>
@@ -167,20 +165,6 @@ TEST_F(GdnMixer, FusedPrefillMatchesUnfusedOps) { check_fused_against_ops(prefil
 
 TEST_F(GdnMixer, MixedStepMatchesUnfusedOpsOnItsParts) {
   check_mixed(kMixedDecodeRows, kMixedPrefill);
-}
-
-// One prefill sequence, fresh and continued, across chunk edges: its gated norm streams behind the
-// state pass (gdn_norm_stream.cu), each (chunk, value head) once the pass's blocks of it counted
-// their outputs stored.
-TEST_F(GdnMixer, PrefillOfOneSequenceMatchesUnfusedOps) {
-  check_fused_against_ops(make_batch(kPage, {{300, 0, 0, range(0, 19)}}));
-  check_fused_against_ops(make_batch(kPage, {{200, 37, 1, range(19, 15)}}));
-}
-
-// A serving step's chunk of one long prompt behind decode rows: the streamed norm's rows start past
-// the decode rows.
-TEST_F(GdnMixer, MixedStepOfOnePrefillSequenceMatchesUnfusedOpsOnItsParts) {
-  check_mixed(kMixedDecodeRows, {{200, 37, 5, range(30, 15)}});
 }
 
 // Five prefill sequences x 32 value heads fill an H200's (or H100's) 132 SMs: whole-head blocks.

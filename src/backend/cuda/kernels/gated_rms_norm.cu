@@ -1,7 +1,6 @@
 #include "backend/cuda/kernels/bf16x8.cuh"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gated_rms_norm.cuh"
-#include "backend/cuda/kernels/gated_rms_norm_row.cuh"
 
 namespace deltaserve::cuda {
 namespace {
@@ -20,7 +19,16 @@ __global__ void __launch_bounds__(kVecThreads)
   // Rows past the end repeat the last one (every lane joins the shuffles) and store nothing.
   const size_t at = static_cast<size_t>(min(row, rows - 1)) * kDv + 8 * lane;
   const F32x8 ov = load_bf16x8(o + at), zv = load_bf16x8(z + at), wv = load_f32x8(w + 8 * lane);
-  const F32x8 y = gated_norm_lane<kLanes>(ov, zv, wv, eps);
+  float ss = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) ss += ov.v[e] * ov.v[e];
+#pragma unroll
+  for (int off = kLanes / 2; off > 0; off >>= 1)
+    ss += __shfl_xor_sync(0xffffffffu, ss, off, kLanes);
+  const float inv = rsqrtf(ss / static_cast<float>(kDv) + eps);
+  F32x8 y;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) y.v[e] = ov.v[e] * inv * wv.v[e] * silu(zv.v[e]);
   if (row < rows) store_bf16x8(o + at, y);
 }
 

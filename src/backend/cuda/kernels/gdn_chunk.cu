@@ -2,7 +2,6 @@
 // in parallel (the WY form); the state pass (gdn_chunk_pass.cu) walks each sequence's chunks in
 // order, forming their outputs as it goes — or, for steps of enough sequences from the conv
 // outputs, gdn_chunk_fused.cu does both in one kernel; the gated RMSNorm of the output follows.
-#include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/gated_rms_norm.cuh"
 #include "backend/cuda/kernels/gdn_chunk.cuh"
 #include "backend/cuda/kernels/gdn_chunk_fused.h"
@@ -32,15 +31,9 @@ void launch_gdn_chunked(const BatchMeta& b, const GdnQkvSource& in, const __nv_b
   if (in.y != nullptr && gdn_chunk::fused_pays(b, s, num_sms)) {
     gdn_chunk::launch_fused(b, in, a, bgate, A_log, dt_bias, state, s, out, stream);
   } else {
-    gdn_chunk::Workspace w(ws, b.num_tokens, s);
+    const gdn_chunk::Workspace w(ws, b.num_tokens, s);
     gdn_chunk::launch_prep(b, in, a, bgate, A_log, dt_bias, s, w, num_sms, stream);
-    // A single sequence's norm streams behind the pass (DS_GDN_NORM_STREAM=0: the norm kernel
-    // after it, A/B).
-    static const bool stream_on = ab_switch_on("DS_GDN_NORM_STREAM");
-    const bool streamed = stream_on && gdn_chunk::streamed_norm_fits(b, norm, s, out);
-    if (!streamed) w.chunk_done = nullptr;
-    const int parts = gdn_chunk::launch_state_pass(b, w, state, s, num_sms, out, stream);
-    if (parts > 0) return gdn_chunk::launch_streamed_norm(b, w, norm, parts, num_sms, out, stream);
+    gdn_chunk::launch_state_pass(b, w, state, s, num_sms, out, stream);
   }
   if (norm.z != nullptr) {
     const size_t at = static_cast<size_t>(norm.first_row) * s.nv * s.dv;
@@ -50,11 +43,10 @@ void launch_gdn_chunked(const BatchMeta& b, const GdnQkvSource& in, const __nv_b
 }
 
 size_t gdn_chunk_workspace_floats(int num_tokens, const GdnShape& s) {
-  constexpr size_t kRegions = 7, kAlign = 16;  // Workspace's regions, each 16-byte aligned
-  const size_t counters = static_cast<size_t>(num_tokens / gdn_chunk::kChunk + 1) * s.nv;
+  constexpr size_t kRegions = 6, kAlign = 16;  // Workspace's regions, each 16-byte aligned
   const size_t bytes =
       static_cast<size_t>(num_tokens) * s.nv * backend::gdn_chunk_bytes_per_token(s.dk, s.dv) +
-      counters * sizeof(int) + kRegions * kAlign;
+      kRegions * kAlign;
   return (bytes + sizeof(float) - 1) / sizeof(float);
 }
 

@@ -24,15 +24,9 @@ constexpr int kLdC = kChunk + 8;  // shared rows of 64 bf16, padded
 //   q  [T][nk][dk]  q / |q| / sqrt(dk)
 //   p  [T][nv][64]  P_ij = (q_i . k_j) e^(gam_i - gam_j), j <= i, within the chunk
 //   gam [nv][T] f32 the cumulative log decay within the chunk
-//   chunk_done [T / 64 + 1][nv] int: for a single sequence whose gated norm streams behind the
-//                 state pass, how many of a (chunk, value head)'s pass blocks stored its output
-//                 (the first sequence's zeroed by the prep; the pass counts only where
-//                 chunk_done is set: launch_gdn_chunked sets it for those steps)
 struct Workspace {
   __nv_bfloat16 *w, *u, *kd, *q, *p;
   float* gam;
-  int* chunk_done;
-  int nv;
 
   __host__ __device__ static size_t align16(size_t bytes) { return (bytes + 15) / 16 * 16; }
   __host__ __device__ Workspace(void* base, int T, const GdnShape& s) {
@@ -49,8 +43,6 @@ struct Workspace {
     q = reinterpret_cast<__nv_bfloat16*>(take(tk * s.dk, 2));
     p = reinterpret_cast<__nv_bfloat16*>(take(tv * kChunk, 2));
     gam = reinterpret_cast<float*>(take(tv, 4));
-    chunk_done = reinterpret_cast<int*>(take(static_cast<size_t>(T / kChunk + 1) * s.nv, 4));
-    nv = s.nv;
   }
 };
 
@@ -63,19 +55,7 @@ void launch_prep(const BatchMeta& b, const GdnQkvSource& in, const __nv_bfloat16
 // or, where those blocks would leave most of the device's sm_count SMs idle (few sequences), a
 // block a half or a quarter of a head's state columns, the most parts whose blocks all fit at
 // once.
-// With ws.chunk_done set (a single sequence), a form of split heads counts each (chunk, value
-// head) whose output its blocks stored, for launch_streamed_norm, and this returns the blocks a
-// head took; else 0 (no counting: a whole head's block has no signal warp).
-int launch_state_pass(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
-                      int sm_count, __nv_bfloat16* out, cudaStream_t stream);
-
-// Whether the gated norm of this step's output can stream behind the state pass: a single
-// sequence whose rows are the normed ones, dv = 128, 16-byte aligned out / z / w.
-bool streamed_norm_fits(const BatchMeta& b, const GatedNorm& norm, const GdnShape& s,
-                        const __nv_bfloat16* out);
-// The gated norm (in place on out) streamed behind the state pass just launched with
-// ws.chunk_done set, `parts` blocks a head (gdn_norm_stream.cu); precondition streamed_norm_fits.
-void launch_streamed_norm(const BatchMeta& b, const Workspace& ws, const GatedNorm& norm, int parts,
-                          int num_sms, __nv_bfloat16* out, cudaStream_t stream);
+void launch_state_pass(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
+                       int sm_count, __nv_bfloat16* out, cudaStream_t stream);
 
 }  // namespace deltaserve::cuda::gdn_chunk

@@ -29,7 +29,6 @@
 #include "backend/cuda/kernels/gdn_chunk_wg_state.cuh"
 #include "backend/cuda/kernels/gdn_pass_split.h"
 #include "backend/cuda/kernels/mma_bf16.cuh"
-#include "backend/cuda/kernels/pdl.cuh"
 #include "backend/cuda/kernels/tma.cuh"
 #include "backend/cuda/kernels/tma_map.h"
 #include "backend/cuda/kernels/wgmma.cuh"
@@ -51,7 +50,6 @@ struct Smem {
   bf16 vt[kGroups][kCols * 64];      // per warpgroup V'^T [column][token]: one SW128 block
   Stage<kUCols> stage[kStages];
   uint64_t full[kStages];  // a stage's tiles landed
-  ChunkSignal signal;
 };
 template <int kCols, int kGroups, int kStages>
 constexpr size_t kSmemBytes = sizeof(Smem<kCols, kGroups, kStages>) + wgmma::kAtomBytes;
@@ -143,37 +141,28 @@ __device__ void step(Acc<kCols> (&hs)[2], const StageT& st, uint32_t st_tile, ui
   store_output<kCols>(o, q, t0, n, s, col0, out);
 }
 
-// Block (sequence, value head, column part), kGroups warpgroups of kCols columns each and the
-// signal warp (gdn_chunk_pass_stage.cuh; idle unless ws.chunk_done is set).
+// Block (sequence, value head, column part), kGroups warpgroups of kCols columns each.
 template <class StateT, int kCols, int kGroups, int kStages>
-__global__ void __launch_bounds__(pass_threads(kGroups), 1)
+__global__ void __launch_bounds__(128 * kGroups, 1)
     pass_kernel(BatchMeta b, const __grid_constant__ PassMaps maps, Workspace ws,
                 StateT* __restrict__ state, GdnShape s, bf16* __restrict__ out) {
   using WgState = WarpgroupState<kCols>;
   using SmemT = Smem<kCols, kGroups, kStages>;
-  constexpr int kWgThreads = 128 * kGroups;
-  constexpr bool kSignal = pass_signals(kGroups);
-  if (kSignal && ws.chunk_done != nullptr) pdl::allow_successor();  // the streamed norm may start
   extern __shared__ __align__(128) unsigned char pass_raw[];
   SmemT& sm = *wgmma::atom_aligned<SmemT>(pass_raw);
   const int seq = blockIdx.x, h = blockIdx.y;
-  const Seq q{b.seq_begin[seq], b.seq_len[seq], h, h / (s.nv / s.nk), b.num_tokens};
-  init_walk<kStages, kWgThreads>(sm.full, sm.signal);
-  if (threadIdx.x >= kWgThreads) {
-    if (kSignal && ws.chunk_done != nullptr) signal_chunks(sm.signal, q, ws);
-    return;
-  }
   const int group = kGroups == 1 ? 0 : static_cast<int>(threadIdx.x) / 128;
   const int col0 = kCols * (kGroups * static_cast<int>(blockIdx.z) + group);
   const int u_half = col0 / 64;  // where the stages hold half of U: the one the block reads
+  const Seq q{b.seq_begin[seq], b.seq_len[seq], h, h / (s.nv / s.nk), b.num_tokens};
   const uint32_t st_tile = mma::smem_u32(sm.st[group]), vt = mma::smem_u32(sm.vt[group]);
   const size_t head = static_cast<size_t>(kDim) * kDim;
   StateT* S = state + (static_cast<size_t>(b.seq_slot[seq]) * s.nv + h) * head;
   Acc<kCols> hs[2] = {};
   if (b.seq_start[seq] != 0) WgState::template io<false>(S, col0, hs);
   const int snap_at = b.seq_snap_at[seq];
-  walk_chunks<kWgThreads, kSignal>(
-      sm.stage, sm.full, sm.signal, maps, q, ws, u_half, [&] { WgState::publish(st_tile, hs); },
+  walk_chunks(
+      sm.stage, sm.full, maps, q, ws, u_half, [&] { WgState::publish(st_tile, hs); },
       [&](const auto& stage, int t0, int n) {  // S^T published before the first chunk's barrier
         step<kCols>(hs, stage, st_tile, vt, q, t0, n, s, group, col0, out);
         if (t0 + n == snap_at)  // the in-step snapshot: the state after this chunk
@@ -190,8 +179,8 @@ void launch_kernel(const BatchMeta& b, const PassMaps& maps, const Workspace& ws
   static_assert(smem <= 227 * 1024, "the pass's stages fit one SM's shared memory");
   const auto kernel = pass_kernel<StateT, kCols, kGroups, kStages>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  kernel<<<dim3(b.num_seqs, s.nv, parts), pass_threads(kGroups), smem, stream>>>(b, maps, ws, state,
-                                                                                 s, out);
+  kernel<<<dim3(b.num_seqs, s.nv, parts), 128 * kGroups, smem, stream>>>(b, maps, ws, state, s,
+                                                                         out);
 }
 
 // A split head's block (one warpgroup) with its loads issued kStages - 1 chunks ahead: three
@@ -220,8 +209,8 @@ void launch_typed(const BatchMeta& b, const Workspace& ws, StateT* state, const 
 
 }  // namespace
 
-int launch_state_pass(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
-                      int sm_count, bf16* out, cudaStream_t stream) {
+void launch_state_pass(const BatchMeta& b, const Workspace& ws, GdnState state, const GdnShape& s,
+                       int sm_count, bf16* out, cudaStream_t stream) {
   // DS_GDN_PASS_PARTS=1, 2 or 4 forces the column parts a head (A/B, tests).
   static const int forced = [] {
     const char* v = std::getenv("DS_GDN_PASS_PARTS");
@@ -235,14 +224,12 @@ int launch_state_pass(const BatchMeta& b, const Workspace& ws, GdnState state, c
   // 0.378 against 0.419 for the transposed pass's 64-column halves).
   // DS_GDN_PASS_T=0 never takes it, =1 always does (A/B, tests).
   static const int transposed = ab_switch_forced("DS_GDN_PASS_T");
-  if (transposed == 1 || (transposed == -1 && split <= 2)) {
-    launch_state_pass_transposed(b, ws, state, s, split > 1, out, stream);
-  } else if (state.bf16) {
+  if (transposed == 1 || (transposed == -1 && split <= 2))
+    return launch_state_pass_transposed(b, ws, state, s, split > 1, out, stream);
+  if (state.bf16)
     launch_typed(b, ws, static_cast<bf16*>(state.data), s, split, out, stream);
-  } else {
+  else
     launch_typed(b, ws, static_cast<float*>(state.data), s, split, out, stream);
-  }
-  return ws.chunk_done != nullptr && pass_signals(split > 1 ? 1 : 2) ? split : 0;
 }
 
 }  // namespace deltaserve::cuda::gdn_chunk

@@ -65,67 +65,22 @@ __device__ inline void load_chunk(Stage<kUCols>& st, uint64_t* full, const PassM
   mma::cp_async_commit();
 }
 
-// Counting each chunk's finished output for the gated norm that streams behind a single
-// sequence's pass (gdn_norm_stream.cu): the warpgroups arrive on sig[c % 2] once their output
-// stores of chunk c are issued; the block's signal warp (the warp after them) waits for that,
-// makes the stores visible to the GPU and adds 1 to the chunk's counter in ws.chunk_done, then
-// arrives on ack[c % 2], which the warpgroups wait for before they take the slot again (chunk c +
-// 2). So the warpgroups' chain never waits on a GPU-wide fence.
-struct ChunkSignal {
-  uint64_t sig[2], ack[2];
-};
-
-// Whether a pass block of `groups` warpgroups has the signal warp: one-warpgroup blocks (a single
-// sequence's split heads) only; beside two, ptxas would budget 168 registers a thread (it counts
-// whole warpgroups) where they use up to 250. And the block's threads.
-__host__ __device__ constexpr bool pass_signals(int groups) { return groups == 1; }
-__host__ __device__ constexpr int pass_threads(int groups) {
-  return 128 * groups + (pass_signals(groups) ? 32 : 0);
-}
-
-// The stages' barriers (and the signal's) initialised by thread 0, then a barrier of the whole
-// block (the signal warp included): before the roles part.
-template <int kStages, int kWgThreads>
-__device__ inline void init_walk(uint64_t (&full)[kStages], ChunkSignal& signal) {
+// The pass kernels' walk over a sequence's chunks: the stages' barriers initialised, each chunk's
+// operands copied kStages - 1 chunks ahead (past the last chunk an empty cp.async group, so that
+// every chunk has kStages - 2 groups after its own to leave pending); `before()` once the first
+// copies are issued; then per chunk, once its gam and bulk copies landed and a block barrier saw
+// every read of the chunk before's stage done (the next copies go into that stage),
+// `step(stage, t0, n)`.
+template <int kStages, int kUCols, class Before, class Step>
+__device__ inline void walk_chunks(Stage<kUCols> (&stages)[kStages], uint64_t (&full)[kStages],
+                                   const PassMaps& maps, const Seq& q, const Workspace& ws,
+                                   int u_half, Before before, Step step) {
+  const int chunks = (q.len + kChunk - 1) / kChunk;
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) tma::barrier_init(&full[i], 1);
-    for (int i = 0; i < 2; ++i) {
-      tma::barrier_init(&signal.sig[i], kWgThreads);
-      tma::barrier_init(&signal.ack[i], 1);
-    }
     tma::barrier_init_fence();
   }
-  __syncthreads();
-}
-
-// The signal warp: chunk after chunk of sequence q, once the warpgroups' output stores of it are
-// issued, a GPU-wide fence (cumulative: it orders the stores the barrier made this warp see) and
-// the counter of (chunk, value head) raised by one.
-__device__ inline void signal_chunks(ChunkSignal& signal, const Seq& q, const Workspace& ws) {
-  const int chunks = (q.len + kChunk - 1) / kChunk;
-  for (int c = 0; c < chunks; ++c) {
-    tma::wait(&signal.sig[c % 2], (c / 2) & 1);
-    if (threadIdx.x % 32 == 0) {
-      __threadfence();
-      atomicAdd(ws.chunk_done + c * ws.nv + q.h, 1);
-      tma::arrive(&signal.ack[c % 2]);
-    }
-    __syncwarp();
-  }
-}
-
-// The pass kernels' walk over a sequence's chunks by their kWgThreads warpgroup threads (after
-// init_walk): each chunk's operands copied kStages - 1 chunks ahead (past the last chunk an empty
-// cp.async group, so that every chunk has kStages - 2 groups after its own to leave pending);
-// `before()` once the first copies are issued; then per chunk, once its gam and bulk copies landed
-// and a barrier of the warpgroups saw every read of the chunk before's stage done (the next copies
-// go into that stage), `step(stage, t0, n)`; with kSignal (a block with the signal warp) and
-// ws.chunk_done set, the chunk's signal after it.
-template <int kWgThreads, bool kSignal, int kStages, int kUCols, class Before, class Step>
-__device__ inline void walk_chunks(Stage<kUCols> (&stages)[kStages], uint64_t (&full)[kStages],
-                                   ChunkSignal& signal, const PassMaps& maps, const Seq& q,
-                                   const Workspace& ws, int u_half, Before before, Step step) {
-  const int chunks = (q.len + kChunk - 1) / kChunk;
+  __syncthreads();  // the barriers initialised
   const auto load = [&](int c) {
     if (c < chunks)
       load_chunk(stages[c % kStages], &full[c % kStages], maps, q, c, ws, u_half);
@@ -136,17 +91,11 @@ __device__ inline void walk_chunks(Stage<kUCols> (&stages)[kStages], uint64_t (&
   before();
   for (int c = 0; c < chunks; ++c) {
     mma::cp_async_wait<kStages - 2>();
-    // chunk c's gam staged, every read of chunk c - 1's stage done (named barrier 3: the
-    // warpgroups only)
-    asm volatile("bar.sync 3, %0;\n" ::"n"(kWgThreads) : "memory");
+    __syncthreads();        // chunk c's gam staged, every read of chunk c - 1's stage done
     load(c + kStages - 1);  // into chunk c - 1's stage
     const int t0 = c * kChunk, n = min(kChunk, q.len - t0);
     tma::wait(&full[c % kStages], (c / kStages) & 1);
     step(stages[c % kStages], t0, n);
-    if (kSignal && ws.chunk_done != nullptr) {
-      if (c >= 2) tma::wait(&signal.ack[c % 2], ((c - 2) / 2) & 1);
-      tma::arrive(&signal.sig[c % 2]);
-    }
   }
 }
 

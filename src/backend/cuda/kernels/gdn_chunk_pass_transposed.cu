@@ -14,7 +14,6 @@
 #include "backend/cuda/kernels/gdn_chunk_pass_stage.cuh"
 #include "backend/cuda/kernels/gdn_chunk_pass_transposed.h"
 #include "backend/cuda/kernels/gdn_chunk_t_ops.cuh"
-#include "backend/cuda/kernels/pdl.cuh"
 
 namespace deltaserve::cuda::gdn_chunk {
 namespace {
@@ -27,7 +26,6 @@ struct TSmem {
   static constexpr int kUCols = kGroups == 1 ? 64 : kDim;
   Stage<kUCols> stage[kStages];
   uint64_t full[kStages];
-  ChunkSignal signal;
 };
 template <int kGroups>
 constexpr size_t kTSmemBytes = sizeof(TSmem<kGroups>) + wgmma::kAtomBytes;
@@ -69,27 +67,17 @@ __device__ void step_t(float (&hs)[64], const StageT& st, const Seq& q, int t0, 
       out + (static_cast<size_t>(q.base + t0) * s.nv + q.h) * kDim, s.nv, n, v0);
 }
 
-// kGroups warpgroups and the signal warp (gdn_chunk_pass_stage.cuh; idle unless ws.chunk_done is
-// set).
 template <class StateT, int kGroups>
-__global__ void __launch_bounds__(pass_threads(kGroups), 1)
+__global__ void __launch_bounds__(128 * kGroups, 1)
     pass_t_kernel(BatchMeta b, const __grid_constant__ PassMaps maps, Workspace ws,
                   StateT* __restrict__ state, GdnShape s, bf16* __restrict__ out) {
   using SmemT = TSmem<kGroups>;
-  constexpr int kWgThreads = 128 * kGroups;
-  constexpr bool kSignal = pass_signals(kGroups);
-  if (kSignal && ws.chunk_done != nullptr) pdl::allow_successor();  // the streamed norm may start
   extern __shared__ __align__(128) unsigned char pass_t_raw[];
   SmemT& sm = *wgmma::atom_aligned<SmemT>(pass_t_raw);
   const int seq = blockIdx.x, h = blockIdx.y, group = static_cast<int>(threadIdx.x) / 128;
-  const Seq q{b.seq_begin[seq], b.seq_len[seq], h, h / (s.nv / s.nk), b.num_tokens};
-  init_walk<kStages, kWgThreads>(sm.full, sm.signal);
-  if (threadIdx.x >= kWgThreads) {
-    if (kSignal && ws.chunk_done != nullptr) signal_chunks(sm.signal, q, ws);
-    return;
-  }
   const int v0 = kCols * (kGroups * static_cast<int>(blockIdx.z) + group);
   const int u_half = v0 / 64, ucol0 = v0 % SmemT::kUCols;
+  const Seq q{b.seq_begin[seq], b.seq_len[seq], h, h / (s.nv / s.nk), b.num_tokens};
   const size_t head = static_cast<size_t>(kDim) * kDim;
   StateT* S = state + (static_cast<size_t>(b.seq_slot[seq]) * s.nv + h) * head;
   float hs[64];
@@ -97,8 +85,8 @@ __global__ void __launch_bounds__(pass_threads(kGroups), 1)
   for (int e = 0; e < 64; ++e) hs[e] = 0.0f;
   if (b.seq_start[seq] != 0) io_t<false>(S, v0, hs);
   const int snap_at = b.seq_snap_at[seq];
-  walk_chunks<kWgThreads, kSignal>(
-      sm.stage, sm.full, sm.signal, maps, q, ws, u_half, [] {},
+  walk_chunks(
+      sm.stage, sm.full, maps, q, ws, u_half, [] {},
       [&](const auto& stage, int t0, int n) {
         step_t(hs, stage, q, t0, n, s, v0, ucol0, out);
         if (t0 + n == snap_at)  // the in-step snapshot: the state after this chunk
@@ -114,8 +102,8 @@ void launch_t(const BatchMeta& b, const PassMaps& maps, const Workspace& ws, Sta
   static_assert(smem <= 227 * 1024, "three stages fit one SM's shared memory");
   const auto kernel = pass_t_kernel<StateT, kGroups>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  kernel<<<dim3(b.num_seqs, s.nv, parts), pass_threads(kGroups), smem, stream>>>(b, maps, ws, state,
-                                                                                 s, out);
+  kernel<<<dim3(b.num_seqs, s.nv, parts), 128 * kGroups, smem, stream>>>(b, maps, ws, state, s,
+                                                                         out);
 }
 
 template <class StateT>

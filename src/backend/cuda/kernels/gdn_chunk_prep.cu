@@ -438,8 +438,6 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int seq = blockIdx.x, t0 = blockIdx.y * kChunk, len = b.seq_len[seq];
   if (t0 >= len) return;
   const int h = kHeads * static_cast<int>(blockIdx.z);  // value heads h .. h + kHeads - 1
-  if (seq == 0 && threadIdx.x < kHeads)  // the streamed norm's counters (gdn_chunk_layout.cuh)
-    ws.chunk_done[blockIdx.y * ws.nv + h + threadIdx.x] = 0;
   const Chunk ch{
       b.seq_begin[seq] + t0, min(kChunk, len - t0), t0, h, h / (s.nv / s.nk), b.num_tokens,
       b.seq_slot[seq],       b.seq_start[seq] == 0};
