@@ -11,7 +11,8 @@
 //   kernel);
 // - a mixed step (decode rows first): those rows on the fused decode kernel, the rest chunked —
 //   with few prefill sequences on quarter-head state-pass blocks, with five at 32 value heads on
-//   whole-head blocks (the norm kernel after the pass, over the rows past the decode rows).
+//   whole-head blocks (the norm kernel after the pass, over the rows past the decode rows);
+// - one prefill sequence, alone and behind decode rows (an 8k prompt's steps).
 // Bounds: the output within bf16 rounding, the conv state exactly, the recurrent state within f32
 // rounding (one bf16 ulp for a bf16 state).
 #include <gtest/gtest.h>
@@ -165,6 +166,18 @@ TEST_F(GdnMixer, FusedPrefillMatchesUnfusedOps) { check_fused_against_ops(prefil
 
 TEST_F(GdnMixer, MixedStepMatchesUnfusedOpsOnItsParts) {
   check_mixed(kMixedDecodeRows, kMixedPrefill);
+}
+
+// One prefill sequence (an 8k prompt's step), fresh and continued, across chunk edges: quarter-head
+// state-pass blocks, the norm kernel after them.
+TEST_F(GdnMixer, PrefillOfOneSequenceMatchesUnfusedOps) {
+  check_fused_against_ops(make_batch(kPage, {{300, 0, 0, range(0, 19)}}));
+  check_fused_against_ops(make_batch(kPage, {{200, 37, 1, range(19, 15)}}));
+}
+
+// A serving step's chunk of one long prompt behind decode rows: the norm's rows start past them.
+TEST_F(GdnMixer, MixedStepOfOnePrefillSequenceMatchesUnfusedOpsOnItsParts) {
+  check_mixed(kMixedDecodeRows, {{200, 37, 5, range(30, 15)}});
 }
 
 // Five prefill sequences x 32 value heads fill an H200's (or H100's) 132 SMs: whole-head blocks.
