@@ -20,7 +20,6 @@
 //                                         that the chunk-to-chunk chain does not wait through it)
 // S^T and V'^T go to shared memory through stmatrix (transposed) in the 128-byte-swizzled layout
 // the MMAs read (wgmma.cuh).
-#include <cstdio>
 #include <cstdlib>
 
 #include "backend/cuda/ab_switch.h"
@@ -30,7 +29,6 @@
 #include "backend/cuda/kernels/gdn_chunk_wg_state.cuh"
 #include "backend/cuda/kernels/gdn_pass_split.h"
 #include "backend/cuda/kernels/mma_bf16.cuh"
-#include "backend/cuda/kernels/pdl.cuh"
 #include "backend/cuda/kernels/tma.cuh"
 #include "backend/cuda/kernels/tma_map.h"
 #include "backend/cuda/kernels/wgmma.cuh"
@@ -51,8 +49,7 @@ struct Smem {
   bf16 st[kGroups][2 * kCols * 64];  // per warpgroup S^T [column][dk]: two SW128 blocks of 64 dk
   bf16 vt[kGroups][kCols * 64];      // per warpgroup V'^T [column][token]: one SW128 block
   Stage<kUCols> stage[kStages];
-  uint64_t full[kStages];   // a stage's tiles landed
-  uint64_t empty[kStages];  // (pairs) both blocks of the pair done with a stage's chunk
+  uint64_t full[kStages];  // a stage's tiles landed
 };
 template <int kCols, int kGroups, int kStages>
 constexpr size_t kSmemBytes = sizeof(Smem<kCols, kGroups, kStages>) + wgmma::kAtomBytes;
@@ -144,10 +141,8 @@ __device__ void step(Acc<kCols> (&hs)[2], const StageT& st, uint32_t st_tile, ui
   store_output<kCols>(o, q, t0, n, s, col0, out);
 }
 
-// Block (sequence, value head, column part), kGroups warpgroups of kCols columns each; with kPair =
-// 2, parts 2i and 2i + 1 of a head (one U half) are a thread-block cluster sharing the chunk
-// operands' copies (walk_chunks).
-template <class StateT, int kCols, int kGroups, int kStages, int kPair = 1>
+// Block (sequence, value head, column part), kGroups warpgroups of kCols columns each.
+template <class StateT, int kCols, int kGroups, int kStages>
 __global__ void __launch_bounds__(128 * kGroups, 1)
     pass_kernel(BatchMeta b, const __grid_constant__ PassMaps maps, Workspace ws,
                 StateT* __restrict__ state, GdnShape s, bf16* __restrict__ out) {
@@ -166,8 +161,8 @@ __global__ void __launch_bounds__(128 * kGroups, 1)
   Acc<kCols> hs[2] = {};
   if (b.seq_start[seq] != 0) WgState::template io<false>(S, col0, hs);
   const int snap_at = b.seq_snap_at[seq];
-  walk_chunks<kStages, SmemT::kUCols, kPair>(
-      sm.stage, sm.full, sm.empty, maps, q, ws, u_half, [&] { WgState::publish(st_tile, hs); },
+  walk_chunks(
+      sm.stage, sm.full, maps, q, ws, u_half, [&] { WgState::publish(st_tile, hs); },
       [&](const auto& stage, int t0, int n) {  // S^T published before the first chunk's barrier
         step<kCols>(hs, stage, st_tile, vt, q, t0, n, s, group, col0, out);
         if (t0 + n == snap_at)  // the in-step snapshot: the state after this chunk
@@ -175,30 +170,6 @@ __global__ void __launch_bounds__(128 * kGroups, 1)
               state + (static_cast<size_t>(b.seq_snap_slot[seq]) * s.nv + h) * head, col0, hs);
       });
   WgState::template io<true>(S, col0, hs);
-  if constexpr (kPair == 2) tma::cluster_sync();  // no arrival or copy lands on a block that left
-}
-
-// How many clusters of two blocks of `kernel` (smem bytes of shared memory, 128 threads) run at
-// once (0 where the query fails).
-template <class Kernel>
-int pairs_at_once(Kernel kernel, int smem) {
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = 1;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 2;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(1, 1, 2);
-  cfg.blockDim = dim3(128);
-  cfg.dynamicSmemBytes = smem;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  int n = 0;
-  if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return n;
 }
 
 template <class StateT, int kCols, int kGroups, int kStages>
@@ -212,37 +183,12 @@ void launch_kernel(const BatchMeta& b, const PassMaps& maps, const Workspace& ws
                                                                          out);
 }
 
-// Quarter heads as pairs sharing their copies (half the L2 reads: ncu had the pass at 95% of L2
-// throughput), where every pair of the grid runs at once (else pairs would run in waves);
-// DS_GDN_PASS_PAIRS=0 the plain blocks (A/B). True when launched.
-template <class StateT>
-bool launch_quarter_pairs(const BatchMeta& b, const PassMaps& maps, const Workspace& ws,
-                          StateT* state, const GdnShape& s, bf16* out, cudaStream_t stream) {
-  constexpr int kStages = 3, smem = kSmemBytes<32, 1, kStages>;
-  const auto kernel = pass_kernel<StateT, 32, 1, kStages, 2>;
-  static const int fit = [&] {
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    const int n = pairs_at_once(kernel, smem);
-    if (std::getenv("DS_GDN_PASS_LOG") != nullptr)
-      std::fprintf(stderr, "gdn state pass: %d pairs of quarter-head blocks fit at once\n", n);
-    return n;
-  }();
-  static const bool on = ab_switch_on("DS_GDN_PASS_PAIRS");
-  if (!on || static_cast<int64_t>(b.num_seqs) * s.nv * 2 > fit) return false;
-  if (pdl::launch_clustered(false, dim3(1, 1, 2), kernel, dim3(b.num_seqs, s.nv, 4), dim3(128),
-                            smem, stream, b, maps, ws, state, s, out) == cudaSuccess)
-    return true;
-  (void)cudaGetLastError();  // the cluster launch refused: the plain blocks
-  return false;
-}
-
 // A split head's block (one warpgroup) with its loads issued kStages - 1 chunks ahead: three
 // stages of half-U tiles fit beside its state (DS_GDN_PASS_STAGES=0: two, A/B).
 template <class StateT, int kCols>
 void launch_split(const BatchMeta& b, const PassMaps& maps, const Workspace& ws, StateT* state,
                   const GdnShape& s, bf16* out, cudaStream_t stream) {
   static const bool three = ab_switch_on("DS_GDN_PASS_STAGES");
-  if (kCols == 32 && three && launch_quarter_pairs(b, maps, ws, state, s, out, stream)) return;
   if (three)
     launch_kernel<StateT, kCols, 1, 3>(b, maps, ws, state, s, out, stream);
   else

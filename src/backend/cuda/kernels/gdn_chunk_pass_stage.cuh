@@ -41,30 +41,13 @@ using PassTile = Sw128Rows<kChunk>;
 
 // Chunk `c`'s tiles into `st` by thread 0, completing on `full` (of U all of it, or the 64-column
 // half `u_half` in a stage of half tiles); its gam (rows past the sequence zero) by the first 64
-// threads, as one cp.async group of every thread. With kPair = 2 the block is one of a thread-block
-// cluster of two whose stages hold the same U half: each copies half of the boxes into both (TMA
-// multicast; rank 0 the first halves of W, kd and q and U, rank 1 their second halves and P), so
-// that a pair reads a chunk's operands from L2 once.
-template <int kUCols, int kPair = 1>
+// threads, as one cp.async group of every thread.
+template <int kUCols>
 __device__ inline void load_chunk(Stage<kUCols>& st, uint64_t* full, const PassMaps& maps,
                                   const Seq& q, int c, const Workspace& ws, int u_half) {
   const int t0 = c * kChunk, n = min(kChunk, q.len - t0), first = q.base + t0;
   const int tid = threadIdx.x;
-  if (kPair == 2 && tid == 0) {
-    static_assert(kPair == 1 || kUCols == 64, "a pair shares one U half");
-    tma::arrive_expect_bytes(full, Stage<kUCols>::kTileBytes);
-    const int half = static_cast<int>(tma::cluster_rank()), at = half * kChunk * 64;
-    const auto box = [&](void* dst, const CUtensorMap* map, int col) {
-      tma::load_2d_multicast(dst, map, col, first, full, 0b11);
-    };
-    box(st.w + at, &maps.w, q.h * kDim + 64 * half);
-    box(st.kd + at, &maps.kd, q.h * kDim + 64 * half);
-    box(st.q + at, &maps.q, q.kh * kDim + 64 * half);
-    if (half == 0)
-      box(st.u, &maps.u, q.h * kDim + 64 * u_half);
-    else
-      box(st.p, &maps.p, q.h * kChunk);
-  } else if (tid == 0) {
+  if (tid == 0) {
     tma::arrive_expect_bytes(full, Stage<kUCols>::kTileBytes);
     for (int half = 0; half < 2; ++half) {
       const int at = half * kChunk * 64, col = q.h * kDim + 64 * half;
@@ -87,28 +70,20 @@ __device__ inline void load_chunk(Stage<kUCols>& st, uint64_t* full, const PassM
 // every chunk has kStages - 2 groups after its own to leave pending); `before()` once the first
 // copies are issued; then per chunk, once its gam and bulk copies landed and a block barrier saw
 // every read of the chunk before's stage done (the next copies go into that stage),
-// `step(stage, t0, n)`. With kPair = 2 (a pair's block, load_chunk's), a stage is copied into
-// again once both blocks of the pair are done with it: `empty`, one arrival from each; the caller
-// ends with a cluster barrier (no arrival or copy lands on a block that has left).
-template <int kStages, int kUCols, int kPair = 1, class Before, class Step>
+// `step(stage, t0, n)`.
+template <int kStages, int kUCols, class Before, class Step>
 __device__ inline void walk_chunks(Stage<kUCols> (&stages)[kStages], uint64_t (&full)[kStages],
-                                   uint64_t (&empty)[kStages], const PassMaps& maps, const Seq& q,
-                                   const Workspace& ws, int u_half, Before before, Step step) {
+                                   const PassMaps& maps, const Seq& q, const Workspace& ws,
+                                   int u_half, Before before, Step step) {
   const int chunks = (q.len + kChunk - 1) / kChunk;
   if (threadIdx.x == 0) {
-    for (int i = 0; i < kStages; ++i) {
-      tma::barrier_init(&full[i], 1);
-      tma::barrier_init(&empty[i], kPair);
-    }
+    for (int i = 0; i < kStages; ++i) tma::barrier_init(&full[i], 1);
     tma::barrier_init_fence();
   }
-  if constexpr (kPair == 2)
-    tma::cluster_sync();  // both blocks' barriers initialised before a copy lands on them
-  else
-    __syncthreads();  // the barriers initialised
+  __syncthreads();  // the barriers initialised
   const auto load = [&](int c) {
     if (c < chunks)
-      load_chunk<kUCols, kPair>(stages[c % kStages], &full[c % kStages], maps, q, c, ws, u_half);
+      load_chunk(stages[c % kStages], &full[c % kStages], maps, q, c, ws, u_half);
     else
       mma::cp_async_commit();
   };
@@ -116,12 +91,7 @@ __device__ inline void walk_chunks(Stage<kUCols> (&stages)[kStages], uint64_t (&
   before();
   for (int c = 0; c < chunks; ++c) {
     mma::cp_async_wait<kStages - 2>();
-    __syncthreads();  // chunk c's gam staged, every read of chunk c - 1's stage done
-    if (kPair == 2 && threadIdx.x == 0 && c > 0) {  // chunk c - 1's stage, pair-wide
-      const int s = (c - 1) % kStages;
-      for (uint32_t r = 0; r < 2; ++r) tma::arrive_in_cta(&empty[s], r);
-      if (c + kStages - 1 < chunks) tma::wait(&empty[s], ((c - 1) / kStages) & 1);
-    }
+    __syncthreads();        // chunk c's gam staged, every read of chunk c - 1's stage done
     load(c + kStages - 1);  // into chunk c - 1's stage
     const int t0 = c * kChunk, n = min(kChunk, q.len - t0);
     tma::wait(&full[c % kStages], (c / kStages) & 1);

@@ -25,7 +25,7 @@ template <int kGroups>
 struct TSmem {
   static constexpr int kUCols = kGroups == 1 ? 64 : kDim;
   Stage<kUCols> stage[kStages];
-  uint64_t full[kStages], empty[kStages];  // empty: unused (walk_chunks' pairs)
+  uint64_t full[kStages];
 };
 template <int kGroups>
 constexpr size_t kTSmemBytes = sizeof(TSmem<kGroups>) + wgmma::kAtomBytes;
@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(128 * kGroups, 1)
   if (b.seq_start[seq] != 0) io_t<false>(S, v0, hs);
   const int snap_at = b.seq_snap_at[seq];
   walk_chunks(
-      sm.stage, sm.full, sm.empty, maps, q, ws, u_half, [] {},
+      sm.stage, sm.full, maps, q, ws, u_half, [] {},
       [&](const auto& stage, int t0, int n) {
         step_t(hs, stage, q, t0, n, s, v0, ucol0, out);
         if (t0 + n == snap_at)  // the in-step snapshot: the state after this chunk
