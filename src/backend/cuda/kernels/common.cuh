@@ -36,7 +36,15 @@ __device__ inline float silu(float x) { return x / (1.0f + __expf(-x)); }
 
 // silu with the fast reciprocal for the GDN conv, where it is most of the instructions (an IEEE
 // division is ~10 of them; a large negative x gives e^-x = inf and 0). Outputs rounded to bf16
-// after it; the ops whose SiLU goes on in f32 (SiLU-mul, the gated norm) keep the division.
-__device__ inline float silu_fast(float x) { return __fdividef(x, 1.0f + __expf(-x)); }
+// after it; the ops whose SiLU goes on in f32 (SiLU-mul, the gated norm) keep the division. The
+// exponential and reciprocal flush denormal results to zero, which saves __expf's three range
+// instructions (of ~15 an output in the chunk prep's conv) and changes no result: e^-x below 2^-126
+// adds nothing to 1.
+__device__ inline float silu_fast(float x) {
+  float e, r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.4426950408889634f));
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));
+  return x * r;
+}
 
 }  // namespace deltaserve::cuda
