@@ -174,7 +174,9 @@ for stage in "$@"; do
              # ($NCU_KERNEL, default prep_kernel; $GDN_ARGS e.g. --mixer)
       k=${NCU_KERNEL:-prep_kernel}
       ncu_source $k $k $BIN/gdn_bench --len 8192 --rounds 1 --calls 1 ${GDN_ARGS:-}
-      note "ncu src $k rc=$? $(wc -l <"$LOG/${k}_sass.csv") lines" ;;
+      note "ncu src $k rc=$? $(wc -l <"$LOG/${k}_sass.csv") lines"
+      python3 tools/ncu_phases.py "$LOG/${k}_sass.csv" >"$LOG/${k}_phases.md" 2>&1
+      note "ncu phases $k: $(sed -n '/^| phase/,/^$/p' "$LOG/${k}_phases.md" | cut -d'|' -f2,4 | tr '\n' ' ')" ;;
     ncufull)  # ncu's full sections for the GDN prep / scan and the prefill attention kernels at 8k
       timeout 200 ncu --clock-control none --set full -k regex:'prep_kernel|scan_kernel' -c 2 \
         $BIN/gdn_bench --len 8192 --rounds 1 --calls 1 >"$LOG/ncu_gdn_full.log" 2>&1
