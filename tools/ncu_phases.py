@@ -69,7 +69,7 @@ def main():
         op = opcode(r[hdr["Source"]])
         cur["samples"] += number(r[hdr[SAMPLES]])
         cur["executed"] += number(r[hdr[EXECUTED]])
-        if op in CLASSES:
+        if op in CLASSES and number(r[hdr[EXECUTED]]) > 0:
             cur["mix"][op] += number(r[hdr[EXECUTED]])
         cur["last"] = r[hdr["Address"]]
         if op == "BAR":
