@@ -13,7 +13,9 @@
 // With --tune 1: instead, per projection, cuBLASLt's first heuristic algorithm against the fastest
 // of its first eight (CublasLtLinear::tune), us per call, re-timed after the choice (alternating
 // twice, medians of rounds of 10 calls) and as timed in the tuning.
-// Usage: linear_bench [--rows 1,4,8,16] [--rounds 5] [--only NAME-PART] [--tune 1]
+// With --mlp 1: instead, the MLP's gate / up projections and SiLU-mul at prefill-sized T: the
+// prefill GEMM with the SiLU-mul in its epilogue against tuned cuBLASLt then the SiLU-mul kernel.
+// Usage: linear_bench [--rows 1,4,8,16] [--rounds 5] [--only NAME-PART] [--tune 1] [--mlp 1]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -26,7 +28,9 @@
 #include "app/args.h"
 #include "backend/cuda/cublaslt_linear.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/kernels/gemm_silu_mul.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
+#include "backend/cuda/kernels/silu_mul.cuh"
 #include "backend/cuda/kernels/skinny_gemm.cuh"
 #include "core/error.h"
 #include "cuda_timing.h"
@@ -156,6 +160,41 @@ class LinearBench {
     return t;
   }
 
+  struct MlpTimings {
+    double fused, unfused, gemm_only;  // us a call
+  };
+  // The MLP's gate / up projections and SiLU-mul at T tokens (the 4B shape): the prefill GEMM with
+  // the SiLU-mul in its epilogue, against cuBLASLt's GEMM of the stacked weights (tuned first, as
+  // the model's prefill shapes are) then the SiLU-mul kernel, and that GEMM alone; alternating
+  // twice, medians of rounds of 10 calls.
+  MlpTimings time_mlp(int64_t T, int64_t I = 9216, int64_t K = 2560) {
+    ds::Buffer w = be_.alloc(ds::DType::kBF16, {2 * I, K}), x = be_.alloc(ds::DType::kBF16, {T, K}),
+               gate_up = be_.alloc(ds::DType::kBF16, {T, 2 * I}),
+               act = be_.alloc(ds::DType::kBF16, {T, I});
+    fill_noise(w);
+    fill_noise(x);
+    lt_.tune(ptr(x), ptr(w), ptr(gate_up), T, K, 2 * I, be_.stream());
+    const auto us = [&](auto&& run) {
+      return 1e3 * ds::bench::median_ms_per_call(be_.stream(), rounds_, 10, run) / 2;
+    };
+    const auto gemm = [&] { lt_.run(ptr(x), ptr(w), ptr(gate_up), T, K, 2 * I, be_.stream()); };
+    MlpTimings t{};
+    for (int i = 0; i < 2; ++i) {
+      t.fused += us([&] {
+        const cudaError_t e = ds::cuda::launch_gemm_silu_mul_bf16(
+            ptr(x), ptr(w), ptr(w) + I * K, ptr(act), static_cast<int>(T), static_cast<int>(K),
+            static_cast<int>(I), sms_, be_.stream());
+        if (e != cudaSuccess) throw ds::Error(std::string("GEMM + SiLU-mul: ") + cudaGetErrorString(e));
+      });
+      t.unfused += us([&] {
+        gemm();
+        ds::cuda::launch_silu_mul_halves_bf16(ptr(gate_up), T, I, ptr(act), be_.stream());
+      });
+      t.gemm_only += us(gemm);
+    }
+    return t;
+  }
+
   struct Tuned {
     ds::cuda::CublasLtLinear::Tuning tuning;
     double heuristic_us, tuned_us;  // re-timed after the choice, alternating twice
@@ -271,17 +310,32 @@ void print_tuning(LinearBench& bench, const std::vector<int32_t>& rows, const st
     }
 }
 
+void print_mlp(LinearBench& bench, const std::vector<int32_t>& rows) {
+  std::printf(
+      "| T | fused us | fused TFLOP/s | cuBLASLt + SiLU-mul us | cuBLASLt GEMM alone us | GEMM "
+      "TFLOP/s |\n|---|---|---|---|---|---|\n");
+  for (const int32_t T : rows) {
+    const auto t = bench.time_mlp(T);
+    const double flops = 2.0 * T * 2 * 9216 * 2560;
+    std::printf("| %d | %.1f | %.0f | %.1f | %.1f | %.0f |\n", T, t.fused, flops / t.fused / 1e6,
+                t.unfused, t.gemm_only, flops / t.gemm_only / 1e6);
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     std::vector<std::string> args(argv + 1, argv + argc);
-    const ds::app::Args a(args, "linear_bench", {"rows", "rounds", "only", "tune"});
+    const ds::app::Args a(args, "linear_bench", {"rows", "rounds", "only", "tune", "mlp"});
     const std::vector<int32_t> rows = ds::app::parse_ids(a.get("rows", "1,4,8,16"), kMaxRows + 1);
     for (int32_t T : rows)
       if (T < 1) throw ds::Error("--rows: token counts start at 1");
     LinearBench bench(static_cast<int>(a.get_int("rounds", 5, 1, 1000)));
-    if (a.has("tune"))
+    if (a.has("mlp"))
+      print_mlp(bench, rows);
+    else if (a.has("tune"))
       print_tuning(bench, rows, a.get("only", ""));
     else
       print_table(bench, rows, a.get("only", ""));

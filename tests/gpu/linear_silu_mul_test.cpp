@@ -1,14 +1,19 @@
 // CudaBackend::linear_silu_mul — the MLP's gate / up projections and SiLU-mul, formed inside the
-// weight-streaming GEMM up to 16 tokens; above, with the weights adjacent (as the loader places
-// them), one cuBLASLt GEMM into [T, 2 I] and SiLU-mul over its halves (I = 1001: the scalar
-// kernel), else the unfused ops — against the CPU's two projections then silu_mul, and against the
-// GPU's own unfused ops, at the 4B shape and at widths that leave a ragged last tile (I = 1000,
-// 6200: not multiples of 64). Runs twice: the same bits.
+// weight-streaming GEMM up to 16 tokens; from kGemmSiluMulMinRows tokens with I a multiple of
+// kGemmSiluMulTileCols, inside the prefill GEMM's epilogue (gate_up then stays unwritten: checked,
+// so a silent fallback fails; ragged last row tiles, K not a multiple of 64, more tiles than SMs);
+// otherwise, with the weights adjacent (as the loader places them), one cuBLASLt GEMM into
+// [T, 2 I] and SiLU-mul over its halves (I = 1001: the scalar kernel), else the unfused ops —
+// against the CPU's two projections then silu_mul, and against the GPU's own unfused ops, at the
+// 4B shape and at widths that leave a ragged last tile (I = 1000, 6200: not multiples of 64). Runs
+// twice: the same bits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <tuple>
 #include <vector>
 
+#include "backend/cuda/kernels/gemm_silu_mul.cuh"
 #include "cuda_ops_fixture.h"
 
 namespace deltaserve::backend {
@@ -20,7 +25,9 @@ TEST_F(CudaOps, LinearSiluMulMatchesTheProjectionsThenSiluMul) {
         std::tuple{16, 2560, 9216, true}, std::tuple{3, 264, 1000, false},
         std::tuple{16, 1024, 6200, false}, std::tuple{17, 2560, 9216, false},
         std::tuple{17, 2560, 9216, true}, std::tuple{64, 2560, 9216, true},
-        std::tuple{300, 1024, 6200, true}, std::tuple{40, 264, 1001, true}}) {
+        std::tuple{300, 1024, 6200, true}, std::tuple{40, 264, 1001, true},
+        std::tuple{600, 264, 1024, false}, std::tuple{1100, 1024, 2048, true},
+        std::tuple{512, 2560, 2304, true}, std::tuple{2048, 2560, 9216, true}}) {
     SCOPED_TRACE("T " + std::to_string(T) + " H " + std::to_string(H) + " I " + std::to_string(I) +
                  (adjacent ? " adjacent" : ""));
     std::vector<float> x = rnd(static_cast<size_t>(T) * H, 70),
@@ -59,6 +66,11 @@ TEST_F(CudaOps, LinearSiluMulMatchesTheProjectionsThenSiluMul) {
       // The GPU's own unfused ops sum the same products, split differently between blocks (so a
       // rounded gate or up value may differ by an ulp): the bound of the CPU check.
       expect_close(got, unfused, 1e-2f, "against the unfused GPU ops");
+      if (T >= cuda::kGemmSiluMulMinRows && I % cuda::kGemmSiluMulTileCols == 0) {
+        const std::vector<float> scratch = host(gate_up.tensor());
+        EXPECT_TRUE(std::all_of(scratch.begin(), scratch.end(), [](float v) { return v != v; }))
+            << "the prefill GEMM's fused form wrote gate_up: it did not run";
+      }
       if (run == 0)
         first = got;
       else

@@ -21,6 +21,7 @@
 #include "backend/cuda/kernels/gdn_decode.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/rms_norm.cuh"
+#include "backend/cuda/kernels/gemm_silu_mul.cuh"
 #include "backend/cuda/kernels/silu_mul.cuh"
 #include "backend/cuda/kernels/skinny_gemm.cuh"
 #include "backend/cuda/step_split.h"
@@ -351,6 +352,14 @@ void CudaBackend::linear_silu_mul(const Tensor& x, const Tensor& w_gate, const T
                      bf(x), bf(w_gate), bf(w_up), bf(act), static_cast<int>(T), static_cast<int>(K),
                      static_cast<int>(I), skinny_ws_, num_sms_, stream_),
                  "skinny GEMM + SiLU-mul launch");
+  }
+  if (route == LinearRoute::kCublasLt && fused_silu_mul_ && T >= cuda::kGemmSiluMulMinRows &&
+      cuda::gemm_silu_mul_supported(x.data, w_gate.data, w_up.data, act.data, T, K, I)) {
+    OpTimer timer(*this, "linear");
+    return check(cuda::launch_gemm_silu_mul_bf16(bf(x), bf(w_gate), bf(w_up), bf(act),
+                                                 static_cast<int>(T), static_cast<int>(K),
+                                                 static_cast<int>(I), num_sms_, stream_),
+                 "GEMM + SiLU-mul launch");
   }
   const bool adjacent = static_cast<const std::byte*>(w_up.data) ==
                         static_cast<const std::byte*>(w_gate.data) + w_gate.nbytes();

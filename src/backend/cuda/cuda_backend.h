@@ -89,7 +89,8 @@ class CudaBackend final : public Backend {
                            const Tensor& scratch) override;
   void silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   // On the weight-streaming GEMM's SiLU-mul form where the projections would take that GEMM (up
-  // to kSkinnySiluMulMaxRows tokens): gate_up is not written. Where they would take cuBLASLt and
+  // to kSkinnySiluMulMaxRows tokens), and from kGemmSiluMulMinRows tokens on the prefill GEMM with
+  // the SiLU-mul in its epilogue: gate_up is not written. Otherwise, where they take cuBLASLt and
   // w_up's rows follow w_gate's in memory (the loader places them so): one GEMM into gate_up as
   // [T, 2 I], then SiLU-mul over its two column halves.
   void linear_silu_mul(const Tensor& x, const Tensor& w_gate, const Tensor& w_up,
@@ -141,7 +142,8 @@ class CudaBackend final : public Backend {
   bool skinny_gemm_ = true;  // the weight-streaming GEMM for T <= 64 (DS_SKINNY_GEMM)
   // The MLP's adjacent gate and up weights as one cuBLASLt GEMM (DS_GATE_UP_GEMM=0: two, A/B).
   bool one_gate_up_gemm_ = true;
-  // linear_silu_mul in the weight-streaming GEMM (DS_FUSED_SILU_MUL=0 for A/B: the unfused ops)
+  // linear_silu_mul's fused forms: the weight-streaming GEMM's and the prefill GEMM's
+  // (DS_FUSED_SILU_MUL=0 for A/B: the unfused ops)
   bool fused_silu_mul_ = true;
   bool gemm_tuning_ = true;  // set_linear_tuning takes effect (DS_GEMM_TUNE=0: it does not)
   // The fewest rows of a tuned decode bucket: DS_GEMM_TUNE_DECODE_ROWS=N (A/B), or none

@@ -4,6 +4,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "backend/cuda/kernels/bf16x8.cuh"
+
 namespace deltaserve::cuda {
 
 // Sum over a warp; every lane gets the total.
@@ -33,6 +35,12 @@ __device__ inline float block_sum(float v) {
 }
 
 __device__ inline float silu(float x) { return x / (1.0f + __expf(-x)); }
+
+// silu(gate) * up of two projections' f32 sums, each rounded to bf16 first (as GEMMs that store
+// them before a SiLU-mul kernel would): the fused GEMM forms' product, the unfused ops' result.
+__device__ inline float silu_mul_of(float gate, float up) {
+  return silu(round_bf16(gate)) * round_bf16(up);
+}
 
 // silu with the fast reciprocal for the GDN conv, where it is most of the instructions (an IEEE
 // division is ~10 of them; a large negative x gives e^-x = inf and 0). Outputs rounded to bf16

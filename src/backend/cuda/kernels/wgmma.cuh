@@ -89,6 +89,26 @@ __device__ inline void mma_64x64_ss(float (&d)[32], uint64_t a, uint64_t b, bool
 }
 #undef DS_WGMMA_64x64_SS
 
+// d (64 x 256) = (accumulate ? d : 0) + A B, A (64 x 16) and B (16 x 256, stored N x K) both
+// K-major in shared memory.
+__device__ inline void mma_64x256_ss(float (&d)[128], uint64_t a, uint64_t b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
+      "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+      "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "
+      "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, "
+      "%70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, "
+      "%87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, "
+      "%103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, "
+      "%117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, "
+      "0, 0;\n"
+      "}\n"
+      : DS_WGMMA_ACC32(0), DS_WGMMA_ACC32(32), DS_WGMMA_ACC32(64), DS_WGMMA_ACC32(96)
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+}
+
 // d (64 x 16) = (accumulate ? d : 0) + A B, A (64 x 16) and B (16 x 16, stored N x K) both
 // K-major in shared memory.
 __device__ inline void mma_64x16_ss(float (&d)[8], uint64_t a, uint64_t b, bool accumulate) {
