@@ -17,9 +17,15 @@ using bf16 = __nv_bfloat16;
 // row). Warps 0-7: the two consumer warpgroups (64 tokens each); warp 8: the producer.
 constexpr int kTileRows = 128, kTileCols = kGemmSiluMulTileCols, kTileK = 64, kStages = 4;
 constexpr int kConsumers = 256, kThreads = kConsumers + 32, kConsumerWarps = kConsumers / 32;
-// Tiles are walked in groups of this many row tiles, every column tile of a group before the next
-// group: the blocks in flight share a few x row blocks and a few weight column blocks in L2.
-constexpr int kGroupRows = 16;
+// A cluster of two blocks takes a unit: the same output columns of two consecutive row tiles
+// (block rank r the row tile 2 u + r). Each block copies its own x box and one of the two weight
+// boxes of a stage — rank 0 the gate rows', rank 1 the up rows' — into both blocks' shared memory
+// (TMA multicast): the weights are read from L2 once for two tiles, a third less L2 traffic a
+// k-step (48 KB a block at one block a tile, more than L2 serves at the tensor cores' rate).
+constexpr int kClusterBlocks = 2;
+// Units are walked in groups of this many row pairs, every column tile of a group before the next
+// group: the clusters in flight share a few x row blocks and a few weight column blocks in L2.
+constexpr int kGroupPairs = 8;
 // A stage: x's box (128 x 64), then the gate rows' and the up rows' boxes (kTileCols x 64 each),
 // which together are the 256-row B operand.
 constexpr int kXBytes = kTileRows * wgmma::kRowBytes, kWBytes = kTileCols * wgmma::kRowBytes;
@@ -30,42 +36,49 @@ static_assert(kSmemBytes <= 227 * 1024, "one block an SM");
 struct Params {
   CUtensorMap x, w_gate, w_up;  // [T, K] in boxes of 128 rows, [I, K] in boxes of kTileCols
   bf16* act;                    // [T, I]
-  int T, I, k_tiles, m_tiles, n_tiles, tiles;
+  int T, I, k_tiles, m_pairs, n_tiles, units;
 };
 
-// The first token and output column of tile t.
+// This block's first token and output column of unit u.
 struct TileAt {
   int m0, n0;
 };
-__device__ inline TileAt tile_at(const Params& p, int t) {
-  const int per_group = kGroupRows * p.n_tiles, group = t / per_group, r = t % per_group;
-  const int first = group * kGroupRows, rows = min(kGroupRows, p.m_tiles - first);
-  return {(first + r % rows) * kTileRows, (r / rows) * kTileCols};
+__device__ inline TileAt tile_at(const Params& p, int u, uint32_t rank) {
+  const int per_group = kGroupPairs * p.n_tiles, group = u / per_group, r = u % per_group;
+  const int first = group * kGroupPairs, pairs = min(kGroupPairs, p.m_pairs - first);
+  return {(kClusterBlocks * (first + r % pairs) + static_cast<int>(rank)) * kTileRows,
+          (r / pairs) * kTileCols};
 }
 
-// One thread issues every copy, a stage as soon as the consumers have released it.
-__device__ void produce(const Params& p, unsigned char* stages, uint64_t* full, uint64_t* empty) {
+// One thread a block issues every copy of its stages, a stage as soon as the consumers of both
+// blocks have released it (the partner's copy lands in it too).
+__device__ void produce(const Params& p, uint32_t rank, unsigned char* stages, uint64_t* full,
+                        uint64_t* empty) {
   tma::prefetch_map(&p.x);
-  tma::prefetch_map(&p.w_gate);
-  tma::prefetch_map(&p.w_up);
+  const CUtensorMap* w = rank == 0 ? &p.w_gate : &p.w_up;
+  tma::prefetch_map(w);
   int it = 0;
-  for (int t = blockIdx.x; t < p.tiles; t += gridDim.x) {
-    const TileAt at = tile_at(p, t);
+  for (int u = blockIdx.x / kClusterBlocks; u < p.units; u += gridDim.x / kClusterBlocks) {
+    const TileAt at = tile_at(p, u, rank);
     for (int k = 0; k < p.k_tiles; ++k, ++it) {
       const int s = it % kStages;
       if (it >= kStages) tma::wait(&empty[s], (it / kStages - 1) & 1);
       unsigned char* stage = stages + s * kStageBytes;
       tma::arrive_expect_bytes(&full[s], kStageBytes);
       tma::load_2d(stage, &p.x, k * kTileK, at.m0, &full[s]);
-      tma::load_2d(stage + kXBytes, &p.w_gate, k * kTileK, at.n0, &full[s]);
-      tma::load_2d(stage + kXBytes + kWBytes, &p.w_up, k * kTileK, at.n0, &full[s]);
+      tma::load_2d_multicast(stage + kXBytes + rank * kWBytes, w, k * kTileK, at.n0, &full[s],
+                             (1u << kClusterBlocks) - 1);
     }
   }
 }
 
-// A consumer warp's release of a stage it has finished reading (kConsumerWarps arrivals a phase).
-__device__ inline void release(uint64_t* empty, int s) {
-  if (threadIdx.x % 32 == 0) tma::arrive(&empty[s]);
+// A consumer warp's release of a stage it has finished reading, to both blocks' producers
+// (kClusterBlocks x kConsumerWarps arrivals a phase).
+__device__ inline void release(uint64_t* empty, int s, uint32_t rank) {
+  if (threadIdx.x % 32 == 0) {
+    tma::arrive(&empty[s]);
+    tma::arrive_in_cta(&empty[s], rank ^ 1);
+  }
 }
 
 // The warpgroup's 64 tokens of a tile: act = silu_mul_of(gate sum, up sum). Thread t holds, per
@@ -88,11 +101,12 @@ __device__ void store_tile(const Params& p, TileAt at, const float (&acc)[128]) 
   }
 }
 
-__device__ void consume(const Params& p, unsigned char* stages, uint64_t* full, uint64_t* empty) {
+__device__ void consume(const Params& p, uint32_t rank, unsigned char* stages, uint64_t* full,
+                        uint64_t* empty) {
   const uint32_t x_rows = (threadIdx.x / 128) * 64 * wgmma::kRowBytes;
   float acc[128];
   int it = 0;
-  for (int t = blockIdx.x; t < p.tiles; t += gridDim.x) {
+  for (int u = blockIdx.x / kClusterBlocks; u < p.units; u += gridDim.x / kClusterBlocks) {
     for (int k = 0; k < p.k_tiles; ++k, ++it) {
       const int s = it % kStages;
       tma::wait(&full[s], (it / kStages) & 1);
@@ -106,12 +120,12 @@ __device__ void consume(const Params& p, unsigned char* stages, uint64_t* full, 
       wgmma::commit();
       if (k > 0) {
         wgmma::wait<1>();
-        release(empty, (it - 1) % kStages);
+        release(empty, (it - 1) % kStages, rank);
       }
     }
     wgmma::wait<0>();
-    release(empty, (it - 1) % kStages);
-    store_tile(p, tile_at(p, t), acc);
+    release(empty, (it - 1) % kStages, rank);
+    store_tile(p, tile_at(p, u, rank), acc);
   }
 }
 
@@ -123,18 +137,38 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_silu_mul_kernel(const __grid
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       tma::barrier_init(&full[s], 1);
-      tma::barrier_init(&empty[s], kConsumerWarps);
+      tma::barrier_init(&empty[s], kClusterBlocks * kConsumerWarps);
     }
     tma::barrier_init_fence();
   }
-  __syncthreads();
+  tma::cluster_sync();  // the partner's barriers are initialised before any copy or arrival
   pdl::allow_successor();
   pdl::wait_for_predecessor();  // x is the previous kernel's output; act may be read by one before
-  if (threadIdx.x >= kConsumers) {
-    if (threadIdx.x == kConsumers) produce(p, stages, full, empty);
-    return;
-  }
-  consume(p, stages, full, empty);
+  const uint32_t rank = tma::cluster_rank();
+  if (threadIdx.x < kConsumers)
+    consume(p, rank, stages, full, empty);
+  else if (threadIdx.x == kConsumers)
+    produce(p, rank, stages, full, empty);
+  tma::cluster_sync();  // no block leaves while its partner may still copy into it or arrive
+}
+
+// Clusters of two that fit on the GPU at once (some GPCs hold an odd number of SMs).
+int clusters_at_once(int sm_count) {
+  static const int fit = [] {
+    cudaLaunchConfig_t cfg{};
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim = {kClusterBlocks, 1, 1};
+    cfg.gridDim = dim3(kClusterBlocks * 256);
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = kSmemBytes;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int n = 0;
+    return cudaOccupancyMaxActiveClusters(&n, gemm_silu_mul_kernel, &cfg) == cudaSuccess ? n : 0;
+  }();
+  const int most = std::max(1, sm_count / kClusterBlocks);
+  return fit > 0 ? std::min(fit, most) : most;
 }
 
 }  // namespace
@@ -158,13 +192,15 @@ cudaError_t launch_gemm_silu_mul_bf16(const bf16* x, const bf16* w_gate, const b
   p.T = T;
   p.I = I;
   p.k_tiles = (K + kTileK - 1) / kTileK;
-  p.m_tiles = (T + kTileRows - 1) / kTileRows;
+  p.m_pairs = (T + kClusterBlocks * kTileRows - 1) / (kClusterBlocks * kTileRows);
   p.n_tiles = I / kTileCols;
-  p.tiles = p.m_tiles * p.n_tiles;
+  p.units = p.m_pairs * p.n_tiles;
   const cudaError_t e = cudaFuncSetAttribute(
       gemm_silu_mul_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   if (e != cudaSuccess) return e;
-  return pdl::launch_dependent(gemm_silu_mul_kernel, std::min(p.tiles, sm_count), kThreads,
+  const int clusters = std::min(p.units, clusters_at_once(sm_count));
+  return pdl::launch_clustered(pdl::dependent_launch_enabled(), dim3(kClusterBlocks, 1, 1),
+                               gemm_silu_mul_kernel, kClusterBlocks * clusters, kThreads,
                                kSmemBytes, stream, p);
 }
 

@@ -8,7 +8,8 @@
 // k-steps multiply x's 128 x 64 box against 128 gate rows and the same 128 up rows (one 256-row
 // wgmma B operand, so a thread holds the gate and up sums of the same outputs). One producer warp
 // issues the bulk tensor copies into a four-stage pipeline; two consumer warpgroups of 64 tokens
-// each run m64n256k16 wgmma on it and store their products.
+// each run m64n256k16 wgmma on it and store their products. Blocks run in clusters of two on
+// vertically adjacent tiles, each weight box copied once into both (TMA multicast).
 #pragma once
 
 #include <cuda_bf16.h>
