@@ -16,10 +16,10 @@ using bf16 = __nv_bfloat16;
 
 // A tile: 128 tokens x kTileCols outputs, K in steps of 64 columns (one SW128 atom row a matrix
 // row). Warps 0-7: the two consumer warpgroups (64 tokens each); warp 8: the producer; warps
-// 9-11: the epilogue, which forms and stores a tile's products from its sums staged in shared
-// memory while the consumers run the next tile (the SiLU math on the consumers themselves left
-// the tensor cores idle ~15% of the time: ncu's samples).
-constexpr int kTileRows = 128, kTileCols = kGemmSiluMulTileCols, kTileK = 64, kStages = 3;
+// 9-11: the epilogue, which forms and stores a warpgroup's products from its sums staged in
+// shared memory while the consumers go on with the next tile (the SiLU math on the consumers
+// themselves left the tensor cores idle ~15% of the time: ncu's samples).
+constexpr int kTileRows = 128, kTileCols = kGemmSiluMulTileCols, kTileK = 64, kStages = 4;
 constexpr int kConsumers = 256, kConsumerWarps = kConsumers / 32, kEpilogueWarps = 3;
 constexpr int kThreads = kConsumers + 32 + 32 * kEpilogueWarps;
 // A cluster of two blocks takes a unit: the same output columns of two consecutive row tiles
@@ -35,13 +35,17 @@ constexpr int kGroupPairs = 8;
 // which together are the 256-row B operand.
 constexpr int kXBytes = kTileRows * wgmma::kRowBytes, kWBytes = kTileCols * wgmma::kRowBytes;
 constexpr int kStageBytes = kXBytes + 2 * kWBytes;
-// The staged sums of a tile, rounded to bf16 (silu_mul_of's rounding) and packed in pairs: a row
-// of kTileCols / 2 words for the gate and as many for up, rows padded by 4 words so that a
-// consumer warp's stores (8 rows x 4 words) fall in distinct banks.
-constexpr int kStagedRowWords = kTileCols / 2 + 4;
+// The staged sums of one warpgroup's 64 rows of a tile (a "half"), rounded to bf16 (silu_mul_of's
+// rounding) and packed in pairs: a row of kTileCols / 2 words for the gate and as many for up,
+// the 16-byte chunk j of row r at chunk j ^ (r % 8), so that a consumer warp's stores (8 rows x
+// 4 words) fall in distinct banks. The halves pass through it in turn: warpgroup 0's of a tile,
+// then warpgroup 1's, then the next tile's; the two warpgroups drift apart by about the time the
+// epilogue takes for one half (no wait in the steady state), which the pipeline's stages absorb.
+constexpr int kHalfRows = kTileRows / 2, kStagedRowWords = kTileCols / 2;
 struct Staged {
-  uint32_t gate[kTileRows][kStagedRowWords], up[kTileRows][kStagedRowWords];
+  uint32_t gate[kHalfRows][kStagedRowWords], up[kHalfRows][kStagedRowWords];
 };
+__device__ inline int staged_word(int r, int w) { return w ^ (r % 8 * 4); }
 struct Barriers {
   uint64_t full[kStages], empty[kStages], staged_full, staged_empty;
 };
@@ -97,22 +101,24 @@ __device__ inline void release(uint64_t* empty, int s, uint32_t rank) {
   }
 }
 
-// The warpgroup's 64 rows of a tile's sums into `st`, once the epilogue has read the previous
-// tile's. Thread t holds, per 8-column block i, the gate sums of columns 8 i + 2 (t % 4) (+ 1) in
-// acc[4 i ..] and their up sums 16 blocks later (acc[4 i + 64 ..]), for its rows t / 4 and
-// t / 4 + 8 of its warp's 16.
-__device__ void stage_sums(const float (&acc)[128], Staged& st, Barriers& bars, int tile_no) {
-  if (tile_no > 0) tma::wait(&bars.staged_empty, (tile_no - 1) & 1);
-  const int row0 = threadIdx.x / 32 * 16 + threadIdx.x % 32 / 4, word0 = threadIdx.x % 4;
+// The warpgroup's 64 rows of a tile's sums into `st` as half number `half` (2 x the block's
+// tile number + the warpgroup), once the epilogue has read half - 1: first this warpgroup's own
+// previous half (half - 2), which makes the parity wait for half - 1 unambiguous. Thread t holds,
+// per 8-column block i, the gate sums of columns 8 i + 2 (t % 4) (+ 1) in acc[4 i ..] and their
+// up sums 16 blocks later (acc[4 i + 64 ..]), for its rows t / 4 and t / 4 + 8 of its warp's 16.
+__device__ void stage_sums(const float (&acc)[128], Staged& st, Barriers& bars, int half) {
+  if (half >= 2) tma::wait(&bars.staged_empty, (half - 2) & 1);
+  if (half >= 1) tma::wait(&bars.staged_empty, (half - 1) & 1);
+  const int row0 = threadIdx.x / 32 % 4 * 16 + threadIdx.x % 32 / 4, word0 = threadIdx.x % 4;
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
     for (int i = 0; i < kTileCols / 8; ++i) {
-      const int a = 4 * i + 2 * h;
+      const int a = 4 * i + 2 * h, r = row0 + 8 * h, w = staged_word(r, 4 * i + word0);
       const __nv_bfloat162 g = __floats2bfloat162_rn(acc[a], acc[a + 1]),
                            u = __floats2bfloat162_rn(acc[a + 64], acc[a + 65]);
-      st.gate[row0 + 8 * h][4 * i + word0] = *reinterpret_cast<const uint32_t*>(&g);
-      st.up[row0 + 8 * h][4 * i + word0] = *reinterpret_cast<const uint32_t*>(&u);
+      st.gate[r][w] = *reinterpret_cast<const uint32_t*>(&g);
+      st.up[r][w] = *reinterpret_cast<const uint32_t*>(&u);
     }
   tma::arrive(&bars.staged_full);  // every thread: each releases its own stores
 }
@@ -142,31 +148,33 @@ __device__ void consume(const Params& p, uint32_t rank, unsigned char* stages, S
     }
     wgmma::wait<0>();
     release(bars.empty, (it - 1) % kStages, rank);
-    stage_sums(acc, st, bars, tile_no);
+    stage_sums(acc, st, bars, 2 * tile_no + static_cast<int>(threadIdx.x / 128));
   }
 }
 
-// The epilogue warps: each staged tile's act = silu(gate) * up, 8 outputs (16 bytes) a thread and
+// The epilogue warps: each staged half's act = silu(gate) * up, 8 outputs (16 bytes) a thread and
 // step, rows past T skipped.
 __device__ void store_products(const Params& p, uint32_t rank, const Staged& st, Barriers& bars) {
-  constexpr int kChunksPerRow = kTileCols / 8, kChunks = kTileRows * kChunksPerRow;
+  constexpr int kChunksPerRow = kTileCols / 8, kChunks = kHalfRows * kChunksPerRow;
   const int t = static_cast<int>(threadIdx.x) - kConsumers - 32;
-  int tile_no = 0;
-  for (int u = blockIdx.x / kClusterBlocks; u < p.units;
-       u += gridDim.x / kClusterBlocks, ++tile_no) {
+  int half = 0;
+  for (int u = blockIdx.x / kClusterBlocks; u < p.units; u += gridDim.x / kClusterBlocks) {
     const TileAt at = tile_at(p, u, rank);
-    tma::wait(&bars.staged_full, tile_no & 1);
-    for (int c = t; c < kChunks; c += 32 * kEpilogueWarps) {
-      const int r = c / kChunksPerRow, j = c % kChunksPerRow;
-      if (at.m0 + r >= p.T) break;  // the rows past T come last in this thread's chunks
-      const F32x8 g = unpack_bf16x8(*reinterpret_cast<const uint4*>(&st.gate[r][4 * j])),
-                  u8 = unpack_bf16x8(*reinterpret_cast<const uint4*>(&st.up[r][4 * j]));
-      F32x8 y;
+    for (int wg = 0; wg < 2; ++wg, ++half) {
+      tma::wait(&bars.staged_full, half & 1);
+      const int m0 = at.m0 + wg * kHalfRows;
+      for (int c = t; c < kChunks; c += 32 * kEpilogueWarps) {
+        const int r = c / kChunksPerRow, j = c % kChunksPerRow, w = staged_word(r, 4 * j);
+        if (m0 + r >= p.T) break;  // the rows past T come last in this thread's chunks
+        const F32x8 g = unpack_bf16x8(*reinterpret_cast<const uint4*>(&st.gate[r][w])),
+                    u8 = unpack_bf16x8(*reinterpret_cast<const uint4*>(&st.up[r][w]));
+        F32x8 y;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) y.v[e] = silu(g.v[e]) * u8.v[e];
-      store_bf16x8(p.act + static_cast<size_t>(at.m0 + r) * p.I + at.n0 + 8 * j, y);
+        for (int e = 0; e < 8; ++e) y.v[e] = silu(g.v[e]) * u8.v[e];
+        store_bf16x8(p.act + static_cast<size_t>(m0 + r) * p.I + at.n0 + 8 * j, y);
+      }
+      tma::arrive(&bars.staged_empty);
     }
-    tma::arrive(&bars.staged_empty);
   }
 }
 
@@ -180,7 +188,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_silu_mul_kernel(const __grid
       tma::barrier_init(&bars.full[s], 1);
       tma::barrier_init(&bars.empty[s], kClusterBlocks * kConsumerWarps);
     }
-    tma::barrier_init(&bars.staged_full, kConsumers);
+    tma::barrier_init(&bars.staged_full, kConsumers / 2);
     tma::barrier_init(&bars.staged_empty, 32 * kEpilogueWarps);
     tma::barrier_init_fence();
   }
