@@ -47,7 +47,8 @@ struct Staged {
 };
 __device__ inline int staged_word(int r, int w) { return w ^ (r % 8 * 4); }
 struct Barriers {
-  uint64_t full[kStages], empty[kStages], staged_full, staged_empty;
+  // staged_done[w]: the epilogue has read warpgroup w's half (a phase a tile)
+  uint64_t full[kStages], empty[kStages], staged_full, staged_done[2];
 };
 constexpr int kSmemBytes =
     kStages * kStageBytes + sizeof(Staged) + sizeof(Barriers) + wgmma::kAtomBytes;
@@ -101,14 +102,17 @@ __device__ inline void release(uint64_t* empty, int s, uint32_t rank) {
   }
 }
 
-// The warpgroup's 64 rows of a tile's sums into `st` as half number `half` (2 x the block's
-// tile number + the warpgroup), once the epilogue has read half - 1: first this warpgroup's own
-// previous half (half - 2), which makes the parity wait for half - 1 unambiguous. Thread t holds,
-// per 8-column block i, the gate sums of columns 8 i + 2 (t % 4) (+ 1) in acc[4 i ..] and their
-// up sums 16 blocks later (acc[4 i + 64 ..]), for its rows t / 4 and t / 4 + 8 of its warp's 16.
-__device__ void stage_sums(const float (&acc)[128], Staged& st, Barriers& bars, int half) {
-  if (half >= 2) tma::wait(&bars.staged_empty, (half - 2) & 1);
-  if (half >= 1) tma::wait(&bars.staged_empty, (half - 1) & 1);
+// The warpgroup's 64 rows of the block's tile number `tile_no` into `st`, once the epilogue has
+// read the half before: warpgroup 1's of the previous tile (for warpgroup 0) or warpgroup 0's of
+// this one (for 1). Each such wait is on the barrier's next phase to complete (its previous one
+// completed before this warpgroup's last half), so its parity is unambiguous. Thread t holds, per
+// 8-column block i, the gate sums of columns 8 i + 2 (t % 4) (+ 1) in acc[4 i ..] and their up
+// sums 16 blocks later (acc[4 i + 64 ..]), for its rows t / 4 and t / 4 + 8 of its warp's 16.
+__device__ void stage_sums(const float (&acc)[128], Staged& st, Barriers& bars, int tile_no) {
+  if (threadIdx.x / 128 == 1)
+    tma::wait(&bars.staged_done[0], tile_no & 1);
+  else if (tile_no > 0)
+    tma::wait(&bars.staged_done[1], (tile_no - 1) & 1);
   const int row0 = threadIdx.x / 32 % 4 * 16 + threadIdx.x % 32 / 4, word0 = threadIdx.x % 4;
 #pragma unroll
   for (int h = 0; h < 2; ++h)
@@ -148,7 +152,7 @@ __device__ void consume(const Params& p, uint32_t rank, unsigned char* stages, S
     }
     wgmma::wait<0>();
     release(bars.empty, (it - 1) % kStages, rank);
-    stage_sums(acc, st, bars, 2 * tile_no + static_cast<int>(threadIdx.x / 128));
+    stage_sums(acc, st, bars, tile_no);
   }
 }
 
@@ -173,7 +177,7 @@ __device__ void store_products(const Params& p, uint32_t rank, const Staged& st,
         for (int e = 0; e < 8; ++e) y.v[e] = silu(g.v[e]) * u8.v[e];
         store_bf16x8(p.act + static_cast<size_t>(m0 + r) * p.I + at.n0 + 8 * j, y);
       }
-      tma::arrive(&bars.staged_empty);
+      tma::arrive(&bars.staged_done[wg]);
     }
   }
 }
@@ -189,7 +193,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_silu_mul_kernel(const __grid
       tma::barrier_init(&bars.empty[s], kClusterBlocks * kConsumerWarps);
     }
     tma::barrier_init(&bars.staged_full, kConsumers / 2);
-    tma::barrier_init(&bars.staged_empty, 32 * kEpilogueWarps);
+    tma::barrier_init(&bars.staged_done[0], 32 * kEpilogueWarps);
+    tma::barrier_init(&bars.staged_done[1], 32 * kEpilogueWarps);
     tma::barrier_init_fence();
   }
   tma::cluster_sync();  // the partner's barriers are initialised before any copy or arrival
