@@ -1,7 +1,6 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "backend/cuda/kernels/bf16x8.cuh"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gemm_silu_mul.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
@@ -15,13 +14,9 @@ namespace {
 using bf16 = __nv_bfloat16;
 
 // A tile: 128 tokens x kTileCols outputs, K in steps of 64 columns (one SW128 atom row a matrix
-// row). Warps 0-7: the two consumer warpgroups (64 tokens each); warp 8: the producer; warps
-// 9-11: the epilogue, which forms and stores a warpgroup's products from its sums staged in
-// shared memory while the consumers go on with the next tile (the SiLU math on the consumers
-// themselves left the tensor cores idle ~15% of the time: ncu's samples).
+// row). Warps 0-7: the two consumer warpgroups (64 tokens each); warp 8: the producer.
 constexpr int kTileRows = 128, kTileCols = kGemmSiluMulTileCols, kTileK = 64, kStages = 4;
-constexpr int kConsumers = 256, kConsumerWarps = kConsumers / 32, kEpilogueWarps = 3;
-constexpr int kThreads = kConsumers + 32 + 32 * kEpilogueWarps;
+constexpr int kConsumers = 256, kThreads = kConsumers + 32, kConsumerWarps = kConsumers / 32;
 // A cluster of two blocks takes a unit: the same output columns of two consecutive row tiles
 // (block rank r the row tile 2 u + r). Each block copies its own x box and one of the two weight
 // boxes of a stage — rank 0 the gate rows', rank 1 the up rows' — into both blocks' shared memory
@@ -35,23 +30,7 @@ constexpr int kGroupPairs = 8;
 // which together are the 256-row B operand.
 constexpr int kXBytes = kTileRows * wgmma::kRowBytes, kWBytes = kTileCols * wgmma::kRowBytes;
 constexpr int kStageBytes = kXBytes + 2 * kWBytes;
-// The staged sums of one warpgroup's 64 rows of a tile (a "half"), rounded to bf16 (silu_mul_of's
-// rounding) and packed in pairs: a row of kTileCols / 2 words for the gate and as many for up,
-// the 16-byte chunk j of row r at chunk j ^ (r % 8), so that a consumer warp's stores (8 rows x
-// 4 words) fall in distinct banks. The halves pass through it in turn: warpgroup 0's of a tile,
-// then warpgroup 1's, then the next tile's; the two warpgroups drift apart by about the time the
-// epilogue takes for one half (no wait in the steady state), which the pipeline's stages absorb.
-constexpr int kHalfRows = kTileRows / 2, kStagedRowWords = kTileCols / 2;
-struct Staged {
-  uint32_t gate[kHalfRows][kStagedRowWords], up[kHalfRows][kStagedRowWords];
-};
-__device__ inline int staged_word(int r, int w) { return w ^ (r % 8 * 4); }
-struct Barriers {
-  // staged_done[w]: the epilogue has read warpgroup w's half (a phase a tile)
-  uint64_t full[kStages], empty[kStages], staged_full, staged_done[2];
-};
-constexpr int kSmemBytes =
-    kStages * kStageBytes + sizeof(Staged) + sizeof(Barriers) + wgmma::kAtomBytes;
+constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + wgmma::kAtomBytes;
 static_assert(kSmemBytes <= 227 * 1024, "one block an SM");
 
 struct Params {
@@ -102,41 +81,35 @@ __device__ inline void release(uint64_t* empty, int s, uint32_t rank) {
   }
 }
 
-// The warpgroup's 64 rows of the block's tile number `tile_no` into `st`, once the epilogue has
-// read the half before: warpgroup 1's of the previous tile (for warpgroup 0) or warpgroup 0's of
-// this one (for 1). Each such wait is on the barrier's next phase to complete (its previous one
-// completed before this warpgroup's last half), so its parity is unambiguous. Thread t holds, per
+// The warpgroup's 64 tokens of a tile: act = silu_mul_of(gate sum, up sum). Thread t holds, per
 // 8-column block i, the gate sums of columns 8 i + 2 (t % 4) (+ 1) in acc[4 i ..] and their up
 // sums 16 blocks later (acc[4 i + 64 ..]), for its rows t / 4 and t / 4 + 8 of its warp's 16.
-__device__ void stage_sums(const float (&acc)[128], Staged& st, Barriers& bars, int tile_no) {
-  if (threadIdx.x / 128 == 1)
-    tma::wait(&bars.staged_done[0], tile_no & 1);
-  else if (tile_no > 0)
-    tma::wait(&bars.staged_done[1], (tile_no - 1) & 1);
-  const int row0 = threadIdx.x / 32 % 4 * 16 + threadIdx.x % 32 / 4, word0 = threadIdx.x % 4;
+__device__ void store_tile(const Params& p, TileAt at, const float (&acc)[128]) {
+  const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+  const int row0 = at.m0 + wg * 64 + warp * 16 + lane / 4, col0 = at.n0 + 2 * (lane % 4);
 #pragma unroll
-  for (int h = 0; h < 2; ++h)
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + 8 * h;
+    if (row >= p.T) continue;
+    bf16* out = p.act + static_cast<size_t>(row) * p.I + col0;
 #pragma unroll
     for (int i = 0; i < kTileCols / 8; ++i) {
-      const int a = 4 * i + 2 * h, r = row0 + 8 * h, w = staged_word(r, 4 * i + word0);
-      const __nv_bfloat162 g = __floats2bfloat162_rn(acc[a], acc[a + 1]),
-                           u = __floats2bfloat162_rn(acc[a + 64], acc[a + 65]);
-      st.gate[r][w] = *reinterpret_cast<const uint32_t*>(&g);
-      st.up[r][w] = *reinterpret_cast<const uint32_t*>(&u);
+      const int g = 4 * i + 2 * h, u = g + 64;
+      *reinterpret_cast<__nv_bfloat162*>(out + 8 * i) = __floats2bfloat162_rn(
+          silu_mul_of(acc[g], acc[u]), silu_mul_of(acc[g + 1], acc[u + 1]));
     }
-  tma::arrive(&bars.staged_full);  // every thread: each releases its own stores
+  }
 }
 
-__device__ void consume(const Params& p, uint32_t rank, unsigned char* stages, Staged& st,
-                        Barriers& bars) {
+__device__ void consume(const Params& p, uint32_t rank, unsigned char* stages, uint64_t* full,
+                        uint64_t* empty) {
   const uint32_t x_rows = (threadIdx.x / 128) * 64 * wgmma::kRowBytes;
   float acc[128];
-  int it = 0, tile_no = 0;
-  for (int u = blockIdx.x / kClusterBlocks; u < p.units;
-       u += gridDim.x / kClusterBlocks, ++tile_no) {
+  int it = 0;
+  for (int u = blockIdx.x / kClusterBlocks; u < p.units; u += gridDim.x / kClusterBlocks) {
     for (int k = 0; k < p.k_tiles; ++k, ++it) {
       const int s = it % kStages;
-      tma::wait(&bars.full[s], (it / kStages) & 1);
+      tma::wait(&full[s], (it / kStages) & 1);
       const uint32_t stage = tma::smem_addr(stages + s * kStageBytes);
       const uint64_t ad = wgmma::desc(stage + x_rows, 16, wgmma::kAtomBytes),
                      bd = wgmma::desc(stage + kXBytes, 16, wgmma::kAtomBytes);
@@ -147,54 +120,25 @@ __device__ void consume(const Params& p, uint32_t rank, unsigned char* stages, S
       wgmma::commit();
       if (k > 0) {
         wgmma::wait<1>();
-        release(bars.empty, (it - 1) % kStages, rank);
+        release(empty, (it - 1) % kStages, rank);
       }
     }
     wgmma::wait<0>();
-    release(bars.empty, (it - 1) % kStages, rank);
-    stage_sums(acc, st, bars, tile_no);
-  }
-}
-
-// The epilogue warps: each staged half's act = silu(gate) * up, 8 outputs (16 bytes) a thread and
-// step, rows past T skipped.
-__device__ void store_products(const Params& p, uint32_t rank, const Staged& st, Barriers& bars) {
-  constexpr int kChunksPerRow = kTileCols / 8, kChunks = kHalfRows * kChunksPerRow;
-  const int t = static_cast<int>(threadIdx.x) - kConsumers - 32;
-  int half = 0;
-  for (int u = blockIdx.x / kClusterBlocks; u < p.units; u += gridDim.x / kClusterBlocks) {
-    const TileAt at = tile_at(p, u, rank);
-    for (int wg = 0; wg < 2; ++wg, ++half) {
-      tma::wait(&bars.staged_full, half & 1);
-      const int m0 = at.m0 + wg * kHalfRows;
-      for (int c = t; c < kChunks; c += 32 * kEpilogueWarps) {
-        const int r = c / kChunksPerRow, j = c % kChunksPerRow, w = staged_word(r, 4 * j);
-        if (m0 + r >= p.T) break;  // the rows past T come last in this thread's chunks
-        const F32x8 g = unpack_bf16x8(*reinterpret_cast<const uint4*>(&st.gate[r][w])),
-                    u8 = unpack_bf16x8(*reinterpret_cast<const uint4*>(&st.up[r][w]));
-        F32x8 y;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) y.v[e] = silu(g.v[e]) * u8.v[e];
-        store_bf16x8(p.act + static_cast<size_t>(m0 + r) * p.I + at.n0 + 8 * j, y);
-      }
-      tma::arrive(&bars.staged_done[wg]);
-    }
+    release(empty, (it - 1) % kStages, rank);
+    store_tile(p, tile_at(p, u, rank), acc);
   }
 }
 
 __global__ void __launch_bounds__(kThreads, 1) gemm_silu_mul_kernel(const __grid_constant__ Params p) {
   extern __shared__ unsigned char raw[];
   unsigned char* stages = wgmma::atom_aligned<unsigned char>(raw);
-  Staged& st = *reinterpret_cast<Staged*>(stages + kStages * kStageBytes);
-  Barriers& bars = *reinterpret_cast<Barriers*>(&st + 1);
+  uint64_t* full = reinterpret_cast<uint64_t*>(stages + kStages * kStageBytes);
+  uint64_t* empty = full + kStages;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      tma::barrier_init(&bars.full[s], 1);
-      tma::barrier_init(&bars.empty[s], kClusterBlocks * kConsumerWarps);
+      tma::barrier_init(&full[s], 1);
+      tma::barrier_init(&empty[s], kClusterBlocks * kConsumerWarps);
     }
-    tma::barrier_init(&bars.staged_full, kConsumers / 2);
-    tma::barrier_init(&bars.staged_done[0], 32 * kEpilogueWarps);
-    tma::barrier_init(&bars.staged_done[1], 32 * kEpilogueWarps);
     tma::barrier_init_fence();
   }
   tma::cluster_sync();  // the partner's barriers are initialised before any copy or arrival
@@ -202,11 +146,9 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_silu_mul_kernel(const __grid
   pdl::wait_for_predecessor();  // x is the previous kernel's output; act may be read by one before
   const uint32_t rank = tma::cluster_rank();
   if (threadIdx.x < kConsumers)
-    consume(p, rank, stages, st, bars);
+    consume(p, rank, stages, full, empty);
   else if (threadIdx.x == kConsumers)
-    produce(p, rank, stages, bars.full, bars.empty);
-  else if (threadIdx.x >= kConsumers + 32)
-    store_products(p, rank, st, bars);
+    produce(p, rank, stages, full, empty);
   tma::cluster_sync();  // no block leaves while its partner may still copy into it or arrive
 }
 
