@@ -4,8 +4,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "backend/cuda/kernels/bf16x8.cuh"
-
 namespace deltaserve::cuda {
 
 // Sum over a warp; every lane gets the total.
@@ -36,18 +34,12 @@ __device__ inline float block_sum(float v) {
 
 __device__ inline float silu(float x) { return x / (1.0f + __expf(-x)); }
 
-// silu(gate) * up of two projections' f32 sums, each rounded to bf16 first (as GEMMs that store
-// them before a SiLU-mul kernel would): the fused GEMM forms' product, the unfused ops' result.
-__device__ inline float silu_mul_of(float gate, float up) {
-  return silu(round_bf16(gate)) * round_bf16(up);
-}
-
 // silu with the fast reciprocal for the GDN conv, where it is most of the instructions (an IEEE
-// division is ~10 of them; a large negative x gives e^-x = inf and 0). Outputs rounded to bf16
-// after it; the ops whose SiLU goes on in f32 (SiLU-mul, the gated norm) keep the division. The
-// exponential and reciprocal flush denormal results to zero, which saves __expf's three range
-// instructions (of ~15 an output in the chunk prep's conv) and changes no result: e^-x below 2^-126
-// adds nothing to 1.
+// division is ~10 of them; a large negative x gives e^-x = inf and 0), and for the epilogue of the
+// prefill GEMM + SiLU-mul. Outputs rounded to bf16 after it; the ops whose SiLU goes on in f32
+// (the SiLU-mul kernel, the gated norm) keep the division. The exponential and reciprocal flush
+// denormal results to zero, which saves __expf's three range instructions (of ~15 an output in the
+// chunk prep's conv) and changes no result: e^-x below 2^-126 adds nothing to 1.
 __device__ inline float silu_fast(float x) {
   float e, r;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.4426950408889634f));

@@ -141,6 +141,12 @@ __device__ inline void consumers_sync() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers) : "memory");
 }
 
+// silu(gate) * up of the projections' sums, each rounded to bf16 first (as the unfused GEMMs
+// store them before silu_mul).
+__device__ inline float silu_mul_of(float gate, float up) {
+  return silu(round_bf16(gate)) * round_bf16(up);
+}
+
 // The SiLU-mul form's whole tile (kRows = kPairTokens): the up half's sums through shared `xchg`
 // to the threads holding the same gate rows (warpgroup 1 holds rows kPairRows.., the up rows).
 constexpr int kPairTokens = kSkinnySiluMulMaxRows;
