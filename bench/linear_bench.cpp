@@ -184,7 +184,8 @@ class LinearBench {
         const cudaError_t e = ds::cuda::launch_gemm_silu_mul_bf16(
             ptr(x), ptr(w), ptr(w) + I * K, ptr(act), static_cast<int>(T), static_cast<int>(K),
             static_cast<int>(I), sms_, be_.stream());
-        if (e != cudaSuccess) throw ds::Error(std::string("GEMM + SiLU-mul: ") + cudaGetErrorString(e));
+        if (e != cudaSuccess)
+          throw ds::Error(std::string("GEMM + SiLU-mul: ") + cudaGetErrorString(e));
       });
       t.unfused += us([&] {
         gemm();

@@ -101,8 +101,8 @@ __device__ void store_tile(const Params& p, TileAt at, const float (&acc)[128]) 
 #pragma unroll
     for (int i = 0; i < kTileCols / 8; ++i) {
       const int g = 4 * i + 2 * h, u = g + 64;
-      *reinterpret_cast<__nv_bfloat162*>(out + 8 * i) = __floats2bfloat162_rn(
-          silu_fast(acc[g]) * acc[u], silu_fast(acc[g + 1]) * acc[u + 1]);
+      *reinterpret_cast<__nv_bfloat162*>(out + 8 * i) =
+          __floats2bfloat162_rn(silu_fast(acc[g]) * acc[u], silu_fast(acc[g + 1]) * acc[u + 1]);
     }
   }
 }
@@ -135,7 +135,8 @@ __device__ void consume(const Params& p, uint32_t rank, unsigned char* stages, u
   }
 }
 
-__global__ void __launch_bounds__(kThreads, 1) gemm_silu_mul_kernel(const __grid_constant__ Params p) {
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_silu_mul_kernel(const __grid_constant__ Params p) {
   extern __shared__ unsigned char raw[];
   unsigned char* stages = wgmma::atom_aligned<unsigned char>(raw);
   uint64_t* full = reinterpret_cast<uint64_t*>(stages + kStages * kStageBytes);
