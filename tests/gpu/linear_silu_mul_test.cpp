@@ -26,8 +26,8 @@ TEST_F(CudaOps, LinearSiluMulMatchesTheProjectionsThenSiluMul) {
         std::tuple{16, 1024, 6200, false}, std::tuple{17, 2560, 9216, false},
         std::tuple{17, 2560, 9216, true}, std::tuple{64, 2560, 9216, true},
         std::tuple{300, 1024, 6200, true}, std::tuple{40, 264, 1001, true},
-        std::tuple{600, 264, 1024, false}, std::tuple{1100, 1024, 2048, true},
-        std::tuple{512, 2560, 2304, true}, std::tuple{2048, 2560, 9216, true}}) {
+        std::tuple{2100, 264, 1024, false}, std::tuple{2200, 1024, 2048, true},
+        std::tuple{2048, 2560, 2304, true}, std::tuple{4096, 2560, 9216, true}}) {
     SCOPED_TRACE("T " + std::to_string(T) + " H " + std::to_string(H) + " I " + std::to_string(I) +
                  (adjacent ? " adjacent" : ""));
     std::vector<float> x = rnd(static_cast<size_t>(T) * H, 70),

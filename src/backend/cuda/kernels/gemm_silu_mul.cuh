@@ -23,8 +23,11 @@ namespace deltaserve::cuda {
 constexpr int kGemmSiluMulTileCols = 128;
 
 // The fewest tokens for which CudaBackend::linear_silu_mul takes this kernel over cuBLASLt's GEMM
-// into [T, 2 I] and the SiLU-mul kernel (below, the weight-streaming forms or cuBLASLt).
-constexpr int64_t kGemmSiluMulMinRows = 512;
+// into [T, 2 I] and the SiLU-mul kernel (below, the weight-streaming forms or cuBLASLt). On the
+// H200 at the 4B shape (linear_bench --mlp, two rounds, us a call, ours / cuBLASLt + SiLU-mul):
+// 1,024 tokens 146 / 141 (too few 128-row tiles to fill 66 clusters evenly), 2,048 277 / 282,
+// 4,096 598-610 / 589-597, 8,192 1,178-1,187 / 1,255, 16,384 2,314-2,326 / 2,408-2,430.
+constexpr int64_t kGemmSiluMulMinRows = 2048;
 
 // Whether the kernel takes these operands: I a multiple of kGemmSiluMulTileCols, K of 8, the
 // pointers 16-byte aligned.
