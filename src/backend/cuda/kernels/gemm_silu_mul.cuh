@@ -1,10 +1,10 @@
 // The MLP's gate / up projections with the SiLU-mul in the GEMM's epilogue, for prefill-sized token
-// counts: act [T, I] = silu(x . w_gate^T) * (x . w_up^T), bf16 in and out, f32 accumulation, each
-// projection's sum rounded to bf16 before the SiLU-mul (as the unfused GEMM stores it), so the
-// result is the unfused ops' up to their summation order. The [T, 2 I] gate / up intermediate is
-// never written, and no SiLU-mul kernel reads it back.
+// counts: act [T, I] = silu(x . w_gate^T) * (x . w_up^T), bf16 in and out, f32 accumulation, the
+// SiLU-mul on the f32 sums, rounded once (the unfused ops round each sum to bf16 first: the two
+// agree to about a bf16 ulp). The [T, 2 I] gate / up intermediate is never written, and no
+// SiLU-mul kernel reads it back.
 //
-// A persistent grid of one block an SM walks output tiles of 128 tokens x 128 columns; a tile's
+// A persistent grid of (up to) one block an SM walks output tiles of 128 tokens x 128 columns; a tile's
 // k-steps multiply x's 128 x 64 box against 128 gate rows and the same 128 up rows (one 256-row
 // wgmma B operand, so a thread holds the gate and up sums of the same outputs). One producer warp
 // issues the bulk tensor copies into a four-stage pipeline; two consumer warpgroups of 64 tokens
