@@ -22,10 +22,15 @@ constexpr int kConsumers = 256, kThreads = kConsumers + 32, kConsumerWarps = kCo
 // (block rank r the row tile 2 u + r). Each block copies its own x box and one of the two weight
 // boxes of a stage — rank 0 the gate rows', rank 1 the up rows' — into both blocks' shared memory
 // (TMA multicast): the weights are read from L2 once for two tiles, a third less L2 traffic a
-// k-step. Measured on the H200 it ran no faster than one block a tile (1,305-1,322 against
-// 1,304-1,310 us at 8,192 tokens, one lease; ncu: L2 at 53%, not the bound); the kept epilogue was
-// measured on this form only.
-constexpr int kClusterBlocks = 2;
+// k-step. On the H200 with this epilogue (linear_bench --mlp, one lease, two rounds, us a call)
+// pairs / one block a tile: 8,192 tokens 1,198, 1,180 / 1,195, 1,203; 16,384 2,425, 2,359 /
+// 2,466, 2,503; 2,048 278, 276 / 267, 280 (L2 is not the bound: ncu has it at 53%).
+// -DDS_GSM_CLUSTER_BLOCKS=1 builds the one-block form (for A/B; it passes linear_silu_mul_test).
+#ifndef DS_GSM_CLUSTER_BLOCKS
+#define DS_GSM_CLUSTER_BLOCKS 2
+#endif
+constexpr int kClusterBlocks = DS_GSM_CLUSTER_BLOCKS;
+static_assert(kClusterBlocks == 1 || kClusterBlocks == 2, "a block alone or a pair");
 // Units are walked in groups of this many row pairs, every column tile of a group before the next
 // group: the clusters in flight share a few x row blocks and a few weight column blocks in L2.
 constexpr int kGroupPairs = 8;
@@ -69,8 +74,13 @@ __device__ void produce(const Params& p, uint32_t rank, unsigned char* stages, u
       unsigned char* stage = stages + s * kStageBytes;
       tma::arrive_expect_bytes(&full[s], kStageBytes);
       tma::load_2d(stage, &p.x, k * kTileK, at.m0, &full[s]);
-      tma::load_2d_multicast(stage + kXBytes + rank * kWBytes, w, k * kTileK, at.n0, &full[s],
-                             (1u << kClusterBlocks) - 1);
+      if constexpr (kClusterBlocks == 1) {
+        tma::load_2d(stage + kXBytes, &p.w_gate, k * kTileK, at.n0, &full[s]);
+        tma::load_2d(stage + kXBytes + kWBytes, &p.w_up, k * kTileK, at.n0, &full[s]);
+      } else {
+        tma::load_2d_multicast(stage + kXBytes + rank * kWBytes, w, k * kTileK, at.n0, &full[s],
+                               (1u << kClusterBlocks) - 1);
+      }
     }
   }
 }
@@ -80,7 +90,7 @@ __device__ void produce(const Params& p, uint32_t rank, unsigned char* stages, u
 __device__ inline void release(uint64_t* empty, int s, uint32_t rank) {
   if (threadIdx.x % 32 == 0) {
     tma::arrive(&empty[s]);
-    tma::arrive_in_cta(&empty[s], rank ^ 1);
+    if constexpr (kClusterBlocks == 2) tma::arrive_in_cta(&empty[s], rank ^ 1);
   }
 }
 
