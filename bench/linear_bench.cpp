@@ -41,6 +41,8 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 constexpr int kMaxRows = 16384, kDecodeMaxRows = 256;
+// The 4B MLP: intermediate and hidden sizes (--mlp).
+constexpr int64_t kMlpI = 9216, kMlpK = 2560;
 
 // One launch's projections: output widths sharing the input width K, and how often a step runs it.
 struct Group {
@@ -167,7 +169,7 @@ class LinearBench {
   // the SiLU-mul in its epilogue, against cuBLASLt's GEMM of the stacked weights (tuned first, as
   // the model's prefill shapes are) then the SiLU-mul kernel, and that GEMM alone; alternating
   // twice, medians of rounds of 10 calls.
-  MlpTimings time_mlp(int64_t T, int64_t I = 9216, int64_t K = 2560) {
+  MlpTimings time_mlp(int64_t T, int64_t I = kMlpI, int64_t K = kMlpK) {
     ds::Buffer w = be_.alloc(ds::DType::kBF16, {2 * I, K}), x = be_.alloc(ds::DType::kBF16, {T, K}),
                gate_up = be_.alloc(ds::DType::kBF16, {T, 2 * I}),
                act = be_.alloc(ds::DType::kBF16, {T, I});
@@ -317,7 +319,7 @@ void print_mlp(LinearBench& bench, const std::vector<int32_t>& rows) {
       "TFLOP/s |\n|---|---|---|---|---|---|\n");
   for (const int32_t T : rows) {
     const auto t = bench.time_mlp(T);
-    const double flops = 2.0 * T * 2 * 9216 * 2560;
+    const double flops = 2.0 * T * 2 * kMlpI * kMlpK;
     std::printf("| %d | %.1f | %.0f | %.1f | %.1f | %.0f |\n", T, t.fused, flops / t.fused / 1e6,
                 t.unfused, t.gemm_only, flops / t.gemm_only / 1e6);
     std::fflush(stdout);

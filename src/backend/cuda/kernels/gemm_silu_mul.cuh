@@ -4,12 +4,12 @@
 // agree to about a bf16 ulp). The [T, 2 I] gate / up intermediate is never written, and no
 // SiLU-mul kernel reads it back.
 //
-// A persistent grid of (up to) one block an SM walks output tiles of 128 tokens x 128 columns; a tile's
-// k-steps multiply x's 128 x 64 box against 128 gate rows and the same 128 up rows (one 256-row
-// wgmma B operand, so a thread holds the gate and up sums of the same outputs). One producer warp
-// issues the bulk tensor copies into a four-stage pipeline; two consumer warpgroups of 64 tokens
-// each run m64n256k16 wgmma on it and store their products. Blocks run in clusters of two on
-// vertically adjacent tiles, each weight box copied once into both (TMA multicast).
+// A persistent grid of (up to) one block an SM walks output tiles of 128 tokens x 128 columns; a
+// tile's k-steps multiply x's 128 x 64 box against 128 gate rows and the same 128 up rows (one
+// 256-row wgmma B operand, so a thread holds the gate and up sums of the same outputs). One
+// producer warp issues the bulk tensor copies into a four-stage pipeline; two consumer warpgroups
+// of 64 tokens each run m64n256k16 wgmma on it and store their products. Blocks run in clusters of
+// two on vertically adjacent tiles, each weight box copied once into both (TMA multicast).
 #pragma once
 
 #include <cuda_bf16.h>
