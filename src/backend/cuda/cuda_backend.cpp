@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend/cuda/ab_switch.h"
@@ -44,25 +45,10 @@ cuda::GdnState gdn_state(const Tensor& state) {
 
 }  // namespace
 
-void CudaBackend::account() {
-  for (const Timed& t : pending_) {
-    cudaEventSynchronize(t.stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, t.start, t.stop);
-    auto it = std::find_if(totals_.begin(), totals_.end(),
-                           [&](const auto& e) { return std::strcmp(e.first, t.op) == 0; });
-    if (it == totals_.end()) it = totals_.insert(totals_.end(), {t.op, {0.0, 0}});
-    it->second.first += ms;
-    ++it->second.second;
-    cudaEventDestroy(t.start);
-    cudaEventDestroy(t.stop);
-  }
-  pending_.clear();
-}
-
 CudaBackend::CudaBackend(int device) : device_(device) {
   const char* prof = std::getenv("DS_CUDA_PROFILE");
-  profile_ = prof && std::string(prof) == "1";
+  profile_ = prof && (std::string(prof) == "1" || std::string(prof) == "shapes");
+  shape_labels_ = prof && std::string(prof) == "shapes";
   skinny_gemm_ = cuda::ab_switch_on("DS_SKINNY_GEMM");
   one_gate_up_gemm_ = cuda::ab_switch_on("DS_GATE_UP_GEMM");
   fused_silu_mul_ = cuda::ab_switch_on("DS_FUSED_SILU_MUL");
@@ -89,27 +75,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
         "cudaMalloc (GEMM tile counters)");
   check(cudaMemset(skinny_ws_.counters, 0, cuda::kSkinnyMaxTiles * sizeof(int)),
         "cudaMemset (GEMM tile counters)");
-}
-
-std::string CudaBackend::profile_report(bool reset) {
-  if (!profile_) return {};
-  account();
-  double all = 0;
-  for (const auto& [op, t] : totals_) all += t.first;
-  auto rows = totals_;
-  std::sort(rows.begin(), rows.end(),
-            [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
-  std::string out;
-  char line[160];
-  std::snprintf(line, sizeof line, "  %-22s %12s %10s %7s\n", "op", "total ms", "calls", "share");
-  out += line;
-  for (const auto& [op, t] : rows) {
-    std::snprintf(line, sizeof line, "  %-22s %12.3f %10lld %6.1f%%\n", op, t.first,
-                  static_cast<long long>(t.second), all > 0 ? 100.0 * t.first / all : 0.0);
-    out += line;
-  }
-  if (reset) totals_.clear();
-  return out;
 }
 
 CudaBackend::~CudaBackend() {
@@ -294,7 +259,8 @@ void CudaBackend::linear_multi(const Tensor& x, std::span<const Tensor* const> w
   const LinearRoute route = linear_route(x, ws, ys);
   const int64_t T = x.dim(0), K = x.dim(1);
   const int t = static_cast<int>(T), k = static_cast<int>(K), count = static_cast<int>(ws.size());
-  OpTimer timer(*this, "linear");
+  std::optional<OpTimer> timer;
+  if (route != LinearRoute::kCublasLt || !shape_labels_) timer.emplace(*this, "linear");
   if (route == LinearRoute::kSkinny) {
     cuda::SkinnyGroup g[cuda::kSkinnyMaxGroups];
     for (int i = 0; i < count; ++i)
@@ -313,8 +279,11 @@ void CudaBackend::linear_multi(const Tensor& x, std::span<const Tensor* const> w
     g.count = count;
     return cuda::launch_gemv_multi_bf16(bf(x), g, t, k, stream_);
   }
-  for (int i = 0; i < count; ++i)
+  for (int i = 0; i < count; ++i) {
+    std::optional<OpTimer> gemm_timer;
+    if (shape_labels_) gemm_timer.emplace(*this, op_label("linear", ws[i]->dim(0), K));
     gemm_->run(bf(x), bf(*ws[i]), bf(*ys[i]), T, K, ws[i]->dim(0), stream_);
+  }
 }
 
 // On cuBLASLt the projection is added to the residual by the GEMM (beta = 1: summed in f32, rounded
@@ -327,7 +296,7 @@ void CudaBackend::linear_add_rms_norm(const Tensor& x, const Tensor& w, const Te
   if (linear_route(x, ws, ys) != LinearRoute::kCublasLt)
     return Backend::linear_add_rms_norm(x, w, residual, norm_w, eps, out, scratch);
   {
-    OpTimer timer(*this, "linear");
+    OpTimer timer(*this, op_label("linear+add", w.dim(0), x.dim(1)));
     gemm_->run(bf(x), bf(w), bf(residual), x.dim(0), x.dim(1), w.dim(0), stream_, true);
   }
   rms_norm(residual, norm_w, eps, out);
@@ -355,7 +324,7 @@ void CudaBackend::linear_silu_mul(const Tensor& x, const Tensor& w_gate, const T
   }
   if (route == LinearRoute::kCublasLt && fused_silu_mul_ && T >= cuda::kGemmSiluMulMinRows &&
       cuda::gemm_silu_mul_supported(x.data, w_gate.data, w_up.data, act.data, T, K, I)) {
-    OpTimer timer(*this, "linear");
+    OpTimer timer(*this, op_label("linear_silu_mul", 2 * I, K));
     return check(cuda::launch_gemm_silu_mul_bf16(bf(x), bf(w_gate), bf(w_up), bf(act),
                                                  static_cast<int>(T), static_cast<int>(K),
                                                  static_cast<int>(I), num_sms_, stream_),

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -138,7 +139,11 @@ class CudaBackend final : public Backend {
   };
   class OpTimer;
   void account();
+  // `op`, or with DS_CUDA_PROFILE=shapes "op n=N k=K" (kept in labels_ for the timers' lifetime).
+  const char* op_label(const char* op, int64_t n, int64_t k);
   bool profile_ = false;
+  bool shape_labels_ = false;
+  std::set<std::string> labels_;
   bool skinny_gemm_ = true;  // the weight-streaming GEMM for T <= 64 (DS_SKINNY_GEMM)
   // The MLP's adjacent gate and up weights as one cuBLASLt GEMM (DS_GATE_UP_GEMM=0: two, A/B).
   bool one_gate_up_gemm_ = true;

@@ -11,16 +11,17 @@
 // (one conversion a pair, exact) into their slots while its own MMAs are in flight (two more
 // barriers an iteration); Q is converted to f16 in place once, P packed as f16, and the MMAs are
 // f16 x f16 -> f32.
+#include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/attention_prefill.cuh"
+#include "backend/cuda/kernels/attention_prefill_ops.cuh"
+#include "backend/cuda/kernels/attention_prefill_ws.cuh"
 #include "backend/cuda/kernels/kv_fp8.cuh"
-#include "backend/cuda/kernels/mma_bf16.cuh"
-#include "backend/cuda/kernels/wgmma.cuh"
 
 namespace deltaserve::cuda {
 namespace {
 
-using bf16 = __nv_bfloat16;
-constexpr int kRows = 128, kKeys = 64, kWarps = kRows / 16, kThreads = 32 * kWarps;
+using namespace attn_prefill;  // NOLINT: the kernel pieces
+constexpr int kWarps = kRows / 16, kThreads = 32 * kWarps;
 
 template <int HD, bool kFp8>
 struct PrefillLayout {
@@ -31,53 +32,6 @@ struct PrefillLayout {
   static constexpr size_t bytes =
       q_bytes + 4 * kv_bytes + 2 * copy_bytes + wgmma::kAtomBytes;  // + alignment
 };
-
-struct Tile {
-  int begin, start, q0, rows, kvh, h, last_key, page_size;
-  // ceil(2^32 / page_size) (0 for pages of one row): p / page_size = umulhi(p, magic) while
-  // p * page_size < 2^32.
-  uint32_t page_magic;
-  const int32_t* pages;
-};
-
-// This thread's share of copying a tile of R rows x HD into an SW128 tile: the 16-byte chunks
-// g, g + kGroups, ... (kPer of them) of rows r0, r0 + kStep, ... Consecutive threads take
-// consecutive chunks (coalesced); kStep is a multiple of 8, so a chunk lands at the same swizzled
-// column in every row of the thread and the destinations are kStep rows apart; one row's address
-// (and page lookup) serves kPer chunks.
-template <int HD>
-struct RowCopy {
-  static constexpr int kVec = HD / 8, kPer = kVec >= 16 ? 4 : 2, kGroups = kVec / kPer,
-                       kStep = kThreads / kGroups;
-  static_assert(kStep % 8 == 0 && kStep <= kKeys);
-  int g = threadIdx.x % kGroups, r0 = threadIdx.x / kGroups;
-  // Byte offset of the thread's chunk k of row r0 in an SW128 tile of R rows.
-  template <int R>
-  __device__ uint32_t offset(int k) const {
-    return wgmma::sw128_offset(R, r0, 8 * (g + k * kGroups));
-  }
-};
-
-// Rows [k0, k0 + 64) of the KV head's cache (K or V) into the SW128 tile (rows past last_key
-// zero); the caller commits the cp.async group.
-template <int HD>
-__device__ void load_rows(unsigned char* tile, const bf16* cache, const Tile& t, int k0, int nkv) {
-  using RC = RowCopy<HD>;
-  const RC rc;
-  const bf16* src = cache + t.kvh * HD + 8 * rc.g;
-#pragma unroll
-  for (int i = 0; i < kKeys / RC::kStep; ++i) {
-    const int r = rc.r0 + i * RC::kStep;
-    const uint32_t p = min(k0 + r, t.last_key), page = t.page_magic ? __umulhi(p, t.page_magic) : p;
-    const bf16* row =
-        src +
-        (static_cast<size_t>(t.pages[page]) * t.page_size + (p - page * t.page_size)) * nkv * HD;
-#pragma unroll
-    for (int k = 0; k < RC::kPer; ++k)
-      mma::cp_async16(tile + rc.template offset<kKeys>(k) + i * RC::kStep * wgmma::kRowBytes,
-                      row + 8 * k * RC::kGroups, k0 + r <= t.last_key);
-  }
-}
 
 // Rows [k0, k0 + 64) of the KV head's fp8 cache (K or V) into a row-major copy tile of kKeys x HD
 // bytes (rows past last_key zero), 16 bytes at a time: a thread takes kPer pieces of a row (one
@@ -120,23 +74,6 @@ __device__ void widen_rows(unsigned char* tile, const unsigned char* copy) {
         kv_fp8::widen8_f16(*reinterpret_cast<const uint2*>(src + k * kStep * HD));
 }
 
-// The block's query rows of head h into the SW128 Q tile (rows past t.rows zero).
-template <int HD>
-__device__ void load_queries(unsigned char* tile, const bf16* q, const Tile& t, int nh) {
-  using RC = RowCopy<HD>;
-  const RC rc;
-#pragma unroll
-  for (int i = 0; i < kRows / RC::kStep; ++i) {
-    const int r = rc.r0 + i * RC::kStep;
-    const bf16* row =
-        q + (static_cast<size_t>(t.begin + t.q0 + min(r, t.rows - 1)) * nh + t.h) * HD + 8 * rc.g;
-#pragma unroll
-    for (int k = 0; k < RC::kPer; ++k)
-      mma::cp_async16(tile + rc.template offset<kRows>(k) + i * RC::kStep * wgmma::kRowBytes,
-                      row + 8 * k * RC::kGroups, r < t.rows);
-  }
-}
-
 // The loaded Q tile's bf16 values as f16, in place (the fp8 cache's f16 MMAs).
 template <int HD>
 __device__ void queries_to_f16(unsigned char* tile) {
@@ -149,124 +86,6 @@ __device__ void queries_to_f16(unsigned char* tile) {
     x.z = mma::bf16x2_to_f16x2(x.z);
     x.w = mma::bf16x2_to_f16x2(x.w);
     v[i] = x;
-  }
-}
-
-// Issues S (this warpgroup's 64 rows x 64 keys) = Q K^T as one wgmma group, Q and K K-major
-// SW128 tiles; bf16 operands, or (kF16) f16.
-template <int HD, bool kF16>
-__device__ void issue_scores(uint32_t qs, uint32_t ks, float (&s)[8][4]) {
-  constexpr uint32_t kSbo = wgmma::kAtomBytes, kStep = 32;  // 16 bf16 along K
-  const uint64_t qd = wgmma::desc(qs + (threadIdx.x / 128) * 64 * wgmma::kRowBytes, 16, kSbo),
-                 kd = wgmma::desc(ks, 16, kSbo);
-  float(&d)[32] = reinterpret_cast<float(&)[32]>(s);
-#pragma unroll
-  for (int kk = 0; kk < HD / 16; ++kk) {
-    const uint32_t col = kk / 4, in = (kk % 4) * kStep;  // the address field counts 16 bytes
-    wgmma::mma_64x64_ss<kF16>(d, qd + ((col * kRows * wgmma::kRowBytes + in) >> 4),
-                              kd + ((col * kKeys * wgmma::kRowBytes + in) >> 4), kk > 0);
-  }
-  wgmma::commit();
-}
-
-// The online softmax over one key tile for the thread's rows g and g + 8: masks keys after each
-// row's position, updates the running max m and (per-thread partial) sum l, turns s into
-// unnormalised probabilities and returns the factor the rows' O must be scaled by.
-__device__ void online_softmax(float (&s)[8][4], float (&m)[2], float (&l)[2], float (&corr)[2],
-                               int k0, int qpos0, bool masked, float scale_log2) {
-  const int lane = threadIdx.x % 32, c = lane % 4;
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int qpos = qpos0 + 8 * hf;
-    float mx = m[hf];
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float& v = s[n][2 * hf + e];
-        if (masked && k0 + 8 * n + 2 * c + e > qpos) v = -INFINITY;
-        mx = fmaxf(mx, v);
-      }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    // Every row sees key 0 in the first tile, so mx is finite from then on.
-    const float base = mx * scale_log2;
-    corr[hf] = exp2f((m[hf] - mx) * scale_log2);
-    m[hf] = mx;
-    float sum = 0.0f;
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float& v = s[n][2 * hf + e];
-        v = exp2f(fmaf(v, scale_log2, -base));
-        sum += v;
-      }
-    l[hf] = l[hf] * corr[hf] + sum;
-  }
-}
-
-// O's rows times their softmax correction; skipped when no row of the warp has a new max (most
-// key tiles once the running max has settled).
-template <int HD>
-__device__ void rescale(float (&o)[HD / 8][4], const float (&corr)[2]) {
-  if (!__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) return;
-#pragma unroll
-  for (int d = 0; d < HD / 8; ++d)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[d][e] *= corr[e / 2];
-}
-
-// P (the probabilities of a 64-key tile) as bf16 (kF16: f16) A fragments, 16 keys each.
-template <bool kF16>
-__device__ void pack_probs(const float (&s)[8][4], uint32_t (&p)[kKeys / 16][4]) {
-#pragma unroll
-  for (int kk = 0; kk < kKeys / 16; ++kk)
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      p[kk][i] =
-          mma::pack_16<kF16>(s[2 * kk + i / 2][2 * (i % 2)], s[2 * kk + i / 2][2 * (i % 2) + 1]);
-}
-
-// Issues O (this warpgroup's 64 rows x HD) += P V as one wgmma group, V (keys x HD) an MN-major
-// SW128 tile; bf16 operands, or (kF16) f16.
-template <int HD, bool kF16>
-__device__ void issue_pv(const uint32_t (&p)[kKeys / 16][4], uint32_t vs, float (&o)[HD / 8][4]) {
-  constexpr uint32_t kLbo = kKeys * wgmma::kRowBytes, kSbo = wgmma::kAtomBytes;
-  const uint64_t vd = wgmma::desc(vs, kLbo, kSbo);
-  float(&d)[HD / 2] = reinterpret_cast<float(&)[HD / 2]>(o);
-#pragma unroll
-  for (int kk = 0; kk < kKeys / 16; ++kk) {
-    const uint64_t b = vd + ((kk * 16 * wgmma::kRowBytes) >> 4);
-    if constexpr (HD == 64) wgmma::mma_64x64_rs<true, kF16>(d, p[kk], b);
-    if constexpr (HD == 128) wgmma::mma_64x128_rs<kF16>(d, p[kk], b);
-    if constexpr (HD == 256) wgmma::mma_64x256_rs<kF16>(d, p[kk], b);
-  }
-  wgmma::commit();
-}
-
-// out = O / l * sigmoid(gate) for the thread's rows that exist.
-template <int HD>
-__device__ void write_out(const float (&o)[HD / 8][4], float (&l)[2], const Tile& t, int nh,
-                          const bf16* gate, bf16* out) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    float sum = l[hf];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const int r = 16 * warp + g + 8 * hf;
-    if (r >= t.rows) continue;
-    const float inv = 1.0f / sum;
-    const size_t base = (static_cast<size_t>(t.begin + t.q0 + r) * nh + t.h) * HD + 2 * c;
-#pragma unroll
-    for (int d = 0; d < HD / 8; ++d) {
-      const size_t idx = base + 8 * d;
-      const float2 gv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(gate + idx));
-      *reinterpret_cast<__nv_bfloat162*>(out + idx) =
-          __floats2bfloat162_rn(o[d][2 * hf] * inv / (1.0f + __expf(-gv.x)),
-                                o[d][2 * hf + 1] * inv / (1.0f + __expf(-gv.y)));
-    }
   }
 }
 
@@ -285,13 +104,14 @@ struct KvPipe {
       if constexpr (kFp8)
         copy_fp8_rows<HD>(kcopy, kc, t, (j + 1) * kKeys, nkv);
       else
-        load_rows<HD>(ks + ((j + 1) % 2) * kSlot, kc, t, (j + 1) * kKeys, nkv);
+        load_rows<HD, kThreads>(ks + ((j + 1) % 2) * kSlot, kc, t, (j + 1) * kKeys, nkv,
+                                threadIdx.x);
     }
     if (j >= 0 && j < tiles) {
       if constexpr (kFp8)
         copy_fp8_rows<HD>(vcopy, vc, t, j * kKeys, nkv);
       else
-        load_rows<HD>(vs + (j % 2) * kSlot, vc, t, j * kKeys, nkv);
+        load_rows<HD, kThreads>(vs + (j % 2) * kSlot, vc, t, j * kKeys, nkv, threadIdx.x);
     }
   }
   // fp8, once start(j - 1)'s copies have landed: K_j and V_{j-1} widened into their slots.
@@ -315,22 +135,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   unsigned char* vs = ks + 2 * Lay::kv_bytes;      // V slot i at vs + i kv_bytes
   unsigned char* copies = vs + 2 * Lay::kv_bytes;  // fp8: the K, then the V copy tile
   const KvPipe<HD, KvT> pipe{ks, vs, copies, copies + Lay::copy_bytes};
-  const int h = blockIdx.x, seq = blockIdx.y, n = b.seq_len[seq];
-  const int tile = gridDim.z - 1 - blockIdx.z;  // heaviest first
-  if (n < min_len || tile * kRows >= n) return;
   Tile t;
-  t.begin = b.seq_begin[seq];
-  t.start = b.seq_start[seq];
-  t.q0 = tile * kRows;
-  t.rows = min(kRows, n - t.q0);
-  t.h = h;
-  t.kvh = h / (s.nh / s.nkv);
-  t.last_key = t.start + t.q0 + t.rows - 1;
-  t.pages = b.pages + b.seq_page_off[seq];
-  t.page_size = b.page_size;
-  t.page_magic = 0xFFFFFFFFu / static_cast<uint32_t>(b.page_size) + 1;
+  if (!block_tile(b, s, min_len, t)) return;
   const int tiles = t.last_key / kKeys + 1;
-  load_queries<HD>(qs, q, t, s.nh);
+  load_queries<HD, kThreads>(qs, q, t, s.nh, threadIdx.x);
   pipe.start(-1, tiles, kc, vc, t, s.nkv);
   mma::cp_async_commit();  // Q and K_0
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -371,7 +179,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   mid(-1);  // fp8: K_0 widened, the copies of K_1 and V_0 started
   top(0);
   wgmma::fence();
-  issue_scores<HD, kFp8>(mma::smem_u32(qs), mma::smem_u32(ks), sc);
+  issue_scores<HD, kFp8>(mma::smem_u32(qs), mma::smem_u32(ks), sc, threadIdx.x / 128);
   mid(0);
   wgmma::wait<0>();
   online_softmax(sc, m, l, corr, 0, qpos0, kKeys - 1 > first_masked, scale_log2);
@@ -379,7 +187,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int j = 1; j < tiles; ++j) {
     top(j);
     wgmma::fence();
-    issue_scores<HD, kFp8>(mma::smem_u32(qs), mma::smem_u32(ks + (j % 2) * Lay::kv_bytes), sc);
+    issue_scores<HD, kFp8>(mma::smem_u32(qs), mma::smem_u32(ks + (j % 2) * Lay::kv_bytes), sc,
+                           threadIdx.x / 128);
     issue_pv<HD, kFp8>(p, mma::smem_u32(vs + ((j - 1) % 2) * Lay::kv_bytes), o);
     mid(j);
     wgmma::wait<1>();  // S_j done, P_{j-1} V_{j-1} in flight during the softmax
@@ -393,7 +202,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   wgmma::fence();
   issue_pv<HD, kFp8>(p, mma::smem_u32(vs + ((tiles - 1) % 2) * Lay::kv_bytes), o);
   wgmma::wait<0>();
-  write_out<HD>(o, l, t, s.nh, gate, out);
+  write_out<HD>(o, l, t, s.nh, gate, out, threadIdx.x);
 }
 
 template <int HD, typename KvT>
@@ -422,9 +231,13 @@ bool attention_prefill_supported(const AttnShape& s) {
   return s.hd == 64 || s.hd == 128 || s.hd == 256;
 }
 
+// A bf16 cache: the warp-specialized kernel (attention_prefill_ws.cu) unless DS_ATTN_WS=0.
 void launch_attention_prefill(const BatchMeta& b, const bf16* q, const bf16* gate,
                               const bf16* k_cache, const bf16* v_cache, const AttnShape& s,
                               int min_len, bf16* out, cudaStream_t stream) {
+  static const bool warp_specialized = ab_switch_on("DS_ATTN_WS");
+  if (warp_specialized)
+    return launch_attention_prefill_ws(b, q, gate, k_cache, v_cache, s, min_len, out, stream);
   launch_any(b, q, gate, k_cache, v_cache, s, min_len, out, stream);
 }
 

@@ -61,6 +61,17 @@ __device__ inline void wait_phase(uint64_t* bar, uint32_t parity) {
   }
 }
 __device__ inline void wait(uint64_t* bar, uint32_t parity) { wait_phase<false>(bar, parity); }
+// Whether the barrier's phase of parity `parity` has completed (never waits).
+__device__ inline bool phase_done(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(smem_addr(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
 __device__ inline void wait_suspended(uint64_t* bar, uint32_t parity) {
   wait_phase<true>(bar, parity);
 }
