@@ -19,14 +19,8 @@ namespace {
 
 using namespace attn_prefill;  // NOLINT: the kernel pieces
 constexpr int kCopyThreads = 128, kThreads = kCopyThreads + 2 * 128;
-// The register split: 128 x 24 + 256 x 240 = 384 x 168 (setmaxnreg.inc waits for good past it);
-// at 232 the computing warpgroups spill with 80-key tiles.
-constexpr int kCopyRegs = 24, kMathRegs = 240;
-
-// Keys a tile: 80 at head dim 256 (S = Q K^T as m64n80k16, which reads more of its FLOPs from the
-// key tile than m64n64k16's half), else 64.
-template <int HD>
-constexpr int kTileKeys = HD == 256 ? 80 : 64;
+// The register split: 128 x 40 + 256 x 232 = 384 x 168 (setmaxnreg.inc waits for good past it).
+constexpr int kCopyRegs = 40, kMathRegs = 232;
 
 struct Barriers {
   uint64_t q_full, k_full[2], v_full[2], k_empty[2], v_empty[2];
@@ -34,7 +28,7 @@ struct Barriers {
 
 template <int HD>
 struct WsLayout {
-  static constexpr uint32_t q_bytes = kRows * HD * 2, kv_bytes = kTileKeys<HD> * HD * 2;
+  static constexpr uint32_t q_bytes = kRows * HD * 2, kv_bytes = kKeys * HD * 2;
   static constexpr size_t bytes =
       q_bytes + 4 * kv_bytes + sizeof(Barriers) + wgmma::kAtomBytes;  // + alignment
 };
@@ -87,8 +81,8 @@ struct Copier {
         tma::wait(empty, parity);
       }
     }
-    load_rows<HD, kCopyThreads, kTileKeys<HD>>((is_v ? vs : ks) + (j % 2) * WsLayout<HD>::kv_bytes,
-                                               cache, t, j * kTileKeys<HD>, s.nkv, tid);
+    load_rows<HD, kCopyThreads>((is_v ? vs : ks) + (j % 2) * WsLayout<HD>::kv_bytes, cache, t,
+                                j * kKeys, s.nkv, tid);
     mma::cp_async_commit();
     committed((is_v ? bar.v_full : bar.k_full) + j % 2);
   }
@@ -142,48 +136,47 @@ __device__ void release(uint64_t* empty) {
 template <int HD, bool kPingpong>
 __device__ void compute_tiles(const Tile& t, const AttnShape& s, const bf16* gate, bf16* out,
                               uint32_t qs, uint32_t ks, uint32_t vs, Barriers& bar, int tiles) {
-  constexpr int KEYS = kTileKeys<HD>;
   constexpr uint32_t kSlot = WsLayout<HD>::kv_bytes;
   const int tid = static_cast<int>(threadIdx.x) - kCopyThreads, wg = tid / 128;
   const int qpos0 = t.start + t.q0 + 16 * (tid / 32) + (tid % 32) / 4;  // the thread's row g
   const int first_masked = t.start + t.q0;  // tiles ending before it need no mask
   const float scale_log2 = rsqrtf(static_cast<float>(HD)) * kLog2e;
   float o[HD / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  uint32_t p[KEYS / 16][4];  // P_{j-1}
-  float sc[KEYS / 8][4], corr[2];
+  uint32_t p[kKeys / 16][4];  // P_{j-1}
+  float sc[8][4], corr[2];
   const Turns<kPingpong> turns{wg};
   turns.start();
   tma::wait(&bar.q_full, 0);
   tma::wait(&bar.k_full[0], 0);
   turns.mine();
   wgmma::fence();
-  issue_scores<HD, false, KEYS>(qs, ks, sc, wg);
+  issue_scores<HD, false>(qs, ks, sc, wg);
   turns.theirs();
   wgmma::wait<0>();
   release(&bar.k_empty[0]);
-  online_softmax<KEYS>(sc, m, l, corr, 0, qpos0, KEYS - 1 > first_masked, scale_log2);
-  pack_probs<false, KEYS>(sc, p);  // O is still zero: no rescale
+  online_softmax(sc, m, l, corr, 0, qpos0, kKeys - 1 > first_masked, scale_log2);
+  pack_probs<false>(sc, p);  // O is still zero: no rescale
   for (int j = 1; j < tiles; ++j) {
     tma::wait(&bar.k_full[j % 2], (j / 2) & 1);
     tma::wait(&bar.v_full[(j - 1) % 2], ((j - 1) / 2) & 1);
     turns.mine();
     wgmma::fence();
-    issue_scores<HD, false, KEYS>(qs, ks + (j % 2) * kSlot, sc, wg);
-    issue_pv<HD, false, KEYS>(p, vs + ((j - 1) % 2) * kSlot, o);
+    issue_scores<HD, false>(qs, ks + (j % 2) * kSlot, sc, wg);
+    issue_pv<HD, false>(p, vs + ((j - 1) % 2) * kSlot, o);
     turns.theirs();
     wgmma::wait<1>();  // S_j done, P_{j-1} V_{j-1} in flight during the softmax
     release(&bar.k_empty[j % 2]);
-    const int k0 = j * KEYS;
-    online_softmax<KEYS>(sc, m, l, corr, k0, qpos0, k0 + KEYS - 1 > first_masked, scale_log2);
+    const int k0 = j * kKeys;
+    online_softmax(sc, m, l, corr, k0, qpos0, k0 + kKeys - 1 > first_masked, scale_log2);
     wgmma::wait<0>();
     release(&bar.v_empty[(j - 1) % 2]);
     rescale<HD>(o, corr);
-    pack_probs<false, KEYS>(sc, p);
+    pack_probs<false>(sc, p);
   }
   tma::wait(&bar.v_full[(tiles - 1) % 2], ((tiles - 1) / 2) & 1);
   turns.mine();
   wgmma::fence();
-  issue_pv<HD, false, KEYS>(p, vs + ((tiles - 1) % 2) * kSlot, o);
+  issue_pv<HD, false>(p, vs + ((tiles - 1) % 2) * kSlot, o);
   turns.theirs(true);
   wgmma::wait<0>();
   write_out<HD>(o, l, t, s.nh, gate, out, tid);
@@ -202,7 +195,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   Barriers& bar = *reinterpret_cast<Barriers*>(vs + 2 * Lay::kv_bytes);
   Tile t;
   if (!block_tile(b, s, min_len, t)) return;
-  const int tiles = t.last_key / kTileKeys<HD> + 1;
+  const int tiles = t.last_key / kKeys + 1;
   if (threadIdx.x == 0) {
     tma::barrier_init(&bar.q_full, kCopyThreads);
     for (int i = 0; i < 2; ++i) {
