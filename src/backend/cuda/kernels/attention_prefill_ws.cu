@@ -9,7 +9,6 @@
 // under the second. The copying warpgroup gives up registers to the computing ones (setmaxnreg).
 // The two roles no longer share a block barrier an iteration, and the computing warps issue no
 // copy instructions (in the single-role kernel ~460 of a warp's ~819 instructions an iteration).
-#include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/attention_prefill_ops.cuh"
 #include "backend/cuda/kernels/attention_prefill_ws.cuh"
 #include "backend/cuda/kernels/tma.cuh"
@@ -105,25 +104,6 @@ __device__ void copy_tiles(const Tile& t, const AttnShape& s, const bf16* q, con
   c.announce_pending();
 }
 
-// kPingpong: the two computing warpgroups take turns issuing their MMAs (named barriers 1 and 2:
-// warpgroup w waits at 1 + w for the other's arrival), so that one's softmax runs while the
-// other's MMAs keep the tensor cores busy. Warpgroup 0 issues first; warpgroup 1's arrival after
-// its last issue is left out, so that every arrival meets a wait.
-template <bool kPingpong>
-struct Turns {
-  int wg;
-  __device__ void start() const {
-    if (kPingpong && wg == 1) asm volatile("bar.arrive 1, 256;\n" ::: "memory");
-  }
-  __device__ void mine() const {
-    if (kPingpong) asm volatile("bar.sync %0, 256;\n" ::"r"(1 + wg) : "memory");
-  }
-  __device__ void theirs(bool last = false) const {
-    if (kPingpong && !(last && wg == 1))
-      asm volatile("bar.arrive %0, 256;\n" ::"r"(2 - wg) : "memory");
-  }
-};
-
 // A computing warp is done reading a slot.
 __device__ void release(uint64_t* empty) {
   __syncwarp();
@@ -133,7 +113,7 @@ __device__ void release(uint64_t* empty) {
 // A computing warpgroup (wg 0 or 1: query rows 64 wg ..): the single-role kernel's loop, with
 // waits on the slots' barriers instead of block barriers. The wgmma issues stay out of branches
 // (ptxas serialises wgmma in divergent paths): the first and last iterations are peeled.
-template <int HD, bool kPingpong>
+template <int HD>
 __device__ void compute_tiles(const Tile& t, const AttnShape& s, const bf16* gate, bf16* out,
                               uint32_t qs, uint32_t ks, uint32_t vs, Barriers& bar, int tiles) {
   constexpr uint32_t kSlot = WsLayout<HD>::kv_bytes;
@@ -144,14 +124,10 @@ __device__ void compute_tiles(const Tile& t, const AttnShape& s, const bf16* gat
   float o[HD / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   uint32_t p[kKeys / 16][4];  // P_{j-1}
   float sc[8][4], corr[2];
-  const Turns<kPingpong> turns{wg};
-  turns.start();
   tma::wait(&bar.q_full, 0);
   tma::wait(&bar.k_full[0], 0);
-  turns.mine();
   wgmma::fence();
   issue_scores<HD, false>(qs, ks, sc, wg);
-  turns.theirs();
   wgmma::wait<0>();
   release(&bar.k_empty[0]);
   online_softmax(sc, m, l, corr, 0, qpos0, kKeys - 1 > first_masked, scale_log2);
@@ -159,11 +135,9 @@ __device__ void compute_tiles(const Tile& t, const AttnShape& s, const bf16* gat
   for (int j = 1; j < tiles; ++j) {
     tma::wait(&bar.k_full[j % 2], (j / 2) & 1);
     tma::wait(&bar.v_full[(j - 1) % 2], ((j - 1) / 2) & 1);
-    turns.mine();
     wgmma::fence();
     issue_scores<HD, false>(qs, ks + (j % 2) * kSlot, sc, wg);
     issue_pv<HD, false>(p, vs + ((j - 1) % 2) * kSlot, o);
-    turns.theirs();
     wgmma::wait<1>();  // S_j done, P_{j-1} V_{j-1} in flight during the softmax
     release(&bar.k_empty[j % 2]);
     const int k0 = j * kKeys;
@@ -174,15 +148,13 @@ __device__ void compute_tiles(const Tile& t, const AttnShape& s, const bf16* gat
     pack_probs<false>(sc, p);
   }
   tma::wait(&bar.v_full[(tiles - 1) % 2], ((tiles - 1) / 2) & 1);
-  turns.mine();
   wgmma::fence();
   issue_pv<HD, false>(p, vs + ((tiles - 1) % 2) * kSlot, o);
-  turns.theirs(true);
   wgmma::wait<0>();
   write_out<HD>(o, l, t, s.nh, gate, out, tid);
 }
 
-template <int HD, bool kPingpong>
+template <int HD>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_prefill_ws_kernel(BatchMeta b, const bf16* __restrict__ q, const bf16* __restrict__ gate,
                            const bf16* __restrict__ kc, const bf16* __restrict__ vc, AttnShape s,
@@ -213,21 +185,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
   regs_inc<kMathRegs>();
-  compute_tiles<HD, kPingpong>(t, s, gate, out, mma::smem_u32(qs), mma::smem_u32(ks),
-                               mma::smem_u32(vs), bar, tiles);
+  compute_tiles<HD>(t, s, gate, out, mma::smem_u32(qs), mma::smem_u32(ks), mma::smem_u32(vs), bar,
+                    tiles);
 }
 
 template <int HD>
 void launch(const BatchMeta& b, const bf16* q, const bf16* gate, const bf16* kc, const bf16* vc,
             const AttnShape& s, int min_len, bf16* out, cudaStream_t stream) {
-  static const bool pingpong = ab_switch_on("DS_ATTN_PINGPONG");
   constexpr size_t smem = WsLayout<HD>::bytes;
-  const auto kernel =
-      pingpong ? attn_prefill_ws_kernel<HD, true> : attn_prefill_ws_kernel<HD, false>;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  cudaFuncSetAttribute(attn_prefill_ws_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       static_cast<int>(smem));
   const int tiles = (b.max_seq_len + kRows - 1) / kRows;
-  kernel<<<dim3(s.nh, b.num_seqs, tiles), kThreads, smem, stream>>>(b, q, gate, kc, vc, s, min_len,
-                                                                    out);
+  attn_prefill_ws_kernel<HD><<<dim3(s.nh, b.num_seqs, tiles), kThreads, smem, stream>>>(
+      b, q, gate, kc, vc, s, min_len, out);
 }
 
 }  // namespace
