@@ -281,7 +281,7 @@ void CudaBackend::linear_multi(const Tensor& x, std::span<const Tensor* const> w
   }
   for (int i = 0; i < count; ++i) {
     std::optional<OpTimer> gemm_timer;
-    if (shape_labels_) gemm_timer.emplace(*this, op_label("linear", ws[i]->dim(0), K));
+    if (shape_labels_) gemm_timer.emplace(*this, linear_label("linear", ws[i]->dim(0), K));
     gemm_->run(bf(x), bf(*ws[i]), bf(*ys[i]), T, K, ws[i]->dim(0), stream_);
   }
 }
@@ -296,7 +296,7 @@ void CudaBackend::linear_add_rms_norm(const Tensor& x, const Tensor& w, const Te
   if (linear_route(x, ws, ys) != LinearRoute::kCublasLt)
     return Backend::linear_add_rms_norm(x, w, residual, norm_w, eps, out, scratch);
   {
-    OpTimer timer(*this, op_label("linear+add", w.dim(0), x.dim(1)));
+    OpTimer timer(*this, linear_label("linear+add", w.dim(0), x.dim(1)));
     gemm_->run(bf(x), bf(w), bf(residual), x.dim(0), x.dim(1), w.dim(0), stream_, true);
   }
   rms_norm(residual, norm_w, eps, out);
@@ -324,7 +324,7 @@ void CudaBackend::linear_silu_mul(const Tensor& x, const Tensor& w_gate, const T
   }
   if (route == LinearRoute::kCublasLt && fused_silu_mul_ && T >= cuda::kGemmSiluMulMinRows &&
       cuda::gemm_silu_mul_supported(x.data, w_gate.data, w_up.data, act.data, T, K, I)) {
-    OpTimer timer(*this, op_label("linear_silu_mul", 2 * I, K));
+    OpTimer timer(*this, linear_label("linear_silu_mul", 2 * I, K));
     return check(cuda::launch_gemm_silu_mul_bf16(bf(x), bf(w_gate), bf(w_up), bf(act),
                                                  static_cast<int>(T), static_cast<int>(K),
                                                  static_cast<int>(I), num_sms_, stream_),

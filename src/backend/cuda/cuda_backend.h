@@ -139,8 +139,8 @@ class CudaBackend final : public Backend {
   };
   class OpTimer;
   void account();
-  // `op`, or with DS_CUDA_PROFILE=shapes "op n=N k=K" (kept in labels_ for the timers' lifetime).
-  const char* op_label(const char* op, int64_t n, int64_t k);
+  // "linear", or with DS_CUDA_PROFILE=shapes "kind n=N k=K" (kept in labels_ while timers run).
+  const char* linear_label(const char* kind, int64_t n, int64_t k);
   bool profile_ = false;
   bool shape_labels_ = false;
   std::set<std::string> labels_;

@@ -1,6 +1,6 @@
 // CudaBackend's per-op profile (DS_CUDA_PROFILE=1): the CUDA events of timed ops summed by op name,
-// and with DS_CUDA_PROFILE=shapes each cuBLASLt GEMM and prefill GEMM named by its output width
-// and input width as well (op_label), so that a step's projections can be told apart.
+// and with DS_CUDA_PROFILE=shapes the projections (otherwise "linear") named by their kind and
+// output / input widths (linear_label), so that a step's GEMMs can be told apart.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -48,10 +48,10 @@ std::string CudaBackend::profile_report(bool reset) {
   return out;
 }
 
-const char* CudaBackend::op_label(const char* op, int64_t n, int64_t k) {
-  if (!shape_labels_) return op;
+const char* CudaBackend::linear_label(const char* kind, int64_t n, int64_t k) {
+  if (!shape_labels_) return "linear";
   char name[96];
-  std::snprintf(name, sizeof name, "%s n=%lld k=%lld", op, static_cast<long long>(n),
+  std::snprintf(name, sizeof name, "%s n=%lld k=%lld", kind, static_cast<long long>(n),
                 static_cast<long long>(k));
   return labels_.insert(name).first->c_str();  // a set's nodes stay put: the pointer stays valid
 }
