@@ -10,7 +10,8 @@
 // more shared-memory buffers instead, one tile ahead: iteration j widens K_{j+1} and V_j to f16
 // (one conversion a pair, exact) into their slots while its own MMAs are in flight (two more
 // barriers an iteration); Q is converted to f16 in place once, P packed as f16, and the MMAs are
-// f16 x f16 -> f32.
+// f16 x f16 -> f32. On a bf16 cache launch_attention_prefill runs the warp-specialized form of this
+// loop (attention_prefill_ws.cu) unless DS_ATTN_WS=0.
 #include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/attention_prefill.cuh"
 #include "backend/cuda/kernels/attention_prefill_ops.cuh"

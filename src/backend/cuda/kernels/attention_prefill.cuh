@@ -1,6 +1,7 @@
 // Causal flash attention of the prefill sequences of a step over the paged KV cache, with the
 // sigmoid output gate, run by launch_paged_attention (attention_prefill.cu: bf16 wgmma on sm_90a,
-// the softmax in registers under the next tile's P V, a cp.async pipeline).
+// the softmax in registers under the next tile's P V, a cp.async pipeline; on a bf16 cache the
+// warp-specialized form in attention_prefill_ws.cu).
 #pragma once
 
 #include "backend/cuda/kernels/attention.cuh"

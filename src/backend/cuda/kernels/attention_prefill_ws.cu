@@ -32,15 +32,6 @@ struct WsLayout {
       q_bytes + 4 * kv_bytes + sizeof(Barriers) + wgmma::kAtomBytes;  // + alignment
 };
 
-template <int kRegs>
-__device__ void regs_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
-template <int kRegs>
-__device__ void regs_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
-
 // The copying warpgroup: each copy group is committed, and the one before it is waited for,
 // fenced and announced on its full barrier once the next is issued (so two are in flight). A slot
 // is reused once both computing warpgroups released its previous tile; if that has not happened
@@ -180,11 +171,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   if (threadIdx.x < kCopyThreads) {
-    regs_dec<kCopyRegs>();
+    wgmma::regs_dec<kCopyRegs>();
     copy_tiles<HD>(t, s, q, kc, vc, qs, ks, vs, bar, tiles);
     return;
   }
-  regs_inc<kMathRegs>();
+  wgmma::regs_inc<kMathRegs>();
   compute_tiles<HD>(t, s, gate, out, mma::smem_u32(qs), mma::smem_u32(ks), mma::smem_u32(vs), bar,
                     tiles);
 }

@@ -71,14 +71,6 @@ struct FusedSmem {
 constexpr size_t kSmemBytes = sizeof(FusedSmem) + wgmma::kAtomBytes;
 static_assert(kSmemBytes <= 227 * 1024, "one block an SM");
 
-template <int kRegs>
-__device__ void regs_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
-template <int kRegs>
-__device__ void regs_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
 // The intra warpgroup's barrier (named barrier 1).
 __device__ void intra_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
 
@@ -434,10 +426,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();  // the barriers initialised
   if (threadIdx.x < 128) {
-    regs_dec<kIntraRegs>();
+    wgmma::regs_dec<kIntraRegs>();
     intra_role(sm, &y, sq, chunks, a, bg, A_log[h], dt_bias[h], s);
   } else {
-    regs_inc<kStateRegs>();
+    wgmma::regs_inc<kStateRegs>();
     state_role(sm, b, seq, sq, chunks, state, s, out);
   }
 }

@@ -45,6 +45,18 @@ __device__ inline T* atom_aligned(unsigned char* raw) {
   return reinterpret_cast<T*>(raw + (-at & static_cast<int>(kAtomBytes - 1)));
 }
 
+// Moves registers between warpgroups (setmaxnreg; every warp of the warpgroup executes it): this
+// warpgroup's threads give up registers down to / take them up to kRegs. The launch's registers
+// must cover the sum over warpgroups after the moves, or an increase waits for good.
+template <int kRegs>
+__device__ inline void regs_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ inline void regs_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
 __device__ inline void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ inline void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int kPending>
