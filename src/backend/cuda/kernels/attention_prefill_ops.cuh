@@ -63,17 +63,16 @@ struct RowCopy {
   }
 };
 
-// Rows [k0, k0 + KEYS) of the KV head's cache (K or V) into the SW128 tile (rows past last_key
+// Rows [k0, k0 + 64) of the KV head's cache (K or V) into the SW128 tile (rows past last_key
 // zero); the caller commits the cp.async group.
-template <int HD, int kCopyThreads, int KEYS = kKeys>
+template <int HD, int kCopyThreads>
 __device__ void load_rows(unsigned char* tile, const bf16* cache, const Tile& t, int k0, int nkv,
                           int tid) {
   using RC = RowCopy<HD, kCopyThreads>;
-  static_assert(KEYS % RC::kStep == 0, "whole passes of rows");
   const RC rc(tid);
   const bf16* src = cache + t.kvh * HD + 8 * rc.g;
 #pragma unroll
-  for (int i = 0; i < KEYS / RC::kStep; ++i) {
+  for (int i = 0; i < kKeys / RC::kStep; ++i) {
     const int r = rc.r0 + i * RC::kStep;
     const uint32_t p = min(k0 + r, t.last_key), page = t.page_magic ? __umulhi(p, t.page_magic) : p;
     const bf16* row =
@@ -81,7 +80,7 @@ __device__ void load_rows(unsigned char* tile, const bf16* cache, const Tile& t,
         (static_cast<size_t>(t.pages[page]) * t.page_size + (p - page * t.page_size)) * nkv * HD;
 #pragma unroll
     for (int k = 0; k < RC::kPer; ++k)
-      mma::cp_async16(tile + rc.template offset<KEYS>(k) + i * RC::kStep * wgmma::kRowBytes,
+      mma::cp_async16(tile + rc.template offset<kKeys>(k) + i * RC::kStep * wgmma::kRowBytes,
                       row + 8 * k * RC::kGroups, k0 + r <= t.last_key);
   }
 }
@@ -103,23 +102,19 @@ __device__ void load_queries(unsigned char* tile, const bf16* q, const Tile& t, 
   }
 }
 
-// Issues S (this warpgroup's 64 rows x KEYS keys, 64, 80 or 128) = Q K^T as one wgmma group, Q and
-// K K-major SW128 tiles; bf16 operands, or (kF16, 64 keys) f16.
-template <int HD, bool kF16, int KEYS = kKeys>
-__device__ void issue_scores(uint32_t qs, uint32_t ks, float (&s)[KEYS / 8][4], int wg) {
-  static_assert(KEYS == 64 || (KEYS == 80 && !kF16) || (KEYS == 128 && !kF16));
+// Issues S (this warpgroup's 64 rows x 64 keys) = Q K^T as one wgmma group, Q and K K-major
+// SW128 tiles; bf16 operands, or (kF16) f16.
+template <int HD, bool kF16>
+__device__ void issue_scores(uint32_t qs, uint32_t ks, float (&s)[8][4], int wg) {
   constexpr uint32_t kSbo = wgmma::kAtomBytes, kStep = 32;  // 16 bf16 along K
   const uint64_t qd = wgmma::desc(qs + wg * 64 * wgmma::kRowBytes, 16, kSbo),
                  kd = wgmma::desc(ks, 16, kSbo);
-  float(&d)[KEYS / 2] = reinterpret_cast<float(&)[KEYS / 2]>(s);
+  float(&d)[32] = reinterpret_cast<float(&)[32]>(s);
 #pragma unroll
   for (int kk = 0; kk < HD / 16; ++kk) {
     const uint32_t col = kk / 4, in = (kk % 4) * kStep;  // the address field counts 16 bytes
-    const uint64_t a = qd + ((col * kRows * wgmma::kRowBytes + in) >> 4),
-                   b = kd + ((col * KEYS * wgmma::kRowBytes + in) >> 4);
-    if constexpr (KEYS == 64) wgmma::mma_64x64_ss<kF16>(d, a, b, kk > 0);
-    if constexpr (KEYS == 80) wgmma::mma_64x80_ss(d, a, b, kk > 0);
-    if constexpr (KEYS == 128) wgmma::mma_64x128_ss(d, a, b, kk > 0);
+    wgmma::mma_64x64_ss<kF16>(d, qd + ((col * kRows * wgmma::kRowBytes + in) >> 4),
+                              kd + ((col * kKeys * wgmma::kRowBytes + in) >> 4), kk > 0);
   }
   wgmma::commit();
 }
@@ -127,16 +122,16 @@ __device__ void issue_scores(uint32_t qs, uint32_t ks, float (&s)[KEYS / 8][4], 
 // The online softmax over one key tile for the thread's rows g and g + 8: masks keys after each
 // row's position, updates the running max m and (per-thread partial) sum l, turns s into
 // unnormalised probabilities and returns the factor the rows' O must be scaled by.
-template <int KEYS = kKeys>
-__device__ void online_softmax(float (&s)[KEYS / 8][4], float (&m)[2], float (&l)[2],
-                               float (&corr)[2], int k0, int qpos0, bool masked, float scale_log2) {
+__device__ inline void online_softmax(float (&s)[8][4], float (&m)[2], float (&l)[2],
+                                      float (&corr)[2], int k0, int qpos0, bool masked,
+                                      float scale_log2) {
   const int lane = threadIdx.x % 32, c = lane % 4;
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const int qpos = qpos0 + 8 * hf;
     float mx = m[hf];
 #pragma unroll
-    for (int n = 0; n < KEYS / 8; ++n)
+    for (int n = 0; n < 8; ++n)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float& v = s[n][2 * hf + e];
@@ -151,7 +146,7 @@ __device__ void online_softmax(float (&s)[KEYS / 8][4], float (&m)[2], float (&l
     m[hf] = mx;
     float sum = 0.0f;
 #pragma unroll
-    for (int n = 0; n < KEYS / 8; ++n)
+    for (int n = 0; n < 8; ++n)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float& v = s[n][2 * hf + e];
@@ -173,11 +168,11 @@ __device__ void rescale(float (&o)[HD / 8][4], const float (&corr)[2]) {
     for (int e = 0; e < 4; ++e) o[d][e] *= corr[e / 2];
 }
 
-// P (the probabilities of a key tile) as bf16 (kF16: f16) A fragments, 16 keys each.
-template <bool kF16, int KEYS = kKeys>
-__device__ void pack_probs(const float (&s)[KEYS / 8][4], uint32_t (&p)[KEYS / 16][4]) {
+// P (the probabilities of a 64-key tile) as bf16 (kF16: f16) A fragments, 16 keys each.
+template <bool kF16>
+__device__ void pack_probs(const float (&s)[8][4], uint32_t (&p)[kKeys / 16][4]) {
 #pragma unroll
-  for (int kk = 0; kk < KEYS / 16; ++kk)
+  for (int kk = 0; kk < kKeys / 16; ++kk)
 #pragma unroll
     for (int i = 0; i < 4; ++i)
       p[kk][i] =
@@ -186,13 +181,13 @@ __device__ void pack_probs(const float (&s)[KEYS / 8][4], uint32_t (&p)[KEYS / 1
 
 // Issues O (this warpgroup's 64 rows x HD) += P V as one wgmma group, V (keys x HD) an MN-major
 // SW128 tile; bf16 operands, or (kF16) f16.
-template <int HD, bool kF16, int KEYS = kKeys>
-__device__ void issue_pv(const uint32_t (&p)[KEYS / 16][4], uint32_t vs, float (&o)[HD / 8][4]) {
-  constexpr uint32_t kLbo = KEYS * wgmma::kRowBytes, kSbo = wgmma::kAtomBytes;
+template <int HD, bool kF16>
+__device__ void issue_pv(const uint32_t (&p)[kKeys / 16][4], uint32_t vs, float (&o)[HD / 8][4]) {
+  constexpr uint32_t kLbo = kKeys * wgmma::kRowBytes, kSbo = wgmma::kAtomBytes;
   const uint64_t vd = wgmma::desc(vs, kLbo, kSbo);
   float(&d)[HD / 2] = reinterpret_cast<float(&)[HD / 2]>(o);
 #pragma unroll
-  for (int kk = 0; kk < KEYS / 16; ++kk) {
+  for (int kk = 0; kk < kKeys / 16; ++kk) {
     const uint64_t b = vd + ((kk * 16 * wgmma::kRowBytes) >> 4);
     if constexpr (HD == 64) wgmma::mma_64x64_rs<true, kF16>(d, p[kk], b);
     if constexpr (HD == 128) wgmma::mma_64x128_rs<kF16>(d, p[kk], b);

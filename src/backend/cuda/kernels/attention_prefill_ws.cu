@@ -9,7 +9,6 @@
 // under the second. The copying warpgroup gives up registers to the computing ones (setmaxnreg).
 // The two roles no longer share a block barrier an iteration, and the computing warps issue no
 // copy instructions (in the single-role kernel ~460 of a warp's ~819 instructions an iteration).
-#include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/attention_prefill_ops.cuh"
 #include "backend/cuda/kernels/attention_prefill_ws.cuh"
 #include "backend/cuda/kernels/tma.cuh"
@@ -19,36 +18,26 @@ namespace {
 
 using namespace attn_prefill;  // NOLINT: the kernel pieces
 constexpr int kCopyThreads = 128, kThreads = kCopyThreads + 2 * 128;
-// The register split, copying / computing threads: 128 x 40 + 256 x 232 = 384 x 168 (setmaxnreg.inc
-// waits for good past it); the wide form's computing threads need more than 232 (24 / 240).
-template <bool kWide>
-constexpr int kCopyRegs = kWide ? 24 : 40;
-template <bool kWide>
-constexpr int kMathRegs = kWide ? 240 : 232;
+// The register split: 128 x 40 + 256 x 232 = 384 x 168 (setmaxnreg.inc waits for good past it).
+constexpr int kCopyRegs = 40, kMathRegs = 232;
 
 struct Barriers {
   uint64_t q_full, k_full[2], v_full[2], k_empty[2], v_empty[2];
 };
 
-// The tiles: KEYS keys a tile in SLOTS slots each for K and V. The overlapped form: 64 keys, two
-// slots (S_j under P_{j-1} V_{j-1}). The wide form (kWide, head dim 256): 128 keys, one slot each,
-// S_j, its softmax and P_j V_j in turn (a warpgroup's softmax under the other's MMAs), so that the
-// scores read half as much of Q a FLOP (m64n128k16).
-template <int HD, bool kWide>
+template <int HD>
 struct WsLayout {
-  static constexpr int kTileKeys = kWide ? 128 : kKeys, kSlots = kWide ? 1 : 2;
-  static constexpr uint32_t q_bytes = kRows * HD * 2, kv_bytes = kTileKeys * HD * 2;
+  static constexpr uint32_t q_bytes = kRows * HD * 2, kv_bytes = kKeys * HD * 2;
   static constexpr size_t bytes =
-      q_bytes + 2 * kSlots * kv_bytes + sizeof(Barriers) + wgmma::kAtomBytes;  // + alignment
+      q_bytes + 4 * kv_bytes + sizeof(Barriers) + wgmma::kAtomBytes;  // + alignment
 };
 
 // The copying warpgroup: each copy group is committed, and the one before it is waited for,
 // fenced and announced on its full barrier once the next is issued (so two are in flight). A slot
 // is reused once both computing warpgroups released its previous tile; if that has not happened
 // yet, the copy in flight is announced first.
-template <int HD, bool kWide>
+template <int HD>
 struct Copier {
-  using Lay = WsLayout<HD, kWide>;
   const Tile& t;
   const AttnShape& s;
   unsigned char *ks, *vs;
@@ -72,41 +61,31 @@ struct Copier {
     }
     pending = full;
   }
-  // Tile j of the cache (K or V) into slot j % kSlots.
+  // Tile j of the cache (K or V) into slot j % 2.
   __device__ void load(bool is_v, int j, const bf16* cache) {
-    constexpr int kSlots = Lay::kSlots;
-    uint64_t* empty = (is_v ? bar.v_empty : bar.k_empty) + j % kSlots;
-    if (j >= kSlots) {
-      const uint32_t parity = ((j - kSlots) / kSlots) & 1;
+    uint64_t* empty = (is_v ? bar.v_empty : bar.k_empty) + j % 2;
+    if (j >= 2) {
+      const uint32_t parity = ((j - 2) / 2) & 1;
       if (!tma::phase_done(empty, parity)) {
         announce_pending();
         tma::wait(empty, parity);
       }
     }
-    load_rows<HD, kCopyThreads, Lay::kTileKeys>((is_v ? vs : ks) + (j % kSlots) * Lay::kv_bytes,
-                                                cache, t, j * Lay::kTileKeys, s.nkv, tid);
+    load_rows<HD, kCopyThreads>((is_v ? vs : ks) + (j % 2) * WsLayout<HD>::kv_bytes, cache, t,
+                                j * kKeys, s.nkv, tid);
     mma::cp_async_commit();
-    committed((is_v ? bar.v_full : bar.k_full) + j % kSlots);
+    committed((is_v ? bar.v_full : bar.k_full) + j % 2);
   }
 };
 
-// The order the computing warpgroups need the tiles in: K_0, K_1, V_0, K_2, V_1, ... (overlapped
-// form), K_0, V_0, K_1, V_1, ... (wide form).
-template <int HD, bool kWide>
+template <int HD>
 __device__ void copy_tiles(const Tile& t, const AttnShape& s, const bf16* q, const bf16* kc,
                            const bf16* vc, unsigned char* qs, unsigned char* ks, unsigned char* vs,
                            Barriers& bar, int tiles) {
-  Copier<HD, kWide> c{t, s, ks, vs, bar, static_cast<int>(threadIdx.x)};
+  Copier<HD> c{t, s, ks, vs, bar, static_cast<int>(threadIdx.x)};
   load_queries<HD, kCopyThreads>(qs, q, t, s.nh, c.tid);
   mma::cp_async_commit();
   c.committed(&bar.q_full);
-  if constexpr (kWide) {
-    for (int j = 0; j < tiles; ++j) {
-      c.load(false, j, kc);
-      c.load(true, j, vc);
-    }
-    return c.announce_pending();
-  }
   c.load(false, 0, kc);
   for (int j = 1; j < tiles; ++j) {
     c.load(false, j, kc);
@@ -128,7 +107,7 @@ __device__ void release(uint64_t* empty) {
 template <int HD>
 __device__ void compute_tiles(const Tile& t, const AttnShape& s, const bf16* gate, bf16* out,
                               uint32_t qs, uint32_t ks, uint32_t vs, Barriers& bar, int tiles) {
-  constexpr uint32_t kSlot = WsLayout<HD, false>::kv_bytes;
+  constexpr uint32_t kSlot = WsLayout<HD>::kv_bytes;
   const int tid = static_cast<int>(threadIdx.x) - kCopyThreads, wg = tid / 128;
   const int qpos0 = t.start + t.q0 + 16 * (tid / 32) + (tid % 32) / 4;  // the thread's row g
   const int first_masked = t.start + t.q0;  // tiles ending before it need no mask
@@ -166,54 +145,20 @@ __device__ void compute_tiles(const Tile& t, const AttnShape& s, const bf16* gat
   write_out<HD>(o, l, t, s.nh, gate, out, tid);
 }
 
-// A computing warpgroup of the wide form: per 128-key tile S_j, its softmax, then P_j V_j.
 template <int HD>
-__device__ void compute_tiles_wide(const Tile& t, const AttnShape& s, const bf16* gate, bf16* out,
-                                   uint32_t qs, uint32_t ks, uint32_t vs, Barriers& bar,
-                                   int tiles) {
-  constexpr int KEYS = WsLayout<HD, true>::kTileKeys;
-  const int tid = static_cast<int>(threadIdx.x) - kCopyThreads, wg = tid / 128;
-  const int qpos0 = t.start + t.q0 + 16 * (tid / 32) + (tid % 32) / 4;  // the thread's row g
-  const int first_masked = t.start + t.q0;  // tiles ending before it need no mask
-  const float scale_log2 = rsqrtf(static_cast<float>(HD)) * kLog2e;
-  float o[HD / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  float sc[KEYS / 8][4], corr[2];
-  uint32_t p[KEYS / 16][4];
-  tma::wait(&bar.q_full, 0);
-  for (int j = 0; j < tiles; ++j) {
-    const uint32_t parity = j & 1;
-    tma::wait(&bar.k_full[0], parity);
-    wgmma::fence();
-    issue_scores<HD, false, KEYS>(qs, ks, sc, wg);
-    wgmma::wait<0>();
-    release(&bar.k_empty[0]);
-    const int k0 = j * KEYS;
-    online_softmax<KEYS>(sc, m, l, corr, k0, qpos0, k0 + KEYS - 1 > first_masked, scale_log2);
-    rescale<HD>(o, corr);
-    pack_probs<false, KEYS>(sc, p);
-    tma::wait(&bar.v_full[0], parity);
-    wgmma::fence();
-    issue_pv<HD, false, KEYS>(p, vs, o);
-    wgmma::wait<0>();
-    release(&bar.v_empty[0]);
-  }
-  write_out<HD>(o, l, t, s.nh, gate, out, tid);
-}
-
-template <int HD, bool kWide>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_prefill_ws_kernel(BatchMeta b, const bf16* __restrict__ q, const bf16* __restrict__ gate,
                            const bf16* __restrict__ kc, const bf16* __restrict__ vc, AttnShape s,
                            int min_len, bf16* __restrict__ out) {
-  using Lay = WsLayout<HD, kWide>;
+  using Lay = WsLayout<HD>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* qs = wgmma::atom_aligned<unsigned char>(smem_raw);
-  unsigned char* ks = qs + Lay::q_bytes;                 // K slot i at ks + i kv_bytes
-  unsigned char* vs = ks + Lay::kSlots * Lay::kv_bytes;  // V slot i at vs + i kv_bytes
-  Barriers& bar = *reinterpret_cast<Barriers*>(vs + Lay::kSlots * Lay::kv_bytes);
+  unsigned char* ks = qs + Lay::q_bytes;       // K slot i at ks + i kv_bytes
+  unsigned char* vs = ks + 2 * Lay::kv_bytes;  // V slot i at vs + i kv_bytes
+  Barriers& bar = *reinterpret_cast<Barriers*>(vs + 2 * Lay::kv_bytes);
   Tile t;
   if (!block_tile(b, s, min_len, t)) return;
-  const int tiles = t.last_key / Lay::kTileKeys + 1;
+  const int tiles = t.last_key / kKeys + 1;
   if (threadIdx.x == 0) {
     tma::barrier_init(&bar.q_full, kCopyThreads);
     for (int i = 0; i < 2; ++i) {
@@ -226,27 +171,24 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   if (threadIdx.x < kCopyThreads) {
-    wgmma::regs_dec<kCopyRegs<kWide>>();
-    copy_tiles<HD, kWide>(t, s, q, kc, vc, qs, ks, vs, bar, tiles);
+    wgmma::regs_dec<kCopyRegs>();
+    copy_tiles<HD>(t, s, q, kc, vc, qs, ks, vs, bar, tiles);
     return;
   }
-  wgmma::regs_inc<kMathRegs<kWide>>();
-  const uint32_t q_at = mma::smem_u32(qs), k_at = mma::smem_u32(ks), v_at = mma::smem_u32(vs);
-  if constexpr (kWide)
-    compute_tiles_wide<HD>(t, s, gate, out, q_at, k_at, v_at, bar, tiles);
-  else
-    compute_tiles<HD>(t, s, gate, out, q_at, k_at, v_at, bar, tiles);
+  wgmma::regs_inc<kMathRegs>();
+  compute_tiles<HD>(t, s, gate, out, mma::smem_u32(qs), mma::smem_u32(ks), mma::smem_u32(vs), bar,
+                    tiles);
 }
 
-template <int HD, bool kWide>
-void launch_form(const BatchMeta& b, const bf16* q, const bf16* gate, const bf16* kc,
-                 const bf16* vc, const AttnShape& s, int min_len, bf16* out, cudaStream_t stream) {
-  constexpr size_t smem = WsLayout<HD, kWide>::bytes;
-  const auto kernel = attn_prefill_ws_kernel<HD, kWide>;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+template <int HD>
+void launch(const BatchMeta& b, const bf16* q, const bf16* gate, const bf16* kc, const bf16* vc,
+            const AttnShape& s, int min_len, bf16* out, cudaStream_t stream) {
+  constexpr size_t smem = WsLayout<HD>::bytes;
+  cudaFuncSetAttribute(attn_prefill_ws_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       static_cast<int>(smem));
   const int tiles = (b.max_seq_len + kRows - 1) / kRows;
-  kernel<<<dim3(s.nh, b.num_seqs, tiles), kThreads, smem, stream>>>(b, q, gate, kc, vc, s, min_len,
-                                                                    out);
+  attn_prefill_ws_kernel<HD><<<dim3(s.nh, b.num_seqs, tiles), kThreads, smem, stream>>>(
+      b, q, gate, kc, vc, s, min_len, out);
 }
 
 }  // namespace
@@ -254,13 +196,9 @@ void launch_form(const BatchMeta& b, const bf16* q, const bf16* gate, const bf16
 void launch_attention_prefill_ws(const BatchMeta& b, const bf16* q, const bf16* gate,
                                  const bf16* k_cache, const bf16* v_cache, const AttnShape& s,
                                  int min_len, bf16* out, cudaStream_t stream) {
-  static const bool wide = ab_switch_forced("DS_ATTN_WIDE") == 1;
-  if (s.hd == 64) launch_form<64, false>(b, q, gate, k_cache, v_cache, s, min_len, out, stream);
-  if (s.hd == 128) launch_form<128, false>(b, q, gate, k_cache, v_cache, s, min_len, out, stream);
-  if (s.hd == 256 && wide)
-    launch_form<256, true>(b, q, gate, k_cache, v_cache, s, min_len, out, stream);
-  else if (s.hd == 256)
-    launch_form<256, false>(b, q, gate, k_cache, v_cache, s, min_len, out, stream);
+  if (s.hd == 64) launch<64>(b, q, gate, k_cache, v_cache, s, min_len, out, stream);
+  if (s.hd == 128) launch<128>(b, q, gate, k_cache, v_cache, s, min_len, out, stream);
+  if (s.hd == 256) launch<256>(b, q, gate, k_cache, v_cache, s, min_len, out, stream);
 }
 
 }  // namespace deltaserve::cuda
