@@ -8,6 +8,7 @@
 
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
+#include "backend/cuda/kernels/smem_view.cuh"
 #include "backend/cuda/kernels/wgmma.cuh"
 
 namespace deltaserve::cuda::attn_prefill {
@@ -117,6 +118,38 @@ __device__ void issue_scores(uint32_t qs, uint32_t ks, float (&s)[8][4], int wg)
                               kd + ((col * kKeys * wgmma::kRowBytes + in) >> 4), kk > 0);
   }
   wgmma::commit();
+}
+
+// As issue_scores (bf16), the first kRegSteps of its 16-column steps with Q's A fragments from
+// registers (qa: this warp's 16 rows, load_query_frags), so that those MMAs read only K from
+// shared memory.
+template <int HD, int kRegSteps>
+__device__ void issue_scores_rs(const uint32_t (&qa)[kRegSteps][4], uint32_t qs, uint32_t ks,
+                                float (&s)[8][4], int wg) {
+  constexpr uint32_t kSbo = wgmma::kAtomBytes, kStep = 32;  // 16 bf16 along K
+  const uint64_t qd = wgmma::desc(qs + wg * 64 * wgmma::kRowBytes, 16, kSbo),
+                 kd = wgmma::desc(ks, 16, kSbo);
+  float(&d)[32] = reinterpret_cast<float(&)[32]>(s);
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) {
+    const uint32_t col = kk / 4, in = (kk % 4) * kStep;  // the address field counts 16 bytes
+    const uint64_t b = kd + ((col * kKeys * wgmma::kRowBytes + in) >> 4);
+    if (kk < kRegSteps)
+      wgmma::mma_64x64_rs<false>(d, qa[kk < kRegSteps ? kk : 0], b, kk > 0);
+    else
+      wgmma::mma_64x64_ss(d, qd + ((col * kRows * wgmma::kRowBytes + in) >> 4), b, kk > 0);
+  }
+  wgmma::commit();
+}
+
+// This warp's A fragments of the Q tile (rows 64 wg + 16 (warp % 4) .., the first kRegSteps
+// 16-column steps) from the SW128 tile at q (kRows rows).
+template <int kRegSteps>
+__device__ void load_query_frags(uint32_t (&qa)[kRegSteps][4], const unsigned char* q, int wg,
+                                 int warp) {
+  const Sw128Rows<kRows> view{reinterpret_cast<const bf16*>(q)};
+#pragma unroll
+  for (int kk = 0; kk < kRegSteps; ++kk) mma::load_a_at(qa[kk], view, wg * 64 + 16 * warp, 16 * kk);
 }
 
 // The online softmax over one key tile for the thread's rows g and g + 8: masks keys after each

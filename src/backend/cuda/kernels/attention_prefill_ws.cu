@@ -21,6 +21,11 @@ constexpr int kCopyThreads = 128, kThreads = kCopyThreads + 2 * 128;
 // The register split: 128 x 40 + 256 x 232 = 384 x 168 (setmaxnreg.inc waits for good past it).
 constexpr int kCopyRegs = 40, kMathRegs = 232;
 
+// The 16-column steps of the scores whose Q comes from registers (the rest from shared memory):
+// what the computing threads' registers leave room for beside O, S and P.
+template <int HD>
+constexpr int kQueryRegSteps = HD == 256 ? 6 : HD / 32;
+
 struct Barriers {
   uint64_t q_full, k_full[2], v_full[2], k_empty[2], v_empty[2];
 };
@@ -106,7 +111,8 @@ __device__ void release(uint64_t* empty) {
 // (ptxas serialises wgmma in divergent paths): the first and last iterations are peeled.
 template <int HD>
 __device__ void compute_tiles(const Tile& t, const AttnShape& s, const bf16* gate, bf16* out,
-                              uint32_t qs, uint32_t ks, uint32_t vs, Barriers& bar, int tiles) {
+                              const unsigned char* q_tile, uint32_t qs, uint32_t ks, uint32_t vs,
+                              Barriers& bar, int tiles) {
   constexpr uint32_t kSlot = WsLayout<HD>::kv_bytes;
   const int tid = static_cast<int>(threadIdx.x) - kCopyThreads, wg = tid / 128;
   const int qpos0 = t.start + t.q0 + 16 * (tid / 32) + (tid % 32) / 4;  // the thread's row g
@@ -116,9 +122,11 @@ __device__ void compute_tiles(const Tile& t, const AttnShape& s, const bf16* gat
   uint32_t p[kKeys / 16][4];  // P_{j-1}
   float sc[8][4], corr[2];
   tma::wait(&bar.q_full, 0);
+  uint32_t qa[kQueryRegSteps<HD>][4];  // Q's A fragments of the first steps
+  load_query_frags(qa, q_tile, wg, (tid / 32) % 4);
   tma::wait(&bar.k_full[0], 0);
   wgmma::fence();
-  issue_scores<HD, false>(qs, ks, sc, wg);
+  issue_scores_rs<HD>(qa, qs, ks, sc, wg);
   wgmma::wait<0>();
   release(&bar.k_empty[0]);
   online_softmax(sc, m, l, corr, 0, qpos0, kKeys - 1 > first_masked, scale_log2);
@@ -127,7 +135,7 @@ __device__ void compute_tiles(const Tile& t, const AttnShape& s, const bf16* gat
     tma::wait(&bar.k_full[j % 2], (j / 2) & 1);
     tma::wait(&bar.v_full[(j - 1) % 2], ((j - 1) / 2) & 1);
     wgmma::fence();
-    issue_scores<HD, false>(qs, ks + (j % 2) * kSlot, sc, wg);
+    issue_scores_rs<HD>(qa, qs, ks + (j % 2) * kSlot, sc, wg);
     issue_pv<HD, false>(p, vs + ((j - 1) % 2) * kSlot, o);
     wgmma::wait<1>();  // S_j done, P_{j-1} V_{j-1} in flight during the softmax
     release(&bar.k_empty[j % 2]);
@@ -176,8 +184,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
   wgmma::regs_inc<kMathRegs>();
-  compute_tiles<HD>(t, s, gate, out, mma::smem_u32(qs), mma::smem_u32(ks), mma::smem_u32(vs), bar,
-                    tiles);
+  compute_tiles<HD>(t, s, gate, out, qs, mma::smem_u32(qs), mma::smem_u32(ks), mma::smem_u32(vs),
+                    bar, tiles);
 }
 
 template <int HD>
