@@ -21,10 +21,12 @@ constexpr int kCopyThreads = 128, kThreads = kCopyThreads + 2 * 128;
 // The register split: 128 x 40 + 256 x 232 = 384 x 168 (setmaxnreg.inc waits for good past it).
 constexpr int kCopyRegs = 40, kMathRegs = 232;
 
-// The 16-column steps of the scores whose Q comes from registers (the rest from shared memory):
-// what the computing threads' registers leave room for beside O, S and P.
+// The 16-column steps of the scores whose Q comes from registers (the rest from shared memory).
+// H200, attn_bench at head dim 256 (ms a layer, 1 x 8192 / 1 x 32768, two rounds): 4 steps
+// 1.068, 1.061 / 16.11, 16.10; none 1.078, 1.090 / 16.40, 16.40; 6 steps 1.115, 1.105 / 16.75,
+// 16.72; 7 (a 16-byte spill) 1.109, 1.110; 8 spill and serialise the wgmma.
 template <int HD>
-constexpr int kQueryRegSteps = HD == 256 ? 6 : HD / 32;
+constexpr int kQueryRegSteps = HD == 256 ? 4 : HD / 32;
 
 struct Barriers {
   uint64_t q_full, k_full[2], v_full[2], k_empty[2], v_empty[2];
