@@ -104,28 +104,12 @@ __device__ void load_queries(unsigned char* tile, const bf16* q, const Tile& t, 
 }
 
 // Issues S (this warpgroup's 64 rows x 64 keys) = Q K^T as one wgmma group, Q and K K-major
-// SW128 tiles; bf16 operands, or (kF16) f16.
-template <int HD, bool kF16>
-__device__ void issue_scores(uint32_t qs, uint32_t ks, float (&s)[8][4], int wg) {
-  constexpr uint32_t kSbo = wgmma::kAtomBytes, kStep = 32;  // 16 bf16 along K
-  const uint64_t qd = wgmma::desc(qs + wg * 64 * wgmma::kRowBytes, 16, kSbo),
-                 kd = wgmma::desc(ks, 16, kSbo);
-  float(&d)[32] = reinterpret_cast<float(&)[32]>(s);
-#pragma unroll
-  for (int kk = 0; kk < HD / 16; ++kk) {
-    const uint32_t col = kk / 4, in = (kk % 4) * kStep;  // the address field counts 16 bytes
-    wgmma::mma_64x64_ss<kF16>(d, qd + ((col * kRows * wgmma::kRowBytes + in) >> 4),
-                              kd + ((col * kKeys * wgmma::kRowBytes + in) >> 4), kk > 0);
-  }
-  wgmma::commit();
-}
-
-// As issue_scores (bf16), the first kRegSteps of its 16-column steps with Q's A fragments from
-// registers (qa: this warp's 16 rows, load_query_frags), so that those MMAs read only K from
-// shared memory.
-template <int HD, int kRegSteps>
-__device__ void issue_scores_rs(const uint32_t (&qa)[kRegSteps][4], uint32_t qs, uint32_t ks,
-                                float (&s)[8][4], int wg) {
+// SW128 tiles; bf16 operands, or (kF16) f16. The first kRegSteps of its 16-column steps take Q's
+// A fragments from registers instead (qa: this warp's 16 rows, load_query_frags), so that those
+// MMAs read only K from shared memory.
+template <int HD, bool kF16, int kRegSteps = 0>
+__device__ void issue_scores(uint32_t qs, uint32_t ks, float (&s)[8][4], int wg,
+                             const uint32_t (*qa)[4] = nullptr) {
   constexpr uint32_t kSbo = wgmma::kAtomBytes, kStep = 32;  // 16 bf16 along K
   const uint64_t qd = wgmma::desc(qs + wg * 64 * wgmma::kRowBytes, 16, kSbo),
                  kd = wgmma::desc(ks, 16, kSbo);
@@ -135,9 +119,9 @@ __device__ void issue_scores_rs(const uint32_t (&qa)[kRegSteps][4], uint32_t qs,
     const uint32_t col = kk / 4, in = (kk % 4) * kStep;  // the address field counts 16 bytes
     const uint64_t b = kd + ((col * kKeys * wgmma::kRowBytes + in) >> 4);
     if (kk < kRegSteps)
-      wgmma::mma_64x64_rs<false>(d, qa[kk < kRegSteps ? kk : 0], b, kk > 0);
+      wgmma::mma_64x64_rs<false, kF16>(d, qa[kk], b, kk > 0);
     else
-      wgmma::mma_64x64_ss(d, qd + ((col * kRows * wgmma::kRowBytes + in) >> 4), b, kk > 0);
+      wgmma::mma_64x64_ss<kF16>(d, qd + ((col * kRows * wgmma::kRowBytes + in) >> 4), b, kk > 0);
   }
   wgmma::commit();
 }

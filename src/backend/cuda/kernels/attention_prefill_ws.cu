@@ -128,7 +128,7 @@ __device__ void compute_tiles(const Tile& t, const AttnShape& s, const bf16* gat
   load_query_frags(qa, q_tile, wg, (tid / 32) % 4);
   tma::wait(&bar.k_full[0], 0);
   wgmma::fence();
-  issue_scores_rs<HD>(qa, qs, ks, sc, wg);
+  issue_scores<HD, false, kQueryRegSteps<HD>>(qs, ks, sc, wg, qa);
   wgmma::wait<0>();
   release(&bar.k_empty[0]);
   online_softmax(sc, m, l, corr, 0, qpos0, kKeys - 1 > first_masked, scale_log2);
@@ -137,7 +137,7 @@ __device__ void compute_tiles(const Tile& t, const AttnShape& s, const bf16* gat
     tma::wait(&bar.k_full[j % 2], (j / 2) & 1);
     tma::wait(&bar.v_full[(j - 1) % 2], ((j - 1) / 2) & 1);
     wgmma::fence();
-    issue_scores_rs<HD>(qa, qs, ks + (j % 2) * kSlot, sc, wg);
+    issue_scores<HD, false, kQueryRegSteps<HD>>(qs, ks + (j % 2) * kSlot, sc, wg, qa);
     issue_pv<HD, false>(p, vs + ((j - 1) % 2) * kSlot, o);
     wgmma::wait<1>();  // S_j done, P_{j-1} V_{j-1} in flight during the softmax
     release(&bar.k_empty[j % 2]);
