@@ -169,7 +169,8 @@ class LinearBench {
   // the SiLU-mul in its epilogue, against cuBLASLt's GEMM of the stacked weights (tuned first, as
   // the model's prefill shapes are) then the SiLU-mul kernel, and that GEMM alone; alternating
   // twice, medians of rounds of 10 calls.
-  MlpTimings time_mlp(int64_t T, int64_t I = kMlpI, int64_t K = kMlpK) {
+  MlpTimings time_mlp(int64_t T) {
+    constexpr int64_t I = kMlpI, K = kMlpK;
     ds::Buffer w = be_.alloc(ds::DType::kBF16, {2 * I, K}), x = be_.alloc(ds::DType::kBF16, {T, K}),
                gate_up = be_.alloc(ds::DType::kBF16, {T, 2 * I}),
                act = be_.alloc(ds::DType::kBF16, {T, I});

@@ -1,7 +1,8 @@
 // The pieces of the prefill attention kernels (attention_prefill.cu, attention_prefill_ws.cu):
 // a block's tile of query rows and its KV head, the cp.async copies of key / value / query rows
 // into 128-byte-swizzled tiles, the two wgmma groups of an iteration (S = Q K^T from shared
-// memory, O += P V with P in registers), the online softmax and the gated write-out. `tid` is a
+// memory, or partly with Q's fragments in registers; O += P V with P in registers), the online
+// softmax and the gated write-out. `tid` is a
 // thread's index among the threads that copy (kCopyThreads of them) or among the two consumer
 // warpgroups that hold the query rows (warpgroup w: rows 64 w .. 64 w + 63 of the tile).
 #pragma once

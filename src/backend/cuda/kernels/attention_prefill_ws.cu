@@ -9,6 +9,9 @@
 // under the second. The copying warpgroup gives up registers to the computing ones (setmaxnreg).
 // The two roles no longer share a block barrier an iteration, and the computing warps issue no
 // copy instructions (in the single-role kernel ~460 of a warp's ~819 instructions an iteration).
+// The computing warps keep the first steps of their Q rows in registers (kQueryRegSteps), so that
+// those score MMAs read only K from shared memory, which bounds the kernel (the copies' writes
+// and the MMAs' operand reads: bench/results/h200_2026-12-04f.md).
 #include "backend/cuda/kernels/attention_prefill_ops.cuh"
 #include "backend/cuda/kernels/attention_prefill_ws.cuh"
 #include "backend/cuda/kernels/tma.cuh"
@@ -24,7 +27,8 @@ constexpr int kCopyRegs = 40, kMathRegs = 232;
 // The 16-column steps of the scores whose Q comes from registers (the rest from shared memory).
 // H200, attn_bench at head dim 256 (ms a layer, 1 x 8192 / 1 x 32768, two rounds): 4 steps
 // 1.068, 1.061 / 16.11, 16.10; none 1.078, 1.090 / 16.40, 16.40; 6 steps 1.115, 1.105 / 16.75,
-// 16.72; 7 (a 16-byte spill) 1.109, 1.110; 8 spill and serialise the wgmma.
+// 16.72; 7 (a 16-byte spill) 1.109, 1.110; 8 spill and serialise the wgmma. Head dims 64 / 128
+// (no Qwen3.5 model has them) take half the steps: tested (cuda_ops_test), not timed.
 template <int HD>
 constexpr int kQueryRegSteps = HD == 256 ? 4 : HD / 32;
 
