@@ -180,18 +180,31 @@ class Backend {
   virtual void gather_rows(const Tensor& x, const Tensor& rows, const Tensor& out) = 0;
 
   // Full attention, before the cache: splits qg [T, nh, 2*hd] (per-head [q | gate]) into q
-  // [T, nh, hd] and gate [T, nh, hd]; applies the zero-centred q/k norms and partial NeoX RoPE at
-  // each token's absolute position to q and, in place, to k [T, nkv, hd]; then writes k and
-  // v [T, nkv, hd] into the paged caches k_cache/v_cache [pages, page_size, nkv, hd].
+  // [T, nh, hd] and gate [T, nh, hd] (an empty gate: not written); applies the zero-centred q/k
+  // norms and partial NeoX RoPE at each token's absolute position to q and, in place, to k [T, nkv,
+  // hd]; then writes k and v [T, nkv, hd] into the paged caches k_cache/v_cache [pages, page_size,
+  // nkv, hd].
   virtual void attn_prep_and_cache(const StepBatch& batch, const Tensor& qg, const Tensor& k,
                                    const Tensor& v, const Tensor& q_norm, const Tensor& k_norm,
                                    const AttnDims& d, const Tensor& q, const Tensor& gate,
                                    const Tensor& k_cache, const Tensor& v_cache) = 0;
   // Causal GQA attention of q [T, nh, hd] over each sequence's cached keys/values, times
-  // sigmoid(gate [T, nh, hd]); out [T, nh, hd].
+  // sigmoid(gate); out [T, nh, hd]. gate: [T, nh, hd], or qg [T, nh, 2*hd] itself (each head's
+  // second half is its gate).
   virtual void paged_attention(const StepBatch& batch, const Tensor& q, const Tensor& gate,
                                const Tensor& k_cache, const Tensor& v_cache, const AttnDims& d,
                                const Tensor& out) = 0;
+  // Where paged_attention finds the gate of (t, h): at element (t nh + h) stride + offset of
+  // `gate` (hd and 0 for a gate tensor, 2 hd and hd for qg).
+  struct GateRows {
+    int64_t stride, offset;
+  };
+  static GateRows gate_rows(const Tensor& gate, int64_t T, const AttnDims& d) {
+    const int64_t heads = T * d.nh;
+    DS_CHECK(gate.numel() == heads * d.hd || gate.numel() == 2 * heads * d.hd,
+             "attention gate: [T, nh, hd] or qg [T, nh, 2 hd], got " + gate.shape_str());
+    return gate.numel() == heads * d.hd ? GateRows{d.hd, 0} : GateRows{2 * d.hd, d.hd};
+  }
 
   // GDN causal depthwise conv + SiLU: u [T, C] pre-conv inputs, w [C, K], conv_state
   // [slots, C, K-1] (the last K-1 inputs, oldest first; read unless the sequence is fresh, then

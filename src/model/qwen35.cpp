@@ -47,9 +47,10 @@ void Qwen35Model::mixer(const StepBatch& batch, int64_t i, const StepBuffers& s,
   const LayerWeights& l = w_.layers[static_cast<size_t>(i)];
   if (l.type == LayerType::kFullAttention) {
     const FullAttnWeights& w = l.attn;
-    be_.attn_prep_and_cache(batch, s.qg, s.k, s.v, w.q_norm, w.k_norm, attn_dims_, s.q, s.gate, c.k,
-                            c.v);
-    return be_.paged_attention(batch, s.q, s.gate, c.k, c.v, attn_dims_, s.attn);
+    // The gate stays in qg: the attention reads each head's second half there.
+    be_.attn_prep_and_cache(batch, s.qg, s.k, s.v, w.q_norm, w.k_norm, attn_dims_, s.q, Tensor{},
+                            c.k, c.v);
+    return be_.paged_attention(batch, s.q, s.qg, c.k, c.v, attn_dims_, s.attn);
   }
   const GdnWeights& w = l.gdn;
   be_.gdn_mixer(

@@ -25,11 +25,11 @@ struct LayerCache {
 
 // One step's buffers: T token rows (padding included) and R logits rows.
 struct StepBuffers {
-  Tensor ids, x, h, mix;           // [T, ...]
-  Tensor qg, k, v, q, gate, attn;  // full attention
-  Tensor u, y, z, a, b, o;         // GDN
-  Tensor mlp_gate_up, mlp_act;     // MLP
-  Tensor row_ids, hr, out;         // [R, ...]; out [R, vocab_shards * V_local] (>= V columns)
+  Tensor ids, x, h, mix;        // [T, ...]
+  Tensor qg, k, v, q, attn;     // full attention (the gate stays in qg)
+  Tensor u, y, z, a, b, o;      // GDN
+  Tensor mlp_gate_up, mlp_act;  // MLP
+  Tensor row_ids, hr, out;      // [R, ...]; out [R, vocab_shards * V_local] (>= V columns)
   // Vocabulary-parallel (vocab_shards > 1): the rank's logits [R, V_local], everyone's
   // [shards * R, V_local], and the row order that makes them whole rows (dist/vocab_parallel.h).
   Tensor out_shard, gathered, vocab_order;

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <set>
+#include <string_view>
+#include <utility>
 
 #include "core/error.h"
 
@@ -80,15 +82,23 @@ Tensor alloc_into(ModelWeights& w, backend::Backend& be, const std::vector<int64
   return w.storage.back().tensor();
 }
 
-// Where spec i's tensor lives: an allocation of its own, except that an MLP's gate and up
-// projections share one of [2 I, H] (up's rows right after gate's), so that a backend can run both
-// as one GEMM (CudaBackend::linear_silu_mul).
+// Projections stored in one allocation of [2 n, H] (the second's rows right after the first's), so
+// that a backend can run both as one GEMM: the MLP's gate and up (CudaBackend::linear_silu_mul),
+// the GDN b and a, attention k and v (one batched GEMM each).
+constexpr std::pair<std::string_view, std::string_view> kStoredTogether[] = {
+    {"mlp.gate_proj.weight", "mlp.up_proj.weight"},
+    {"linear_attn.in_proj_b.weight", "linear_attn.in_proj_a.weight"},
+    {"self_attn.k_proj.weight", "self_attn.v_proj.weight"}};
+
+// Where spec i's tensor lives: an allocation of its own, except the pairs above.
 Tensor alloc_spec(ModelWeights& w, backend::Backend& be, const std::vector<WeightSpec>& specs,
                   size_t i) {
   const WeightSpec& s = specs[i];
-  if (s.name.ends_with("mlp.up_proj.weight") && !s.dst->empty()) return *s.dst;  // with its gate
-  if (s.name.ends_with("mlp.gate_proj.weight") && i + 1 < specs.size() &&
-      specs[i + 1].name.ends_with("mlp.up_proj.weight") && specs[i + 1].stored == s.stored) {
+  for (const auto& [first, second] : kStoredTogether) {
+    if (s.name.ends_with(second) && !s.dst->empty()) return *s.dst;  // with its first
+    if (!s.name.ends_with(first) || i + 1 >= specs.size() || !specs[i + 1].name.ends_with(second) ||
+        specs[i + 1].stored != s.stored)
+      continue;
     const int64_t rows = s.stored.at(0);
     const Tensor both = alloc_into(w, be, {2 * rows, s.stored.at(1)});
     *specs[i + 1].dst = both.rows(rows, 2 * rows);

@@ -21,15 +21,14 @@ std::vector<ScratchBuffer> scratch_buffers(const ModelConfig& c, DType act, int6
                        {"k", act, {n, nkv * hd}},
                        {"v", act, {n, nkv * hd}},
                        {"q", act, {n, nh * hd}},
-                       {"gate", act, {n, nh * hd}},
                        {"attn", act, {n, nh * hd}}});
   }
   if (c.num_layers_of(LayerType::kLinearAttention) > 0) {
     b.insert(b.end(), {{"u", act, {n, c.conv_dim()}},
                        {"y", act, {n, c.conv_dim()}},
                        {"z", act, {n, c.value_dim()}},
-                       {"a", act, {n, c.lin_num_v_heads}},
                        {"b", act, {n, c.lin_num_v_heads}},
+                       {"a", act, {n, c.lin_num_v_heads}},
                        {"o", act, {n, c.lin_num_v_heads, c.lin_v_dim}}});
   }
   b.insert(b.end(), {{"mlp_gate_up", act, {n, 2 * I}},
@@ -44,13 +43,17 @@ std::vector<ScratchBuffer> scratch_buffers(const ModelConfig& c, DType act, int6
   return b;
 }
 
+int64_t scratch_buffer_bytes(const ScratchBuffer& s) {
+  constexpr int64_t kAlign = 256;
+  int64_t n = static_cast<int64_t>(dtype_size(s.dtype));
+  for (int64_t d : s.dims) n *= d;
+  return (n + kAlign - 1) / kAlign * kAlign;
+}
+
 int64_t scratch_bytes(const ModelConfig& c, DType act, int64_t tokens, int64_t rows) {
   int64_t total = 0;
-  for (const ScratchBuffer& s : scratch_buffers(c, act, tokens, rows)) {
-    int64_t n = static_cast<int64_t>(dtype_size(s.dtype));
-    for (int64_t d : s.dims) n *= d;
-    total += n;
-  }
+  for (const ScratchBuffer& s : scratch_buffers(c, act, tokens, rows))
+    total += scratch_buffer_bytes(s);
   return total;
 }
 

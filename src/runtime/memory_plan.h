@@ -73,9 +73,11 @@ struct ScratchBuffer {
   DType dtype;
   std::vector<int64_t> dims;
 };
-// The step buffers a rank with shapes `local` needs (the runner allocates exactly these).
+// The step buffers a rank with shapes `local` needs (the runner allocates exactly these, one after
+// another in this order, each taking scratch_buffer_bytes).
 std::vector<ScratchBuffer> scratch_buffers(const model::ModelConfig& local, DType act,
                                            int64_t tokens, int64_t rows);
+int64_t scratch_buffer_bytes(const ScratchBuffer& s);  // its bytes, rounded up to 256
 int64_t scratch_bytes(const model::ModelConfig& local, DType act, int64_t tokens, int64_t rows);
 // One KV page (K and V in `kv`) of every full-attention layer; one GDN state slot (conv in `act` +
 // the recurrent state in `state`) of every GDN layer.

@@ -10,13 +10,16 @@ namespace deltaserve::runtime {
 
 using model::LayerType;
 
+// The step buffers, in one allocation in the plan's order (so that the outputs of projections a
+// backend runs as one batched GEMM lie in their weights' order).
 struct ModelRunner::Scratch {
   int64_t tokens = 0, rows = 0;
-  std::map<std::string, Buffer> buffers;
+  Buffer arena;
+  std::map<std::string, Tensor> buffers;
   const Tensor& get(const std::string& name) const {
     static const Tensor none;
     const auto it = buffers.find(name);
-    return it == buffers.end() ? none : it->second.tensor();
+    return it == buffers.end() ? none : it->second;
   }
 };
 
@@ -80,18 +83,17 @@ void ModelRunner::ensure_scratch(int64_t T, int64_t R) {
   const int64_t tokens = T > s.tokens ? std::max(T, 2 * s.tokens) : s.tokens;
   const int64_t rows = R > s.rows ? std::max(R, 2 * s.rows) : s.rows;
   s.buffers.clear();
-  for (const ScratchBuffer& b :
-       scratch_buffers(model_.rank_config(), be_.act_dtype(), tokens, rows)) {
-    switch (b.dims.size()) {
-      case 1:
-        s.buffers.emplace(b.name, be_.alloc(b.dtype, {b.dims[0]}));
-        break;
-      case 2:
-        s.buffers.emplace(b.name, be_.alloc(b.dtype, {b.dims[0], b.dims[1]}));
-        break;
-      default:
-        s.buffers.emplace(b.name, be_.alloc(b.dtype, {b.dims[0], b.dims[1], b.dims[2]}));
-    }
+  s.arena = Buffer();
+  const model::ModelConfig& local = model_.rank_config();
+  const std::vector<ScratchBuffer> list = scratch_buffers(local, be_.act_dtype(), tokens, rows);
+  s.arena = be_.alloc(DType::kI32, {scratch_bytes(local, be_.act_dtype(), tokens, rows) / 4});
+  auto* next = static_cast<std::byte*>(s.arena.tensor().data);
+  for (const ScratchBuffer& b : list) {
+    Tensor t(next, b.dtype, {1}, s.arena.tensor().device);
+    t.ndim = static_cast<int>(b.dims.size());
+    std::copy(b.dims.begin(), b.dims.end(), t.shape.begin());
+    s.buffers.emplace(b.name, t);
+    next += scratch_buffer_bytes(b);
   }
   s.tokens = tokens;
   s.rows = rows;
@@ -112,7 +114,6 @@ model::StepBuffers ModelRunner::views(int64_t T, int64_t R) const {
           rows("k", T),
           rows("v", T),
           rows("q", T),
-          rows("gate", T),
           rows("attn", T),
           rows("u", T),
           rows("y", T),

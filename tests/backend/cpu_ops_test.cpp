@@ -203,6 +203,14 @@ TEST(PagedAttention, ScatteredPagesEqualContiguous) {
                        Tensor(kc.data(), DType::kF32, {8, ps, nkv, hd}),
                        Tensor(vc.data(), DType::kF32, {8, ps, nkv, hd}), d,
                        Tensor(out.data(), DType::kF32, {T, nh, hd}));
+    // The gates read in place from qg (each head's second half): the same outputs.
+    std::vector<float> out_qg(out.size(), -1.0f);
+    be.paged_attention(batch, Tensor(q.data(), DType::kF32, {T, nh, hd}),
+                       Tensor(qg.data(), DType::kF32, {T, nh, 2 * hd}),
+                       Tensor(kc.data(), DType::kF32, {8, ps, nkv, hd}),
+                       Tensor(vc.data(), DType::kF32, {8, ps, nkv, hd}), d,
+                       Tensor(out_qg.data(), DType::kF32, {T, nh, hd}));
+    EXPECT_EQ(out_qg, out);
     return out;
   };
   const std::vector<float> a = run({0, 1, 2}), b = run({6, 2, 4});

@@ -203,6 +203,37 @@ TEST_F(CudaOps, LinearMulti) {
   }
 }
 
+// Two projections of one width whose weights share an allocation (the GDN b / a, attention k / v):
+// one batched GEMM past the weight-streaming GEMM's sizes where the outputs lie in the weights'
+// order (either way round), a GEMM each where they do not.
+TEST_F(CudaOps, LinearMultiPairs) {
+  const int in = 2560;
+  for (int n : {32, 1024})
+    for (int T : {17, 65, 300})
+      for (int order = 0; order < 3; ++order) {
+        auto x = rnd(static_cast<size_t>(T) * in, 80), w = rnd(2u * n * in, 81, 0.05f);
+        auto dx = dev(x, DType::kBF16, {T, in}), dw = dev(w, DType::kBF16, {2 * n, in});
+        auto dy = gpu_->alloc(DType::kBF16, {2 * T, n});
+        poison(dy.tensor());
+        const Tensor w0 = dw.tensor().rows(0, n), w1 = dw.tensor().rows(n, 2 * n);
+        const Tensor y0 = dy.tensor().rows(0, T), y1 = dy.tensor().rows(T, 2 * T);
+        // 0: in order; 1: both reversed; 2: the outputs crossed (no batch).
+        const Tensor* ws[2] = {order == 1 ? &w1 : &w0, order == 1 ? &w0 : &w1};
+        const Tensor* ys[2] = {order == 0 ? &y0 : &y1, order == 0 ? &y1 : &y0};
+        gpu_->linear_multi(dx.tensor(), ws, ys);
+        SCOPED_TRACE("n " + std::to_string(n) + " T " + std::to_string(T) + " order " +
+                     std::to_string(order));
+        for (int i = 0; i < 2; ++i) {
+          std::vector<float> ref(static_cast<size_t>(T) * n);
+          const size_t first = (ws[i] == &w0 ? 0u : 1u) * n * in;
+          cpu_.linear(Tensor(x.data(), DType::kF32, {T, in}),
+                      Tensor(w.data() + first, DType::kF32, {n, in}),
+                      Tensor(ref.data(), DType::kF32, {T, n}));
+          expect_close(host(*ys[i]), ref, 1e-2f, "linear_multi pair");
+        }
+      }
+}
+
 TEST_F(CudaOps, EmbeddingGatherSiluMulGatedNorm) {
   const int V = 300, H = 256, T = 9;
   auto table = rnd(V * H, 6);

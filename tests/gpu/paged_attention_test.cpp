@@ -118,6 +118,12 @@ void PagedAttention::run_case(int ps, bool fp8, int nh, int nkv, int hd, int rd,
                             dvc.tensor());
   gpu_->paged_attention(batch, dq.tensor(), dgate.tensor(), dkc.tensor(), dvc.tensor(), d,
                         dout.tensor());
+  // The model's form: the gates read in place from qg's second halves, the same outputs exactly.
+  auto dout_qg = gpu_->alloc(DType::kBF16, {T, nh, hd});
+  poison(dout_qg.tensor());
+  gpu_->paged_attention(batch, dq.tensor(), dqg.tensor(), dkc.tensor(), dvc.tensor(), d,
+                        dout_qg.tensor());
+  expect_close(host(dout_qg.tensor()), host(dout.tensor()), 0.0f, "attention, gates in qg");
   std::vector<float> q(static_cast<size_t>(T) * nh * hd), gate(q.size()), out(q.size());
   const Tensor ckc = fp8 ? Tensor(kc8.data(), kv, {pages, ps, nkv, hd})
                          : Tensor(kc.data(), DType::kF32, {pages, ps, nkv, hd});

@@ -1,4 +1,5 @@
 // CPU full attention: q/k norm + partial RoPE + paged KV write, and causal paged GQA attention.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -76,11 +77,8 @@ void CpuBackend::attn_prep_and_cache(const StepBatch& batch, const Tensor& qg, c
     for (int h = 0; h < d.nh; ++h) {
       const float* src = qg.f32() + (t * d.nh + h) * 2 * hd;
       float* qd = q.f32() + (t * d.nh + h) * hd;
-      float* gd = gate.f32() + (t * d.nh + h) * hd;
-      for (int i = 0; i < hd; ++i) {
-        qd[i] = src[i];
-        gd[i] = src[hd + i];
-      }
+      for (int i = 0; i < hd; ++i) qd[i] = src[i];
+      if (!gate.empty()) std::copy(src + hd, src + 2 * hd, gate.f32() + (t * d.nh + h) * hd);
       norm_rope(qd, q_norm.f32(), d.eps, hd, rd, c.data(), s.data());
     }
     const auto pages = batch.pages(static_cast<size_t>(seq_of[static_cast<size_t>(t)]));
@@ -102,6 +100,7 @@ void CpuBackend::paged_attention(const StepBatch& batch, const Tensor& q, const 
   const int hd = d.hd, ps = batch.page_size(), group = d.nh / d.nkv;
   const std::vector<int32_t>& seq_of = token_seq(batch);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const GateRows gr = gate_rows(gate, T, d);
 #pragma omp parallel for collapse(2) schedule(dynamic, 4)
   for (int64_t t = 0; t < T; ++t) {
     for (int h = 0; h < d.nh; ++h) {
@@ -131,7 +130,7 @@ void CpuBackend::paged_attention(const StepBatch& batch, const Tensor& q, const 
         const float wgt = sc[p] / sum;
         for (int i = 0; i < hd; ++i) acc[i] += wgt * vv[i];
       }
-      const float* g = gate.f32() + (t * d.nh + h) * hd;
+      const float* g = gate.f32() + (t * d.nh + h) * gr.stride + gr.offset;
       float* o = out.f32() + (t * d.nh + h) * hd;
       for (int i = 0; i < hd; ++i) o[i] = acc[i] / (1.0f + std::exp(-g[i]));
     }

@@ -63,10 +63,9 @@ CublasLtLinear::~CublasLtLinear() {
 }
 
 // Row-major y [T, out] is column-major y^T [out, T] = W . x^T: A = the stored w (column-major
-// [in, out]) transposed, B = the stored x (column-major [in, T]).
-CublasLtLinear::Plan& CublasLtLinear::plan(int64_t T, int64_t in, int64_t out) {
-  const auto key = std::make_tuple(T, in, out);
-  if (const auto it = plans_.find(key); it != plans_.end()) return it->second;
+// [in, out]) transposed, B = the stored x (column-major [in, T]). A batch shares x (stride 0).
+CublasLtLinear::Plan& CublasLtLinear::plan(const Shape& s) {
+  if (const auto it = plans_.find(s.key()); it != plans_.end()) return it->second;
   Plan p;
   check(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -74,21 +73,30 @@ CublasLtLinear::Plan& CublasLtLinear::plan(int64_t T, int64_t in, int64_t out) {
         "transa");
   check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
         "transb");
-  check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, static_cast<uint64_t>(in),
-                                   static_cast<uint64_t>(out), in),
-        "layout a");
-  check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, static_cast<uint64_t>(in),
-                                   static_cast<uint64_t>(T), in),
-        "layout b");
-  check(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_16BF, static_cast<uint64_t>(out),
-                                   static_cast<uint64_t>(T), out),
-        "layout c");
+  const auto layout = [&](cublasLtMatrixLayout_t* l, int64_t rows, int64_t cols, int64_t stride,
+                          const char* what) {
+    check(cublasLtMatrixLayoutCreate(l, CUDA_R_16BF, static_cast<uint64_t>(rows),
+                                     static_cast<uint64_t>(cols), rows),
+          what);
+    if (s.batch == 1) return;
+    const int32_t count = s.batch;
+    check(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                           sizeof count),
+          what);
+    check(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                           sizeof stride),
+          what);
+  };
+  layout(&p.a, s.in, s.out, s.w_stride, "layout a");
+  layout(&p.b, s.in, s.T, 0, "layout b");
+  layout(&p.c, s.out, s.T, s.y_stride, "layout c");
   const std::vector<cublasLtMatmulAlgo_t> algos = heuristics(p, 1);
   if (algos.empty())
-    throw DeviceError("cuBLASLt has no algorithm for a bf16 GEMM of T=" + std::to_string(T) +
-                      ", in=" + std::to_string(in) + ", out=" + std::to_string(out));
+    throw DeviceError("cuBLASLt has no algorithm for a bf16 GEMM of T=" + std::to_string(s.T) +
+                      ", in=" + std::to_string(s.in) + ", out=" + std::to_string(s.out) +
+                      ", batch=" + std::to_string(s.batch));
   p.algo = algos.front();
-  return plans_.emplace(key, p).first->second;
+  return plans_.emplace(s.key(), p).first->second;
 }
 
 std::vector<cublasLtMatmulAlgo_t> CublasLtLinear::heuristics(const Plan& p, int count) {
@@ -113,7 +121,13 @@ std::vector<cublasLtMatmulAlgo_t> CublasLtLinear::heuristics(const Plan& p, int 
 CublasLtLinear::Tuning CublasLtLinear::tune(const __nv_bfloat16* x, const __nv_bfloat16* w,
                                             __nv_bfloat16* y, int64_t T, int64_t in, int64_t out,
                                             cudaStream_t stream, int candidates, bool accumulate) {
-  Plan& p = plan(T, in, out);
+  return tune(Shape{T, in, out}, x, w, y, stream, candidates, accumulate);
+}
+
+CublasLtLinear::Tuning CublasLtLinear::tune(const Shape& s, const __nv_bfloat16* x,
+                                            const __nv_bfloat16* w, __nv_bfloat16* y,
+                                            cudaStream_t stream, int candidates, bool accumulate) {
+  Plan& p = plan(s);
   const std::vector<cublasLtMatmulAlgo_t> algos = heuristics(p, candidates);
   const EventPair ev;
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
@@ -146,19 +160,31 @@ CublasLtLinear::Tuning CublasLtLinear::tune(const __nv_bfloat16* x, const __nv_b
   return t;
 }
 
-void CublasLtLinear::run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y,
-                         int64_t T, int64_t in, int64_t out, cudaStream_t stream, bool accumulate) {
-  if (T == 0) return;
-  if (tune_min_rows_ > 0 && T >= tune_min_rows_ && !capturing(stream)) {
-    const auto known = plans_.find(std::make_tuple(T, in, out));
-    if (known == plans_.end() || !known->second.tuned)
-      tune(x, w, y, T, in, out, stream, 8, accumulate);
+void CublasLtLinear::enqueue(const Shape& s, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                             __nv_bfloat16* y, cudaStream_t stream, bool accumulate) {
+  if (s.T == 0) return;
+  if (tune_min_rows_ > 0 && s.T >= tune_min_rows_ && !capturing(stream)) {
+    const auto known = plans_.find(s.key());
+    if (known == plans_.end() || !known->second.tuned) tune(s, x, w, y, stream, 8, accumulate);
   }
-  const Plan& p = plan(T, in, out);
+  const Plan& p = plan(s);
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   check(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo,
                        workspace_, workspace_bytes_, stream),
         "matmul");
+}
+
+void CublasLtLinear::run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y,
+                         int64_t T, int64_t in, int64_t out, cudaStream_t stream, bool accumulate) {
+  enqueue(Shape{T, in, out}, x, w, y, stream, accumulate);
+}
+
+void CublasLtLinear::run_batched(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y,
+                                 int64_t T, int64_t in, int64_t out, int batch, int64_t w_stride,
+                                 int64_t y_stride, cudaStream_t stream) {
+  if (batch < 1 || w_stride <= 0 || y_stride <= 0)
+    throw DeviceError("cuBLASLt batched GEMM: batch >= 1 and positive strides");
+  enqueue(Shape{T, in, out, batch, w_stride, y_stride}, x, w, y, stream, false);
 }
 
 }  // namespace deltaserve::cuda

@@ -43,6 +43,26 @@ cuda::GdnState gdn_state(const Tensor& state) {
   return {state.data, state.dtype == DType::kBF16};
 }
 
+// Two projections of one width as one batched cuBLASLt GEMM: the lower-addressed weight's first,
+// where both the weights and the outputs lie in the same order, 16-byte multiples apart.
+struct GemmPair {
+  const __nv_bfloat16* w;
+  __nv_bfloat16* y;
+  int64_t w_stride, y_stride;  // elements
+};
+std::optional<GemmPair> gemm_pair(const Tensor& w0, const Tensor& y0, const Tensor& w1,
+                                  const Tensor& y1) {
+  if (w0.dim(0) != w1.dim(0)) return std::nullopt;
+  const auto at = [](const Tensor& t) { return reinterpret_cast<intptr_t>(t.data); };
+  const bool swap = at(w1) < at(w0);
+  const Tensor &wa = swap ? w1 : w0, &wb = swap ? w0 : w1;
+  const Tensor &ya = swap ? y1 : y0, &yb = swap ? y0 : y1;
+  const intptr_t dw = at(wb) - at(wa), dy = at(yb) - at(ya);
+  if (dw <= 0 || dy <= 0 || dw % 16 != 0 || dy % 16 != 0) return std::nullopt;
+  constexpr intptr_t kElem = sizeof(__nv_bfloat16);
+  return GemmPair{bf(wa), bf(ya), dw / kElem, dy / kElem};
+}
+
 }  // namespace
 
 CudaBackend::CudaBackend(int device) : device_(device) {
@@ -52,6 +72,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   skinny_gemm_ = cuda::ab_switch_on("DS_SKINNY_GEMM");
   one_gate_up_gemm_ = cuda::ab_switch_on("DS_GATE_UP_GEMM");
   fused_silu_mul_ = cuda::ab_switch_on("DS_FUSED_SILU_MUL");
+  batch_pairs_ = cuda::ab_switch_on("DS_GEMM_PAIRS");
   gemm_tuning_ = cuda::ab_switch_on("DS_GEMM_TUNE");
   if (!cuda::ab_switch_on("DS_GEMM_TUNE_DECODE"))
     decode_tune_rows_ = std::numeric_limits<int64_t>::max();  // no decode bucket is tuned
@@ -280,9 +301,19 @@ void CudaBackend::linear_multi(const Tensor& x, std::span<const Tensor* const> w
     return cuda::launch_gemv_multi_bf16(bf(x), g, t, k, stream_);
   }
   for (int i = 0; i < count; ++i) {
+    const int64_t n = ws[i]->dim(0);
     std::optional<OpTimer> gemm_timer;
-    if (shape_labels_) gemm_timer.emplace(*this, linear_label("linear", ws[i]->dim(0), K));
-    gemm_->run(bf(x), bf(*ws[i]), bf(*ys[i]), T, K, ws[i]->dim(0), stream_);
+    const std::optional<GemmPair> pair = i + 1 < count && batch_pairs_
+                                             ? gemm_pair(*ws[i], *ys[i], *ws[i + 1], *ys[i + 1])
+                                             : std::nullopt;
+    if (shape_labels_) gemm_timer.emplace(*this, linear_label(pair ? "linear x2" : "linear", n, K));
+    if (!pair) {
+      gemm_->run(bf(x), bf(*ws[i]), bf(*ys[i]), T, K, n, stream_);
+      continue;
+    }
+    gemm_->run_batched(bf(x), pair->w, pair->y, T, K, n, 2, pair->w_stride, pair->y_stride,
+                       stream_);
+    ++i;
   }
 }
 
@@ -439,10 +470,12 @@ void CudaBackend::attn_prep_and_cache(const StepBatch& batch, const Tensor& qg, 
                                       const AttnDims& d, const Tensor& q, const Tensor& gate,
                                       const Tensor& k_cache, const Tensor& v_cache) {
   OpTimer timer(*this, "attn_prep_and_cache");
-  const cuda::AttnShape s{d.nh, d.nkv, d.hd, d.rotary_dim, static_cast<float>(d.rope_theta), d.eps};
+  const cuda::AttnShape s{d.nh,  d.nkv, d.hd, d.rotary_dim, static_cast<float>(d.rope_theta),
+                          d.eps, d.hd};
+  __nv_bfloat16* gate_out = gate.empty() ? nullptr : bf(gate);
   if (k_cache.dtype == DType::kFP8E4M3) {
     if (!cuda::launch_attn_prep(meta(batch), bf(qg), bf(k), bf(v), f32(q_norm), f32(k_norm), s,
-                                bf(q), bf(gate), fp8(k_cache), fp8(v_cache), stream_))
+                                bf(q), gate_out, fp8(k_cache), fp8(v_cache), stream_))
       throw Error(
           "--kv-cache-dtype fp8 needs head_dim 64, 128 or 256 with rotary_dim / 2 a "
           "multiple of head_dim / 32 (the vector cache write); this model has head_dim " +
@@ -450,7 +483,7 @@ void CudaBackend::attn_prep_and_cache(const StepBatch& batch, const Tensor& qg, 
     return;
   }
   cuda::launch_attn_prep(meta(batch), bf(qg), bf(k), bf(v), f32(q_norm), f32(k_norm), s, bf(q),
-                         bf(gate), bf(k_cache), bf(v_cache), stream_);
+                         gate_out, bf(k_cache), bf(v_cache), stream_);
 }
 
 void CudaBackend::paged_attention(const StepBatch& batch, const Tensor& q, const Tensor& gate,
@@ -461,7 +494,15 @@ void CudaBackend::paged_attention(const StepBatch& batch, const Tensor& q, const
            "paged attention supports head_dim a multiple of 32 up to 256");
   DS_CHECK(d.nh % d.nkv == 0 && d.nh / d.nkv <= 8,
            "paged attention supports up to 8 query heads per KV head");
-  const cuda::AttnShape s{d.nh, d.nkv, d.hd, d.rotary_dim, static_cast<float>(d.rope_theta), d.eps};
+  const GateRows gr = gate_rows(gate, batch.num_tokens(), d);
+  const cuda::AttnShape s{d.nh,
+                          d.nkv,
+                          d.hd,
+                          d.rotary_dim,
+                          static_cast<float>(d.rope_theta),
+                          d.eps,
+                          static_cast<int>(gr.stride)};
+  const __nv_bfloat16* g = bf(gate) + gr.offset;
   const cuda::BatchMeta& m = meta(batch);
   // The split-KV kernel's rows: through the last sequence the prefill kernel does not take.
   const int32_t split_rows = cuda::attention_prefill_supported(s)
@@ -470,11 +511,11 @@ void CudaBackend::paged_attention(const StepBatch& batch, const Tensor& q, const
   const int splits = cuda::attention_splits(split_rows, s, num_sms_, kAttnWorkspaceBytes);
   const int32_t prefill_from = leading_short_seqs(batch, cuda::kAttnPrefillMinLen);
   if (k_cache.dtype == DType::kFP8E4M3)
-    cuda::launch_paged_attention(m, split_rows, prefill_from, bf(q), bf(gate), fp8(k_cache),
-                                 fp8(v_cache), s, splits, attn_ws_, bf(out), stream_);
+    cuda::launch_paged_attention(m, split_rows, prefill_from, bf(q), g, fp8(k_cache), fp8(v_cache),
+                                 s, splits, attn_ws_, bf(out), stream_);
   else
-    cuda::launch_paged_attention(m, split_rows, prefill_from, bf(q), bf(gate), bf(k_cache),
-                                 bf(v_cache), s, splits, attn_ws_, bf(out), stream_);
+    cuda::launch_paged_attention(m, split_rows, prefill_from, bf(q), g, bf(k_cache), bf(v_cache), s,
+                                 splits, attn_ws_, bf(out), stream_);
 }
 
 void CudaBackend::gdn_conv(const StepBatch& batch, const Tensor& u, const Tensor& w,

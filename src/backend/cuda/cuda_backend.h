@@ -150,6 +150,9 @@ class CudaBackend final : public Backend {
   // linear_silu_mul's fused forms: the weight-streaming GEMM's and the prefill GEMM's
   // (DS_FUSED_SILU_MUL=0 for A/B: the unfused ops)
   bool fused_silu_mul_ = true;
+  // Two projections of one width in a group (the GDN b / a, attention k / v) as one batched
+  // cuBLASLt GEMM (DS_GEMM_PAIRS=0: a GEMM each, A/B).
+  bool batch_pairs_ = true;
   bool gemm_tuning_ = true;  // set_linear_tuning takes effect (DS_GEMM_TUNE=0: it does not)
   // The fewest rows of a tuned decode bucket: DS_GEMM_TUNE_DECODE_ROWS=N (A/B), or none
   // (DS_GEMM_TUNE_DECODE=0).

@@ -291,7 +291,9 @@ __global__ void __launch_bounds__(32 * kWarps)
         }
     const size_t idx = (static_cast<size_t>(t) * s.nh + h) * hd + d;
     if (splits == 1) {
-      out[idx] = __float2bfloat16(o / Lsum / (1.0f + __expf(-__bfloat162float(gate[idx]))));
+      const float g =
+          __bfloat162float(gate[(static_cast<size_t>(t) * s.nh + h) * s.gate_stride + d]);
+      out[idx] = __float2bfloat16(o / Lsum / (1.0f + __expf(-g)));
     } else {
       float* part = ws + ((static_cast<size_t>(t) * s.nh + h) * splits + split) * (hd + 2);
       part[2 + d] = o;
@@ -337,7 +339,7 @@ __global__ void attn_combine_kernel(BatchMeta b, AttnShape s, int splits, int mi
   for (int k = 0; k < splits; ++k) L += scale_k[k] == 0.0f ? 0.0f : sum_k[k] * scale_k[k];
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
     const size_t idx = (static_cast<size_t>(t) * s.nh + h) * hd + d;
-    const float g = __bfloat162float(gate[idx]);
+    const float g = __bfloat162float(gate[(static_cast<size_t>(t) * s.nh + h) * s.gate_stride + d]);
     float o = 0.0f;
     if constexpr (kBatched) {
       float v[kMaxSplits];  // then the same sum as below, in the same order

@@ -12,11 +12,14 @@ namespace deltaserve::cuda {
 struct AttnShape {
   int nh, nkv, hd, rotary_dim;
   float rope_theta, eps;
+  // The attention's output gate of (token t, head h) at gate + (t nh + h) gate_stride: hd for a
+  // gate of its own [T, nh, hd], 2 hd for the second halves of qg [T, nh, 2 hd] (gate = qg + hd).
+  int gate_stride;
 };
 
-// qg [T, nh, 2*hd] -> q, gate [T, nh, hd]; k [T, nkv, hd] normed+roped in place and written with
-// v [T, nkv, hd] to k_cache / v_cache [pages, page_size, nkv, hd]. Norm weights f32 [hd].
-// Preconditions: hd <= 512, hd even. Never allocates or syncs.
+// qg [T, nh, 2*hd] -> q, gate [T, nh, hd] (gate null: not copied); k [T, nkv, hd] normed+roped in
+// place and written with v [T, nkv, hd] to k_cache / v_cache [pages, page_size, nkv, hd]. Norm
+// weights f32 [hd]. Preconditions: hd <= 512, hd even. Never allocates or syncs.
 void launch_attn_prep(const BatchMeta& b, const __nv_bfloat16* qg, __nv_bfloat16* k,
                       const __nv_bfloat16* v, const float* q_norm, const float* k_norm,
                       const AttnShape& s, __nv_bfloat16* q, __nv_bfloat16* gate,

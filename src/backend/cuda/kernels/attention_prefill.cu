@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   wgmma::fence();
   issue_pv<HD, kFp8>(p, mma::smem_u32(vs + ((tiles - 1) % 2) * Lay::kv_bytes), o);
   wgmma::wait<0>();
-  write_out<HD>(o, l, t, s.nh, gate, out, threadIdx.x);
+  write_out<HD>(o, l, t, s.nh, gate, s.gate_stride, out, threadIdx.x);
 }
 
 template <int HD, typename KvT>

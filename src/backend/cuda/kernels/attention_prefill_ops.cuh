@@ -217,7 +217,7 @@ __device__ void issue_pv(const uint32_t (&p)[kKeys / 16][4], uint32_t vs, float 
 // out = O / l * sigmoid(gate) for the thread's rows that exist.
 template <int HD>
 __device__ void write_out(const float (&o)[HD / 8][4], float (&l)[2], const Tile& t, int nh,
-                          const bf16* gate, bf16* out, int tid) {
+                          const bf16* gate, int gate_stride, bf16* out, int tid) {
   const int lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
@@ -227,11 +227,13 @@ __device__ void write_out(const float (&o)[HD / 8][4], float (&l)[2], const Tile
     const int r = 16 * warp + g + 8 * hf;
     if (r >= t.rows) continue;
     const float inv = 1.0f / sum;
-    const size_t base = (static_cast<size_t>(t.begin + t.q0 + r) * nh + t.h) * HD + 2 * c;
+    const size_t row = static_cast<size_t>(t.begin + t.q0 + r) * nh + t.h;
+    const size_t base = row * HD + 2 * c, gate_base = row * gate_stride + 2 * c;
 #pragma unroll
     for (int d = 0; d < HD / 8; ++d) {
       const size_t idx = base + 8 * d;
-      const float2 gv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(gate + idx));
+      const float2 gv =
+          __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(gate + gate_base + 8 * d));
       *reinterpret_cast<__nv_bfloat162*>(out + idx) =
           __floats2bfloat162_rn(o[d][2 * hf] * inv / (1.0f + __expf(-gv.x)),
                                 o[d][2 * hf + 1] * inv / (1.0f + __expf(-gv.y)));

@@ -156,7 +156,7 @@ __device__ void compute_tiles(const Tile& t, const AttnShape& s, const bf16* gat
   wgmma::fence();
   issue_pv<HD, false>(p, vs + ((tiles - 1) % 2) * kSlot, o);
   wgmma::wait<0>();
-  write_out<HD>(o, l, t, s.nh, gate, out, tid);
+  write_out<HD>(o, l, t, s.nh, gate, s.gate_stride, out, tid);
 }
 
 template <int HD>

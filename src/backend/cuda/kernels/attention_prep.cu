@@ -1,5 +1,6 @@
 // Attention's input preparation for a step: the q / k RMSNorms, NeoX RoPE, the split of q from
-// its output gate and the write of k / v into the paged cache (attention.cuh), in bf16 or fp8 e4m3.
+// its output gate (unless the attention reads it from qg) and the write of k / v into the paged
+// cache (attention.cuh), in bf16 or fp8 e4m3.
 #include <type_traits>
 
 #include "backend/cuda/kernels/attention.cuh"
@@ -41,8 +42,9 @@ __global__ void attn_prep_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ 
   __nv_bfloat16* dst;
   if (is_q) {
     dst = q + (static_cast<size_t>(t) * s.nh + h) * hd;
-    for (int i = threadIdx.x; i < hd; i += kPrepThreads)
-      gate[(static_cast<size_t>(t) * s.nh + h) * hd + i] = src[hd + i];
+    if (gate)  // else the attention reads it from qg
+      for (int i = threadIdx.x; i < hd; i += kPrepThreads)
+        gate[(static_cast<size_t>(t) * s.nh + h) * hd + i] = src[hd + i];
   } else {
     const int seq = b.token_seq[t];
     const int page = b.pages[b.seq_page_off[seq] + pos / b.page_size];
@@ -185,7 +187,7 @@ __global__ void __launch_bounds__(32 * kPrepWarps)
   if (is_q) {
     const size_t row = (static_cast<size_t>(t) * s.nh + h) * hd;
     V::store(q + row + e0, y);
-    V::copy(gate + row + e0, src + hd + e0);
+    if (gate) V::copy(gate + row + e0, src + hd + e0);  // else the attention reads it from qg
   } else {
     const int seq = b.token_seq[t];
     const int page = b.pages[b.seq_page_off[seq] + pos / b.page_size];
