@@ -3,6 +3,7 @@
 // cache (attention.cuh), in bf16 or fp8 e4m3.
 #include <type_traits>
 
+#include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/bf16x8.cuh"
 #include "backend/cuda/kernels/common.cuh"
@@ -118,9 +119,75 @@ struct Vec {  // kPer bf16 as one 4-, 8- or 16-byte access
   }
 };
 
-// kEarly (decode-sized steps, launched as a programmatic dependent): the norm weights are loaded
-// before the wait; without it (prefill-sized steps, a plain launch) after the sum of squares.
-// KvT: the cache's element (bf16, or uint8_t for fp8 e4m3).
+// A lane's part of one head's NeoX rotate-half over [0, rotary_dim): the cos / sin of its kPer
+// elements' frequencies (f32 angles as HF computes them) and the lane holding their partners
+// (element i pairs with i +- half, kept by the lane half / kPer away).
+template <int kPer>
+struct LaneRotation {
+  float c[kPer], sn[kPer];
+  bool rotary, first;
+  int partner;
+  __device__ LaneRotation(int lane, const AttnShape& s) {
+    const int e0 = kPer * lane, half = s.rotary_dim / 2, span = half / kPer;
+    rotary = e0 < s.rotary_dim;
+    first = e0 < half;
+    partner = rotary ? (first ? lane + span : lane - span) : lane;
+  }
+};
+
+__device__ inline float inv_freq(int f, const AttnShape& s) {
+  return 1.0f / powf(s.rope_theta, static_cast<float>(2 * f) / static_cast<float>(s.rotary_dim));
+}
+
+// x, a lane's kPer elements of one head of hd = 32 kPer, normed (zero-centred weights w) and
+// rotated into y.
+template <int kPer>
+__device__ void norm_rotate(float (&x)[kPer], const float (&w)[kPer], float eps,
+                            const LaneRotation<kPer>& r, float (&y)[kPer]) {
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) ss += x[i] * x[i];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  const float inv = rsqrtf(ss / static_cast<float>(32 * kPer) + eps);
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) x[i] = x[i] * inv * (1.0f + w[i]);
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const float other = __shfl_sync(0xffffffffu, x[i], r.partner);
+    y[i] = x[i];
+    if (r.rotary)
+      y[i] = r.first ? x[i] * r.c[i] - other * r.sn[i] : x[i] * r.c[i] + other * r.sn[i];
+  }
+}
+
+// Key / value head h of token t (at pos) after its norm and rotation (y): into the caches, and
+// into the k input too (as the CPU's).
+template <int kPer, typename KvT>
+__device__ void store_kv(const BatchMeta& b, int t, int pos, int h, const AttnShape& s,
+                         const float (&y)[kPer], __nv_bfloat16* k, const __nv_bfloat16* v,
+                         KvT* k_cache, KvT* v_cache) {
+  using V = Vec<kPer>;
+  const int e0 = kPer * (static_cast<int>(threadIdx.x) % 32), hd = 32 * kPer;
+  const int page = b.pages[b.seq_page_off[b.token_seq[t]] + pos / b.page_size];
+  const size_t row =
+      ((static_cast<size_t>(page) * b.page_size + pos % b.page_size) * s.nkv + h) * hd;
+  const size_t in = (static_cast<size_t>(t) * s.nkv + h) * hd;
+  V::store(k_cache + row + e0, y);
+  V::copy(v_cache + row + e0, v + in + e0);
+  V::store(k + in + e0, y);
+}
+
+template <int kPer>
+__device__ void load_weights(const float* w, float (&out)[kPer]) {
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) out[i] = w[kPer * (threadIdx.x % 32) + i];
+}
+
+// Decode-sized steps: block (t, group of kPrepWarps heads), a warp a head, the token's cos / sin
+// per frequency computed once per block into shared memory. kEarly (launched as a programmatic
+// dependent): the norm weights are loaded before the wait. KvT: the cache's element (bf16, or
+// uint8_t for fp8 e4m3).
 template <int kPer, bool kEarly, typename KvT>
 __global__ void __launch_bounds__(32 * kPrepWarps)
     attn_prep_vec_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ qg,
@@ -134,70 +201,101 @@ __global__ void __launch_bounds__(32 * kPrepWarps)
   __shared__ float cos_f[16 * kPer], sin_f[16 * kPer];  // f in [0, rotary_dim / 2 <= hd / 2)
   const int t = blockIdx.x, head = blockIdx.y * kPrepWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32, hd = 32 * kPer, e0 = kPer * lane;
-  const int pos = b.token_pos[t], half = s.rotary_dim / 2, span = half / kPer;
-  for (int f = threadIdx.x; f < half; f += 32 * kPrepWarps) {
-    const float inv_freq =
-        1.0f / powf(s.rope_theta, static_cast<float>(2 * f) / static_cast<float>(s.rotary_dim));
-    sincosf(static_cast<float>(pos) * inv_freq, &sin_f[f], &cos_f[f]);
-  }
+  const int pos = b.token_pos[t], half = s.rotary_dim / 2;
+  for (int f = threadIdx.x; f < half; f += 32 * kPrepWarps)
+    sincosf(static_cast<float>(pos) * inv_freq(f, s), &sin_f[f], &cos_f[f]);
   __syncthreads();
   if (head >= s.nh + s.nkv) return;  // whole warps
   const bool is_q = head < s.nh;
   const int h = is_q ? head : head - s.nh;
+  LaneRotation<kPer> r(lane, s);
+  if (r.rotary)
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      r.c[i] = cos_f[(e0 + i) % half];
+      r.sn[i] = sin_f[(e0 + i) % half];
+    }
   // The rotation (from the step's positions, uploaded before its first kernel) and, kEarly, the
   // norm's weights (never written by a kernel) are ready before the wait for the projection's
   // output.
   float w[kPer];
-  const float* wp = (is_q ? q_norm : k_norm) + e0;
-  if constexpr (kEarly) {
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) w[i] = wp[i];
-  }
+  if constexpr (kEarly) load_weights(is_q ? q_norm : k_norm, w);
   pdl::wait_for_predecessor();
   const __nv_bfloat16* src = is_q ? qg + (static_cast<size_t>(t) * s.nh + h) * 2 * hd
                                   : k + (static_cast<size_t>(t) * s.nkv + h) * hd;
-  float x[kPer];
+  float x[kPer], y[kPer];
   V::load(src + e0, x);
-  float ss = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) ss += x[i] * x[i];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  const float inv = rsqrtf(ss / static_cast<float>(hd) + s.eps);
-  if constexpr (!kEarly) {
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) w[i] = wp[i];
-  }
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) x[i] = x[i] * inv * (1.0f + w[i]);
-  // NeoX rotate-half over [0, rotary_dim): element i pairs with i +- half, kept by the lane
-  // half / kPer away.
-  const bool rotary = e0 < s.rotary_dim, first = e0 < half;
-  const int partner = rotary ? (first ? lane + span : lane - span) : lane;
-  float y[kPer];
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const float other = __shfl_sync(0xffffffffu, x[i], partner);
-    y[i] = x[i];
-    if (rotary) {
-      const int f = (e0 + i) % half;
-      y[i] = first ? x[i] * cos_f[f] - other * sin_f[f] : x[i] * cos_f[f] + other * sin_f[f];
-    }
-  }
+  if constexpr (!kEarly) load_weights(is_q ? q_norm : k_norm, w);
+  norm_rotate(x, w, s.eps, r, y);
   if (is_q) {
     const size_t row = (static_cast<size_t>(t) * s.nh + h) * hd;
     V::store(q + row + e0, y);
     if (gate) V::copy(gate + row + e0, src + hd + e0);  // else the attention reads it from qg
   } else {
-    const int seq = b.token_seq[t];
-    const int page = b.pages[b.seq_page_off[seq] + pos / b.page_size];
-    const size_t row =
-        ((static_cast<size_t>(page) * b.page_size + pos % b.page_size) * s.nkv + h) * hd;
-    const size_t in = (static_cast<size_t>(t) * s.nkv + h) * hd;
-    V::store(k_cache + row + e0, y);
-    V::copy(v_cache + row + e0, v + in + e0);
-    V::store(k + in + e0, y);  // the k input gets the normed, roped values too (as the CPU's)
+    store_kv(b, t, pos, h, s, y, k, v, k_cache, v_cache);
   }
+}
+
+// Prefill-sized steps: a warp a token, over all its heads: its rotation computed once, in
+// registers, and kLoads heads' inputs loaded before the first is normed (more bytes in flight
+// than a warp a head, which waits on one load). The same arithmetic as attn_prep_vec_kernel.
+constexpr int kLoads = 4;
+template <int kPer, typename KvT>
+__global__ void __launch_bounds__(32 * kPrepWarps)
+    attn_prep_token_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ qg,
+                           __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
+                           const float* __restrict__ q_norm, const float* __restrict__ k_norm,
+                           AttnShape s, __nv_bfloat16* __restrict__ q,
+                           __nv_bfloat16* __restrict__ gate, KvT* __restrict__ k_cache,
+                           KvT* __restrict__ v_cache) {
+  using V = Vec<kPer>;
+  const int t = blockIdx.x * kPrepWarps + static_cast<int>(threadIdx.x) / 32;
+  if (t >= b.num_tokens) return;  // whole warps
+  const int lane = threadIdx.x % 32, hd = 32 * kPer, e0 = kPer * lane;
+  const int pos = b.token_pos[t], half = s.rotary_dim / 2;
+  LaneRotation<kPer> r(lane, s);
+  if (r.rotary)
+#pragma unroll
+    for (int i = 0; i < kPer; ++i)
+      sincosf(static_cast<float>(pos) * inv_freq((e0 + i) % half, s), &r.sn[i], &r.c[i]);
+  float w[kPer];
+  load_weights(q_norm, w);
+  for (int h0 = 0; h0 < s.nh; h0 += kLoads) {
+    float x[kLoads][kPer];
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j)
+      if (h0 + j < s.nh) V::load(qg + (static_cast<size_t>(t) * s.nh + h0 + j) * 2 * hd + e0, x[j]);
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) {
+      if (h0 + j >= s.nh) continue;
+      float y[kPer];
+      norm_rotate(x[j], w, s.eps, r, y);
+      const size_t row = (static_cast<size_t>(t) * s.nh + h0 + j) * hd;
+      V::store(q + row + e0, y);
+      if (gate) V::copy(gate + row + e0, qg + 2 * row + hd + e0);
+    }
+  }
+  load_weights(k_norm, w);
+  for (int h0 = 0; h0 < s.nkv; h0 += kLoads) {
+    float x[kLoads][kPer];
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j)
+      if (h0 + j < s.nkv) V::load(k + (static_cast<size_t>(t) * s.nkv + h0 + j) * hd + e0, x[j]);
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) {
+      if (h0 + j >= s.nkv) continue;
+      float y[kPer];
+      norm_rotate(x[j], w, s.eps, r, y);
+      store_kv(b, t, pos, h0 + j, s, y, k, v, k_cache, v_cache);
+    }
+  }
+}
+
+// Prefill-sized steps on attn_prep_token_kernel (DS_ATTN_PREP_TOKEN=0: the warp-a-head kernel,
+// for A/B).
+bool token_warps() {
+  static const bool on = ab_switch_on("DS_ATTN_PREP_TOKEN");
+  return on;
 }
 
 template <int kPer, typename KvT>
@@ -209,6 +307,10 @@ void launch_vec(const BatchMeta& b, const __nv_bfloat16* qg, __nv_bfloat16* k,
   if (b.num_tokens <= pdl::kDecodeSizedRows)
     pdl::launch_dependent(attn_prep_vec_kernel<kPer, true, KvT>, grid, 32 * kPrepWarps, 0, stream,
                           b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache);
+  else if (token_warps())
+    attn_prep_token_kernel<kPer, KvT>
+        <<<(b.num_tokens + kPrepWarps - 1) / kPrepWarps, 32 * kPrepWarps, 0, stream>>>(
+            b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache);
   else
     attn_prep_vec_kernel<kPer, false, KvT><<<grid, 32 * kPrepWarps, 0, stream>>>(
         b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache);
