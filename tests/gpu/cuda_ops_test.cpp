@@ -459,6 +459,33 @@ TEST_F(CudaOps, SamplingMatchesHostReference) {
   EXPECT_GT(fs.token, V * 0.99);
 }
 
+// The slice statistics' edges: a vocabulary that is not a multiple of eight (a slice ending in a
+// partial group of eight) and rows that do not start 16-byte aligned (read a token at a time), the
+// favourite in the last group, in the partial tail or banned: greedy picks equal the host
+// reference's, logprobs within 2e-3.
+TEST_F(CudaOps, SamplingSliceEdges) {
+  const int V = 4096 + 13, ld = V + 7, R = 8;  // even rows 16-byte aligned, odd rows not
+  std::vector<float> l = deltaserve::testing::random_vec(static_cast<size_t>(R) * ld, 51, 2.0f);
+  const int favourite[R] = {V - 1, V - 6, V - 13, 4095, 0, V - 1, 4100, 17};
+  for (int r = 0; r < R; ++r) l[static_cast<size_t>(r) * ld + favourite[r]] += 8.0f;
+  for (float& x : l) x = bf16_to_f32(f32_to_bf16(x));
+  auto dl = dev(l, DType::kBF16, {R, ld});
+  std::vector<SampleSpec> specs(R);
+  for (int r = 0; r < R; ++r) {
+    specs[static_cast<size_t>(r)].num_logprobs = 0;
+    if (r >= 5) specs[static_cast<size_t>(r)].banned = {favourite[r]};  // the runner-up wins
+  }
+  const std::vector<Sampled> got = gpu_->sample(dl.tensor(), V, specs);
+  for (int r = 0; r < R; ++r) {
+    const Sampled ref =
+        sample_row(std::span<const float>(l.data() + static_cast<size_t>(r) * ld, ld), V,
+                   specs[static_cast<size_t>(r)]);
+    EXPECT_EQ(got[static_cast<size_t>(r)].token, ref.token) << "row " << r;
+    EXPECT_NEAR(got[static_cast<size_t>(r)].logprob, ref.logprob, 2e-3f) << "row " << r;
+    if (r < 5) EXPECT_EQ(ref.token, favourite[r]) << "row " << r;
+  }
+}
+
 // copy_state_rows: two slots' conv (bf16 rows of 240 bytes: the byte path) and recurrent state
 // (the 16-byte path) to two others in one launch, the rest untouched (as on the CPU).
 TEST_F(CudaOps, CopyStateRowsMovesSlots) {

@@ -20,6 +20,7 @@
 #include "backend/cuda/kernels/batch_meta.cuh"
 #include "backend/cuda/kernels/gdn.cuh"
 #include "backend/cuda/kernels/skinny_gemm.cuh"
+#include "backend/cuda/pinned_buffer.h"
 
 namespace deltaserve::backend {
 
@@ -185,7 +186,7 @@ class CudaBackend final : public Backend {
   size_t sample_in_cap_ = 0;
   void* sample_out_ = nullptr;
   size_t sample_out_cap_ = 0;
-  std::vector<char> sample_host_;
+  cuda::PinnedBuffer sample_host_in_, sample_host_out_;
 
   // The staged batch's device description.
   const cuda::BatchMeta& meta(const StepBatch& batch) {

@@ -64,12 +64,15 @@ std::vector<Sampled> CudaBackend::sample(const Tensor& logits, int32_t vocab,
   }
   const size_t pbytes = params.size() * sizeof(cuda::SampleRowParams);
   const size_t in_bytes = pbytes + std::max<size_t>(adj.size(), 1) * sizeof(cuda::SampleAdj);
-  sample_host_.resize(in_bytes);
-  std::memcpy(sample_host_.data(), params.data(), pbytes);
-  if (!adj.empty())
-    std::memcpy(sample_host_.data() + pbytes, adj.data(), adj.size() * sizeof(cuda::SampleAdj));
+  char* host_in = sample_host_in_.reserve(in_bytes);
+  std::memcpy(host_in, params.data(), pbytes);
+  if (!adj.empty()) std::memcpy(host_in + pbytes, adj.data(), adj.size() * sizeof(cuda::SampleAdj));
   const size_t kOutPerRow = 2 + 2 * cuda::kSampleMaxTop;  // token, logprob, top ids, top lps
   const size_t out_bytes = static_cast<size_t>(R) * kOutPerRow * 4;
+  // Brought back: the tokens and logprobs, and the top lists only when a row asks for them.
+  const bool tops = std::any_of(specs.begin(), specs.end(),
+                                [](const SampleSpec& s) { return s.num_logprobs > 0; });
+  const size_t back_bytes = tops ? out_bytes : static_cast<size_t>(R) * 8;
   auto grow = [](void*& buf, size_t& cap, size_t need) {
     if (need <= cap) return;
     if (buf) cudaFree(buf);
@@ -82,7 +85,7 @@ std::vector<Sampled> CudaBackend::sample(const Tensor& logits, int32_t vocab,
        stats_at +
            static_cast<size_t>(R) * cuda::sample_slices(vocab) * sizeof(cuda::SampleRowStats));
   grow(sample_out_, sample_out_cap_, out_bytes);
-  check(cudaMemcpyAsync(sample_in_, sample_host_.data(), in_bytes, cudaMemcpyHostToDevice, stream_),
+  check(cudaMemcpyAsync(sample_in_, host_in, in_bytes, cudaMemcpyHostToDevice, stream_),
         "sample upload");
   char* o = static_cast<char*>(sample_out_);
   auto* tok = reinterpret_cast<int32_t*>(o);
@@ -96,15 +99,14 @@ std::vector<Sampled> CudaBackend::sample(const Tensor& logits, int32_t vocab,
       reinterpret_cast<cuda::SampleRowStats*>(static_cast<char*>(sample_in_) + stats_at), tok, lp,
       top_ids, top_lp, stream_);
   check(cudaGetLastError(), "sample launch");
-  std::vector<char> h(out_bytes);
-  check(cudaMemcpyAsync(h.data(), o, out_bytes, cudaMemcpyDeviceToHost, stream_),
-        "sample download");
+  char* h = sample_host_out_.reserve(out_bytes);
+  check(cudaMemcpyAsync(h, o, back_bytes, cudaMemcpyDeviceToHost, stream_), "sample download");
   check(cudaStreamSynchronize(stream_), "sample sync");
-  const auto* ht = reinterpret_cast<const int32_t*>(h.data());
-  const auto* hl = reinterpret_cast<const float*>(h.data() + static_cast<size_t>(R) * 4);
-  const auto* hti = reinterpret_cast<const int32_t*>(h.data() + static_cast<size_t>(R) * 8);
-  const auto* htl = reinterpret_cast<const float*>(h.data() + static_cast<size_t>(R) *
-                                                                  (8 + 4 * cuda::kSampleMaxTop));
+  const auto* ht = reinterpret_cast<const int32_t*>(h);
+  const auto* hl = reinterpret_cast<const float*>(h + static_cast<size_t>(R) * 4);
+  const auto* hti = reinterpret_cast<const int32_t*>(h + static_cast<size_t>(R) * 8);
+  const auto* htl =
+      reinterpret_cast<const float*>(h + static_cast<size_t>(R) * (8 + 4 * cuda::kSampleMaxTop));
   for (int r = 0; r < R; ++r) {
     Sampled& s = out[static_cast<size_t>(r)];
     s.token = ht[r];
