@@ -465,9 +465,10 @@ TEST_F(CudaOps, SamplingMatchesHostReference) {
 // reference's, logprobs within 2e-3.
 TEST_F(CudaOps, SamplingSliceEdges) {
   const int V = 4096 + 13, ld = V + 7, R = 8;  // even rows 16-byte aligned, odd rows not
+  // (random values of scale 2: the largest of a row near 8, so the favourite stands 30 above)
   std::vector<float> l = deltaserve::testing::random_vec(static_cast<size_t>(R) * ld, 51, 2.0f);
   const int favourite[R] = {V - 1, V - 6, V - 13, 4095, 0, V - 1, 4100, 17};
-  for (int r = 0; r < R; ++r) l[static_cast<size_t>(r) * ld + favourite[r]] += 8.0f;
+  for (int r = 0; r < R; ++r) l[static_cast<size_t>(r) * ld + favourite[r]] += 30.0f;
   for (float& x : l) x = bf16_to_f32(f32_to_bf16(x));
   auto dl = dev(l, DType::kBF16, {R, ld});
   std::vector<SampleSpec> specs(R);
