@@ -82,7 +82,8 @@ constexpr int kPrepWarps = 4;
 template <int kPer>
 struct Vec {  // kPer bf16 as one 4-, 8- or 16-byte access
   using Raw = std::conditional_t<kPer == 8, uint4, std::conditional_t<kPer == 4, uint2, uint32_t>>;
-  __device__ static void unpack(const Raw& raw, float (&x)[kPer]) {
+  __device__ static void load(const __nv_bfloat16* p, float (&x)[kPer]) {
+    const Raw raw = *reinterpret_cast<const Raw*>(p);
     const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
     for (int i = 0; i < kPer / 2; ++i) {
@@ -90,9 +91,6 @@ struct Vec {  // kPer bf16 as one 4-, 8- or 16-byte access
       x[2 * i] = f.x;
       x[2 * i + 1] = f.y;
     }
-  }
-  __device__ static void load(const __nv_bfloat16* p, float (&x)[kPer]) {
-    unpack(*reinterpret_cast<const Raw*>(p), x);
   }
   __device__ static void store(__nv_bfloat16* p, const float (&x)[kPer]) {
     Raw raw;
@@ -239,11 +237,9 @@ __global__ void __launch_bounds__(32 * kPrepWarps)
 }
 
 // Prefill-sized steps: a warp a token, over all its heads: its rotation computed once, in
-// registers; the key / value heads' inputs (up to kLoads of each) loaded first, then the query
-// heads kLoads at a time, each group's loads issued before the first is normed (more bytes in
-// flight than a warp a head, which waits on one load). The same arithmetic as
-// attn_prep_vec_kernel.
-constexpr int kLoads = 8;
+// registers, and kLoads heads' inputs loaded before the first is normed (more bytes in flight
+// than a warp a head, which waits on one load). The same arithmetic as attn_prep_vec_kernel.
+constexpr int kLoads = 4;
 template <int kPer, typename KvT>
 __global__ void __launch_bounds__(32 * kPrepWarps)
     attn_prep_token_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ qg,
@@ -253,22 +249,10 @@ __global__ void __launch_bounds__(32 * kPrepWarps)
                            __nv_bfloat16* __restrict__ gate, KvT* __restrict__ k_cache,
                            KvT* __restrict__ v_cache) {
   using V = Vec<kPer>;
-  using Raw = typename V::Raw;
   const int t = blockIdx.x * kPrepWarps + static_cast<int>(threadIdx.x) / 32;
   if (t >= b.num_tokens) return;  // whole warps
   const int lane = threadIdx.x % 32, hd = 32 * kPer, e0 = kPer * lane;
   const int pos = b.token_pos[t], half = s.rotary_dim / 2;
-  const size_t kv_in = static_cast<size_t>(t) * s.nkv * hd + e0;
-  Raw kr[kLoads], vr[kLoads];
-#pragma unroll
-  for (int j = 0; j < kLoads; ++j)
-    if (j < s.nkv) {
-      kr[j] = *reinterpret_cast<const Raw*>(k + kv_in + j * hd);
-      vr[j] = *reinterpret_cast<const Raw*>(v + kv_in + j * hd);
-    }
-  const int page = b.pages[b.seq_page_off[b.token_seq[t]] + pos / b.page_size];
-  const size_t kv_row =
-      (static_cast<size_t>(page) * b.page_size + pos % b.page_size) * s.nkv * hd + e0;
   LaneRotation<kPer> r(lane, s);
   if (r.rotary)
 #pragma unroll
@@ -277,34 +261,33 @@ __global__ void __launch_bounds__(32 * kPrepWarps)
   float w[kPer];
   load_weights(q_norm, w);
   for (int h0 = 0; h0 < s.nh; h0 += kLoads) {
-    Raw xr[kLoads];
+    float x[kLoads][kPer];
 #pragma unroll
     for (int j = 0; j < kLoads; ++j)
-      if (h0 + j < s.nh)
-        xr[j] = *reinterpret_cast<const Raw*>(
-            qg + (static_cast<size_t>(t) * s.nh + h0 + j) * 2 * hd + e0);
+      if (h0 + j < s.nh) V::load(qg + (static_cast<size_t>(t) * s.nh + h0 + j) * 2 * hd + e0, x[j]);
 #pragma unroll
     for (int j = 0; j < kLoads; ++j) {
       if (h0 + j >= s.nh) continue;
-      float x[kPer], y[kPer];
-      V::unpack(xr[j], x);
-      norm_rotate(x, w, s.eps, r, y);
+      float y[kPer];
+      norm_rotate(x[j], w, s.eps, r, y);
       const size_t row = (static_cast<size_t>(t) * s.nh + h0 + j) * hd;
       V::store(q + row + e0, y);
       if (gate) V::copy(gate + row + e0, qg + 2 * row + hd + e0);
     }
   }
   load_weights(k_norm, w);
+  for (int h0 = 0; h0 < s.nkv; h0 += kLoads) {
+    float x[kLoads][kPer];
 #pragma unroll
-  for (int j = 0; j < kLoads; ++j) {
-    if (j >= s.nkv) continue;
-    float x[kPer], y[kPer];
-    V::unpack(kr[j], x);
-    norm_rotate(x, w, s.eps, r, y);
-    V::store(k_cache + kv_row + j * hd, y);
-    V::store(k + kv_in + j * hd, y);  // the k input gets the normed, roped values too
-    V::unpack(vr[j], x);
-    V::store(v_cache + kv_row + j * hd, x);
+    for (int j = 0; j < kLoads; ++j)
+      if (h0 + j < s.nkv) V::load(k + (static_cast<size_t>(t) * s.nkv + h0 + j) * hd + e0, x[j]);
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) {
+      if (h0 + j >= s.nkv) continue;
+      float y[kPer];
+      norm_rotate(x[j], w, s.eps, r, y);
+      store_kv(b, t, pos, h0 + j, s, y, k, v, k_cache, v_cache);
+    }
   }
 }
 
@@ -324,7 +307,7 @@ void launch_vec(const BatchMeta& b, const __nv_bfloat16* qg, __nv_bfloat16* k,
   if (b.num_tokens <= pdl::kDecodeSizedRows)
     pdl::launch_dependent(attn_prep_vec_kernel<kPer, true, KvT>, grid, 32 * kPrepWarps, 0, stream,
                           b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache);
-  else if (token_warps() && s.nkv <= kLoads)
+  else if (token_warps())
     attn_prep_token_kernel<kPer, KvT>
         <<<(b.num_tokens + kPrepWarps - 1) / kPrepWarps, 32 * kPrepWarps, 0, stream>>>(
             b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache);
