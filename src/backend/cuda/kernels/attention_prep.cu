@@ -119,6 +119,20 @@ struct Vec {  // kPer bf16 as one 4-, 8- or 16-byte access
   }
 };
 
+// The vector kernels' arguments (launch_attn_prep's). KvT: the cache's element (bf16, or uint8_t
+// for fp8 e4m3).
+template <typename KvT>
+struct PrepArgs {
+  BatchMeta b;
+  const __nv_bfloat16* qg;
+  __nv_bfloat16* k;
+  const __nv_bfloat16* v;
+  const float *q_norm, *k_norm;
+  AttnShape s;
+  __nv_bfloat16 *q, *gate;
+  KvT *k_cache, *v_cache;
+};
+
 // A lane's part of one head's NeoX rotate-half over [0, rotary_dim): the cos / sin of its kPer
 // elements' frequencies (f32 angles as HF computes them) and the lane holding their partners
 // (element i pairs with i +- half, kept by the lane half / kPer away).
@@ -190,13 +204,9 @@ __device__ void load_weights(const float* w, float (&out)[kPer]) {
 // uint8_t for fp8 e4m3).
 template <int kPer, bool kEarly, typename KvT>
 __global__ void __launch_bounds__(32 * kPrepWarps)
-    attn_prep_vec_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ qg,
-                         __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
-                         const float* __restrict__ q_norm, const float* __restrict__ k_norm,
-                         AttnShape s, __nv_bfloat16* __restrict__ q,
-                         __nv_bfloat16* __restrict__ gate, KvT* __restrict__ k_cache,
-                         KvT* __restrict__ v_cache) {
+    attn_prep_vec_kernel(const __grid_constant__ PrepArgs<KvT> args) {
   pdl::allow_successor();  // the attention kernel after this one may take its place early
+  const auto& [b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache] = args;
   using V = Vec<kPer>;
   __shared__ float cos_f[16 * kPer], sin_f[16 * kPer];  // f in [0, rotary_dim / 2 <= hd / 2)
   const int t = blockIdx.x, head = blockIdx.y * kPrepWarps + threadIdx.x / 32;
@@ -242,12 +252,8 @@ __global__ void __launch_bounds__(32 * kPrepWarps)
 constexpr int kLoads = 4;
 template <int kPer, typename KvT>
 __global__ void __launch_bounds__(32 * kPrepWarps)
-    attn_prep_token_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ qg,
-                           __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
-                           const float* __restrict__ q_norm, const float* __restrict__ k_norm,
-                           AttnShape s, __nv_bfloat16* __restrict__ q,
-                           __nv_bfloat16* __restrict__ gate, KvT* __restrict__ k_cache,
-                           KvT* __restrict__ v_cache) {
+    attn_prep_token_kernel(const __grid_constant__ PrepArgs<KvT> args) {
+  const auto& [b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache] = args;
   using V = Vec<kPer>;
   const int t = blockIdx.x * kPrepWarps + static_cast<int>(threadIdx.x) / 32;
   if (t >= b.num_tokens) return;  // whole warps
@@ -299,36 +305,29 @@ bool token_warps() {
 }
 
 template <int kPer, typename KvT>
-void launch_vec(const BatchMeta& b, const __nv_bfloat16* qg, __nv_bfloat16* k,
-                const __nv_bfloat16* v, const float* q_norm, const float* k_norm,
-                const AttnShape& s, __nv_bfloat16* q, __nv_bfloat16* gate, KvT* k_cache,
-                KvT* v_cache, cudaStream_t stream) {
-  const dim3 grid(b.num_tokens, (s.nh + s.nkv + kPrepWarps - 1) / kPrepWarps);
-  if (b.num_tokens <= pdl::kDecodeSizedRows)
+void launch_vec(const PrepArgs<KvT>& a, cudaStream_t stream) {
+  const int tokens = a.b.num_tokens;
+  const dim3 grid(tokens, (a.s.nh + a.s.nkv + kPrepWarps - 1) / kPrepWarps);
+  if (tokens <= pdl::kDecodeSizedRows)
     pdl::launch_dependent(attn_prep_vec_kernel<kPer, true, KvT>, grid, 32 * kPrepWarps, 0, stream,
-                          b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache);
+                          a);
   else if (token_warps())
     attn_prep_token_kernel<kPer, KvT>
-        <<<(b.num_tokens + kPrepWarps - 1) / kPrepWarps, 32 * kPrepWarps, 0, stream>>>(
-            b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache);
+        <<<(tokens + kPrepWarps - 1) / kPrepWarps, 32 * kPrepWarps, 0, stream>>>(a);
   else
-    attn_prep_vec_kernel<kPer, false, KvT><<<grid, 32 * kPrepWarps, 0, stream>>>(
-        b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache);
+    attn_prep_vec_kernel<kPer, false, KvT><<<grid, 32 * kPrepWarps, 0, stream>>>(a);
 }
 
 // The vector path for the shape and pointers: launched (true) or not (false: nothing ran).
 template <typename KvT>
-bool launch_prep_vec(const BatchMeta& b, const __nv_bfloat16* qg, __nv_bfloat16* k,
-                     const __nv_bfloat16* v, const float* q_norm, const float* k_norm,
-                     const AttnShape& s, __nv_bfloat16* q, __nv_bfloat16* gate, KvT* k_cache,
-                     KvT* v_cache, cudaStream_t stream) {
-  const int per = s.hd / 32;
-  if (!attn_prep_vec_supported(s) || !aligned16(qg, k, v, q, gate, k_cache) ||
-      !aligned16(v_cache, q_norm, k_norm))
+bool launch_prep_vec(const PrepArgs<KvT>& a, cudaStream_t stream) {
+  const int per = a.s.hd / 32;
+  if (!attn_prep_vec_supported(a.s) || !aligned16(a.qg, a.k, a.v, a.q, a.gate, a.k_cache) ||
+      !aligned16(a.v_cache, a.q_norm, a.k_norm))
     return false;
-  if (per == 8) launch_vec<8>(b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache, stream);
-  if (per == 4) launch_vec<4>(b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache, stream);
-  if (per == 2) launch_vec<2>(b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache, stream);
+  if (per == 8) launch_vec<8>(a, stream);
+  if (per == 4) launch_vec<4>(a, stream);
+  if (per == 2) launch_vec<2>(a, stream);
   return true;
 }
 
@@ -344,8 +343,9 @@ void launch_attn_prep(const BatchMeta& b, const __nv_bfloat16* qg, __nv_bfloat16
                       const __nv_bfloat16* v, const float* q_norm, const float* k_norm,
                       const AttnShape& s, __nv_bfloat16* q, __nv_bfloat16* gate,
                       __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, cudaStream_t stream) {
-  if (b.num_tokens == 0 ||
-      launch_prep_vec(b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache, stream))
+  if (b.num_tokens == 0 || launch_prep_vec(PrepArgs<__nv_bfloat16>{b, qg, k, v, q_norm, k_norm, s,
+                                                                   q, gate, k_cache, v_cache},
+                                           stream))
     return;
   attn_prep_kernel<<<dim3(b.num_tokens, s.nh + s.nkv), kPrepThreads, 0, stream>>>(
       b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache);
@@ -356,7 +356,8 @@ bool launch_attn_prep(const BatchMeta& b, const __nv_bfloat16* qg, __nv_bfloat16
                       const AttnShape& s, __nv_bfloat16* q, __nv_bfloat16* gate, uint8_t* k_cache,
                       uint8_t* v_cache, cudaStream_t stream) {
   return b.num_tokens == 0 ||
-         launch_prep_vec(b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache, stream);
+         launch_prep_vec(
+             PrepArgs<uint8_t>{b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache}, stream);
 }
 
 }  // namespace deltaserve::cuda
