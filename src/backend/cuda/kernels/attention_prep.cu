@@ -251,11 +251,9 @@ __global__ void __launch_bounds__(32 * kPrepWarps)
 // than a warp a head, which waits on one load). The same arithmetic as attn_prep_vec_kernel.
 constexpr int kLoads = 4;
 template <int kPer, typename KvT>
-__device__ __forceinline__ void prep_token(
-    const BatchMeta& b, const __nv_bfloat16* __restrict__ qg, __nv_bfloat16* __restrict__ k,
-    const __nv_bfloat16* __restrict__ v, const float* __restrict__ q_norm,
-    const float* __restrict__ k_norm, const AttnShape& s, __nv_bfloat16* __restrict__ q,
-    __nv_bfloat16* __restrict__ gate, KvT* __restrict__ k_cache, KvT* __restrict__ v_cache) {
+__global__ void __launch_bounds__(32 * kPrepWarps)
+    attn_prep_token_kernel(const __grid_constant__ PrepArgs<KvT> args) {
+  const auto& [b, qg, k, v, q_norm, k_norm, s, q, gate, k_cache, v_cache] = args;
   using V = Vec<kPer>;
   const int t = blockIdx.x * kPrepWarps + static_cast<int>(threadIdx.x) / 32;
   if (t >= b.num_tokens) return;  // whole warps
@@ -297,14 +295,6 @@ __device__ __forceinline__ void prep_token(
       store_kv(b, t, pos, h0 + j, s, y, k, v, k_cache, v_cache);
     }
   }
-}
-
-// Its pointers as __restrict__ parameters of prep_token (the loads and stores of a token's heads
-// then schedule freely: 3% faster than through the argument struct's members).
-template <int kPer, typename KvT>
-__global__ void __launch_bounds__(32 * kPrepWarps)
-    attn_prep_token_kernel(const __grid_constant__ PrepArgs<KvT> a) {
-  prep_token<kPer>(a.b, a.qg, a.k, a.v, a.q_norm, a.k_norm, a.s, a.q, a.gate, a.k_cache, a.v_cache);
 }
 
 // Prefill-sized steps on attn_prep_token_kernel (DS_ATTN_PREP_TOKEN=0: the warp-a-head kernel,
