@@ -68,6 +68,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   check(cudaSetDevice(device), "cudaSetDevice");
   check(cudaStreamCreateWithFlags(&main_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   check(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  check(cudaStreamCreateWithFlags(&aux_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  check(cudaEventCreateWithFlags(&aux_fork_, cudaEventDisableTiming), "cudaEventCreate");
+  check(cudaEventCreateWithFlags(&aux_join_, cudaEventDisableTiming), "cudaEventCreate");
   stream_ = main_stream_;
   gemm_ = std::make_unique<cuda::CublasLtLinear>();
   check(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device), "SM count");
@@ -93,6 +96,9 @@ CudaBackend::~CudaBackend() {
   if (sample_out_) cudaFree(sample_out_);
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
   if (side_stream_) cudaStreamDestroy(side_stream_);
+  if (aux_fork_) cudaEventDestroy(aux_fork_);
+  if (aux_join_) cudaEventDestroy(aux_join_);
+  if (aux_stream_) cudaStreamDestroy(aux_stream_);
   if (main_stream_) cudaStreamDestroy(main_stream_);
 }
 
@@ -563,11 +569,13 @@ void CudaBackend::gdn_mixer(const StepBatch& batch, const GdnMixerTensors& t, co
   }
   const cuda::GdnQkvSource src =
       from_y ? cuda::GdnQkvSource{bf(t.y), nullptr, nullptr, nullptr} : in;
-  cuda::launch_gdn_chunked(rest, src, bf(t.a), bf(t.b), f32(t.A_log), f32(t.dt_bias),
-                           gdn_state(t.state), shape, norm, gdn_chunk_workspace(m, shape), num_sms_,
-                           bf(t.o), stream_);
-  if (!from_y)
-    cuda::launch_gdn_conv_state(rest, bf(t.u), bf(t.conv_state), C, d.conv_kernel, stream_);
+  // Conv inside the prep: its conv-state update beside the state pass (cuda::ConvStateUpdate).
+  const cuda::ConvStateUpdate conv{bf(t.u),     bf(t.conv_state), C,        d.conv_kernel,
+                                   aux_stream_, aux_fork_,        aux_join_};
+  check(cuda::launch_gdn_chunked(rest, src, bf(t.a), bf(t.b), f32(t.A_log), f32(t.dt_bias),
+                                 gdn_state(t.state), shape, norm, gdn_chunk_workspace(m, shape),
+                                 num_sms_, bf(t.o), stream_, from_y ? nullptr : &conv),
+        "GDN conv-state fork / join");
 }
 
 void CudaBackend::gdn_decode_rows(const cuda::BatchMeta& m, const GdnMixerTensors& t,

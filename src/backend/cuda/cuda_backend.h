@@ -130,6 +130,10 @@ class CudaBackend final : public Backend {
   int device_;
   cudaStream_t main_stream_ = nullptr, side_stream_ = nullptr;
   cudaStream_t stream_ = nullptr;  // the current one of the two
+  // A stream of the backend's own for work beside a kernel of the main one (gdn_mixer's
+  // conv-state update), with its fork / join events.
+  cudaStream_t aux_stream_ = nullptr;
+  cudaEvent_t aux_fork_ = nullptr, aux_join_ = nullptr;
   std::vector<cudaEvent_t> events_;
   cudaEvent_t event(int e);  // made on first use
   std::unique_ptr<cuda::CublasLtLinear> gemm_;

@@ -3,6 +3,7 @@
 // order, forming their outputs as it goes — or, for steps of enough sequences from the conv
 // outputs, gdn_chunk_fused.cu does both in one kernel; the gated RMSNorm of the output follows.
 #include "backend/cuda/kernels/gated_rms_norm.cuh"
+#include "backend/cuda/kernels/gdn.cuh"
 #include "backend/cuda/kernels/gdn_chunk.cuh"
 #include "backend/cuda/kernels/gdn_chunk_fused.h"
 #include "backend/cuda/kernels/gdn_chunk_layout.cuh"
@@ -24,15 +25,24 @@ bool gdn_chunked_conv_supported(const GdnShape& s, int conv_kernel, const GdnQkv
          aligned16(in.u, in.conv_w, in.conv_state);
 }
 
-void launch_gdn_chunked(const BatchMeta& b, const GdnQkvSource& in, const __nv_bfloat16* a,
-                        const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
-                        GdnState state, const GdnShape& s, const GatedNorm& norm, float* ws,
-                        int num_sms, __nv_bfloat16* out, cudaStream_t stream) {
-  if (in.y != nullptr && gdn_chunk::fused_pays(b, s, num_sms)) {
+cudaError_t launch_gdn_chunked(const BatchMeta& b, const GdnQkvSource& in, const __nv_bfloat16* a,
+                               const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
+                               GdnState state, const GdnShape& s, const GatedNorm& norm, float* ws,
+                               int num_sms, __nv_bfloat16* out, cudaStream_t stream,
+                               const ConvStateUpdate* conv) {
+  const bool fused = in.y != nullptr && gdn_chunk::fused_pays(b, s, num_sms);
+  if (fused) {
     gdn_chunk::launch_fused(b, in, a, bgate, A_log, dt_bias, state, s, out, stream);
   } else {
     const gdn_chunk::Workspace w(ws, b.num_tokens, s);
     gdn_chunk::launch_prep(b, in, a, bgate, A_log, dt_bias, s, w, num_sms, stream);
+    if (conv != nullptr) {
+      if (const cudaError_t e = cudaEventRecord(conv->fork, stream); e != cudaSuccess) return e;
+      if (const cudaError_t e = cudaStreamWaitEvent(conv->aux, conv->fork); e != cudaSuccess)
+        return e;
+      launch_gdn_conv_state(b, conv->u, conv->conv_state, conv->C, conv->K, conv->aux);
+      if (const cudaError_t e = cudaEventRecord(conv->join, conv->aux); e != cudaSuccess) return e;
+    }
     gdn_chunk::launch_state_pass(b, w, state, s, num_sms, out, stream);
   }
   if (norm.z != nullptr) {
@@ -40,6 +50,10 @@ void launch_gdn_chunked(const BatchMeta& b, const GdnQkvSource& in, const __nv_b
     launch_gated_rms_norm_bf16(out + at, norm.z + at, norm.w, norm.eps,
                                (b.num_tokens - norm.first_row) * s.nv, s.dv, stream);
   }
+  if (conv == nullptr) return cudaSuccess;
+  if (!fused) return cudaStreamWaitEvent(stream, conv->join);
+  launch_gdn_conv_state(b, conv->u, conv->conv_state, conv->C, conv->K, stream);  // in order
+  return cudaSuccess;
 }
 
 size_t gdn_chunk_workspace_floats(int num_tokens, const GdnShape& s) {

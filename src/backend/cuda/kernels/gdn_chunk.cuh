@@ -37,11 +37,26 @@ struct GatedNorm {
   int first_row;
 };
 
+// The conv-state update (launch_gdn_conv_state) of a step whose conv runs inside the prep: it
+// waits only for the prep (the old state's last reader), so it runs on `aux` beside the state pass
+// and the gated norm (events `fork` / `join`, the caller's), and the stream waits for it after
+// them (before anything can overwrite u).
+struct ConvStateUpdate {
+  const __nv_bfloat16* u;
+  __nv_bfloat16* conv_state;
+  int C, K;
+  cudaStream_t aux;
+  cudaEvent_t fork, join;
+};
+
 // As launch_gated_delta_rule, for a step with a prefill, the output normed by `norm`; `ws` holds
-// gdn_chunk_workspace_floats(b.num_tokens, s) floats.
-void launch_gdn_chunked(const BatchMeta& b, const GdnQkvSource& in, const __nv_bfloat16* a,
-                        const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
-                        GdnState state, const GdnShape& s, const GatedNorm& norm, float* ws,
-                        int num_sms, __nv_bfloat16* out, cudaStream_t stream);
+// gdn_chunk_workspace_floats(b.num_tokens, s) floats. With `conv`, also that update.
+// Returns the first failure of the fork / join (the kernels' launch errors are left to
+// cudaGetLastError, as elsewhere).
+cudaError_t launch_gdn_chunked(const BatchMeta& b, const GdnQkvSource& in, const __nv_bfloat16* a,
+                               const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
+                               GdnState state, const GdnShape& s, const GatedNorm& norm, float* ws,
+                               int num_sms, __nv_bfloat16* out, cudaStream_t stream,
+                               const ConvStateUpdate* conv = nullptr);
 
 }  // namespace deltaserve::cuda
