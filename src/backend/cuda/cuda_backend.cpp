@@ -71,8 +71,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   check(cudaStreamCreateWithFlags(&aux_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   check(cudaEventCreateWithFlags(&aux_fork_, cudaEventDisableTiming), "cudaEventCreate");
   check(cudaEventCreateWithFlags(&aux_join_, cudaEventDisableTiming), "cudaEventCreate");
-  for (UploadSlot& u : upload_slots_)
-    check(cudaEventCreateWithFlags(&u.done, cudaEventDisableTiming), "cudaEventCreate");
   stream_ = main_stream_;
   gemm_ = std::make_unique<cuda::CublasLtLinear>();
   check(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device), "SM count");
@@ -101,8 +99,6 @@ CudaBackend::~CudaBackend() {
   if (aux_fork_) cudaEventDestroy(aux_fork_);
   if (aux_join_) cudaEventDestroy(aux_join_);
   if (aux_stream_) cudaStreamDestroy(aux_stream_);
-  for (UploadSlot& u : upload_slots_)
-    if (u.done) cudaEventDestroy(u.done);
   if (main_stream_) cudaStreamDestroy(main_stream_);
 }
 
@@ -125,6 +121,72 @@ void CudaBackend::reserve_meta(size_t entries) {
   }
   meta_cap_ = entries;
   check(cudaMalloc(&meta_buf_, meta_cap_ * sizeof(int32_t)), "cudaMalloc (batch)");
+}
+
+Buffer CudaBackend::alloc(DType t, std::initializer_list<int64_t> dims) {
+  Tensor v(nullptr, t, dims, Device::kCuda);
+  const size_t bytes = v.nbytes() ? v.nbytes() : 16;
+  check(cudaMalloc(&v.data, bytes), "cudaMalloc");
+  check(cudaMemsetAsync(v.data, 0, bytes, stream_), "cudaMemset");
+  *allocated_ += static_cast<int64_t>(bytes);
+  return Buffer(v, [counter = allocated_, bytes](void* p) {
+    cudaFree(p);
+    *counter -= static_cast<int64_t>(bytes);
+  });
+}
+
+void CudaBackend::upload(DType src_type, const void* src, size_t n, const Tensor& dst) {
+  DS_CHECK(static_cast<size_t>(dst.numel()) == n, "upload size");
+  DS_CHECK(dst.dtype == DType::kF32 || dst.dtype == DType::kBF16 || dst.dtype == DType::kFP8E4M3,
+           "upload: F32, BF16 or F8_E4M3 destinations");
+  // Straight copies where the types match; otherwise one parallel conversion pass into an
+  // uninitialised staging buffer (weights of 27B pass through here: no serial passes).
+  std::unique_ptr<float[]> f;
+  std::unique_ptr<uint16_t[]> b;
+  std::unique_ptr<uint8_t[]> b8;
+  const void* host = src;
+  if (src_type != dst.dtype) {
+    const float* in = static_cast<const float*>(src);
+    if (src_type != DType::kF32) {
+      f.reset(new float[n]);
+      convert_to_f32(src_type, src, f.get(), n);
+      in = f.get();
+    }
+    if (dst.dtype == DType::kBF16) {
+      b.reset(new uint16_t[n]);
+      uint16_t* out = b.get();
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < static_cast<int64_t>(n); ++i) out[i] = f32_to_bf16(in[i]);
+      host = out;
+    } else if (dst.dtype == DType::kFP8E4M3) {
+      b8.reset(new uint8_t[n]);
+      uint8_t* out = b8.get();
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < static_cast<int64_t>(n); ++i) out[i] = f32_to_fp8e4m3(in[i]);
+      host = out;
+    } else {
+      host = in;
+    }
+  }
+  check(cudaMemcpyAsync(dst.data, host, dst.nbytes(), cudaMemcpyHostToDevice, stream_), "upload");
+  check(cudaStreamSynchronize(stream_), "upload sync");  // the host staging dies with this call
+}
+
+void CudaBackend::download_f32(const Tensor& src, float* dst) {
+  OpTimer timer(*this, "download_logits");
+  std::vector<char> host(src.nbytes());
+  check(cudaMemcpyAsync(host.data(), src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_),
+        "download");
+  check(cudaStreamSynchronize(stream_), "download sync");
+  convert_to_f32(src.dtype, host.data(), dst, static_cast<size_t>(src.numel()));
+  if (profile_ && pending_.size() > 4096) account();
+}
+
+void CudaBackend::upload_i32(const int32_t* src, const Tensor& dst) {
+  OpTimer timer(*this, "upload_i32");
+  check(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream_),
+        "upload_i32");
+  check(cudaStreamSynchronize(stream_), "upload_i32 sync");
 }
 
 bool CudaBackend::memory_info(size_t& free_bytes, size_t& total_bytes) const {

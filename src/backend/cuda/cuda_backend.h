@@ -8,7 +8,6 @@
 
 #include <cuda_runtime.h>
 
-#include <array>
 #include <atomic>
 #include <memory>
 #include <set>
@@ -135,13 +134,6 @@ class CudaBackend final : public Backend {
   // conv-state update), with its fork / join events.
   cudaStream_t aux_stream_ = nullptr;
   cudaEvent_t aux_fork_ = nullptr, aux_join_ = nullptr;
-  // upload_i32's page-locked staging, in turn, each with the event of its last copy.
-  struct UploadSlot {
-    cuda::PinnedBuffer host;
-    cudaEvent_t done = nullptr;
-  };
-  std::array<UploadSlot, 4> upload_slots_;
-  int next_upload_ = 0;
   std::vector<cudaEvent_t> events_;
   cudaEvent_t event(int e);  // made on first use
   std::unique_ptr<cuda::CublasLtLinear> gemm_;
