@@ -15,7 +15,8 @@ usage: tools/h200_json.py --commit SHA --date YYYY-MM-DD [--base-commit SHA --ba
 Keys (snake case, units in the names): commit, date, gpu, decode_ms (graphed, per batch size, at
 the context the bench used), decode_eager_ms, prefill_ms (per length), runs, base_* for an A/B
 against another commit, and gdn_chunk_ms_per_layer: ours (--gdn 1x8192=4.45) beside fla's
-CUDA-graph medians from ../shared/peers/fla_bench.py's JSON lines (--fla) of the same session,
+CUDA-graph medians from ../shared/peers/fla_bench.py's JSON lines (--fla) of the same session (or,
+where fla got nothing in, its last figures, marked; the table replaced is kept as "previous"),
 and gdn_decode_us_per_layer: fla's fused recurrent kernel per batch size (--fla) beside our fused
 decode layer's (--gdn-decode, from gpu_bench's per-op tables); serve_8k_1k from gpu_run.sh
 serve8k's JSON lines (--serve), offline_8k_1k from its offline8k ones (--offline: the same workload
@@ -158,6 +159,21 @@ def prefix_cache(path, commit, date):
     return out
 
 
+def chunk_table(gdn, commit, old):
+    """gdn_chunk_ms_per_layer from this run's ours (and fla, when it ran): the table it replaces
+    kept under "previous" (one level), and where fla did not run (its budget, a fresh machine's
+    compiles) its last figures kept beside ours, marked with the commit they were measured at."""
+    new = {"ours": gdn["ours"], "commit": commit}
+    if gdn["fla"]:
+        new["fla"] = gdn["fla"]
+    elif old.get("fla"):
+        new["fla"] = old["fla"]
+        new["fla_measured_at"] = old.get("fla_measured_at", old.get("commit"))
+    if old:
+        new["previous"] = {k: v for k, v in old.items() if k != "previous"}
+    return new
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--commit", required=True)
@@ -217,7 +233,8 @@ def main():
             if d.get("section") == "b" and d.get("variant") == "gva16" and d.get("us_graph"):
                 decode[str(d["B"])] = d["us_graph"]
         if gdn["ours"]:  # fla's alone go beside the ours they were measured with
-            doc["gdn_chunk_ms_per_layer"] = gdn
+            doc["gdn_chunk_ms_per_layer"] = chunk_table(gdn, a.commit,
+                                                        doc.get("gdn_chunk_ms_per_layer", {}))
         elif gdn["fla"]:
             doc.setdefault("gdn_chunk_ms_per_layer", {})[f"fla_at_{a.commit}"] = gdn["fla"]
         if decode:
