@@ -83,9 +83,10 @@ void ModelRunner::ensure_scratch(int64_t T, int64_t R) {
   const int64_t tokens = T > s.tokens ? std::max(T, 2 * s.tokens) : s.tokens;
   const int64_t rows = R > s.rows ? std::max(R, 2 * s.rows) : s.rows;
   s.buffers.clear();
-  s.arena = Buffer();
+  s.arena = Buffer();  // the old arena freed before the new one is allocated
   const model::ModelConfig& local = model_.rank_config();
   const std::vector<ScratchBuffer> list = scratch_buffers(local, be_.act_dtype(), tokens, rows);
+  // Bytes as 4-byte words: every buffer takes a multiple of 256 bytes (scratch_buffer_bytes).
   s.arena = be_.alloc(DType::kI32, {scratch_bytes(local, be_.act_dtype(), tokens, rows) / 4});
   auto* next = static_cast<std::byte*>(s.arena.tensor().data);
   for (const ScratchBuffer& b : list) {

@@ -140,6 +140,20 @@ TEST(Weights, DummyWeightsAreDeterministic) {
   EXPECT_GT(a.layers[0].gdn.A_log.f32()[0], 0.0f);  // log(1..16)
 }
 
+// The projections a backend may run as one GEMM share an allocation, the second's rows right after
+// the first's: the MLP's gate / up, the GDN b / a, attention k / v.
+TEST(Weights, PairedProjectionsShareAnAllocation) {
+  backend::CpuBackend be;
+  const ModelWeights w = dummy_weights(parse_model_config(kConfig, "cfg"), be, 3);
+  const auto follows = [](const Tensor& first, const Tensor& second) {
+    return static_cast<const std::byte*>(second.data) ==
+           static_cast<const std::byte*>(first.data) + first.nbytes();
+  };
+  for (const LayerWeights& l : w.layers) EXPECT_TRUE(follows(l.gate_proj, l.up_proj));
+  EXPECT_TRUE(follows(w.layers[0].gdn.in_proj_b, w.layers[0].gdn.in_proj_a));
+  EXPECT_TRUE(follows(w.layers[1].attn.k_proj, w.layers[1].attn.v_proj));
+}
+
 TEST(Loader, ParseLoadFormat) {
   EXPECT_EQ(parse_load_format("dummy"), LoadFormat::kDummy);
   EXPECT_THROW(parse_load_format("pt"), Error);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <string_view>
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
@@ -52,6 +53,24 @@ TEST(MemoryPlan, RunnerAllocatesExactlyThePlan) {
       plan.state_bytes(),
       6 * gdn *
           (c.conv_dim() * (c.conv_kernel - 1) + c.lin_num_v_heads * c.lin_k_dim * c.lin_v_dim) * 4);
+}
+
+// The runner lays the step buffers out in this order: a pair of projections a backend runs as
+// one batched GEMM (GDN b / a, attention k / v) has its outputs in its weights' order.
+TEST(MemoryPlan, PairedOutputsInTheirWeightsOrder) {
+  backend::CpuBackend be;
+  auto m = model::load_model((testing::test_data() / "tiny_real").string(),
+                             model::LoadFormat::kAuto, be, false);
+  const std::vector<ScratchBuffer> list = scratch_buffers(m->rank_config(), DType::kF32, 8, 2);
+  const auto at = [&](std::string_view name) {
+    for (size_t i = 0; i < list.size(); ++i)
+      if (name == list[i].name) return static_cast<int>(i);
+    return -1;
+  };
+  EXPECT_EQ(at("a"), at("b") + 1);
+  EXPECT_EQ(at("v"), at("k") + 1);
+  EXPECT_GE(at("b"), 0);
+  EXPECT_GE(at("k"), 0);
 }
 
 // --mamba-ssm-cache-dtype bfloat16: the recurrent part of a state slot halves, and the runner

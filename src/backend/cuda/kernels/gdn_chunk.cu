@@ -30,8 +30,8 @@ cudaError_t launch_gdn_chunked(const BatchMeta& b, const GdnQkvSource& in, const
                                GdnState state, const GdnShape& s, const GatedNorm& norm, float* ws,
                                int num_sms, __nv_bfloat16* out, cudaStream_t stream,
                                const ConvStateUpdate* conv) {
-  const bool fused = in.y != nullptr && gdn_chunk::fused_pays(b, s, num_sms);
-  if (fused) {
+  if (conv != nullptr && in.y != nullptr) return cudaErrorInvalidValue;  // the conv is in the prep
+  if (in.y != nullptr && gdn_chunk::fused_pays(b, s, num_sms)) {
     gdn_chunk::launch_fused(b, in, a, bgate, A_log, dt_bias, state, s, out, stream);
   } else {
     const gdn_chunk::Workspace w(ws, b.num_tokens, s);
@@ -50,10 +50,7 @@ cudaError_t launch_gdn_chunked(const BatchMeta& b, const GdnQkvSource& in, const
     launch_gated_rms_norm_bf16(out + at, norm.z + at, norm.w, norm.eps,
                                (b.num_tokens - norm.first_row) * s.nv, s.dv, stream);
   }
-  if (conv == nullptr) return cudaSuccess;
-  if (!fused) return cudaStreamWaitEvent(stream, conv->join);
-  launch_gdn_conv_state(b, conv->u, conv->conv_state, conv->C, conv->K, stream);  // in order
-  return cudaSuccess;
+  return conv != nullptr ? cudaStreamWaitEvent(stream, conv->join) : cudaSuccess;
 }
 
 size_t gdn_chunk_workspace_floats(int num_tokens, const GdnShape& s) {

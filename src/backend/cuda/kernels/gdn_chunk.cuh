@@ -50,9 +50,10 @@ struct ConvStateUpdate {
 };
 
 // As launch_gated_delta_rule, for a step with a prefill, the output normed by `norm`; `ws` holds
-// gdn_chunk_workspace_floats(b.num_tokens, s) floats. With `conv`, also that update.
-// Returns the first failure of the fork / join (the kernels' launch errors are left to
-// cudaGetLastError, as elsewhere).
+// gdn_chunk_workspace_floats(b.num_tokens, s) floats. With `conv` (only where in.y is null: the
+// conv inside the prep), also that update. Returns cudaErrorInvalidValue for a `conv` with y, else
+// the first failure of the fork / join (the kernels' launch errors are left to cudaGetLastError,
+// as elsewhere).
 cudaError_t launch_gdn_chunked(const BatchMeta& b, const GdnQkvSource& in, const __nv_bfloat16* a,
                                const __nv_bfloat16* bgate, const float* A_log, const float* dt_bias,
                                GdnState state, const GdnShape& s, const GatedNorm& norm, float* ws,
