@@ -1,10 +1,11 @@
 // A block's input norm and its residual add folded into the projections (CudaBackend::
 // norm_linear_multi, norm_linear_silu_mul, linear_add) against the CPU's norm then projections in
-// f32, and against the GPU's own norm kernel then projections. Up to cuda::kSkinnyNormMaxRows
-// tokens with K <= cuda::kSkinnyNormMaxK the weight-streaming GEMM forms the norm itself: h then
-// stays unwritten (checked, so a silent fallback fails); elsewhere (9 to 17 tokens, K = 4096) the
-// norm kernel writes h first. Ragged last tiles, K past a k-tile's edge (264). Each runs twice:
-// the same bits.
+// f32, and against the GPU's own norm kernel then projections. Where the weight-streaming GEMM
+// takes the group (up to 8 tokens always, up to 16 for groups of >= 48 tiles) and K fits
+// (cuda::kSkinnyNormMaxK), it forms the norm itself: h then stays unwritten (checked, so a silent
+// fallback fails); elsewhere the norm kernel writes h first. Ragged last tiles, K past a k-tile's
+// edge (264), narrow groups at 9-16 tokens (the fallback), K = 4096 (too wide: the fallback). The
+// fused runs twice: the same bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -70,6 +71,7 @@ TEST_F(NormLinear, ProjectionGroupsOfNormalisedRows) {
       make_input(T, c.H, 40);
       std::vector<Buffer> dw, dy, unfused;
       std::vector<std::vector<float>> ref;
+      int64_t tiles = 0;
       for (size_t g = 0; g < c.n.size(); ++g) {
         const int n = c.n[g];
         const std::vector<float> w = rnd(static_cast<size_t>(n) * c.H, 41 + g, 0.05f);
@@ -80,6 +82,7 @@ TEST_F(NormLinear, ProjectionGroupsOfNormalisedRows) {
         cpu_.linear(Tensor(normed_.data(), DType::kF32, {T, c.H}),
                     Tensor(const_cast<float*>(w.data()), DType::kF32, {n, c.H}),
                     Tensor(ref.back().data(), DType::kF32, {T, n}));
+        tiles += (n + cuda::kSkinnyTileRows - 1) / cuda::kSkinnyTileRows;
       }
       std::vector<const Tensor*> ws, ys, us;
       for (size_t g = 0; g < c.n.size(); ++g) {
@@ -92,7 +95,7 @@ TEST_F(NormLinear, ProjectionGroupsOfNormalisedRows) {
         for (const Buffer& y : dy) poison(y.tensor());
         poison(dh_.tensor());
         gpu_->norm_linear_multi(input(), ws, ys);
-        const bool fused = c.H <= cuda::kSkinnyNormMaxK && T <= cuda::kSkinnyNormMaxRows;
+        const bool fused = c.H <= cuda::kSkinnyNormMaxK && (T <= 8 || (T <= 16 && tiles >= 48));
         expect_fused(fused);
         for (size_t g = 0; g < c.n.size(); ++g) {
           const std::vector<float> got = host(dy[g].tensor());
@@ -134,7 +137,7 @@ TEST_F(NormLinear, SiluMulOfNormalisedRows) {
       poison(dh_.tensor());
       gpu_->norm_linear_silu_mul(input(), dwg.tensor(), dwu.tensor(), gate_up.tensor(),
                                  act.tensor());
-      expect_fused(T <= cuda::kSkinnyNormMaxRows && H <= cuda::kSkinnyNormMaxK);
+      expect_fused(T <= cuda::kSkinnySiluMulMaxRows && H <= cuda::kSkinnyNormMaxK);
       const std::vector<float> got = host(act.tensor());
       expect_close(got, ref, 1e-2f, "against the CPU");
       if (run == 0) first = got;

@@ -25,11 +25,10 @@ constexpr int kTileRows = kSkinnyTileRows, kTileK = 64, kConsumers = 256,
 // another of the grid (one block an SM: the even split's premise), also when it starts early beside
 // the previous kernel's blocks.
 constexpr int kPipelineBytes = 160 * 1024;
-// The normalising form (8 token rows, the wgmma N) keeps its x for all of K in shared memory (40
-// KB at kSkinnyNormMaxK columns) beside a pipeline of weight tiles only, as deep as the other
-// forms' (shallower ones streamed slower: at 128 KB beside 16 rows, decode B = 1 took 3.29 ms
-// against 2.99 with the norm kernel; at 96 KB 3.87).
-constexpr int kNormPipelineBytes = kPipelineBytes;
+// The normalising form (16 token rows) keeps its x for all of K in shared memory (80 KB at
+// kSkinnyNormMaxK columns) beside a pipeline of weight tiles only: 96 KB of them, so that the block
+// leaves about as much of the SM to the kernels starting beside it as the other forms do.
+constexpr int kNormPipelineBytes = 96 * 1024;
 
 struct Params {
   CUtensorMap x;                    // [T, K], boxes of kRows rows x 64
@@ -76,9 +75,7 @@ struct Pipe {
 // acc (64 weight rows x kRows tokens) += A B over one 16-column step of K.
 template <int kRows>
 __device__ inline void mma_step(float (&acc)[kRows / 2], uint64_t a, uint64_t b) {
-  if constexpr (kRows == 8)
-    wgmma::mma_64x8_ss(acc, a, b, true);
-  else if constexpr (kRows == 16)
+  if constexpr (kRows == 16)
     wgmma::mma_64x16_ss(acc, a, b, true);
   else if constexpr (kRows == 32)
     wgmma::mma_64x32_ss(acc, a, b, true);
@@ -170,23 +167,22 @@ __device__ inline float silu_mul_of(float gate, float up) {
   return silu(round_bf16(gate)) * round_bf16(up);
 }
 
-// The SiLU-mul form's whole tile (kRows <= kPairTokens): the up half's sums through shared `xchg`
+// The SiLU-mul form's whole tile (kRows = kPairTokens): the up half's sums through shared `xchg`
 // to the threads holding the same gate rows (warpgroup 1 holds rows kPairRows.., the up rows).
 constexpr int kPairTokens = kSkinnySiluMulMaxRows;
-template <int kRows>
-__device__ void store_pair_tile(const Params& p, const TileRef& t, const float (&acc)[kRows / 2],
-                                float (*xchg)[kPairTokens]) {
+__device__ void store_pair_tile(const Params& p, const TileRef& t,
+                                const float (&acc)[kPairTokens / 2], float (*xchg)[kPairTokens]) {
   const Frag f;
   const bool up = threadIdx.x >= kConsumers / 2;
   if (up)
 #pragma unroll
-    for (int i = 0; i < kRows / 8; ++i)
+    for (int i = 0; i < kPairTokens / 8; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) xchg[f.row(j) - kPairRows][f.tok(i, j)] = acc[4 * i + j];
   consumers_sync();
   if (!up)
 #pragma unroll
-    for (int i = 0; i < kRows / 8; ++i)
+    for (int i = 0; i < kPairTokens / 8; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int tok = f.tok(i, j), col = t.n0 + f.row(j);
@@ -200,8 +196,8 @@ __device__ void store_pair_tile(const Params& p, const TileRef& t, const float (
 template <int kRows>
 __device__ void store_tile(const Params& p, const TileRef& t, const float (&acc)[kRows / 2],
                            float (*xchg)[kPairTokens]) {
-  if constexpr (kRows <= kPairTokens)
-    if (p.paired) return store_pair_tile<kRows>(p, t, acc, xchg);
+  if constexpr (kRows == kPairTokens)
+    if (p.paired) return store_pair_tile(p, t, acc, xchg);
   const Frag f;
   const int n = p.n[t.g];
   bf16* y = p.y[t.g];
@@ -261,7 +257,7 @@ __device__ inline void store4(bf16* out, int col, int n, float4 v, bool add) {
 // the registers of the kernel's other phases allow: more would leave less room on an SM for the
 // programmatic dependents that start beside its block).
 template <int kRows>
-constexpr int kReduceBatch = kRows >= 16 ? kRows / 16 : 1;
+constexpr int kReduceBatch = kRows / 16;
 template <int kRows>
 constexpr int kReduceParts = kRows == 64 ? 2 : 4 / kReduceBatch<kRows>;
 
@@ -479,7 +475,7 @@ cudaError_t launch_tiles(Params& p, const bf16* x, int tiles, int T, int K,
   p.units = tiles * p.k_tiles;
   p.blocks = skinny::blocks_for(p.units, p.k_tiles, sm_count);
   p.ws = ws;
-  if (norm) return launch<skinny_norm::kRows, true>(p, stream);
+  if (norm) return launch<16, true>(p, stream);
   return rows == 16   ? launch<16, false>(p, stream)
          : rows == 32 ? launch<32, false>(p, stream)
                       : launch<64, false>(p, stream);
@@ -492,8 +488,7 @@ size_t skinny_workspace_floats(int sm_count) {
 }
 
 bool skinny_norm_supported(const void* norm_w, int T, int K) {
-  static_assert(kSkinnyNormMaxRows == skinny_norm::kRows);
-  return T >= 1 && T <= kSkinnyNormMaxRows && K % 8 == 0 && K > 0 && K <= kSkinnyNormMaxK &&
+  return T >= 1 && T <= skinny_norm::kRows && K % 8 == 0 && K > 0 && K <= kSkinnyNormMaxK &&
          reinterpret_cast<uintptr_t>(norm_w) % 16 == 0;
 }
 

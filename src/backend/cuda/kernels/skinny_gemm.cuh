@@ -60,16 +60,15 @@ size_t skinny_workspace_floats(int sm_count);
 // A launch's optional forms. With norm_w, x is the residual stream: each block multiplies
 // rms_norm(x) by norm_w (f32 [K], zero-centred: x * rsqrt(mean(x^2) + eps) * (1 + w), rounded to
 // bf16 as the norm kernel rounds it) instead, formed in its shared memory — no norm kernel before
-// the GEMM (skinny_norm_supported: up to kSkinnyNormMaxRows tokens, K <= kSkinnyNormMaxK). With accumulate,
+// the GEMM (skinny_norm_supported: up to 16 tokens, K <= kSkinnyNormMaxK). With accumulate,
 // y += x . w^T, summed in f32 and rounded once (not with the SiLU-mul form).
 struct SkinnyOptions {
   const float* norm_w = nullptr;
   float eps = 0.0f;
   bool accumulate = false;
 };
-// The most tokens and the widest K of the normalising form (x held whole in shared memory: K
-// columns of 8 rows, 40 KB beside a 160 KB pipeline).
-constexpr int kSkinnyNormMaxRows = 8, kSkinnyNormMaxK = 2560;
+// The widest normalised x a block holds (K columns of 16 rows: 80 KB beside a 128 KB pipeline).
+constexpr int kSkinnyNormMaxK = 2560;
 bool skinny_norm_supported(const void* norm_w, int T, int K);
 
 struct SkinnyGroup {

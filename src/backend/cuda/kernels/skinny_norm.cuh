@@ -1,6 +1,6 @@
 // The weight-streaming GEMM's normalising form (skinny_gemm.cu): a block forms its own x =
 // rms_norm(residual) (the zero-centred weights: x * rsqrt(mean(x^2) + eps) * (1 + w)) for up to
-// 8 token rows straight into the shared-memory tiles its wgmma reads as B, so that no norm kernel
+// 16 token rows straight into the shared-memory tiles its wgmma reads as B, so that no norm kernel
 // runs before it and no normalised rows go through global memory.
 #pragma once
 
@@ -15,7 +15,7 @@
 namespace deltaserve::cuda::skinny_norm {
 
 // Rows of the B operand the normalised x fills (the wgmma N): tokens past T are zero rows.
-constexpr int kRows = 8;
+constexpr int kRows = 16;
 // A k-tile's B tile: kRows rows of 64 bf16 (one 128-byte swizzle row each).
 constexpr int kTileBytes = kRows * wgmma::kRowBytes;
 

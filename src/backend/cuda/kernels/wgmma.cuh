@@ -133,18 +133,6 @@ __device__ inline void mma_64x16_ss(float (&d)[8], uint64_t a, uint64_t b, bool 
       : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
 }
 
-// d (64 x 8) = (accumulate ? d : 0) + A B, A (64 x 16) and B (16 x 8, stored N x K) both K-major
-// in shared memory.
-__device__ inline void mma_64x8_ss(float (&d)[4], uint64_t a, uint64_t b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
-}
-
 // d (64 x 32) = (accumulate ? d : 0) + A B, A (64 x 16) and B (16 x 32, stored N x K) both
 // K-major in shared memory.
 __device__ inline void mma_64x32_ss(float (&d)[16], uint64_t a, uint64_t b, bool accumulate) {
