@@ -25,10 +25,9 @@ constexpr int kTileRows = kSkinnyTileRows, kTileK = 64, kConsumers = 256,
 // another of the grid (one block an SM: the even split's premise), also when it starts early beside
 // the previous kernel's blocks.
 constexpr int kPipelineBytes = 160 * 1024;
-// The normalising form (16 token rows) keeps its x for all of K in shared memory (80 KB at
-// kSkinnyNormMaxK columns) beside a pipeline of weight tiles only: 96 KB of them, so that the block
-// leaves about as much of the SM to the kernels starting beside it as the other forms do.
-constexpr int kNormPipelineBytes = 96 * 1024;
+// The normalising form (16 token rows) keeps its x for all of K in shared memory beside a pipeline
+// of weight tiles only: 128 KB of them, the rest for x (kSkinnyNormMaxK columns).
+constexpr int kNormPipelineBytes = 128 * 1024;
 
 struct Params {
   CUtensorMap x;                    // [T, K], boxes of kRows rows x 64
@@ -56,7 +55,6 @@ struct BlockShared {
   int last;
   const float* parts[skinny::kMaxParts];
   float xchg[kPairRows][kSkinnySiluMulMaxRows];
-  float norm_sums[kConsumers / 32][skinny_norm::kRows];  // the normalising form's row sums
 };
 
 // A pipeline stage: the weight tile, then the activation tile (both SW128, 1024-byte aligned);
@@ -423,13 +421,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == kConsumers) produce<kRows, kNorm>(p, u0, u1, stages, full, empty);
     return;
   }
-  skinny_norm::RowNorm<kConsumers, kSkinnyNormMaxK> norm;
-  if constexpr (kNorm) norm.load_weights(p.norm_w, p.K);
   pdl::wait_for_predecessor();  // before x, the stores and the workspace
   if constexpr (kNorm) {
     constexpr int kXOffset = kStages * Pipe<kRows, kNorm>::kStageBytes;
-    norm.normalise(p.norm_x, p.eps, p.T, p.K, p.k_tiles, sh.norm_sums, stages + kXOffset,
-                   consumers_sync);
+    skinny_norm::normalise_rows<kConsumers>(p.norm_x, p.norm_w, p.eps, p.T, p.K, p.k_tiles,
+                                            stages + kXOffset);
     wgmma::fence_shared_for_async();
     consumers_sync();
   }
