@@ -176,34 +176,6 @@ class Backend {
     linear_multi(x, ws, ys);
     silu_mul(gate, up, act);
   }
-  // residual += x . w^T: a row-parallel projection whose output is already the whole sum (one
-  // rank) added to the residual stream, its norm left to the projections that read it
-  // (ProjInput). x [T, in], w [H, in], residual and scratch [T, H] (scratch: room a backend may use
-  // for the projection before adding it).
-  virtual void linear_add(const Tensor& x, const Tensor& w, const Tensor& residual,
-                          const Tensor& scratch) = 0;
-  // A projection group's input rows: `h`, or with `norm` set rms_norm(x) by *norm — which the
-  // default forms in h first (as rms_norm does); a backend may form it inside the projections
-  // instead (h then left unwritten). x and h [T, H].
-  struct ProjInput {
-    Tensor h, x;
-    const Tensor* norm = nullptr;
-    float eps = 0.0f;
-  };
-  // linear_multi and linear_silu_mul of such an input.
-  virtual void norm_linear_multi(const ProjInput& in, std::span<const Tensor* const> ws,
-                                 std::span<const Tensor* const> ys) {
-    linear_multi(normalised(in), ws, ys);
-  }
-  virtual void norm_linear_silu_mul(const ProjInput& in, const Tensor& w_gate, const Tensor& w_up,
-                                    const Tensor& gate_up, const Tensor& act) {
-    linear_silu_mul(normalised(in), w_gate, w_up, gate_up, act);
-  }
-  // in.h, holding rms_norm(in.x) first where in.norm is set.
-  const Tensor& normalised(const ProjInput& in) {
-    if (in.norm) rms_norm(in.x, *in.norm, in.eps, in.h);
-    return in.h;
-  }
   // out[i] = x[rows[i]]. rows [R] i32, x [T, H], out [R, H].
   virtual void gather_rows(const Tensor& x, const Tensor& rows, const Tensor& out) = 0;
 

@@ -26,30 +26,20 @@ Qwen35Model::Qwen35Model(const ModelConfig& cfg, Backend& be, ModelWeights weigh
                static_cast<int32_t>(local_.lin_v_dim), static_cast<int32_t>(local_.conv_kernel)};
 }
 
-Backend::ProjInput Qwen35Model::input_rows(const StepBuffers& s, dist::RowRange c,
-                                           const Tensor& norm) const {
-  const Tensor h = s.h.rows(c.begin, c.end);
-  if (parallel_.degree() > 1) return {.h = h};
-  return {.h = h,
-          .x = s.x.rows(c.begin, c.end),
-          .norm = &norm,
-          .eps = static_cast<float>(cfg_.rms_norm_eps)};
-}
-
 void Qwen35Model::project_in(int64_t i, const StepBuffers& s, dist::RowRange c) const {
   const auto rows = [c](const Tensor& t) { return t.rows(c.begin, c.end); };
   const LayerWeights& l = w_.layers[static_cast<size_t>(i)];
-  const Backend::ProjInput in = input_rows(s, c, l.input_norm);
+  const Tensor h = rows(s.h);
   if (l.type == LayerType::kFullAttention) {
     const Tensor* ws[] = {&l.attn.q_proj, &l.attn.k_proj, &l.attn.v_proj};
     const Tensor qg = rows(s.qg), k = rows(s.k), v = rows(s.v);
     const Tensor* ys[] = {&qg, &k, &v};
-    return be_.norm_linear_multi(in, ws, ys);
+    return be_.linear_multi(h, ws, ys);
   }
   const Tensor* ws[] = {&l.gdn.in_proj_qkv, &l.gdn.in_proj_z, &l.gdn.in_proj_b, &l.gdn.in_proj_a};
   const Tensor u = rows(s.u), z = rows(s.z), b = rows(s.b), a = rows(s.a);
   const Tensor* ys[] = {&u, &z, &b, &a};
-  be_.norm_linear_multi(in, ws, ys);
+  be_.linear_multi(h, ws, ys);
 }
 
 void Qwen35Model::mixer(const StepBatch& batch, int64_t i, const StepBuffers& s,
@@ -79,8 +69,7 @@ Qwen35Model::RowParallelProjection Qwen35Model::out_projection(int64_t i,
 void Qwen35Model::mlp_in(int64_t i, const StepBuffers& s, dist::RowRange c) const {
   const auto rows = [c](const Tensor& t) { return t.rows(c.begin, c.end); };
   const LayerWeights& l = w_.layers[static_cast<size_t>(i)];
-  be_.norm_linear_silu_mul(input_rows(s, c, l.post_norm), l.gate_proj, l.up_proj,
-                           rows(s.mlp_gate_up), rows(s.mlp_act));
+  be_.linear_silu_mul(rows(s.h), l.gate_proj, l.up_proj, rows(s.mlp_gate_up), rows(s.mlp_act));
 }
 
 void Qwen35Model::forward(const StepBatch& batch, const StepBuffers& s,
@@ -90,8 +79,6 @@ void Qwen35Model::forward(const StepBatch& batch, const StepBuffers& s,
   const int64_t T = s.x.dim(0), L = cfg_.num_layers;
   // x: residual stream; h: the normalised input of the next block (the final norm after the last).
   // Under TPSP (`sharded`) each rank adds and normalises only its token shard of every microchunk.
-  // On one rank a block's norm is left to the projections that read it (input_rows), the final
-  // norm excepted.
   const bool sharded = parallel_.token_sharded(T);
   const std::vector<dist::RowRange> chunks = parallel_.microchunks(T);
   const bool overlap = parallel_.tpsp().overlap_streams;
@@ -101,15 +88,10 @@ void Qwen35Model::forward(const StepBatch& batch, const StepBuffers& s,
   // The row-parallel projection `proj` into s.mix, its partials summed, added to the residual and
   // normalised by `norm`, then (with `gather`) every rank given all the normalised rows (TPSP:
   // reduce-scatter, add + norm of the shard, all-gather; else all-reduce, add + norm of every row).
-  // On one rank only the projection and add (both one op: the backend may add inside the GEMM),
-  // and for the final norm (`norm_too`) the norm with them.
+  // On one rank the projection, add and norm are one op (the backend may add inside the GEMM).
   const auto project_add_norm = [&](MicrochunkPipeline& p, const RowParallelProjection& proj,
-                                    const Tensor& norm, bool gather, bool norm_too) {
+                                    const Tensor& norm, bool gather) {
     const auto rows = [](const Tensor& t, dist::RowRange c) { return t.rows(c.begin, c.end); };
-    if (parallel_.degree() == 1 && !norm_too)
-      return p.compute([&](dist::RowRange c) {
-        be_.linear_add(rows(proj.in, c), *proj.w, rows(s.x, c), rows(s.mix, c));
-      });
     if (parallel_.degree() == 1)
       return p.compute([&](dist::RowRange c) {
         be_.linear_add_rms_norm(rows(proj.in, c), *proj.w, rows(s.x, c), norm, eps, rows(s.h, c),
@@ -128,10 +110,9 @@ void Qwen35Model::forward(const StepBatch& batch, const StepBuffers& s,
   {
     MicrochunkPipeline p(be_, chunks, overlap);
     p.communicate([&](dist::RowRange c) { parallel_.reduce_embedding(s.x, c, sharded); });
-    if (parallel_.degree() > 1)
-      p.compute([&](dist::RowRange c) {
-        be_.rms_norm(own(s.x, c), w_.layers[0].input_norm, eps, own(s.h, c));
-      });
+    p.compute([&](dist::RowRange c) {
+      be_.rms_norm(own(s.x, c), w_.layers[0].input_norm, eps, own(s.h, c));
+    });
     p.communicate([&](dist::RowRange c) { parallel_.column_parallel_input(s.h, c, sharded); });
     p.compute([&](dist::RowRange c) { project_in(0, s, c); });
     p.join();
@@ -140,14 +121,14 @@ void Qwen35Model::forward(const StepBatch& batch, const StepBuffers& s,
     const LayerWeights& l = w_.layers[static_cast<size_t>(i)];
     mixer(batch, i, s, cache[static_cast<size_t>(i)]);
     MicrochunkPipeline p(be_, chunks, overlap);
-    project_add_norm(p, out_projection(i, s), l.post_norm, true, false);
+    project_add_norm(p, out_projection(i, s), l.post_norm, true);
     p.compute([&](dist::RowRange c) { mlp_in(i, s, c); });
     const bool last = i + 1 == L;
     // After the last layer: the final norm, gathered when there are logits (the lm_head's rows
     // may be any rank's).
     project_add_norm(p, {s.mlp_act, &l.down_proj},
                      last ? w_.final_norm : w_.layers[static_cast<size_t>(i + 1)].input_norm,
-                     !last || R > 0, last);
+                     !last || R > 0);
     if (!last) p.compute([&](dist::RowRange c) { project_in(i + 1, s, c); });
     p.join();
   }

@@ -60,12 +60,9 @@ class Qwen35Model {
 
  private:
   // The steps of a layer, each on the rows c of the step (a TPSP microchunk, or all of them)
-  // where it works row by row. A block's input (input_rows): on one rank the residual stream s.x
-  // with the block's norm, which the projections apply (the backend may fuse it into them, s.h
-  // then unwritten); under TP s.h, normalised (and gathered) before.
-  backend::Backend::ProjInput input_rows(const StepBuffers& s, dist::RowRange c,
-                                         const Tensor& norm) const;
-  // layer i's input projections (attention q/k/v -> s.qg, s.k, s.v; GDN -> s.u, s.z, s.b, s.a);
+  // where it works row by row:
+  // layer i's input projections of s.h (attention q/k/v -> s.qg, s.k, s.v; GDN -> s.u, s.z, s.b,
+  // s.a);
   void project_in(int64_t i, const StepBuffers& s, dist::RowRange c) const;
   // its mixer on the whole step (attention -> s.attn; conv, delta rule, gated norm -> s.o);
   void mixer(const StepBatch& batch, int64_t i, const StepBuffers& s, const LayerCache& c) const;
@@ -75,8 +72,8 @@ class Qwen35Model {
     const Tensor* w;
   };
   RowParallelProjection out_projection(int64_t i, const StepBuffers& s) const;
-  // its MLP's gate / up projections and SiLU-mul into s.mlp_act, the down projection's input (the
-  // down projection is row-parallel too).
+  // its MLP's gate / up projections of s.h and SiLU-mul into s.mlp_act, the down projection's
+  // input (the down projection is row-parallel too).
   void mlp_in(int64_t i, const StepBuffers& s, dist::RowRange c) const;
   // Logits of the rows `hr` into s.out (vocabulary-parallel under TP).
   void lm_head(const Tensor& hr, const StepBuffers& s) const;

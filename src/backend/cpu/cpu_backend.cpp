@@ -103,19 +103,6 @@ void CpuBackend::add_rms_norm(const Tensor& residual, const Tensor& x, const Ten
   }
 }
 
-// The projection into scratch, then added in f32 (as add_rms_norm adds).
-void CpuBackend::linear_add(const Tensor& x, const Tensor& w, const Tensor& residual,
-                            const Tensor& scratch) {
-  DS_CHECK(residual.dim(0) == scratch.dim(0) && residual.dim(1) == scratch.dim(1),
-           "linear_add: residual and scratch [T, H]");
-  linear(x, w, scratch);
-  float* res = residual.f32();
-  const float* y = scratch.f32();
-  const int64_t n = residual.numel();
-#pragma omp parallel for
-  for (int64_t i = 0; i < n; ++i) res[i] += y[i];
-}
-
 void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor& y) {
   const int64_t T = x.dim(0), in = x.dim(1), outd = w.dim(0);
   DS_CHECK(w.dim(1) == in && y.dim(0) == T && y.dim(1) == outd,

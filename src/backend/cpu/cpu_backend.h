@@ -27,8 +27,6 @@ class CpuBackend : public Backend {
   void add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& w, float eps,
                     const Tensor& out) override;
   void linear(const Tensor& x, const Tensor& w, const Tensor& y) override;
-  void linear_add(const Tensor& x, const Tensor& w, const Tensor& residual,
-                  const Tensor& scratch) override;
   void silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void gather_rows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
 

@@ -95,12 +95,6 @@ class CudaBackend final : public Backend {
   // the SiLU-mul in its epilogue: gate_up is not written. Otherwise, where they take cuBLASLt and
   // w_up's rows follow w_gate's in memory (the loader places them so): one GEMM into gate_up as
   // [T, 2 I], then SiLU-mul over its two column halves.
-  void linear_add(const Tensor& x, const Tensor& w, const Tensor& residual,
-                  const Tensor& scratch) override;
-  void norm_linear_multi(const ProjInput& in, std::span<const Tensor* const> ws,
-                         std::span<const Tensor* const> ys) override;
-  void norm_linear_silu_mul(const ProjInput& in, const Tensor& w_gate, const Tensor& w_up,
-                            const Tensor& gate_up, const Tensor& act) override;
   void linear_silu_mul(const Tensor& x, const Tensor& w_gate, const Tensor& w_up,
                        const Tensor& gate_up, const Tensor& act) override;
   void gather_rows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
@@ -130,14 +124,6 @@ class CudaBackend final : public Backend {
  private:
   enum class LinearRoute { kSkinny, kGemv, kCublasLt };
   // Where linear_multi sends these projections (checking their shapes).
-  // The weight-streaming GEMM over the groups ws / ys of x, in opt's form.
-  void skinny_linear(const Tensor& x, std::span<const Tensor* const> ws,
-                     std::span<const Tensor* const> ys, const cuda::SkinnyOptions& opt);
-  // Whether the weight-streaming GEMM may form in's norm itself (then only if it takes the group).
-  bool fuses_norm(const ProjInput& in) const;
-  // Whether linear_silu_mul forms act in the weight-streaming GEMM for these operands.
-  bool silu_mul_in_skinny_gemm(const Tensor& x, const Tensor& w_gate, const Tensor& w_up,
-                               const Tensor& gate_up, const Tensor& act) const;
   LinearRoute linear_route(const Tensor& x, std::span<const Tensor* const> ws,
                            std::span<const Tensor* const> ys) const;
 
@@ -169,9 +155,6 @@ class CudaBackend final : public Backend {
   // linear_silu_mul's fused forms: the weight-streaming GEMM's and the prefill GEMM's
   // (DS_FUSED_SILU_MUL=0 for A/B: the unfused ops)
   bool fused_silu_mul_ = true;
-  // A block's input RMSNorm formed inside the weight-streaming GEMM that reads it
-  // (DS_SKINNY_NORM=0 for A/B: the norm kernel before it).
-  bool fused_norms_ = true;
   // Two projections of one width in a group (the GDN b / a, attention k / v) as one batched
   // cuBLASLt GEMM (DS_GEMM_PAIRS=0: a GEMM each, A/B).
   bool batch_pairs_ = true;

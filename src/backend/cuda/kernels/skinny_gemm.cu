@@ -4,7 +4,6 @@
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
 #include "backend/cuda/kernels/skinny_gemm.cuh"
-#include "backend/cuda/kernels/skinny_norm.cuh"
 #include "backend/cuda/kernels/skinny_partition.h"
 #include "backend/cuda/kernels/tma.cuh"
 #include "backend/cuda/kernels/tma_map.h"
@@ -25,9 +24,6 @@ constexpr int kTileRows = kSkinnyTileRows, kTileK = 64, kConsumers = 256,
 // another of the grid (one block an SM: the even split's premise), also when it starts early beside
 // the previous kernel's blocks.
 constexpr int kPipelineBytes = 160 * 1024;
-// The normalising form (16 token rows) keeps its x for all of K in shared memory beside a pipeline
-// of weight tiles only: 128 KB of them, the rest for x (kSkinnyNormMaxK columns).
-constexpr int kNormPipelineBytes = 128 * 1024;
 
 struct Params {
   CUtensorMap x;                    // [T, K], boxes of kRows rows x 64
@@ -35,16 +31,10 @@ struct Params {
   bf16* y[kSkinnyMaxGroups];        // [T, n]
   int n[kSkinnyMaxGroups];
   int first_tile[kSkinnyMaxGroups];  // group g's 128-row tiles start here
-  int count, T, K, k_tiles, units, blocks;
+  int count, T, k_tiles, units, blocks;
   // SiLU-mul form: w[0] / w[1] the gate / up weights in boxes of 64 rows, a tile's rows 0-63
   // gate rows and 64-127 the same up rows; y[0] the product, n[0] its width.
   bool paired;
-  // Normalising form: x = rms_norm(norm_x) by norm_w, formed by each block in shared memory (the
-  // tensor map x unused). accumulate: y += the product, summed in f32 and rounded once.
-  const bf16* norm_x;
-  const float* norm_w;
-  float eps;
-  bool accumulate;
   SkinnyWorkspace ws;
 };
 constexpr int kPairRows = kTileRows / 2;
@@ -57,16 +47,12 @@ struct BlockShared {
   float xchg[kPairRows][kSkinnySiluMulMaxRows];
 };
 
-// A pipeline stage: the weight tile, then the activation tile (both SW128, 1024-byte aligned);
-// in the normalising form (kNorm) the weight tile alone, the normalised x after the last stage
-// (skinny_norm::normalise_rows' layout: k-tile kt's tile at kt * skinny_norm::kTileBytes).
+// A pipeline stage: the weight tile, then the activation tile (both SW128, 1024-byte aligned).
 constexpr int kWBytes = kTileRows * wgmma::kRowBytes;
-template <int kRows, bool kNorm>
+template <int kRows>
 struct Pipe {
-  static_assert(!kNorm || kRows == skinny_norm::kRows);
-  static constexpr int kStageBytes = kWBytes + (kNorm ? 0 : kRows * wgmma::kRowBytes);
-  static constexpr int kStages = (kNorm ? kNormPipelineBytes : kPipelineBytes) / kStageBytes;
-  // Without the normalised x (k_tiles * skinny_norm::kTileBytes more in the normalising form).
+  static constexpr int kStageBytes = kWBytes + kRows * wgmma::kRowBytes;
+  static constexpr int kStages = kPipelineBytes / kStageBytes;
   static constexpr int kSmemBytes = kStages * kStageBytes + wgmma::kAtomBytes;
 };
 
@@ -106,12 +92,11 @@ __device__ inline TileRef tile_ref(const Params& p, int tile) {
 
 // One thread issues every copy: the first stages' weight tiles before waiting for the previous
 // kernel (weights are never written by one), then activations and the rest as stages free up.
-template <int kRows, bool kNorm>
+template <int kRows>
 __device__ void produce(const Params& p, int u0, int u1, unsigned char* stages, uint64_t* full,
                         uint64_t* empty) {
-  constexpr int kStageBytes = Pipe<kRows, kNorm>::kStageBytes,
-                kStages = Pipe<kRows, kNorm>::kStages;
-  if constexpr (!kNorm) tma::prefetch_map(&p.x);
+  constexpr int kStageBytes = Pipe<kRows>::kStageBytes, kStages = Pipe<kRows>::kStages;
+  tma::prefetch_map(&p.x);
   const auto load_w = [&](int i) {
     const int u = u0 + i, s = i % kStages;
     const TileRef t = tile_ref(p, u / p.k_tiles);
@@ -121,11 +106,8 @@ __device__ void produce(const Params& p, int u0, int u1, unsigned char* stages, 
     if (p.paired) tma::load_2d(dst + kPairRows * wgmma::kRowBytes, &p.w[1], k0, t.n0, &full[s]);
   };
   const auto load_x = [&](int i) {
-    if constexpr (!kNorm) {  // else the consumers form x themselves
-      const int u = u0 + i, s = i % kStages;
-      tma::load_2d(stages + s * kStageBytes + kWBytes, &p.x, (u % p.k_tiles) * kTileK, 0,
-                   &full[s]);
-    }
+    const int u = u0 + i, s = i % kStages;
+    tma::load_2d(stages + s * kStageBytes + kWBytes, &p.x, (u % p.k_tiles) * kTileK, 0, &full[s]);
   };
   const int first = min(u1 - u0, kStages);
   for (int i = 0; i < first; ++i) {
@@ -204,9 +186,8 @@ __device__ void store_tile(const Params& p, const TileRef& t, const float (&acc)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int tok = f.tok(i, j), col = t.n0 + f.row(j);
-      if (tok >= p.T || col >= n) continue;
-      bf16& out = y[static_cast<size_t>(tok) * n + col];
-      out = __float2bfloat16(acc[4 * i + j] + (p.accumulate ? __bfloat162float(out) : 0.0f));
+      if (tok < p.T && col < n)
+        y[static_cast<size_t>(tok) * n + col] = __float2bfloat16(acc[4 * i + j]);
     }
 }
 
@@ -221,22 +202,8 @@ __device__ void store_partial(const Params& p, int slot, const float (&acc)[kRow
       if (f.tok(i, j) < p.T) part[f.tok(i, j) * kTileRows + f.row(j)] = acc[4 * i + j];
 }
 
-__device__ inline void add4(float4& s, const float4& v) {
-  s.x += v.x;
-  s.y += v.y;
-  s.z += v.z;
-  s.w += v.w;
-}
-
-// out[0..3] (those below column n) = v, or with `add` out + v (rounded once).
-__device__ inline void store4(bf16* out, int col, int n, float4 v, bool add) {
+__device__ inline void store4(bf16* out, int col, int n, const float4& v) {
   if (n % 4 == 0 && col + 3 < n) {
-    if (add) {
-      const uint2 old = *reinterpret_cast<const uint2*>(out);
-      const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&old.x)),
-                   hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&old.y));
-      add4(v, make_float4(lo.x, lo.y, hi.x, hi.y));
-    }
     const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
     uint2 packed;
     packed.x = *reinterpret_cast<const uint32_t*>(&lo);
@@ -245,8 +212,7 @@ __device__ inline void store4(bf16* out, int col, int n, float4 v, bool add) {
     return;
   }
   const float e[4] = {v.x, v.y, v.z, v.w};
-  for (int j = 0; j < 4 && col + j < n; ++j)
-    out[j] = __float2bfloat16(e[j] + (add ? __bfloat162float(out[j]) : 0.0f));
+  for (int j = 0; j < 4 && col + j < n; ++j) out[j] = __float2bfloat16(e[j]);
 }
 
 // A tile reduction of kRows tokens sums kReduceBatch items (four rows of a token) a consumer thread
@@ -258,6 +224,13 @@ template <int kRows>
 constexpr int kReduceBatch = kRows / 16;
 template <int kRows>
 constexpr int kReduceParts = kRows == 64 ? 2 : 4 / kReduceBatch<kRows>;
+
+__device__ inline void add4(float4& s, const float4& v) {
+  s.x += v.x;
+  s.y += v.y;
+  s.z += v.z;
+  s.w += v.w;
+}
 
 // sum[b] = the np partials' float4 at at[b] + offset, added in block order, kParts partials' loads
 // at a time.
@@ -329,7 +302,7 @@ __device__ void reduce_tile(const Params& p, int tile, const float** parts) {
     for (int b = 0; b < kBatch; ++b) {
       if (b >= valid) continue;
       const int tok = at[b] / kTileRows, r = at[b] % kTileRows;
-      store4(p.y[t.g] + static_cast<size_t>(tok) * n + t.n0 + r, t.n0 + r, n, v[b], p.accumulate);
+      store4(p.y[t.g] + static_cast<size_t>(tok) * n + t.n0 + r, t.n0 + r, n, v[b]);
     }
   }
 }
@@ -365,12 +338,11 @@ __device__ void finish_segment(const Params& p, int c, int tile, int kt0, int kt
 
 // The consumer warpgroups over the block's units, tile segment by tile segment; each stage is
 // released once the MMAs reading it have completed.
-template <int kRows, bool kNorm>
+template <int kRows>
 __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* stages,
                         uint64_t* full, uint64_t* empty, BlockShared& sh) {
-  constexpr int kStageBytes = Pipe<kRows, kNorm>::kStageBytes,
-                kStages = Pipe<kRows, kNorm>::kStages;
-  const uint32_t base = tma::smem_addr(stages), xs = base + kStages * kStageBytes;
+  constexpr int kStageBytes = Pipe<kRows>::kStageBytes, kStages = Pipe<kRows>::kStages;
+  const uint32_t base = tma::smem_addr(stages);
   const uint32_t rows = (threadIdx.x / 128) * 64 * wgmma::kRowBytes;  // this warpgroup's 64
   constexpr uint32_t kStep = 32 >> 4;  // 16 bf16 along K, in the descriptor's 16-byte units
   float acc[kRows / 2];
@@ -383,10 +355,8 @@ __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* s
       const int s = i % kStages;
       tma::wait(&full[s], (i / kStages) & 1);
       const uint32_t stage = base + s * kStageBytes;
-      const uint32_t x_tile =
-          kNorm ? xs + (u - tile * p.k_tiles) * skinny_norm::kTileBytes : stage + kWBytes;
       const uint64_t wd = wgmma::desc(stage + rows, 16, wgmma::kAtomBytes),
-                     xd = wgmma::desc(x_tile, 16, wgmma::kAtomBytes);
+                     xd = wgmma::desc(stage + kWBytes, 16, wgmma::kAtomBytes);
       wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < kTileK / 16; ++kk)
@@ -399,10 +369,10 @@ __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* s
   }
 }
 
-template <int kRows, bool kNorm>
+template <int kRows>
 __global__ void __launch_bounds__(kThreads, 1)
     skinny_gemm_kernel(const __grid_constant__ Params p) {
-  constexpr int kStages = Pipe<kRows, kNorm>::kStages;
+  constexpr int kStages = Pipe<kRows>::kStages;
   extern __shared__ unsigned char raw[];
   unsigned char* stages = wgmma::atom_aligned<unsigned char>(raw);
   __shared__ uint64_t full[kStages], empty[kStages];
@@ -418,74 +388,43 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   pdl::allow_successor();  // the next kernel's blocks may start streaming their weights
   if (threadIdx.x >= kConsumers) {
-    if (threadIdx.x == kConsumers) produce<kRows, kNorm>(p, u0, u1, stages, full, empty);
+    if (threadIdx.x == kConsumers) produce<kRows>(p, u0, u1, stages, full, empty);
     return;
   }
-  pdl::wait_for_predecessor();  // before x, the stores and the workspace
-  if constexpr (kNorm) {
-    constexpr int kXOffset = kStages * Pipe<kRows, kNorm>::kStageBytes;
-    skinny_norm::normalise_rows<kConsumers>(p.norm_x, p.norm_w, p.eps, p.T, p.K, p.k_tiles,
-                                            stages + kXOffset);
-    wgmma::fence_shared_for_async();
-    consumers_sync();
-  }
-  consume<kRows, kNorm>(p, c, u0, u1, stages, full, empty, sh);
+  pdl::wait_for_predecessor();  // before the stores and the workspace
+  consume<kRows>(p, c, u0, u1, stages, full, empty, sh);
 }
 
-constexpr int kNormMaxKTiles = kSkinnyNormMaxK / kTileK;
-
-template <int kRows, bool kNorm>
+template <int kRows>
 cudaError_t launch(const Params& p, cudaStream_t stream) {
-  const auto kernel = skinny_gemm_kernel<kRows, kNorm>;
-  constexpr int kMaxSmem =
-      Pipe<kRows, kNorm>::kSmemBytes + (kNorm ? kNormMaxKTiles * skinny_norm::kTileBytes : 0);
-  const int smem =
-      Pipe<kRows, kNorm>::kSmemBytes + (kNorm ? p.k_tiles * skinny_norm::kTileBytes : 0);
+  const auto kernel = skinny_gemm_kernel<kRows>;
+  constexpr int smem = Pipe<kRows>::kSmemBytes;
   const cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
   return pdl::launch_with(true, kernel, p.blocks, kThreads, smem, stream, p);
 }
 
-// x [T, K] (or the rows to normalise) and the split of p's `tiles` tiles of K between blocks,
-// then the launch.
+// x [T, K] and the split of p's `tiles` tiles of K between blocks, then the launch.
 cudaError_t launch_tiles(Params& p, const bf16* x, int tiles, int T, int K,
-                         const SkinnyWorkspace& ws, int sm_count, const SkinnyOptions& opt,
-                         cudaStream_t stream) {
+                         const SkinnyWorkspace& ws, int sm_count, cudaStream_t stream) {
   if (tiles > kSkinnyMaxTiles) return cudaErrorInvalidValue;
-  const bool norm = opt.norm_w != nullptr;
-  if (norm && !skinny_norm_supported(opt.norm_w, T, K)) return cudaErrorInvalidValue;
-  if (opt.accumulate && p.paired) return cudaErrorInvalidValue;
   const int rows = T <= 16 ? 16 : T <= 32 ? 32 : 64;
-  if (norm) {
-    p.norm_x = x;
-    p.norm_w = opt.norm_w;
-    p.eps = opt.eps;
-  } else {
-    p.x = encode_tma_2d_bf16(x, T, K, rows);
-  }
-  p.accumulate = opt.accumulate;
+  p.x = encode_tma_2d_bf16(x, T, K, rows);
   p.T = T;
-  p.K = K;
   p.k_tiles = (K + kTileK - 1) / kTileK;
   p.units = tiles * p.k_tiles;
   p.blocks = skinny::blocks_for(p.units, p.k_tiles, sm_count);
   p.ws = ws;
-  if (norm) return launch<16, true>(p, stream);
-  return rows == 16   ? launch<16, false>(p, stream)
-         : rows == 32 ? launch<32, false>(p, stream)
-                      : launch<64, false>(p, stream);
+  return rows == 16   ? launch<16>(p, stream)
+         : rows == 32 ? launch<32>(p, stream)
+                      : launch<64>(p, stream);
 }
 
 }  // namespace
 
 size_t skinny_workspace_floats(int sm_count) {
   return static_cast<size_t>(2 * sm_count) * kTileRows * kSkinnyMaxRows;
-}
-
-bool skinny_norm_supported(const void* norm_w, int T, int K) {
-  return T >= 1 && T <= skinny_norm::kRows && K % 8 == 0 && K > 0 && K <= kSkinnyNormMaxK &&
-         reinterpret_cast<uintptr_t>(norm_w) % 16 == 0;
 }
 
 bool skinny_supported(const void* x, const void* w, const void* y, int T, int K) {
@@ -498,7 +437,7 @@ bool skinny_supported(const void* x, const void* w, const void* y, int T, int K)
 
 cudaError_t launch_skinny_gemm_bf16(const bf16* x, const SkinnyGroup* groups, int count, int T,
                                     int K, const SkinnyWorkspace& ws, int sm_count,
-                                    cudaStream_t stream, const SkinnyOptions& opt) {
+                                    cudaStream_t stream) {
   if (T < 1 || T > kSkinnyMaxRows) return cudaErrorInvalidValue;
   Params p{};
   int tiles = 0;
@@ -510,13 +449,13 @@ cudaError_t launch_skinny_gemm_bf16(const bf16* x, const SkinnyGroup* groups, in
     tiles += (groups[g].n + kTileRows - 1) / kTileRows;
   }
   p.count = count;
-  return launch_tiles(p, x, tiles, T, K, ws, sm_count, opt, stream);
+  return launch_tiles(p, x, tiles, T, K, ws, sm_count, stream);
 }
 
 cudaError_t launch_skinny_gemm_silu_mul_bf16(const bf16* x, const bf16* gate, const bf16* up,
                                              bf16* act, int T, int K, int I,
                                              const SkinnyWorkspace& ws, int sm_count,
-                                             cudaStream_t stream, const SkinnyOptions& opt) {
+                                             cudaStream_t stream) {
   if (T < 1 || T > kSkinnySiluMulMaxRows) return cudaErrorInvalidValue;
   Params p{};
   p.paired = true;
@@ -525,7 +464,7 @@ cudaError_t launch_skinny_gemm_silu_mul_bf16(const bf16* x, const bf16* gate, co
   p.y[0] = act;
   p.n[0] = I;
   p.count = 1;
-  return launch_tiles(p, x, (I + kPairRows - 1) / kPairRows, T, K, ws, sm_count, opt, stream);
+  return launch_tiles(p, x, (I + kPairRows - 1) / kPairRows, T, K, ws, sm_count, stream);
 }
 
 }  // namespace deltaserve::cuda

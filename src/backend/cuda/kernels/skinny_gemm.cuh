@@ -57,20 +57,6 @@ struct SkinnyWorkspace {
 };
 size_t skinny_workspace_floats(int sm_count);
 
-// A launch's optional forms. With norm_w, x is the residual stream: each block multiplies
-// rms_norm(x) by norm_w (f32 [K], zero-centred: x * rsqrt(mean(x^2) + eps) * (1 + w), rounded to
-// bf16 as the norm kernel rounds it) instead, formed in its shared memory — no norm kernel before
-// the GEMM (skinny_norm_supported: up to 16 tokens, K <= kSkinnyNormMaxK). With accumulate,
-// y += x . w^T, summed in f32 and rounded once (not with the SiLU-mul form).
-struct SkinnyOptions {
-  const float* norm_w = nullptr;
-  float eps = 0.0f;
-  bool accumulate = false;
-};
-// The widest normalised x a block holds (K columns of 16 rows: 80 KB beside a 128 KB pipeline).
-constexpr int kSkinnyNormMaxK = 2560;
-bool skinny_norm_supported(const void* norm_w, int T, int K);
-
 struct SkinnyGroup {
   const __nv_bfloat16* w;  // [n, K]
   __nv_bfloat16* y;        // [T, n]
@@ -86,10 +72,10 @@ bool skinny_supported(const void* x, const void* w, const void* y, int T, int K)
 // cudaErrorInvalidValue); no kernel writes the w (weights): their copies start before the launch
 // waits for the previous kernel; sm_count the device's multiprocessors. Never allocates or
 // syncs; returns the launch's error (throws deltaserve::DeviceError when a tensor map cannot be
-// encoded). opt's forms: see SkinnyOptions (cudaErrorInvalidValue where one does not apply).
+// encoded).
 cudaError_t launch_skinny_gemm_bf16(const __nv_bfloat16* x, const SkinnyGroup* groups, int count,
                                     int T, int K, const SkinnyWorkspace& ws, int sm_count,
-                                    cudaStream_t stream, const SkinnyOptions& opt = {});
+                                    cudaStream_t stream);
 
 // The MLP's gate and up projections and SiLU-mul in one launch, for up to kSkinnySiluMulMaxRows
 // tokens: act [T, I] = silu(x . gate^T) * (x . up^T), gate and up [I, K]. Each 128-row tile
@@ -100,6 +86,6 @@ constexpr int kSkinnySiluMulMaxRows = 16;
 cudaError_t launch_skinny_gemm_silu_mul_bf16(const __nv_bfloat16* x, const __nv_bfloat16* gate,
                                              const __nv_bfloat16* up, __nv_bfloat16* act, int T,
                                              int K, int I, const SkinnyWorkspace& ws, int sm_count,
-                                             cudaStream_t stream, const SkinnyOptions& opt = {});
+                                             cudaStream_t stream);
 
 }  // namespace deltaserve::cuda
