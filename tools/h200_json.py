@@ -19,7 +19,7 @@ CUDA-graph medians from ../shared/peers/fla_bench.py's JSON lines (--fla) of the
 where fla got nothing in, its last figures, marked; the table replaced is kept as "previous"),
 and gdn_decode_us_per_layer: fla's fused recurrent kernel per batch size (--fla) beside our fused
 decode layer's (--gdn-decode, from gpu_bench's per-op tables); serve_8k_1k from gpu_run.sh
-serve8k's JSON lines (--serve), offline_8k_1k from its offline8k ones (--offline: the same workload
+serve8k's JSON lines (--serve; the rows replaced kept as earlier_by_concurrency), offline_8k_1k from its offline8k ones (--offline: the same workload
 without HTTP, and serve's TPOT over offline's), decode_ms_ctx<N>k from gpu_bench runs at another
 context (--decode-ctx); mixed_step_ms from gpu_bench --mixed's table (--mixed: per number of decode
 rows, the step's ms beside its prefill chunk alone); decode_ms from other gpu_bench outputs than the prefill's (--decode-from,
@@ -119,11 +119,17 @@ def latency_cells(run):
 
 
 def serve(path, commit, date, flags, old):
-    """gpu_run.sh serve8k's JSON lines as serve_8k_1k (SGLang's published cells kept)."""
+    """gpu_run.sh serve8k's JSON lines as serve_8k_1k: the table's other keys (SGLang's published
+    cells, the fp8 rows, notes) kept, and the rows it replaces kept under "earlier_by_concurrency"
+    with their commit and flags (one level)."""
     by_c = {str(r["concurrency"]): latency_cells(r["run"]) for r in json_objects(path) if r["run"]}
-    out = {"commit": commit, "date": date, "flags": flags, "by_concurrency": by_c}
-    if old and "sglang_published" in old:
-        out["sglang_published"] = old["sglang_published"]
+    old = dict(old or {})
+    replaced = {k: old.pop(k) for k in ("commit", "flags", "by_concurrency") if k in old}
+    old.pop("date", None)
+    old.pop("earlier_by_concurrency", None)
+    out = {"commit": commit, "date": date, "flags": flags, "by_concurrency": by_c, **old}
+    if replaced:
+        out["earlier_by_concurrency"] = replaced
     return out
 
 
