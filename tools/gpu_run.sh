@@ -293,9 +293,10 @@ for stage in "$@"; do
         echo "}" >>"$LOG/serve8k.jsonl"
         note "serve8k c=$c $(tail -2 "$LOG/serve8k.jsonl" | tr -d '\n' | cut -c1-400)"
       done
-      # The engine thread's seconds in forwards and around them (host work the device waits on).
+      # The engine thread's seconds in forwards and around them (host work the device waits on),
+      # and the prefix cache's hits (none expected: each run's prompts are its own seed's).
       python3 -c "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:8011/metrics').read().decode())" |
-        grep -E "^deltaserve_(engine_(steps|forward_seconds|host_seconds)|num_preemptions)_total" >"$LOG/serve8k.metrics"
+        grep -E "^deltaserve_(engine_(steps|forward_seconds|host_seconds)|num_preemptions|prefix_cache_(queries|hits))_total" >"$LOG/serve8k.metrics"
       note "serve8k engine $(sed 's/{[^}]*}//' "$LOG/serve8k.metrics" | tr '\n' ' ')"
       serve_stop serve8k ;;
     offline8k)  # serve8k's workload in-process (bench offline, no HTTP) at $CONCURRENCY (default 1
