@@ -15,7 +15,6 @@
 // most one block an SM (the pipeline takes more than half an SM's shared memory) and no more blocks
 // than SMs (skinny::blocks_for).
 #include <algorithm>
-#include <cstdlib>
 
 #include "backend/cuda/kernels/grid_counter.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
@@ -34,7 +33,6 @@ struct MlpParams {
   Params down;    // phase 2: act down^T into y
   int* act_done;  // act column tiles stored (phase 1's tiles: up.units / up.k_tiles)
   int* passed;    // blocks whose producers saw act_done complete
-  int mode;       // EXPERIMENT: 0 acquire polling, 1 relaxed polling, 2 no wait
 };
 
 // Block c's units: [a0, a1) of phase 1, then [b0, b1) of phase 2.
@@ -90,16 +88,7 @@ __device__ void produce(const MlpParams& m, const Share& sh, unsigned char* stag
     load_x_unit<kRows>(m.up, sh.a0 + i, i % kStages, stages, full);
   }
   issue_weights_to(n1 + kStages);
-  if (m.mode == 0) grid_counter::wait_reached(m.act_done, act_tiles_of(m));
-  if (m.mode == 1) {
-    for (;;) {
-      int v;
-      asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(m.act_done) : "memory");
-      if (v >= act_tiles_of(m)) break;
-    }
-    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
-    grid_counter::proxy_fence();
-  }
+  grid_counter::wait_reached(m.act_done, act_tiles_of(m));
   for (int i = n1; i < n; ++i) {
     issue_weights_to(i + 1);
     load_x_unit<kRows>(m.down, sh.b0 + i - n1, i % kStages, stages, full);
@@ -162,8 +151,6 @@ cudaError_t launch_skinny_mlp_bf16(const bf16* x, const bf16* gate, const bf16* 
   m.down.ws = {ws.partials + kRows * kTileRows, ws.counters + tiles};
   m.act_done = ws.counters + tiles + dtiles;
   m.passed = m.act_done + 1;
-  static const int mode = getenv("DS_MLP_MODE") ? atoi(getenv("DS_MLP_MODE")) : 0;
-  m.mode = mode;
   constexpr int smem = Pipe<kRows>::kSmemBytes;
   const cudaError_t e =
       cudaFuncSetAttribute(skinny_mlp_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
