@@ -3,10 +3,10 @@
 // (the SiLU-mul form, then the down projection): the same bits where both split the units between
 // as many blocks. Shapes: the 4B and 0.8B MLPs, a ragged last act tile (I = 1000), a ragged last
 // down tile (H = 2600), K past a k-tile's edge (H = 264). Each case launches three times, on
-// poisoned outputs, with new inputs on the third: a block that read act before it was stored, or a
-// count left by the launch before, shows as a mismatch; and every tile counter and both of act's
-// counters are zero after each launch. Then CudaBackend::mlp_add_rms_norm against the backend's
-// default (linear_silu_mul, then linear_add_rms_norm), to 17 tokens (past the one-launch form).
+// poisoned outputs, with new inputs on the third: a block that read an act tile before it was
+// stored, or a flag left set by the launch before, shows as a mismatch; and every tile counter and
+// flag is zero after each launch. Then CudaBackend::mlp_add_rms_norm against the backend's default
+// (linear_silu_mul, then linear_add_rms_norm), to 17 tokens (past the one-launch form).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -73,7 +73,7 @@ TEST_F(SkinnyGemm, MlpInOneLaunchMatchesTheCpuAndTheTwoLaunches) {
       ASSERT_EQ(cuda::launch_skinny_mlp_bf16(cbf(dx), cbf(dwg), cbf(dwu), cbf(dwd), mbf(act),
                                              mbf(y), T, H, I, ws(), sms_, gpu_->stream()),
                 cudaSuccess);
-      EXPECT_EQ(nonzero_counters(), 0) << "tile counters or act's counters left set";
+      EXPECT_EQ(nonzero_counters(), 0) << "tile counters or act flags left set";
       const MlpRef ref = cpu_mlp(cpu_, x, wg, wu, wd, T, H, I);
       const std::vector<float> got_act = host(act.tensor()), got_y = host(y.tensor());
       expect_close(got_act, ref.act, 1e-2f, "act against the CPU");
@@ -103,7 +103,7 @@ TEST_F(CudaOps, MlpAddRmsNormMatchesTheDefaultOps) {
                            wu = rnd(static_cast<size_t>(I) * H, 96, 0.05f),
                            wd = rnd(static_cast<size_t>(H) * I, 97, 0.05f), nw = rnd(H, 98, 0.5f);
   const Buffer dwg = dev(wg, DType::kBF16, {I, H}), dwu = dev(wu, DType::kBF16, {I, H}),
-               dwd = dev(wd, DType::kBF16, {H, I}), dnw = dev(nw, DType::kF32, {H});
+               dwd = dev(wd, DType::kBF16, {H, I}), dnw = dev(nw, DType::kBF16, {H});
   for (const int T : {1, 7, 16, 17}) {
     SCOPED_TRACE("T " + std::to_string(T));
     const std::vector<float> x = rnd(static_cast<size_t>(T) * H, 99), res = rnd(x.size(), 100);

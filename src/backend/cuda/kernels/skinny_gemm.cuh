@@ -94,7 +94,7 @@ cudaError_t launch_skinny_gemm_silu_mul_bf16(const __nv_bfloat16* x, const __nv_
 // split the units between as many blocks. Its blocks wait on each other, so nothing may hold an SM
 // for longer than the launch's predecessor does.
 // Whether it takes these tensors: skinny_supported for x, gate / up and act at K = H, and for act,
-// down and y at K = I; T <= kSkinnySiluMulMaxRows; its tile counters and two more within the
+// down and y at K = I; T <= kSkinnySiluMulMaxRows; its tile counters and flags within the
 // workspace's kSkinnyMaxTiles.
 bool skinny_mlp_supported(const void* x, const void* gate, const void* up, const void* down,
                           const void* act, const void* y, int T, int H, int I);

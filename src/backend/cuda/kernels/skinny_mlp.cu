@@ -4,19 +4,18 @@
 // phase 2's first weight tiles while its consumers finish phase 1, instead of the down GEMM's
 // blocks starting only as the gate / up GEMM's leave their SMs.
 //
-// The block that stores one of act's column tiles (whole, or as the one completing its stream-K
-// sum) adds one to act_done; a block's producer issues phase 2's first activation copy once
-// act_done counts every tile (its weight copies running ahead over every stage meanwhile), then
-// adds one to passed; the last block past clears both for the next launch. (Waiting for each act
-// tile on a flag of its own, one acquire load a unit and an atomic to count its readers, made the
-// launch ~17 us slower than the two it replaces.)
+// Phase 1's tile j is act's columns [64 j, 64 j + 64), exactly phase 2's k-tile j. The block that
+// stores tile j (whole, or as the one completing its stream-K sum) then sets ready[j]; a phase-2
+// unit of k-tile j copies its act tile only once ready[j] is set, its producer streaming further
+// weight tiles meanwhile. Each of the down projection's tiles reads k-tile j once, so the last of
+// those reads (counted in taken[j]) clears both for the next launch.
 //
-// Blocks wait on other blocks' phase 1, so every block of the grid must be resident at once: at
-// most one block an SM (the pipeline takes more than half an SM's shared memory) and no more blocks
-// than SMs (skinny::blocks_for).
+// The flags make blocks wait on other blocks' phase 1, so every block of the grid must be resident
+// at once: at most one block an SM (the pipeline takes more than half an SM's shared memory) and no
+// more blocks than SMs (skinny::blocks_for).
 #include <algorithm>
 
-#include "backend/cuda/kernels/grid_counter.cuh"
+#include "backend/cuda/kernels/grid_flag.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
 #include "backend/cuda/kernels/skinny_gemm_parts.cuh"
 
@@ -29,10 +28,11 @@ constexpr int kRows = kSkinnySiluMulMaxRows;  // the wgmma N: up to 16 tokens
 constexpr int kStages = Pipe<kRows>::kStages, kStageBytes = Pipe<kRows>::kStageBytes;
 
 struct MlpParams {
-  Params up;      // phase 1: silu(x gate^T) * (x up^T) into act
-  Params down;    // phase 2: act down^T into y
-  int* act_done;  // act column tiles stored (phase 1's tiles: up.units / up.k_tiles)
-  int* passed;    // blocks whose producers saw act_done complete
+  Params up;    // phase 1: silu(x gate^T) * (x up^T) into act
+  Params down;  // phase 2: act down^T into y
+  int* ready;   // a flag an act column tile (phase 1's tiles)
+  int* taken;   // phase-2 reads of each act column tile so far
+  int down_tiles;
 };
 
 // Block c's units: [a0, a1) of phase 1, then [b0, b1) of phase 2.
@@ -44,26 +44,26 @@ __device__ inline Share share_of(const MlpParams& m, int c) {
           first_unit(m.down, c + 1)};
 }
 
-__device__ inline int act_tiles_of(const MlpParams& m) { return m.up.units / m.up.k_tiles; }
-
-// After the block stored an act column tile (every consumer thread calls it).
-__device__ void publish_act_tile(const MlpParams& m) {
-  grid_counter::proxy_fence();
-  consumers_sync();
-  if (threadIdx.x == 0) grid_counter::add_release(m.act_done, 1);
-}
-
-// The producer past the wait for act: the last block's clears the counters.
-__device__ void pass_act_barrier(const MlpParams& m) {
-  if (atomicAdd(m.passed, 1) == m.up.blocks - 1) {
-    *m.act_done = 0;
-    *m.passed = 0;
+// Waits for act column tile kt, then counts the read; the tile's last reader clears its flag.
+__device__ void take_act_tile(const MlpParams& m, int kt) {
+  grid_flag::wait_set(&m.ready[kt]);
+  if (atomicAdd(&m.taken[kt], 1) == m.down_tiles - 1) {
+    m.taken[kt] = 0;
+    m.ready[kt] = 0;
   }
 }
 
+// After the block stored act column tile `tile` (every consumer thread calls it).
+__device__ void publish_act_tile(const MlpParams& m, int tile) {
+  grid_flag::proxy_fence();
+  consumers_sync();
+  if (threadIdx.x == 0) grid_flag::set(&m.ready[tile]);
+}
+
 // The producer thread: a unit's weight copies as soon as its stage is free (the first stages'
-// before waiting for the previous kernel), its activation copy after them; before phase 2's first,
-// the weight copies run ahead over every stage while it waits for act.
+// before waiting for the previous kernel), its activation copy after them, a phase-2 unit's once
+// its act tile is published; while one waits for that, the weight copies run ahead over every
+// stage.
 __device__ void produce(const MlpParams& m, const Share& sh, unsigned char* stages, uint64_t* full,
                         uint64_t* empty) {
   tma::prefetch_map(&m.up.x);
@@ -83,17 +83,17 @@ __device__ void produce(const MlpParams& m, const Share& sh, unsigned char* stag
   };
   issue_weights_to(kStages);
   pdl::wait_for_predecessor();
-  for (int i = 0; i < n1; ++i) {
+  for (int i = 0; i < n; ++i) {
     issue_weights_to(i + 1);
-    load_x_unit<kRows>(m.up, sh.a0 + i, i % kStages, stages, full);
+    if (i < n1) {
+      load_x_unit<kRows>(m.up, sh.a0 + i, i % kStages, stages, full);
+      continue;
+    }
+    const int u = sh.b0 + i - n1, kt = u % m.down.k_tiles;
+    if (!grid_flag::is_set(&m.ready[kt])) issue_weights_to(i + kStages);
+    take_act_tile(m, kt);
+    load_x_unit<kRows>(m.down, u, i % kStages, stages, full);
   }
-  issue_weights_to(n1 + kStages);
-  grid_counter::wait_reached(m.act_done, act_tiles_of(m));
-  for (int i = n1; i < n; ++i) {
-    issue_weights_to(i + 1);
-    load_x_unit<kRows>(m.down, sh.b0 + i - n1, i % kStages, stages, full);
-  }
-  pass_act_barrier(m);
 }
 
 __global__ void __launch_bounds__(kThreads, 1)
@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   pdl::wait_for_predecessor();  // before the stores and the workspace
   const int i = consume_units<kRows>(m.up, c, share.a0, share.a1, 0, stages, full, empty, sh,
-                                     [&](int) { publish_act_tile(m); });
+                                     [&](int tile) { publish_act_tile(m, tile); });
   consume_units<kRows>(m.down, c, share.b0, share.b1, i, stages, full, empty, sh, [](int) {});
 }
 
@@ -126,7 +126,7 @@ bool skinny_mlp_supported(const void* x, const void* gate, const void* up, const
                           const void* act, const void* y, int T, int H, int I) {
   return T <= kRows && skinny_supported(x, gate, act, T, H) && skinny_supported(x, up, act, T, H) &&
          skinny_supported(act, down, y, T, I) &&
-         act_tiles(I) + down_tiles(H) + 2 <= kSkinnyMaxTiles;
+         3 * act_tiles(I) + down_tiles(H) <= kSkinnyMaxTiles;
 }
 
 cudaError_t launch_skinny_mlp_bf16(const bf16* x, const bf16* gate, const bf16* up,
@@ -134,23 +134,24 @@ cudaError_t launch_skinny_mlp_bf16(const bf16* x, const bf16* gate, const bf16* 
                                    const SkinnyWorkspace& ws, int sm_count, cudaStream_t stream) {
   if (!skinny_mlp_supported(x, gate, up, down, act, y, T, H, I)) return cudaErrorInvalidValue;
   MlpParams m{};
-  const int tiles = act_tiles(I), dtiles = down_tiles(H);
+  const int tiles = act_tiles(I);
+  m.down_tiles = down_tiles(H);
   m.up = silu_mul_params(gate, up, act, H, I);
   plan_units(m.up, x, tiles, T, H, kRows);
   m.down.w[0] = encode_tma_2d_bf16(down, H, I, kTileRows);
   m.down.y[0] = y;
   m.down.n[0] = H;
   m.down.count = 1;
-  plan_units(m.down, act, dtiles, T, I, kRows);
+  plan_units(m.down, act, m.down_tiles, T, I, kRows);
   const int blocks = std::min(blocks_for(m.up.units, m.up.k_tiles, sm_count),
                               blocks_for(m.down.units, m.down.k_tiles, sm_count));
   m.up.blocks = m.down.blocks = blocks;
   // The phases' partial sums in disjoint parts of each slot (phase 1 uses T x kTileRows floats);
-  // their tile counters, then act's two, apart.
+  // their tile counters, then the flags, apart.
   m.up.ws = ws;
   m.down.ws = {ws.partials + kRows * kTileRows, ws.counters + tiles};
-  m.act_done = ws.counters + tiles + dtiles;
-  m.passed = m.act_done + 1;
+  m.ready = ws.counters + tiles + m.down_tiles;
+  m.taken = m.ready + tiles;
   constexpr int smem = Pipe<kRows>::kSmemBytes;
   const cudaError_t e =
       cudaFuncSetAttribute(skinny_mlp_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
