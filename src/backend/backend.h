@@ -36,13 +36,6 @@ struct GdnMixerTensors {
   Tensor conv_state, state;
 };
 
-// The tensors of one MLP step (Backend::mlp_add_rms_norm): its input x [T, H], weights w_gate /
-// w_up [I, H] and w_down [H, I], and scratch gate_up [T, 2 I] and act [T, I] (as
-// linear_silu_mul's).
-struct MlpTensors {
-  Tensor x, w_gate, w_up, w_down, gate_up, act;
-};
-
 // Shapes and RoPE parameters of full attention.
 struct AttnDims {
   int32_t nh, nkv, hd, rotary_dim;
@@ -182,15 +175,6 @@ class Backend {
     const Tensor* ys[] = {&gate, &up};
     linear_multi(x, ws, ys);
     silu_mul(gate, up, act);
-  }
-  // A whole MLP on one rank, added to the residual stream and normalised: residual +=
-  // (silu(x . w_gate^T) * (x . w_up^T)) . w_down^T, then out = rms_norm(residual) by norm_w;
-  // residual, out and scratch [T, H] (out may be m.x: it is written last). By default
-  // linear_silu_mul, then linear_add_rms_norm; a backend may run both projections as one launch.
-  virtual void mlp_add_rms_norm(const MlpTensors& m, const Tensor& residual, const Tensor& norm_w,
-                                float eps, const Tensor& out, const Tensor& scratch) {
-    linear_silu_mul(m.x, m.w_gate, m.w_up, m.gate_up, m.act);
-    linear_add_rms_norm(m.act, m.w_down, residual, norm_w, eps, out, scratch);
   }
   // out[i] = x[rows[i]]. rows [R] i32, x [T, H], out [R, H].
   virtual void gather_rows(const Tensor& x, const Tensor& rows, const Tensor& out) = 0;

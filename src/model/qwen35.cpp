@@ -72,15 +72,6 @@ void Qwen35Model::mlp_in(int64_t i, const StepBuffers& s, dist::RowRange c) cons
   be_.linear_silu_mul(rows(s.h), l.gate_proj, l.up_proj, rows(s.mlp_gate_up), rows(s.mlp_act));
 }
 
-void Qwen35Model::mlp_add_norm(int64_t i, const StepBuffers& s, dist::RowRange c,
-                               const Tensor& norm) const {
-  const auto rows = [c](const Tensor& t) { return t.rows(c.begin, c.end); };
-  const LayerWeights& l = w_.layers[static_cast<size_t>(i)];
-  be_.mlp_add_rms_norm(
-      {rows(s.h), l.gate_proj, l.up_proj, l.down_proj, rows(s.mlp_gate_up), rows(s.mlp_act)},
-      rows(s.x), norm, static_cast<float>(cfg_.rms_norm_eps), rows(s.h), rows(s.mix));
-}
-
 void Qwen35Model::forward(const StepBatch& batch, const StepBuffers& s,
                           std::span<const LayerCache> cache, int64_t R, bool identity_rows) const {
   DS_CHECK(static_cast<int64_t>(cache.size()) == cfg_.num_layers, "one cache per layer");
@@ -131,16 +122,13 @@ void Qwen35Model::forward(const StepBatch& batch, const StepBuffers& s,
     mixer(batch, i, s, cache[static_cast<size_t>(i)]);
     MicrochunkPipeline p(be_, chunks, overlap);
     project_add_norm(p, out_projection(i, s), l.post_norm, true);
+    p.compute([&](dist::RowRange c) { mlp_in(i, s, c); });
     const bool last = i + 1 == L;
     // After the last layer: the final norm, gathered when there are logits (the lm_head's rows
     // may be any rank's).
-    const Tensor& norm = last ? w_.final_norm : w_.layers[static_cast<size_t>(i + 1)].input_norm;
-    if (parallel_.degree() == 1) {
-      p.compute([&](dist::RowRange c) { mlp_add_norm(i, s, c, norm); });
-    } else {
-      p.compute([&](dist::RowRange c) { mlp_in(i, s, c); });
-      project_add_norm(p, {s.mlp_act, &l.down_proj}, norm, !last || R > 0);
-    }
+    project_add_norm(p, {s.mlp_act, &l.down_proj},
+                     last ? w_.final_norm : w_.layers[static_cast<size_t>(i + 1)].input_norm,
+                     !last || R > 0);
     if (!last) p.compute([&](dist::RowRange c) { project_in(i + 1, s, c); });
     p.join();
   }

@@ -75,9 +75,6 @@ class Qwen35Model {
   // its MLP's gate / up projections of s.h and SiLU-mul into s.mlp_act, the down projection's
   // input (the down projection is row-parallel too).
   void mlp_in(int64_t i, const StepBuffers& s, dist::RowRange c) const;
-  // on one rank, its whole MLP of s.h added to the residual s.x, and s.h = the residual normalised
-  // by `norm` (the next block's input norm).
-  void mlp_add_norm(int64_t i, const StepBuffers& s, dist::RowRange c, const Tensor& norm) const;
   // Logits of the rows `hr` into s.out (vocabulary-parallel under TP).
   void lm_head(const Tensor& hr, const StepBuffers& s) const;
 

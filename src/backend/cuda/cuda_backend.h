@@ -97,11 +97,6 @@ class CudaBackend final : public Backend {
   // [T, 2 I], then SiLU-mul over its two column halves.
   void linear_silu_mul(const Tensor& x, const Tensor& w_gate, const Tensor& w_up,
                        const Tensor& gate_up, const Tensor& act) override;
-  // Where linear_silu_mul takes the weight-streaming GEMM's SiLU-mul form (up to
-  // kSkinnySiluMulMaxRows tokens): both projections in one launch of that GEMM
-  // (launch_skinny_mlp_bf16) into scratch, then add_rms_norm.
-  void mlp_add_rms_norm(const MlpTensors& m, const Tensor& residual, const Tensor& norm_w,
-                        float eps, const Tensor& out, const Tensor& scratch) override;
   void gather_rows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
   void gated_rms_norm(const Tensor& o, const Tensor& z, const Tensor& w, float eps) override;
   void copy_state_rows(std::span<const Tensor> tensors, std::span<const SlotMove> moves) override;
@@ -129,9 +124,6 @@ class CudaBackend final : public Backend {
  private:
   enum class LinearRoute { kSkinny, kGemv, kCublasLt };
   // Where linear_multi sends these projections (checking their shapes).
-  // Whether linear_silu_mul takes the weight-streaming GEMM's SiLU-mul form (checking the shapes).
-  bool skinny_silu_mul_route(const Tensor& x, const Tensor& w_gate, const Tensor& w_up,
-                             const Tensor& gate_up, const Tensor& act) const;
   LinearRoute linear_route(const Tensor& x, std::span<const Tensor* const> ws,
                            std::span<const Tensor* const> ys) const;
 
@@ -163,8 +155,6 @@ class CudaBackend final : public Backend {
   // linear_silu_mul's fused forms: the weight-streaming GEMM's and the prefill GEMM's
   // (DS_FUSED_SILU_MUL=0 for A/B: the unfused ops)
   bool fused_silu_mul_ = true;
-  // mlp_add_rms_norm's one-launch form (DS_SKINNY_MLP=0: off, for A/B timing).
-  bool fused_mlp_ = true;
   // Two projections of one width in a group (the GDN b / a, attention k / v) as one batched
   // cuBLASLt GEMM (DS_GEMM_PAIRS=0: a GEMM each, A/B).
   bool batch_pairs_ = true;

@@ -88,20 +88,4 @@ cudaError_t launch_skinny_gemm_silu_mul_bf16(const __nv_bfloat16* x, const __nv_
                                              int K, int I, const SkinnyWorkspace& ws, int sm_count,
                                              cudaStream_t stream);
 
-// The MLP of up to kSkinnySiluMulMaxRows tokens in one launch (skinny_mlp.cu): act [T, I] =
-// silu(x . gate^T) * (x . up^T) as launch_skinny_gemm_silu_mul_bf16 forms it, then y [T, H] =
-// act . down^T, gate / up [I, H], down [H, I]: the same values as those two launches where they
-// split the units between as many blocks. Its blocks wait on each other, so nothing may hold an SM
-// for longer than the launch's predecessor does.
-// Whether it takes these tensors: skinny_supported for x, gate / up and act at K = H, and for act,
-// down and y at K = I; T <= kSkinnySiluMulMaxRows; its tile counters and flags within the
-// workspace's kSkinnyMaxTiles.
-bool skinny_mlp_supported(const void* x, const void* gate, const void* up, const void* down,
-                          const void* act, const void* y, int T, int H, int I);
-// Precondition: skinny_mlp_supported (else cudaErrorInvalidValue). Returns the launch's error.
-cudaError_t launch_skinny_mlp_bf16(const __nv_bfloat16* x, const __nv_bfloat16* gate,
-                                   const __nv_bfloat16* up, const __nv_bfloat16* down,
-                                   __nv_bfloat16* act, __nv_bfloat16* y, int T, int H, int I,
-                                   const SkinnyWorkspace& ws, int sm_count, cudaStream_t stream);
-
 }  // namespace deltaserve::cuda
