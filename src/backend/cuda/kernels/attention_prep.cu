@@ -250,6 +250,26 @@ __global__ void __launch_bounds__(32 * kPrepWarps)
 // registers, and kLoads heads' inputs loaded before the first is normed (more bytes in flight
 // than a warp a head, which waits on one load). The same arithmetic as attn_prep_vec_kernel.
 constexpr int kLoads = 4;
+// A token's n heads in a warp: kLoads heads' inputs loaded (load(h, x)) before the first is
+// normed and rotated, then each stored (store(h, y)).
+template <int kPer, class Load, class Store>
+__device__ inline void norm_rotate_heads(int n, const float (&w)[kPer], float eps,
+                                         const LaneRotation<kPer>& r, Load load, Store store) {
+  for (int h0 = 0; h0 < n; h0 += kLoads) {
+    float x[kLoads][kPer];
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j)
+      if (h0 + j < n) load(h0 + j, x[j]);
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) {
+      if (h0 + j >= n) continue;
+      float y[kPer];
+      norm_rotate(x[j], w, eps, r, y);
+      store(h0 + j, y);
+    }
+  }
+}
+
 template <int kPer, typename KvT>
 __global__ void __launch_bounds__(32 * kPrepWarps)
     attn_prep_token_kernel(const __grid_constant__ PrepArgs<KvT> args) {
@@ -266,35 +286,25 @@ __global__ void __launch_bounds__(32 * kPrepWarps)
       sincosf(static_cast<float>(pos) * inv_freq((e0 + i) % half, s), &r.sn[i], &r.c[i]);
   float w[kPer];
   load_weights(q_norm, w);
-  for (int h0 = 0; h0 < s.nh; h0 += kLoads) {
-    float x[kLoads][kPer];
-#pragma unroll
-    for (int j = 0; j < kLoads; ++j)
-      if (h0 + j < s.nh) V::load(qg + (static_cast<size_t>(t) * s.nh + h0 + j) * 2 * hd + e0, x[j]);
-#pragma unroll
-    for (int j = 0; j < kLoads; ++j) {
-      if (h0 + j >= s.nh) continue;
-      float y[kPer];
-      norm_rotate(x[j], w, s.eps, r, y);
-      const size_t row = (static_cast<size_t>(t) * s.nh + h0 + j) * hd;
-      V::store(q + row + e0, y);
-      if (gate) V::copy(gate + row + e0, qg + 2 * row + hd + e0);
-    }
-  }
+  norm_rotate_heads(
+      s.nh, w, s.eps, r,
+      [&](int h, float(&x)[kPer]) {
+        V::load(args.qg + (static_cast<size_t>(t) * args.s.nh + h) * 2 * hd + e0, x);
+      },
+      [&](int h, const float(&y)[kPer]) {
+        const size_t row = (static_cast<size_t>(t) * args.s.nh + h) * hd;
+        V::store(args.q + row + e0, y);
+        if (args.gate) V::copy(args.gate + row + e0, args.qg + 2 * row + hd + e0);
+      });
   load_weights(k_norm, w);
-  for (int h0 = 0; h0 < s.nkv; h0 += kLoads) {
-    float x[kLoads][kPer];
-#pragma unroll
-    for (int j = 0; j < kLoads; ++j)
-      if (h0 + j < s.nkv) V::load(k + (static_cast<size_t>(t) * s.nkv + h0 + j) * hd + e0, x[j]);
-#pragma unroll
-    for (int j = 0; j < kLoads; ++j) {
-      if (h0 + j >= s.nkv) continue;
-      float y[kPer];
-      norm_rotate(x[j], w, s.eps, r, y);
-      store_kv(b, t, pos, h0 + j, s, y, k, v, k_cache, v_cache);
-    }
-  }
+  norm_rotate_heads(
+      s.nkv, w, s.eps, r,
+      [&](int h, float(&x)[kPer]) {
+        V::load(args.k + (static_cast<size_t>(t) * args.s.nkv + h) * hd + e0, x);
+      },
+      [&](int h, const float(&y)[kPer]) {
+        store_kv(args.b, t, pos, h, args.s, y, args.k, args.v, args.k_cache, args.v_cache);
+      });
 }
 
 // Prefill-sized steps on attn_prep_token_kernel (DS_ATTN_PREP_TOKEN=0: the warp-a-head kernel,
