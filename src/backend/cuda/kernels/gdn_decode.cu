@@ -1,8 +1,5 @@
 // The fused GDN decode layer (gdn_decode.cuh): conv + SiLU with the conv-state update, q / k L2
 // norms, the gates, the delta rule and the gated RMSNorm for one token per sequence, one kernel.
-#include <cstdlib>
-#include <string>
-
 #include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gdn_decode.cuh"
@@ -16,16 +13,16 @@ namespace {
 
 using namespace gdn_decode;
 
-// A value head's state in registers: 8 warps of up to 128 registers a thread (ptxas: 124 f32 state
-// / 128 bf16; 128 in the two-head form), two blocks an SM, so one block's conv and norms overlap
-// the other's state traffic (16 warps ran one block an SM); or (kWarps = 4, DS_GDN_DECODE_WARPS=4)
-// 4 warps of twice the rows, three blocks an SM: a third head's loads in flight beside the other
-// two. Where the grid is small (few sequences) a block runs kPar = 2 value heads side by side, one
-// warpgroup of 8 each, which halves the chain of dependent loads a block waits through.
+// 8 warps of up to 128 registers a thread a value head (ptxas: 125 f32 state / 127 bf16; 128 in
+// the two-head form): two blocks an SM, so one block's conv and norms overlap the other's state
+// traffic (16 warps ran one block an SM). Where the grid is small (few sequences) a block runs
+// kPar = 2 value heads side by side, one warpgroup of 8 each, which halves the chain of dependent
+// loads a block waits through.
+constexpr int kThreads = kHeadThreads;
 
 // A warpgroup's barrier (named barrier 1 + group): the groups of a block run their heads apart.
 // (Immediate ids: a register id makes ptxas reserve all 16 barriers.)
-template <int kPar, int kThreads>
+template <int kPar>
 __device__ inline void group_sync(int group) {
   if (kPar == 1 || group == 0)
     asm volatile("bar.sync 1, %0;\n" ::"n"(kThreads) : "memory");
@@ -33,18 +30,14 @@ __device__ inline void group_sync(int group) {
     asm volatile("bar.sync 2, %0;\n" ::"n"(kThreads) : "memory");
 }
 
-// Blocks an SM: two of 8 warps (the register file), three of 4.
-constexpr int blocks_per_sm(int par, int warps) { return warps == 4 ? 3 : 2 / par; }
-
 // Block (sequence, key head): the conv of the key head's q and k channels and of the v channels
-// of its value heads, then the delta rule of each of those value heads, head group `group` taking
+// of its value heads, then the delta rule of each of those value heads, warpgroup `group` taking
 // heads group, group + kPar, ..., its state in registers (the first head's loads issued before the
 // conv), then the gated RMSNorm of its output row.
-template <class StateT, int kPar, int kWarps>
-__global__ void __launch_bounds__(kPar* Head<kWarps>::kThreads, blocks_per_sm(kPar, kWarps))
+template <class StateT, int kPar>
+__global__ void __launch_bounds__(kPar* kThreads, 2 / kPar)
     gdn_decode_kernel(BatchMeta b, GdnDecodeArgs p, StateT* __restrict__ state) {
   static_assert(kPar == 1 || kPar == 2, "group_sync names two barriers");
-  constexpr int kThreads = Head<kWarps>::kThreads;
   pdl::allow_successor();  // a programmatic dependent may start streaming its weights
   // The gated norm's weights (never written by a kernel) before the wait: the norm ends the chain.
   float nw[4];
@@ -52,38 +45,28 @@ __global__ void __launch_bounds__(kPar* Head<kWarps>::kThreads, blocks_per_sm(kP
   for (int e = 0; e < 4; ++e) nw[e] = p.norm_w[4 * (threadIdx.x % 32) + e];
   pdl::wait_for_predecessor();
   __shared__ float ys[kKeyHeadChannels];
-  __shared__ HeadScratch<kWarps> scratch[kPar];
+  __shared__ HeadScratch scratch[kPar];
   __shared__ float norms[3];  // |q|^-1 dk^-1/2, |k|^-1, q . k (normalised)
   const int seq = blockIdx.x, kh = blockIdx.y, g = p.nv / p.nk;
   const int tid = threadIdx.x, lane = tid % 32;
-  const int warp = (tid / 32) % kWarps, group = kPar == 1 ? 0 : tid / kThreads;
+  const int warp = (tid / 32) % kHeadWarps, group = kPar == 1 ? 0 : tid / kThreads;
   const int t = b.seq_begin[seq];
   const bool fresh = b.seq_start[seq] == 0;
   const size_t slot = static_cast<size_t>(b.seq_slot[seq]);
   const auto head_state = [&](int j) {
     return state + (slot * p.nv + kh * g + j) * static_cast<size_t>(kDk * kDv);
   };
-  float4 st[Head<kWarps>::kRows];
-  if (group < g) load_head_state<kWarps>(head_state(group), fresh, warp, lane, st);
+  float4 st[kHeadRows];
+  if (group < g) load_head_state(head_state(group), fresh, warp, lane, st);
   convolve_key_head(p, slot, t, kh, fresh, ys, tid, kPar * kThreads);
   __syncthreads();
-  const float qk = normalise_qk<kPar * kThreads>(ys, norms);
+  const float qk = normalise_qk(ys, norms);
   for (int j = group; j < g; j += kPar) {
-    if (j > group) load_head_state<kWarps>(head_state(j), fresh, warp, lane, st);
+    if (j > group) load_head_state(head_state(j), fresh, warp, lane, st);
     const int h = kh * g + j;
-    delta_rule_head<kWarps>(p, st, ys, ys + 2 * kDk + j * kDv, qk,
-                            static_cast<size_t>(t) * p.nv + h, h, head_state(j), nw, scratch[group],
-                            [&] { group_sync<kPar, kThreads>(group); });
+    delta_rule_head(p, st, ys, ys + 2 * kDk + j * kDv, qk, static_cast<size_t>(t) * p.nv + h, h,
+                    head_state(j), nw, scratch[group], [&] { group_sync<kPar>(group); });
   }
-}
-
-// The one-head form's warps a head: 8, or 4 with DS_GDN_DECODE_WARPS=4 (A/B).
-int one_head_warps() {
-  static const int w = [] {
-    const char* v = std::getenv("DS_GDN_DECODE_WARPS");
-    return v && std::string(v) == "4" ? 4 : 8;
-  }();
-  return w;
 }
 
 template <class StateT>
@@ -93,14 +76,9 @@ void launch(const BatchMeta& b, const GdnDecodeArgs& p, StateT* state, int num_s
   // Two heads a block where a grid of single-head blocks would leave most SMs without a second
   // block (a few sequences: the chain of dependent loads bounds the step, not the state traffic).
   if (p.nv / p.nk >= 2 && b.num_seqs * p.nk <= num_sms)
-    pdl::launch_dependent(gdn_decode_kernel<StateT, 2, 8>, grid, 2 * Head<8>::kThreads, 0, stream,
-                          b, p, state);
-  else if (one_head_warps() == 4)
-    pdl::launch_dependent(gdn_decode_kernel<StateT, 1, 4>, grid, Head<4>::kThreads, 0, stream, b, p,
-                          state);
+    pdl::launch_dependent(gdn_decode_kernel<StateT, 2>, grid, 2 * kThreads, 0, stream, b, p, state);
   else
-    pdl::launch_dependent(gdn_decode_kernel<StateT, 1, 8>, grid, Head<8>::kThreads, 0, stream, b, p,
-                          state);
+    pdl::launch_dependent(gdn_decode_kernel<StateT, 1>, grid, kThreads, 0, stream, b, p, state);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // The steps of the fused GDN decode layer's block-per-key-head forms (gdn_decode.cu): a key head's
 // conv + SiLU, and the delta rule and gated RMSNorm of one of its value heads, with the head's
-// state held by kWarps warps (8, or 4 with twice the rows a thread) — thread (warp w, lane l) rows
-// w, w + kWarps, ... and columns 4l .. 4l + 3.
+// state held by kHeadWarps warps — thread (warp w, lane l) rows w, w + kHeadWarps, ... and columns
+// 4l .. 4l + 3.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -15,13 +15,10 @@
 
 namespace deltaserve::cuda::gdn_decode {
 
-// A head's threads and each thread's state rows, for kWarps warps a head.
-template <int kWarps>
-struct Head {
-  static_assert(kWarps == 4 || kWarps == 8, "4 or 8 warps a head");
-  static constexpr int kThreads = 32 * kWarps, kRows = kDk / kWarps;
-};
+constexpr int kHeadWarps = 8, kHeadThreads = 32 * kHeadWarps;
+constexpr int kHeadRows = kDk / kHeadWarps;  // state rows per thread
 constexpr int kMaxHeadsPerKey = 4;
+static_assert(kHeadThreads >= 2 * kDk, "a thread per q / k channel scales them by their norms");
 
 // The conv outputs of a key head in shared memory: q | k | v of each of its value heads.
 constexpr int kKeyHeadChannels = 2 * kDk + kMaxHeadsPerKey * kDv;
@@ -34,13 +31,13 @@ __device__ inline float4 add4(float4 a, float4 b) {
 }
 
 // The thread's rows of a value head's state at S (global or shared memory); zeros when fresh.
-template <int kWarps, class StateT>
+template <class StateT>
 __device__ inline void load_head_state(const StateT* S, bool fresh, int warp, int lane,
-                                       float4 (&st)[Head<kWarps>::kRows]) {
+                                       float4 (&st)[kHeadRows]) {
 #pragma unroll
-  for (int r = 0; r < Head<kWarps>::kRows; ++r)
+  for (int r = 0; r < kHeadRows; ++r)
     st[r] = fresh ? make_float4(0.0f, 0.0f, 0.0f, 0.0f)
-                  : StateIo<StateT>::load4(S + ((warp + kWarps * r) * 32 + lane) * 4);
+                  : StateIo<StateT>::load4(S + ((warp + kHeadWarps * r) * 32 + lane) * 4);
 }
 
 // Conv + SiLU of key head kh's q and k channels and its value heads' v channels into ys, thread
@@ -61,32 +58,30 @@ __device__ inline void convolve_key_head(const GdnDecodeArgs& p, size_t slot, in
 }
 
 // Shared memory a head's pass reduces its columns' sums through.
-template <int kWarps>
 struct HeadScratch {
-  float4 m[kWarps][32], o[kWarps][32];
+  float4 m[kHeadWarps][32], o[kHeadWarps][32];
 };
 
 // The delta rule of value head h (gate index gi = token * nv + h) on the thread's state rows st,
 // the new state stored to S (global memory), and the gated RMSNorm of its output row (warp 0).
 // ys holds the key head's normalised q | k, v the head's values, qk = q . k; nw the thread's
-// four norm weights. `sync` is a barrier of the head's Head<kWarps>::kThreads threads; sh is free
-// again when this returns.
-template <int kWarps, class StateT, class Sync>
-__device__ inline void delta_rule_head(const GdnDecodeArgs& p,
-                                       const float4 (&st)[Head<kWarps>::kRows], const float* ys,
-                                       const float* v, float qk, size_t gi, int h, StateT* S,
-                                       const float (&nw)[4], HeadScratch<kWarps>& sh, Sync sync) {
-  constexpr int kRows = Head<kWarps>::kRows;
+// four norm weights. `sync` is a barrier of the head's kHeadThreads threads; sh is free again
+// when this returns.
+template <class StateT, class Sync>
+__device__ inline void delta_rule_head(const GdnDecodeArgs& p, const float4 (&st)[kHeadRows],
+                                       const float* ys, const float* v, float qk, size_t gi, int h,
+                                       StateT* S, const float (&nw)[4], HeadScratch& sh,
+                                       Sync sync) {
   const int lane = static_cast<int>(threadIdx.x) % 32,
-            warp = (static_cast<int>(threadIdx.x) / 32) % kWarps;
+            warp = (static_cast<int>(threadIdx.x) / 32) % kHeadWarps;
   float beta, alpha;
   decode_gates(load_gate_inputs(p, gi, h), beta, alpha);
   // One pass over the state: m = S^T k and S^T q; with S' = alpha S + k delta^T,
   // delta = beta (v - alpha S^T k) and o = S'^T q = alpha S^T q + delta (k . q).
   float4 m = make_float4(0.0f, 0.0f, 0.0f, 0.0f), o = m;
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int i = warp + kWarps * r;
+  for (int r = 0; r < kHeadRows; ++r) {
+    const int i = warp + kHeadWarps * r;
     m = fma4(st[r], ys[kDk + i], m);
     o = fma4(st[r], ys[i], o);
   }
@@ -96,7 +91,7 @@ __device__ inline void delta_rule_head(const GdnDecodeArgs& p,
   m = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   o = m;
 #pragma unroll
-  for (int w = 0; w < kWarps; ++w) {
+  for (int w = 0; w < kHeadWarps; ++w) {
     m = add4(m, sh.m[w][lane]);
     if (warp == 0) o = add4(o, sh.o[w][lane]);
   }
@@ -104,8 +99,8 @@ __device__ inline void delta_rule_head(const GdnDecodeArgs& p,
   const float4 delta = make_float4(beta * (vl[0] - alpha * m.x), beta * (vl[1] - alpha * m.y),
                                    beta * (vl[2] - alpha * m.z), beta * (vl[3] - alpha * m.w));
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int i = warp + kWarps * r;
+  for (int r = 0; r < kHeadRows; ++r) {
+    const int i = warp + kHeadWarps * r;
     const float kv = ys[kDk + i];
     const float4 s = st[r];
     StateIo<StateT>::store4(

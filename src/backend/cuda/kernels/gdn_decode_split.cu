@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(kThreads)
     ys[i] = conv_silu(p, ch, win[s]);
   }
   __syncthreads();
-  const float qk = normalise_qk<kThreads>(ys, norms);
+  const float qk = normalise_qk(ys, norms);
 
   float beta, alpha;
   decode_gates(gates, beta, alpha);

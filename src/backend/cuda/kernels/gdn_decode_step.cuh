@@ -71,8 +71,7 @@ __device__ inline void decode_gates(const GateInputs& in, float& beta, float& al
 
 // In place on the conv outputs ys = q [kDk] | k [kDk] | ... in shared memory: q scaled by
 // |q|^-1 dk^-1/2, k by |k|^-1; returns q . k after the scaling. `norms` is 3 shared floats. Called
-// by every thread of a block of kThreads (at least 64), after ys is written.
-template <int kThreads>
+// by every thread of a block of at least 2 kDk threads, after ys is written.
 __device__ inline float normalise_qk(float* ys, float* norms) {
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   if (tid < 64) {  // warp 0: |q|^2, warp 1: |k|^2
@@ -84,11 +83,7 @@ __device__ inline float normalise_qk(float* ys, float* norms) {
           warp == 0 ? rsqrtf(ss + 1e-6f) * rsqrtf(static_cast<float>(kDk)) : rsqrtf(ss + 1e-6f);
   }
   __syncthreads();
-#pragma unroll
-  for (int k = 0; k < (2 * kDk + kThreads - 1) / kThreads; ++k) {
-    const int i = tid + k * kThreads;
-    if (i < 2 * kDk) ys[i] *= norms[i / kDk];
-  }
+  if (tid < 2 * kDk) ys[tid] *= norms[tid / kDk];
   __syncthreads();
   if (tid < 32) {
     float qk = 0.0f;
