@@ -1,5 +1,4 @@
 #include <cstdint>
-#include <cstdlib>
 
 #include "backend/cuda/kernels/bf16x8.cuh"
 #include "backend/cuda/kernels/common.cuh"
@@ -36,7 +35,6 @@ struct Params {
   // SiLU-mul form: w[0] / w[1] the gate / up weights in boxes of 64 rows, a tile's rows 0-63
   // gate rows and 64-127 the same up rows; y[0] the product, n[0] its width.
   bool paired;
-  bool defer_mid;  // EXPERIMENT (timing only, wrong results): mid-stream segments never wait
   SkinnyWorkspace ws;
 };
 constexpr int kPairRows = kTileRows / 2;
@@ -367,14 +365,6 @@ __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* s
       wgmma::wait<0>();
       tma::arrive(&empty[s]);
     }
-    if (p.defer_mid && end < u1 && !(kt0 == 0 && end - tile * p.k_tiles == p.k_tiles)) {
-      store_partial<kRows>(p, slot_of(p, c, tile), acc);
-      consumers_sync();
-      if (threadIdx.x == 0)
-        asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(&p.ws.counters[tile]),
-                     "r"(end - tile * p.k_tiles - kt0) : "memory");
-      continue;
-    }
     finish_segment<kRows>(p, c, tile, kt0, end - tile * p.k_tiles, acc, sh);
   }
 }
@@ -426,8 +416,6 @@ cudaError_t launch_tiles(Params& p, const bf16* x, int tiles, int T, int K,
   p.units = tiles * p.k_tiles;
   p.blocks = skinny::blocks_for(p.units, p.k_tiles, sm_count);
   p.ws = ws;
-  static const bool defer = getenv("DS_SKINNY_DEFER_MID") && getenv("DS_SKINNY_DEFER_MID")[0] == '1';
-  p.defer_mid = defer;
   return rows == 16   ? launch<16>(p, stream)
          : rows == 32 ? launch<32>(p, stream)
                       : launch<64>(p, stream);
