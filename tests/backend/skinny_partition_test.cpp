@@ -1,8 +1,10 @@
 // The weight-streaming GEMM's split of a launch between blocks (skinny_partition.h), checked on
 // the host for every projection group of the published Qwen3.5 shapes (bench/configs) at tensor
 // parallel degrees 1 to 8 and GPUs of 1 to 132 multiprocessors: every unit in exactly one block,
-// blocks of at least the minimum share, at most two shared tiles a block, and the partial-sum
-// slots of a shared tile distinct and within the workspace (2 a block).
+// blocks of at least the minimum share, at most two shared tiles a block, the partial-sum slots of
+// a shared tile distinct and within the workspace (2 a block), and the mid-stream segments
+// (mid_units): at most one a block, its first, and every shared tile left with a segment that ends
+// a block's share (the one that sums it).
 #include "backend/cuda/kernels/skinny_partition.h"
 
 #include <gtest/gtest.h>
@@ -28,6 +30,7 @@ void check_partition(int tiles, int k_tiles, int sms) {
   ASSERT_EQ(first_unit(0, units, blocks), 0);
   ASSERT_EQ(first_unit(blocks, units, blocks), units);
   std::map<int, int> slot_tile;  // the tile whose partial each slot holds (one a launch)
+  std::map<int, int> mid_seen;   // tile -> units of its mid-stream segment, walking the blocks
   for (int c = 0; c < blocks; ++c) {
     const int u0 = first_unit(c, units, blocks), u1 = first_unit(c + 1, units, blocks);
     ASSERT_LT(u0, u1) << "block " << c << " has no units";
@@ -36,7 +39,13 @@ void check_partition(int tiles, int k_tiles, int sms) {
     int partial = 0;
     for (int u = u0; u < u1;) {  // the block's segments, as the kernel walks them
       const int tile = u / k_tiles, end = std::min(u1, (tile + 1) * k_tiles);
-      if (u != tile * k_tiles || end != (tile + 1) * k_tiles) {
+      const bool whole = u == tile * k_tiles && end == (tile + 1) * k_tiles;
+      // The kernel's test for a mid-stream segment (shared, and the block streams on past it).
+      if (!whole && end < u1) {
+        EXPECT_EQ(u, u0) << "block " << c << ": a mid-stream segment that is not its first";
+        EXPECT_TRUE(mid_seen.insert({tile, end - u}).second) << "tile " << tile << ": two";
+      }
+      if (!whole) {
         ++partial;
         const int slot = slot_of(c, tile, units, blocks, k_tiles);
         EXPECT_TRUE(slot == 2 * c || slot == 2 * c + 1);
@@ -50,7 +59,16 @@ void check_partition(int tiles, int k_tiles, int sms) {
     const int c0 = block_of(tile * k_tiles, units, blocks);
     const int c1 = block_of((tile + 1) * k_tiles - 1, units, blocks);
     ASSERT_LE(c1 - c0 + 1, kMaxParts) << "tile " << tile;
-    if (c0 == c1) continue;
+    if (c0 == c1) {
+      EXPECT_EQ(mid_units(tile, units, blocks, k_tiles), 0) << "tile " << tile << " is whole";
+      continue;
+    }
+    const int mid = mid_units(tile, units, blocks, k_tiles);
+    const auto seen = mid_seen.find(tile);
+    EXPECT_EQ(mid, seen == mid_seen.end() ? 0 : seen->second) << "tile " << tile;
+    EXPECT_LT(mid, k_tiles) << "tile " << tile << ": no segment ends a block's share";
+    if (mid > 0)
+      EXPECT_EQ(first_unit(c1, units, blocks), (tile + 1) * k_tiles - mid) << "tile " << tile;
     std::set<int> slots;
     for (int c = c0; c <= c1; ++c) {
       const int slot = slot_of(c, tile, units, blocks, k_tiles);

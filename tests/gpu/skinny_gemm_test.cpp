@@ -1,9 +1,9 @@
-// The weight-streaming GEMM launched directly (launch_skinny_gemm_bf16), from 17 to 64 tokens —
-// where the backend routes only some groups to it — against the CPU's projections: grouped
+// The weight-streaming GEMM launched directly (launch_skinny_gemm_bf16), at 1 and 16 tokens and
+// from 17 to 64 — where the backend routes only some groups to it — against the CPU's projections: grouped
 // projections with ragged last tiles (n = 32, 2600), K past a k-tile's edge (264), and long K
 // (9216: each tile split between many blocks, summed from their partials). Each case runs twice on
 // poisoned outputs: the same bits (the partials are added in a fixed order), and the tile counters
-// are all zero after each launch (the next launch's premise).
+// (their mid-stream marks included) are all zero after each launch (the next launch's premise).
 #include "backend/cuda/kernels/skinny_gemm.cuh"
 
 #include <gtest/gtest.h>
@@ -48,10 +48,10 @@ class SkinnyGemm : public CudaOps {
   Buffer partials_, counters_;
 };
 
-TEST_F(SkinnyGemm, MatchesTheCpuFrom17To64Tokens) {
+TEST_F(SkinnyGemm, MatchesTheCpuUpTo64Tokens) {
   const std::vector<SkinnyCase> cases{
       {2560, {8192, 1024, 32, 2600}}, {9216, {2560}}, {4096, {2560}}, {264, {777}}, {2560, {9216}}};
-  for (const int T : {17, 31, 32, 33, 48, 64})
+  for (const int T : {1, 16, 17, 31, 32, 33, 48, 64})
     for (const SkinnyCase& c : cases) {
       SCOPED_TRACE("T " + std::to_string(T) + " K " + std::to_string(c.K) + " first n " +
                    std::to_string(c.n[0]));

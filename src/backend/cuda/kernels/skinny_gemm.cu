@@ -1,5 +1,6 @@
 #include <cstdint>
 
+#include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/bf16x8.cuh"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
@@ -35,6 +36,9 @@ struct Params {
   // SiLU-mul form: w[0] / w[1] the gate / up weights in boxes of 64 rows, a tile's rows 0-63
   // gate rows and 64-127 the same up rows; y[0] the product, n[0] its width.
   bool paired;
+  // Mid-stream segments (skinny::mid_units) counted without waiting (DS_SKINNY_DEFER_MID=0: every
+  // segment waits for its count, A/B).
+  bool defer_mid;
   SkinnyWorkspace ws;
 };
 constexpr int kPairRows = kTileRows / 2;
@@ -320,6 +324,42 @@ __device__ inline int add_acq_rel(int* counter, int v) {
   return old;
 }
 
+// A tile counter: k-tiles summed in its low bits, and kMidSegment once its mid-stream segment's
+// partial is stored.
+constexpr int kMidSegment = 1 << 20;
+
+__device__ inline void red_release(int* counter, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(counter), "r"(v) : "memory");
+}
+__device__ inline int load_acquire(const int* counter) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(counter) : "memory");
+  return v;
+}
+
+// A shared tile's segment in the middle of the block's units (skinny::mid_units, the block's
+// first): its partial stored and the tile marked, without waiting for the count, so the block
+// streams on; the tile's other blocks, whose shares end in it, sum it.
+template <int kRows>
+__device__ void publish_mid_segment(const Params& p, int c, int tile,
+                                    const float (&acc)[kRows / 2]) {
+  store_partial<kRows>(p, slot_of(p, c, tile), acc);
+  consumers_sync();  // every consumer's partial stored before the mark's release
+  if (threadIdx.x == 0) red_release(&p.ws.counters[tile], kMidSegment);
+}
+
+// Whether this block, whose segment [kt0, kt1) of a shared tile ends its share, sums the tile: the
+// last such segment counted; it then waits for the mid-stream segment's mark (stored at that
+// block's start, so almost always there). By one thread.
+__device__ inline bool sums_tile(const Params& p, int tile, int kt0, int kt1) {
+  int* counter = &p.ws.counters[tile];
+  const int mid = p.defer_mid ? skinny::mid_units(tile, p.units, p.blocks, p.k_tiles) : 0;
+  int v = add_acq_rel(counter, kt1 - kt0) + kt1 - kt0;
+  if ((v & (kMidSegment - 1)) != p.k_tiles - mid) return false;
+  while (mid > 0 && (v & kMidSegment) == 0) v = load_acquire(counter);
+  return true;
+}
+
 // A tile's sum over k-tiles [kt0, kt1) is done: stored as bf16 when that is all of K, else left as
 // a partial; the block that completes a tile's k-tiles (a counter per tile) adds its partials.
 template <int kRows>
@@ -328,8 +368,7 @@ __device__ void finish_segment(const Params& p, int c, int tile, int kt0, int kt
   if (kt0 == 0 && kt1 == p.k_tiles) return store_tile<kRows>(p, tile_ref(p, tile), acc, sh.xchg);
   store_partial<kRows>(p, slot_of(p, c, tile), acc);
   consumers_sync();  // every consumer's partial stored before the count's release
-  if (threadIdx.x == 0)
-    sh.last = add_acq_rel(&p.ws.counters[tile], kt1 - kt0) + kt1 - kt0 == p.k_tiles;
+  if (threadIdx.x == 0) sh.last = sums_tile(p, tile, kt0, kt1);
   consumers_sync();  // the count's acquire before any consumer reads the other blocks' partials
   if (!sh.last) return;
   reduce_tile<kRows>(p, tile, sh.parts);
@@ -365,7 +404,10 @@ __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* s
       wgmma::wait<0>();
       tma::arrive(&empty[s]);
     }
-    finish_segment<kRows>(p, c, tile, kt0, end - tile * p.k_tiles, acc, sh);
+    if (p.defer_mid && kt0 > 0 && end < u1)  // shared, and the block streams on past it
+      publish_mid_segment<kRows>(p, c, tile, acc);
+    else
+      finish_segment<kRows>(p, c, tile, kt0, end - tile * p.k_tiles, acc, sh);
   }
 }
 
@@ -416,6 +458,8 @@ cudaError_t launch_tiles(Params& p, const bf16* x, int tiles, int T, int K,
   p.units = tiles * p.k_tiles;
   p.blocks = skinny::blocks_for(p.units, p.k_tiles, sm_count);
   p.ws = ws;
+  static const bool defer_mid = ab_switch_on("DS_SKINNY_DEFER_MID");
+  p.defer_mid = defer_mid;
   return rows == 16   ? launch<16>(p, stream)
          : rows == 32 ? launch<32>(p, stream)
                       : launch<64>(p, stream);
