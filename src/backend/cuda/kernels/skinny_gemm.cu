@@ -47,6 +47,7 @@ constexpr int kPairRows = kTileRows / 2;
 // addresses of that tile's partials, and (SiLU-mul form) the up half's sums of a whole tile.
 struct BlockShared {
   int last;
+  int last_mid;  // mid_units of the block's last tile (formed at its start, off the tail)
   const float* parts[skinny::kMaxParts];
   float xchg[kPairRows][kSkinnySiluMulMaxRows];
 };
@@ -79,6 +80,9 @@ __device__ inline int block_of(const Params& p, int u) {
 }
 __device__ inline int slot_of(const Params& p, int c, int tile) {
   return skinny::slot_of(c, tile, p.units, p.blocks, p.k_tiles);
+}
+__device__ inline int mid_units(const Params& p, int tile) {
+  return skinny::mid_units(tile, p.units, p.blocks, p.k_tiles);
 }
 __device__ inline float* slot_ptr(const Params& p, int slot) {
   return p.ws.partials + static_cast<size_t>(slot) * kTileRows * kSkinnyMaxRows;
@@ -348,12 +352,12 @@ __device__ void publish_mid_segment(const Params& p, int c, int tile,
   if (threadIdx.x == 0) red_release(&p.ws.counters[tile], kMidSegment);
 }
 
-// Whether this block, whose segment [kt0, kt1) of a shared tile ends its share, sums the tile: the
-// last such segment counted; it then waits for the mid-stream segment's mark (stored at that
-// block's start, so almost always there). By one thread.
-__device__ inline bool sums_tile(const Params& p, int tile, int kt0, int kt1) {
+// Whether this block, whose segment [kt0, kt1) of a shared tile ends its share (so the tile is its
+// last, with `mid` mid-stream units), sums the tile: the last such segment counted; it then waits
+// for the mid-stream segment's mark (stored at that block's start, so almost always there). By
+// one thread.
+__device__ inline bool sums_tile(const Params& p, int tile, int kt0, int kt1, int mid) {
   int* counter = &p.ws.counters[tile];
-  const int mid = p.defer_mid ? skinny::mid_units(tile, p.units, p.blocks, p.k_tiles) : 0;
   int v = add_acq_rel(counter, kt1 - kt0) + kt1 - kt0;
   if ((v & (kMidSegment - 1)) != p.k_tiles - mid) return false;
   while (mid > 0 && (v & kMidSegment) == 0) v = load_acquire(counter);
@@ -368,7 +372,7 @@ __device__ void finish_segment(const Params& p, int c, int tile, int kt0, int kt
   if (kt0 == 0 && kt1 == p.k_tiles) return store_tile<kRows>(p, tile_ref(p, tile), acc, sh.xchg);
   store_partial<kRows>(p, slot_of(p, c, tile), acc);
   consumers_sync();  // every consumer's partial stored before the count's release
-  if (threadIdx.x == 0) sh.last = sums_tile(p, tile, kt0, kt1);
+  if (threadIdx.x == 0) sh.last = sums_tile(p, tile, kt0, kt1, sh.last_mid);
   consumers_sync();  // the count's acquire before any consumer reads the other blocks' partials
   if (!sh.last) return;
   reduce_tile<kRows>(p, tile, sh.parts);
@@ -385,6 +389,8 @@ __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* s
   const uint32_t rows = (threadIdx.x / 128) * 64 * wgmma::kRowBytes;  // this warpgroup's 64
   constexpr uint32_t kStep = 32 >> 4;  // 16 bf16 along K, in the descriptor's 16-byte units
   float acc[kRows / 2];
+  if (threadIdx.x == 0)  // with mid-stream segments deferred, only the last one sums a tile
+    sh.last_mid = p.defer_mid ? mid_units(p, (u1 - 1) / p.k_tiles) : 0;
   for (int u = u0, i = 0; u < u1;) {
     const int tile = u / p.k_tiles, kt0 = u - tile * p.k_tiles;
     const int end = min(u1, (tile + 1) * p.k_tiles);
