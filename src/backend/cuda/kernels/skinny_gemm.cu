@@ -47,7 +47,10 @@ constexpr int kPairRows = kTileRows / 2;
 // addresses of that tile's partials, and (SiLU-mul form) the up half's sums of a whole tile.
 struct BlockShared {
   int last;
-  int last_mid;  // mid_units of the block's last tile (formed at its start, off the tail)
+  // With mid-stream segments deferred, a block sums only its last tile: that tile's mid-stream
+  // units and partials' count (their addresses in parts), formed at the block's start, off the
+  // tail.
+  int last_mid, last_np;
   const float* parts[skinny::kMaxParts];
   float xchg[kPairRows][kSkinnySiluMulMaxRows];
 };
@@ -251,8 +254,10 @@ __device__ void sum_partials(const float* const* parts, int np, const int (&at)[
     return __ldcg(reinterpret_cast<const float4*>(parts[c] + offset + at[b]));
   };
   int c = 0;
-  constexpr int kUnroll = kBatch > 1 ? 1 : 4;  // 16 tokens: as the compiler unrolls it alone
-#pragma unroll kUnroll
+  // One batch of kParts loads at a time (unrolled, the batches took 101 registers at 16 tokens,
+  // against 54), then the remaining partials' loads together.
+  constexpr int kTailUnroll = kBatch > 1 ? 1 : 4;
+#pragma unroll 1
   for (; c + kParts <= np; c += kParts) {
     float4 v[kParts][kBatch];
 #pragma unroll
@@ -264,7 +269,7 @@ __device__ void sum_partials(const float* const* parts, int np, const int (&at)[
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) add4(sum[b], v[j][b]);
   }
-#pragma unroll kUnroll
+#pragma unroll kTailUnroll
   for (; c < np; ++c) {
     float4 v[kBatch];
 #pragma unroll
@@ -274,17 +279,12 @@ __device__ void sum_partials(const float* const* parts, int np, const int (&at)[
   }
 }
 
-// The tile's partial sums, added in block order (the result does not depend on which block
-// finished last), as bf16. `parts` (shared) receives the partials' addresses.
+// The tile's np partial sums (their addresses in `parts`, from gather_parts), added in block order
+// (the result does not depend on which block finished last), as bf16.
 template <int kRows>
-__device__ void reduce_tile(const Params& p, int tile, const float** parts) {
+__device__ void reduce_tile(const Params& p, int tile, const float* const* parts, int np) {
   constexpr int kBatch = kReduceBatch<kRows>;
   const TileRef t = tile_ref(p, tile);
-  const int c0 = block_of(p, tile * p.k_tiles);
-  const int np = block_of(p, (tile + 1) * p.k_tiles - 1) - c0 + 1;
-  for (int i = static_cast<int>(threadIdx.x); i < np; i += kConsumers)
-    parts[i] = slot_ptr(p, slot_of(p, c0 + i, tile));
-  consumers_sync();
   const int n = p.n[t.g];
   const int quads = (p.paired ? kPairRows : kTileRows) / 4;  // of output rows
   const int items = p.T * quads;
@@ -326,6 +326,16 @@ __device__ inline int add_acq_rel(int* counter, int v) {
                : "l"(counter), "r"(v)
                : "memory");
   return old;
+}
+
+// The addresses of `tile`'s partial sums into parts (by the consumer threads, each some; a
+// consumers' barrier must follow before they are read); returns how many.
+__device__ inline int gather_parts(const Params& p, int tile, const float** parts) {
+  const int c0 = block_of(p, tile * p.k_tiles);
+  const int np = block_of(p, (tile + 1) * p.k_tiles - 1) - c0 + 1;
+  for (int i = static_cast<int>(threadIdx.x); i < np; i += kConsumers)
+    parts[i] = slot_ptr(p, slot_of(p, c0 + i, tile));
+  return np;
 }
 
 // A tile counter: k-tiles summed in its low bits, and kMidSegment once its mid-stream segment's
@@ -375,8 +385,26 @@ __device__ void finish_segment(const Params& p, int c, int tile, int kt0, int kt
   if (threadIdx.x == 0) sh.last = sums_tile(p, tile, kt0, kt1, sh.last_mid);
   consumers_sync();  // the count's acquire before any consumer reads the other blocks' partials
   if (!sh.last) return;
-  reduce_tile<kRows>(p, tile, sh.parts);
+  int np = sh.last_np;  // deferred mid-stream segments: gathered at the block's start
+  if (!p.defer_mid) {
+    np = gather_parts(p, tile, sh.parts);
+    consumers_sync();
+  }
+  reduce_tile<kRows>(p, tile, sh.parts, np);
   if (threadIdx.x == 0) p.ws.counters[tile] = 0;  // ready for the next launch
+}
+
+// With mid-stream segments deferred, the only tile a block may sum is its last, where shared: its
+// mid-stream units and partials' addresses, formed at the start (stores the first
+// consumers_sync orders before any use).
+__device__ inline void prepare_last_tile(const Params& p, int u0, int u1, BlockShared& sh) {
+  const int last = (u1 - 1) / p.k_tiles;
+  if (u1 % p.k_tiles == 0 && u1 - p.k_tiles >= u0) return;  // whole: stored, never summed
+  const int np = gather_parts(p, last, sh.parts);
+  if (threadIdx.x == 0) {
+    sh.last_np = np;
+    sh.last_mid = mid_units(p, last);
+  }
 }
 
 // The consumer warpgroups over the block's units, tile segment by tile segment; each stage is
@@ -389,8 +417,8 @@ __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* s
   const uint32_t rows = (threadIdx.x / 128) * 64 * wgmma::kRowBytes;  // this warpgroup's 64
   constexpr uint32_t kStep = 32 >> 4;  // 16 bf16 along K, in the descriptor's 16-byte units
   float acc[kRows / 2];
-  if (threadIdx.x == 0)  // with mid-stream segments deferred, only the last one sums a tile
-    sh.last_mid = p.defer_mid ? mid_units(p, (u1 - 1) / p.k_tiles) : 0;
+  if (threadIdx.x == 0) sh.last_mid = 0;
+  if (p.defer_mid) prepare_last_tile(p, u0, u1, sh);
   for (int u = u0, i = 0; u < u1;) {
     const int tile = u / p.k_tiles, kt0 = u - tile * p.k_tiles;
     const int end = min(u1, (tile + 1) * p.k_tiles);
