@@ -395,8 +395,9 @@ __device__ void finish_segment(const Params& p, int c, int tile, int kt0, int kt
 }
 
 // With mid-stream segments deferred, the only tile a block may sum is its last, where shared: its
-// mid-stream units and partials' addresses, formed at the start (stores the first
-// consumers_sync orders before any use).
+// mid-stream units and partials' addresses, formed before the kernel waits for its predecessor
+// (from the launch's parameters, into shared memory; the first consumers_sync orders them before
+// any use).
 __device__ inline void prepare_last_tile(const Params& p, int u0, int u1, BlockShared& sh) {
   const int last = (u1 - 1) / p.k_tiles;
   if (u1 % p.k_tiles == 0 && u1 - p.k_tiles >= u0) return;  // whole: stored, never summed
@@ -417,8 +418,6 @@ __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* s
   const uint32_t rows = (threadIdx.x / 128) * 64 * wgmma::kRowBytes;  // this warpgroup's 64
   constexpr uint32_t kStep = 32 >> 4;  // 16 bf16 along K, in the descriptor's 16-byte units
   float acc[kRows / 2];
-  if (threadIdx.x == 0) sh.last_mid = 0;
-  if (p.defer_mid) prepare_last_tile(p, u0, u1, sh);
   for (int u = u0, i = 0; u < u1;) {
     const int tile = u / p.k_tiles, kt0 = u - tile * p.k_tiles;
     const int end = min(u1, (tile + 1) * p.k_tiles);
@@ -467,7 +466,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == kConsumers) produce<kRows>(p, u0, u1, stages, full, empty);
     return;
   }
-  pdl::wait_for_predecessor();  // before the stores and the workspace
+  if (threadIdx.x == 0) sh.last_mid = 0;
+  if (p.defer_mid) prepare_last_tile(p, u0, u1, sh);  // shared memory only: before the wait
+  pdl::wait_for_predecessor();                        // before the stores and the workspace
   consume<kRows>(p, c, u0, u1, stages, full, empty, sh);
 }
 
