@@ -48,8 +48,8 @@ constexpr int kPairRows = kTileRows / 2;
 struct BlockShared {
   int last;
   // With mid-stream segments deferred, a block sums only its last tile: that tile's mid-stream
-  // units and partials' count (their addresses in parts), formed at the block's start, off the
-  // tail.
+  // units and partials' count (their addresses in parts), formed before the kernel waits for its
+  // predecessor, off the tail (prepare_last_tile).
   int last_mid, last_np;
   const float* parts[skinny::kMaxParts];
   float xchg[kPairRows][kSkinnySiluMulMaxRows];
@@ -375,7 +375,8 @@ __device__ inline bool sums_tile(const Params& p, int tile, int kt0, int kt1, in
 }
 
 // A tile's sum over k-tiles [kt0, kt1) is done: stored as bf16 when that is all of K, else left as
-// a partial; the block that completes a tile's k-tiles (a counter per tile) adds its partials.
+// a partial; the block that completes a tile's count (a counter per tile; with mid-stream segments
+// deferred, the last of the segments that end a block's share) adds its partials.
 template <int kRows>
 __device__ void finish_segment(const Params& p, int c, int tile, int kt0, int kt1,
                                const float (&acc)[kRows / 2], BlockShared& sh) {
