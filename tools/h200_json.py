@@ -19,7 +19,8 @@ CUDA-graph medians from ../shared/peers/fla_bench.py's JSON lines (--fla) of the
 where fla got nothing in, its last figures, marked; the table replaced is kept as "previous"),
 and gdn_decode_us_per_layer: fla's fused recurrent kernel per batch size (--fla) beside our fused
 decode layer's (--gdn-decode, from gpu_bench's per-op tables); serve_8k_1k from gpu_run.sh
-serve8k's JSON lines (--serve; rows not run again kept with their commit, the rows replaced kept as earlier_by_concurrency), offline_8k_1k from its offline8k ones (--offline: the same workload
+serve8k's JSON lines (--serve; rows not run again kept with their commit, the rows replaced kept
+as earlier_by_concurrency), offline_8k_1k from its offline8k ones (--offline: the same workload
 without HTTP, and serve's TPOT over offline's), decode_ms_ctx<N>k from gpu_bench runs at another
 context (--decode-ctx); mixed_step_ms from gpu_bench --mixed's table (--mixed: per number of decode
 rows, the step's ms beside its prefill chunk alone); decode_ms from other gpu_bench outputs than the prefill's (--decode-from,
@@ -120,8 +121,8 @@ def latency_cells(run):
 
 def serve(path, commit, date, flags, old):
     """gpu_run.sh serve8k's JSON lines as serve_8k_1k: the table's other keys (SGLang's published
-    cells, the fp8 rows, notes) kept; the rows of concurrencies not run again kept in by_concurrency,
-    each marked with its commit and flags; the rows it replaces kept under "earlier_by_concurrency"
+    cells, the fp8 rows, notes) kept; the rows of concurrencies not run again kept in
+    by_concurrency, each marked with its commit and flags; the rows it replaces kept under "earlier_by_concurrency"
     with their commit and flags (the earlier table before them under its "previous")."""
     by_c = {str(r["concurrency"]): latency_cells(r["run"]) for r in json_objects(path) if r["run"]}
     old = dict(old or {})

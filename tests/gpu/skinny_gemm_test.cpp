@@ -1,9 +1,10 @@
 // The weight-streaming GEMM launched directly (launch_skinny_gemm_bf16), at 1 and 16 tokens and
-// from 17 to 64 — where the backend routes only some groups to it — against the CPU's projections: grouped
-// projections with ragged last tiles (n = 32, 2600), K past a k-tile's edge (264), and long K
-// (9216: each tile split between many blocks, summed from their partials). Each case runs twice on
-// poisoned outputs: the same bits (the partials are added in a fixed order), and the tile counters
-// (their mid-stream marks included) are all zero after each launch (the next launch's premise).
+// from 17 to 64 — where the backend routes only some groups to it — against the CPU's
+// projections: grouped projections with ragged last tiles (n = 32, 2600), K past a k-tile's edge
+// (264), and long K (9216: each tile split between many blocks, summed from their partials). Each
+// case runs twice on poisoned outputs: the same bits (the partials are added in a fixed order),
+// and the tile counters (their mid-stream marks included) are all zero after each launch (the next
+// launch's premise).
 #include "backend/cuda/kernels/skinny_gemm.cuh"
 
 #include <gtest/gtest.h>
