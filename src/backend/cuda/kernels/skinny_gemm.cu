@@ -39,6 +39,9 @@ struct Params {
   // Mid-stream segments (skinny::mid_units) counted without waiting (DS_SKINNY_DEFER_MID=0: every
   // segment waits for its count, A/B).
   bool defer_mid;
+  // With deferral, the block holding a shared tile's first k-tile sums it and the others only
+  // count theirs (DS_SKINNY_FIRST_SUMS=0: the last segment that ends a share sums it, A/B).
+  bool first_sums;
   SkinnyWorkspace ws;
 };
 constexpr int kPairRows = kTileRows / 2;
@@ -363,14 +366,19 @@ __device__ void publish_mid_segment(const Params& p, int c, int tile,
 }
 
 // Whether this block, whose segment [kt0, kt1) of a shared tile ends its share (so the tile is its
-// last, with `mid` mid-stream units), sums the tile: the last such segment counted; it then waits
-// for the mid-stream segment's mark (stored at that block's start, so almost always there). By
-// one thread.
+// last, with `mid` mid-stream units), sums the tile. Without deferral: the segment that completes
+// the count. Deferred: the tile's first segment (kt0 = 0; the others only count), or with
+// DS_SKINNY_FIRST_SUMS=0 the last segment that ends a share; either once every segment is counted
+// and the mid-stream mark is in. By one thread.
 __device__ inline bool sums_tile(const Params& p, int tile, int kt0, int kt1, int mid) {
   int* counter = &p.ws.counters[tile];
   int v = add_acq_rel(counter, kt1 - kt0) + kt1 - kt0;
-  if ((v & (kMidSegment - 1)) != p.k_tiles - mid) return false;
-  while (mid > 0 && (v & kMidSegment) == 0) v = load_acquire(counter);
+  if (!p.defer_mid) return v == p.k_tiles;
+  const auto complete = [&] {
+    return (v & (kMidSegment - 1)) == p.k_tiles - mid && (mid == 0 || (v & kMidSegment) != 0);
+  };
+  if (!p.first_sums && (v & (kMidSegment - 1)) != p.k_tiles - mid) return false;
+  while (!complete()) v = load_acquire(counter);
   return true;
 }
 
@@ -382,7 +390,11 @@ __device__ void finish_segment(const Params& p, int c, int tile, int kt0, int kt
                                const float (&acc)[kRows / 2], BlockShared& sh) {
   if (kt0 == 0 && kt1 == p.k_tiles) return store_tile<kRows>(p, tile_ref(p, tile), acc, sh.xchg);
   store_partial<kRows>(p, slot_of(p, c, tile), acc);
-  consumers_sync();  // every consumer's partial stored before the count's release
+  consumers_sync();               // every consumer's partial stored before the count's release
+  if (p.first_sums && kt0 > 0) {  // counted without waiting: the tile's first segment sums it
+    if (threadIdx.x == 0) red_release(&p.ws.counters[tile], kt1 - kt0);
+    return;
+  }
   if (threadIdx.x == 0) sh.last = sums_tile(p, tile, kt0, kt1, sh.last_mid);
   consumers_sync();  // the count's acquire before any consumer reads the other blocks' partials
   if (!sh.last) return;
@@ -496,6 +508,8 @@ cudaError_t launch_tiles(Params& p, const bf16* x, int tiles, int T, int K,
   p.ws = ws;
   static const bool defer_mid = ab_switch_on("DS_SKINNY_DEFER_MID");
   p.defer_mid = defer_mid;
+  static const bool first_sums = ab_switch_on("DS_SKINNY_FIRST_SUMS");
+  p.first_sums = defer_mid && first_sums;
   return rows == 16   ? launch<16>(p, stream)
          : rows == 32 ? launch<32>(p, stream)
                       : launch<64>(p, stream);
