@@ -356,7 +356,7 @@ __device__ inline int load_acquire(const int* counter) {
 
 // A shared tile's segment in the middle of the block's units (skinny::mid_units, the block's
 // first): its partial stored and the tile marked, without waiting for the count, so the block
-// streams on; the tile's other blocks, whose shares end in it, sum it.
+// streams on; a block whose share ends in the tile sums it.
 template <int kRows>
 __device__ void publish_mid_segment(const Params& p, int c, int tile,
                                     const float (&acc)[kRows / 2]) {
@@ -384,7 +384,8 @@ __device__ inline bool sums_tile(const Params& p, int tile, int kt0, int kt1, in
 
 // A tile's sum over k-tiles [kt0, kt1) is done: stored as bf16 when that is all of K, else left as
 // a partial; the block that completes a tile's count (a counter per tile; with mid-stream segments
-// deferred, the last of the segments that end a block's share) adds its partials.
+// deferred, the block holding the tile's first k-tile, once every other segment is counted) adds
+// its partials.
 template <int kRows>
 __device__ void finish_segment(const Params& p, int c, int tile, int kt0, int kt1,
                                const float (&acc)[kRows / 2], BlockShared& sh) {

@@ -5,11 +5,11 @@
 // rows, two warpgroups of 64, x T padded to 16, 32 or 64). A persistent grid of one block an
 // SM splits the (tile, 64-column k-tile) units evenly (stream-K), so narrow projections still fill
 // the GPU and no block waits on a wave tail; a tile split between blocks is summed from f32
-// partials, in a fixed order, by the last block whose share ends in it (a block whose share starts
-// inside a tile and streams on past it stores its partial without waiting for the tile's count;
-// the summing block waits for that partial, which its block stores first thing, so every block of
-// the grid must find an SM while others wait: no more blocks than SMs, and nothing holding SMs for
-// good beside the launch).
+// partials, in a fixed order, by the block holding its first k-tile, once every other block's
+// partial is counted (the others count theirs without waiting; a block whose share starts inside a
+// tile and streams on past it marks the tile instead). The summing block waits for blocks that
+// never wait, so every block of the grid must find an SM while others wait: no more blocks than
+// SMs, and nothing holding SMs for good beside the launch.
 // Launched as a programmatic dependent: its first weight tiles stream while the previous kernel
 // drains. A second form takes the MLP's gate and up projections and stores silu(gate) * up
 // (launch_skinny_gemm_silu_mul_bf16).

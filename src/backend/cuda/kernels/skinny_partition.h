@@ -48,8 +48,8 @@ DS_HOST_DEVICE inline int slot_of(int c, int tile, int units, int blocks, int k_
 
 // The units of `tile` that lie in the middle of a block's share: the tile's last k-tiles, where the
 // block holding them starts inside the tile and streams on past its end (its first segment). That
-// block counts them without waiting; the blocks whose shares end in the tile sum it. 0 where the
-// tile is not shared or its last block's share ends with it. A block has at most one such segment.
+// block marks them without waiting; a block whose share ends in the tile sums it. 0 where the tile
+// is not shared or its last block's share ends with it. A block has at most one such segment.
 DS_HOST_DEVICE inline int mid_units(int tile, int units, int blocks, int k_tiles) {
   const int begin = tile * k_tiles, end = begin + k_tiles;
   const int c = block_of(end - 1, units, blocks);
