@@ -122,8 +122,9 @@ def latency_cells(run):
 def serve(path, commit, date, flags, old):
     """gpu_run.sh serve8k's JSON lines as serve_8k_1k: the table's other keys (SGLang's published
     cells, the fp8 rows, notes) kept; the rows of concurrencies not run again kept in
-    by_concurrency, each marked with its commit and flags; the rows it replaces kept under "earlier_by_concurrency"
-    with their commit and flags (the earlier table before them under its "previous")."""
+    by_concurrency, each marked with its commit and flags; the rows it replaces kept under
+    "earlier_by_concurrency" with their commit and flags (the earlier table before them under its
+    "previous")."""
     by_c = {str(r["concurrency"]): latency_cells(r["run"]) for r in json_objects(path) if r["run"]}
     old = dict(old or {})
     old_rows = dict(old.pop("by_concurrency", {}))

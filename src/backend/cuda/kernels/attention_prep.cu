@@ -286,6 +286,7 @@ __global__ void __launch_bounds__(32 * kPrepWarps)
       sincosf(static_cast<float>(pos) * inv_freq((e0 + i) % half, s), &r.sn[i], &r.c[i]);
   float w[kPer];
   load_weights(q_norm, w);
+  // The lambdas read args' fields: a lambda cannot capture a structured binding (C++17).
   norm_rotate_heads(
       s.nh, w, s.eps, r,
       [&](int h, float(&x)[kPer]) {

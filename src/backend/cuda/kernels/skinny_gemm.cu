@@ -374,10 +374,9 @@ __device__ inline bool sums_tile(const Params& p, int tile, int kt0, int kt1, in
   int* counter = &p.ws.counters[tile];
   int v = add_acq_rel(counter, kt1 - kt0) + kt1 - kt0;
   if (!p.defer_mid) return v == p.k_tiles;
-  const auto complete = [&] {
-    return (v & (kMidSegment - 1)) == p.k_tiles - mid && (mid == 0 || (v & kMidSegment) != 0);
-  };
-  if (!p.first_sums && (v & (kMidSegment - 1)) != p.k_tiles - mid) return false;
+  const auto counted = [&] { return (v & (kMidSegment - 1)) == p.k_tiles - mid; };
+  const auto complete = [&] { return counted() && (mid == 0 || (v & kMidSegment) != 0); };
+  if (!p.first_sums && !counted()) return false;
   while (!complete()) v = load_acquire(counter);
   return true;
 }
