@@ -1,0 +1,181 @@
+// The weight-streaming GEMM with its shares claimed at run time (up to 16 tokens): the units are
+// split into many more shares than blocks (skinny::claimed_shares), and each block's producer
+// claims the next share from a counter whenever it has copied the last one's units. A block that
+// starts late (its SM still held by the previous kernel) or streams slowly takes fewer shares,
+// so the blocks finish together instead of the grid waiting for the slowest of equal shares.
+//
+// A tile split between shares is summed from the shares' partials, in share order (the results
+// do not depend on which block ran which share), by the block whose count completes the tile's:
+// it learns so from its count's atomic when it ends its next segment (or its stream), so no block
+// waits in mid-stream for an atomic's return, and no block ever waits for another.
+#include "backend/cuda/kernels/pdl.cuh"
+#include "backend/cuda/kernels/skinny_gemm_tile.cuh"
+#include "backend/cuda/kernels/tma.cuh"
+
+namespace deltaserve::cuda::skinny_kernel {
+namespace {
+
+// Claimed shares between the producer and the consumers: the producer runs at most a pipeline
+// ahead (kStages stages, each share at least one), so the ring never overwrites an unread share.
+constexpr int kRing = 16;
+
+// The producer's copies, one stage at a time: the first kStages stages' weights before the wait
+// for the previous kernel, their activations after it.
+template <int kRows>
+struct ClaimedProducer {
+  static constexpr int kStageBytes = Pipe<kRows>::kStageBytes, kStages = Pipe<kRows>::kStages;
+  static_assert(kStages < kRing, "a share's ring entry outlives its stages");
+  const Params& p;
+  unsigned char* stages;
+  uint64_t *full, *empty;
+  int i = 0;           // stages armed
+  int early[kStages];  // their units while the activations wait for the predecessor
+  bool waited = false;
+
+  __device__ void wait_for_predecessor() {
+    if (waited) return;
+    waited = true;
+    pdl::wait_for_predecessor();
+    for (int j = 0; j < min(i, kStages); ++j)
+      load_activations(p, early[j], stages + j * kStageBytes, &full[j]);
+  }
+  // Stage i free for new copies (the early activations issued first: the consumers need them to
+  // free any stage).
+  __device__ int next_stage() {
+    const int s = i % kStages;
+    if (i >= kStages) {
+      wait_for_predecessor();
+      tma::wait(&empty[s], (i / kStages - 1) & 1);
+    }
+    return s;
+  }
+  __device__ void copy(int u) {
+    const int s = next_stage();
+    tma::arrive_expect_bytes(&full[s], kStageBytes);
+    load_weights(p, u, stages + s * kStageBytes, &full[s]);
+    if (waited)
+      load_activations(p, u, stages + s * kStageBytes, &full[s]);
+    else
+      early[i] = u;
+    ++i;
+  }
+  // A stage completed without copies: the consumers read the ring's -1 there and stop.
+  __device__ void mark_end() {
+    tma::arrive(&full[next_stage()]);
+    ++i;
+  }
+};
+
+// Every share the block claims, in claim order; each share's number goes into the ring before its
+// first stage is armed (the arrival releases it to the consumers that wait on that stage).
+template <int kRows>
+__device__ void produce_claimed(const Params& p, unsigned char* stages, uint64_t* full,
+                                uint64_t* empty, int* ring) {
+  tma::prefetch_map(&p.x);
+  ClaimedProducer<kRows> prod{p, stages, full, empty};
+  for (int k = 0;; ++k) {
+    const int c = atomicAdd(&p.claim[0], 1);
+    ring[k % kRing] = c < p.blocks ? c : -1;
+    if (c >= p.blocks) {
+      prod.mark_end();
+      break;
+    }
+    for (int u = first_unit(p, c), u1 = first_unit(p, c + 1); u < u1; ++u) prod.copy(u);
+  }
+  prod.wait_for_predecessor();
+  // The last block to find no share left zeroes the claim counters for a later launch: every
+  // block's last claim has returned by then.
+  if (atomicAdd(&p.claim[1], 1) == p.grid - 1) {
+    p.claim[0] = 0;
+    p.claim[1] = 0;
+  }
+}
+
+// Sums `tile` from its shares' partials (all counted: this block completed its count) and zeroes
+// its counter for the next launch.
+template <int kRows>
+__device__ void sum_tile(const Params& p, int tile, BlockShared& sh) {
+  const int np = gather_parts(p, tile, sh.parts);
+  consumers_sync();
+  reduce_tile<kRows>(p, tile, sh.parts, np);
+  if (threadIdx.x == 0) p.ws.counters[tile] = 0;
+}
+
+// Thread 0's last count: the tile and the counter's value after it (its atomic's return, read
+// only at the next segment's end or the stream's).
+struct LastCount {
+  int tile = -1, value = 0;
+  // The tile this block completed with that count, or -1.
+  __device__ int completed(int k_tiles) const { return tile >= 0 && value == k_tiles ? tile : -1; }
+};
+
+// The consumer warpgroups over the claimed shares, tile segment by tile segment.
+template <int kRows>
+__device__ void consume_claimed(const Params& p, unsigned char* stages, uint64_t* full,
+                                uint64_t* empty, const int* ring, BlockShared& sh) {
+  constexpr int kStages = Pipe<kRows>::kStages;
+  float acc[kRows / 2];
+  LastCount last;
+  for (int i = 0, k = 0;; ++k) {
+    tma::wait(&full[i % kStages], (i / kStages) & 1);  // the share's first stage: its ring entry
+    const int c = ring[k % kRing];
+    if (c < 0) break;
+    const int u1 = first_unit(p, c + 1);
+    for (int u = first_unit(p, c); u < u1;) {
+      const int tile = u / p.k_tiles, kt0 = u - tile * p.k_tiles;
+      const int end = min(u1, (tile + 1) * p.k_tiles), kt1 = end - tile * p.k_tiles;
+#pragma unroll
+      for (int a = 0; a < kRows / 2; ++a) acc[a] = 0.0f;
+      for (; u < end; ++u, ++i) mma_unit<kRows>(acc, stages, full, empty, i);
+      if (kt0 == 0 && kt1 == p.k_tiles) {
+        store_tile<kRows>(p, tile_ref(p, tile), acc, sh.xchg);
+        continue;
+      }
+      store_partial<kRows>(p, slot_of(p, c, tile), acc);
+      consumers_sync();  // every consumer's partial stored before the count's release
+      if (threadIdx.x == 0) {
+        sh.last = last.completed(p.k_tiles);
+        last = {tile, add_acq_rel(&p.ws.counters[tile], kt1 - kt0) + kt1 - kt0};
+      }
+      consumers_sync();  // the completed count's acquire before any consumer reads its partials
+      if (sh.last >= 0) sum_tile<kRows>(p, sh.last, sh);
+    }
+  }
+  if (threadIdx.x == 0) sh.last = last.completed(p.k_tiles);
+  consumers_sync();
+  if (sh.last >= 0) sum_tile<kRows>(p, sh.last, sh);
+}
+
+template <int kRows>
+__global__ void __launch_bounds__(kThreads, 1)
+    skinny_gemm_claimed_kernel(const __grid_constant__ Params p) {
+  constexpr int kStages = Pipe<kRows>::kStages;
+  extern __shared__ unsigned char raw[];
+  unsigned char* stages = wgmma::atom_aligned<unsigned char>(raw);
+  __shared__ uint64_t full[kStages], empty[kStages];
+  __shared__ BlockShared sh;
+  __shared__ int ring[kRing];
+  init_pipeline<kStages>(full, empty);
+  __syncthreads();
+  pdl::allow_successor();  // the next kernel's blocks may start streaming their weights
+  if (threadIdx.x >= kConsumers) {
+    if (threadIdx.x == kConsumers) produce_claimed<kRows>(p, stages, full, empty, ring);
+    return;
+  }
+  pdl::wait_for_predecessor();  // before the stores and the workspace
+  consume_claimed<kRows>(p, stages, full, empty, ring, sh);
+}
+
+}  // namespace
+
+cudaError_t launch_claimed(const Params& p, cudaStream_t stream) {
+  constexpr int kRows = skinny::kClaimedMaxRows;
+  const auto kernel = skinny_gemm_claimed_kernel<kRows>;
+  constexpr int smem = Pipe<kRows>::kSmemBytes;
+  const cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess) return e;
+  return pdl::launch_with(true, kernel, p.grid, kThreads, smem, stream, p);
+}
+
+}  // namespace deltaserve::cuda::skinny_kernel
