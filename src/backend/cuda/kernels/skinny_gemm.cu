@@ -47,15 +47,6 @@ __device__ void produce(const Params& p, int u0, int u1, unsigned char* stages, 
 // partial is stored.
 constexpr int kMidSegment = 1 << 20;
 
-__device__ inline void red_release(int* counter, int v) {
-  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(counter), "r"(v) : "memory");
-}
-__device__ inline int load_acquire(const int* counter) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(counter) : "memory");
-  return v;
-}
-
 // A shared tile's segment in the middle of the block's units (skinny::mid_units, the block's
 // first): its partial stored and the tile marked, without waiting for the count, so the block
 // streams on; a block whose share ends in the tile sums it.

@@ -1,13 +1,14 @@
 // The weight-streaming GEMM with its shares claimed at run time (up to 16 tokens): the units are
-// split into many more shares than blocks (skinny::claimed_shares), and each block's producer
-// claims the next share from a counter whenever it has copied the last one's units. A block that
-// starts late (its SM still held by the previous kernel) or streams slowly takes fewer shares,
-// so the blocks finish together instead of the grid waiting for the slowest of equal shares.
+// split into more shares than blocks (skinny::claimed_shares); block c takes share c, then claims
+// the next from a counter whenever it has copied its last one's units. A block that starts late
+// (its SM still held by the previous kernel) or streams slowly takes fewer shares, so the blocks
+// finish together instead of the grid waiting for the slowest of equal shares.
 //
-// A tile split between shares is summed from the shares' partials, in share order (the results
-// do not depend on which block ran which share), by the block whose count completes the tile's:
-// it learns so from its count's atomic when it ends its next segment (or its stream), so no block
-// waits in mid-stream for an atomic's return, and no block ever waits for another.
+// A tile split between shares is summed from the shares' partials, in share order (the results do
+// not depend on which block ran which share), by the block holding its last k-tile, after that
+// block's stream: every segment only counts its k-tiles (a release reduction, nothing returned),
+// so no block waits in mid-stream for an atomic. The summing blocks wait only for shares of lower
+// numbers, claimed before theirs by blocks that never wait in mid-stream: they finish.
 #include "backend/cuda/kernels/pdl.cuh"
 #include "backend/cuda/kernels/skinny_gemm_tile.cuh"
 #include "backend/cuda/kernels/tma.cuh"
@@ -66,26 +67,32 @@ struct ClaimedProducer {
   }
 };
 
-// Every share the block claims, in claim order; each share's number goes into the ring before its
-// first stage is armed (the arrival releases it to the consumers that wait on that stage).
+// The block's shares in order: its own (blockIdx.x), then those it claims. Claims are taken two
+// ahead of the share being copied (an atomic's return takes microseconds while the memory system
+// streams), and a share's number goes into the ring before its first stage is armed (the
+// arrival releases it to the consumers that wait on that stage).
 template <int kRows>
 __device__ void produce_claimed(const Params& p, unsigned char* stages, uint64_t* full,
                                 uint64_t* empty, int* ring) {
   tma::prefetch_map(&p.x);
   ClaimedProducer<kRows> prod{p, stages, full, empty};
+  const auto claim = [&] { return p.grid + atomicAdd(&p.claim[0], 1); };
+  int c = static_cast<int>(blockIdx.x), next = claim(), after = claim();
   for (int k = 0;; ++k) {
-    const int c = atomicAdd(&p.claim[0], 1);
     ring[k % kRing] = c < p.blocks ? c : -1;
     if (c >= p.blocks) {
       prod.mark_end();
       break;
     }
     for (int u = first_unit(p, c), u1 = first_unit(p, c + 1); u < u1; ++u) prod.copy(u);
+    c = next;
+    next = after;
+    after = c < p.blocks ? claim() : p.blocks;
   }
   prod.wait_for_predecessor();
-  // The last block to find no share left zeroes the claim counters for a later launch: every
-  // block's last claim has returned by then.
-  if (atomicAdd(&p.claim[1], 1) == p.grid - 1) {
+  // The last block to run out zeroes the claim counters for a later launch: the count's release
+  // orders each block's claims (the unread ones too) before it, its acquire the zeroing after all.
+  if (add_acq_rel(&p.claim[1], 1) == p.grid - 1) {
     p.claim[0] = 0;
     p.claim[1] = 0;
   }
@@ -101,21 +108,26 @@ __device__ void sum_tile(const Params& p, int tile, BlockShared& sh) {
   if (threadIdx.x == 0) p.ws.counters[tile] = 0;
 }
 
-// Thread 0's last count: the tile and the counter's value after it (its atomic's return, read
-// only at the next segment's end or the stream's).
-struct LastCount {
-  int tile = -1, value = 0;
-  // The tile this block completed with that count, or -1.
-  __device__ int completed(int k_tiles) const { return tile >= 0 && value == k_tiles ? tile : -1; }
+// The tiles whose last k-tile this block computed (summed after its stream), in shared memory.
+constexpr int kMaxPending = 64;
+struct Pending {
+  int tiles[kMaxPending];
 };
 
-// The consumer warpgroups over the claimed shares, tile segment by tile segment.
+// Thread 0: waits until every segment of `tile` is counted (the last included: this block's).
+__device__ inline void wait_counted(const Params& p, int tile) {
+  while (load_acquire(&p.ws.counters[tile]) != p.k_tiles) {
+  }
+}
+
+// The consumer warpgroups over the block's shares, tile segment by tile segment, then the sums of
+// the tiles whose last k-tile they hold.
 template <int kRows>
 __device__ void consume_claimed(const Params& p, unsigned char* stages, uint64_t* full,
-                                uint64_t* empty, const int* ring, BlockShared& sh) {
+                                uint64_t* empty, const int* ring, BlockShared& sh, Pending& pend) {
   constexpr int kStages = Pipe<kRows>::kStages;
   float acc[kRows / 2];
-  LastCount last;
+  int pending = 0;  // the same count in every consumer thread
   for (int i = 0, k = 0;; ++k) {
     tma::wait(&full[i % kStages], (i / kStages) & 1);  // the share's first stage: its ring entry
     const int c = ring[k % kRing];
@@ -133,17 +145,24 @@ __device__ void consume_claimed(const Params& p, unsigned char* stages, uint64_t
       }
       store_partial<kRows>(p, slot_of(p, c, tile), acc);
       consumers_sync();  // every consumer's partial stored before the count's release
-      if (threadIdx.x == 0) {
-        sh.last = last.completed(p.k_tiles);
-        last = {tile, add_acq_rel(&p.ws.counters[tile], kt1 - kt0) + kt1 - kt0};
+      if (threadIdx.x == 0) red_release(&p.ws.counters[tile], kt1 - kt0);
+      if (kt1 < p.k_tiles) continue;
+      if (pending < kMaxPending) {  // the tile's last segment: summed after the stream
+        if (threadIdx.x == 0) pend.tiles[pending] = tile;
+        ++pending;
+        continue;
       }
-      consumers_sync();  // the completed count's acquire before any consumer reads its partials
-      if (sh.last >= 0) sum_tile<kRows>(p, sh.last, sh);
+      if (threadIdx.x == 0) wait_counted(p, tile);  // (a long run of them: now)
+      consumers_sync();  // the count's acquire before any consumer reads the partials
+      sum_tile<kRows>(p, tile, sh);
     }
   }
-  if (threadIdx.x == 0) sh.last = last.completed(p.k_tiles);
-  consumers_sync();
-  if (sh.last >= 0) sum_tile<kRows>(p, sh.last, sh);
+  for (int j = 0; j < pending; ++j) {
+    consumers_sync();  // the list written; the previous sum's reads of sh.parts done
+    if (threadIdx.x == 0) wait_counted(p, pend.tiles[j]);
+    consumers_sync();
+    sum_tile<kRows>(p, pend.tiles[j], sh);
+  }
 }
 
 template <int kRows>
@@ -155,6 +174,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __shared__ uint64_t full[kStages], empty[kStages];
   __shared__ BlockShared sh;
   __shared__ int ring[kRing];
+  __shared__ Pending pend;
   init_pipeline<kStages>(full, empty);
   __syncthreads();
   pdl::allow_successor();  // the next kernel's blocks may start streaming their weights
@@ -163,7 +183,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
   pdl::wait_for_predecessor();  // before the stores and the workspace
-  consume_claimed<kRows>(p, stages, full, empty, ring, sh);
+  consume_claimed<kRows>(p, stages, full, empty, ring, sh, pend);
 }
 
 }  // namespace

@@ -351,6 +351,16 @@ __device__ inline int add_acq_rel(int* counter, int v) {
   return old;
 }
 
+// A release reduction (no return) and an acquire load of a tile counter, by one thread.
+__device__ inline void red_release(int* counter, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(counter), "r"(v) : "memory");
+}
+__device__ inline int load_acquire(const int* counter) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(counter) : "memory");
+  return v;
+}
+
 // The addresses of `tile`'s partial sums into parts (by the consumer threads, each some; a
 // consumers' barrier must follow before they are read); returns how many.
 __device__ inline int gather_parts(const Params& p, int tile, const float** parts) {
