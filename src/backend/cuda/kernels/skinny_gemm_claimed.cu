@@ -67,31 +67,36 @@ struct ClaimedProducer {
   }
 };
 
-// The block's shares in order: its own (blockIdx.x), then those it claims. Claims are taken two
-// ahead of the share being copied (an atomic's return takes microseconds while the memory system
-// streams), and a share's number goes into the ring before its first stage is armed (the
-// arrival releases it to the consumers that wait on that stage).
+// A claim: the counter's value before this block's increment, issued without waiting (the
+// result is read only where used, a share's copies later: an atomic's return takes microseconds
+// while the memory system streams).
+__device__ inline int claim_async(int* counter) {
+  int old;
+  asm volatile("atom.global.add.u32 %0, [%1], 1;\n" : "=r"(old) : "l"(counter) : "memory");
+  return old;
+}
+
+// The block's shares in order: its own (blockIdx.x), then those it claims, each claim issued as
+// the previous share's copies start. A share's number goes into the ring before its first stage is
+// armed (the arrival releases it to the consumers that wait on that stage).
 template <int kRows>
 __device__ void produce_claimed(const Params& p, unsigned char* stages, uint64_t* full,
                                 uint64_t* empty, int* ring) {
   tma::prefetch_map(&p.x);
   ClaimedProducer<kRows> prod{p, stages, full, empty};
-  const auto claim = [&] { return p.grid + atomicAdd(&p.claim[0], 1); };
-  int c = static_cast<int>(blockIdx.x), next = claim(), after = claim();
-  for (int k = 0;; ++k) {
+  for (int k = 0, c = static_cast<int>(blockIdx.x);; ++k) {
     ring[k % kRing] = c < p.blocks ? c : -1;
     if (c >= p.blocks) {
       prod.mark_end();
       break;
     }
+    const int next = claim_async(&p.claim[0]);
     for (int u = first_unit(p, c), u1 = first_unit(p, c + 1); u < u1; ++u) prod.copy(u);
-    c = next;
-    next = after;
-    after = c < p.blocks ? claim() : p.blocks;
+    c = p.grid + next;
   }
   prod.wait_for_predecessor();
   // The last block to run out zeroes the claim counters for a later launch: the count's release
-  // orders each block's claims (the unread ones too) before it, its acquire the zeroing after all.
+  // orders each block's claims before it, its acquire the zeroing after all.
   if (add_acq_rel(&p.claim[1], 1) == p.grid - 1) {
     p.claim[0] = 0;
     p.claim[1] = 0;
