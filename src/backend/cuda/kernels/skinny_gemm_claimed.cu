@@ -20,53 +20,6 @@ namespace {
 // ahead (kStages stages, each share at least one), so the ring never overwrites an unread share.
 constexpr int kRing = 16;
 
-// The producer's copies, one stage at a time: the first kStages stages' weights before the wait
-// for the previous kernel, their activations after it.
-template <int kRows>
-struct ClaimedProducer {
-  static constexpr int kStageBytes = Pipe<kRows>::kStageBytes, kStages = Pipe<kRows>::kStages;
-  static_assert(kStages < kRing, "a share's ring entry outlives its stages");
-  const Params& p;
-  unsigned char* stages;
-  uint64_t *full, *empty;
-  int i = 0;           // stages armed
-  int early[kStages];  // their units while the activations wait for the predecessor
-  bool waited = false;
-
-  __device__ void wait_for_predecessor() {
-    if (waited) return;
-    waited = true;
-    pdl::wait_for_predecessor();
-    for (int j = 0; j < min(i, kStages); ++j)
-      load_activations(p, early[j], stages + j * kStageBytes, &full[j]);
-  }
-  // Stage i free for new copies (the early activations issued first: the consumers need them to
-  // free any stage).
-  __device__ int next_stage() {
-    const int s = i % kStages;
-    if (i >= kStages) {
-      wait_for_predecessor();
-      tma::wait(&empty[s], (i / kStages - 1) & 1);
-    }
-    return s;
-  }
-  __device__ void copy(int u) {
-    const int s = next_stage();
-    tma::arrive_expect_bytes(&full[s], kStageBytes);
-    load_weights(p, u, stages + s * kStageBytes, &full[s]);
-    if (waited)
-      load_activations(p, u, stages + s * kStageBytes, &full[s]);
-    else
-      early[i] = u;
-    ++i;
-  }
-  // A stage completed without copies: the consumers read the ring's -1 there and stop.
-  __device__ void mark_end() {
-    tma::arrive(&full[next_stage()]);
-    ++i;
-  }
-};
-
 // A claim: the counter's value before this block's increment, issued without waiting (the
 // result is read only where used, a share's copies later: an atomic's return takes microseconds
 // while the memory system streams).
@@ -77,24 +30,51 @@ __device__ inline int claim_async(int* counter) {
 }
 
 // The block's shares in order: its own (blockIdx.x), then those it claims, each claim issued as
-// the previous share's copies start. A share's number goes into the ring before its first stage is
-// armed (the arrival releases it to the consumers that wait on that stage).
+// the previous share's copies start. The first stages of its own share copy their weights before
+// the wait for the previous kernel, their activations after it. A share's number goes into the
+// ring before its first stage is armed (the arrival releases it to the consumers that wait on that
+// stage); -1 goes into a stage completed without copies once the shares run out. (Plain locals:
+// with the producer's state in a struct, the compiler kept it in local memory, the parameters
+// behind a generic pointer.)
 template <int kRows>
 __device__ void produce_claimed(const Params& p, unsigned char* stages, uint64_t* full,
                                 uint64_t* empty, int* ring) {
+  constexpr int kStageBytes = Pipe<kRows>::kStageBytes, kStages = Pipe<kRows>::kStages;
+  static_assert(kStages < kRing, "a share's ring entry outlives its stages");
   tma::prefetch_map(&p.x);
-  ClaimedProducer<kRows> prod{p, stages, full, empty};
-  for (int k = 0, c = static_cast<int>(blockIdx.x);; ++k) {
-    ring[k % kRing] = c < p.blocks ? c : -1;
+  const auto stage = [&](int i) { return stages + i % kStages * kStageBytes; };
+  const auto arm = [&](int i) {  // stage i free, and expecting its copies' bytes
+    if (i >= kStages) tma::wait(&empty[i % kStages], (i / kStages - 1) & 1);
+    tma::arrive_expect_bytes(&full[i % kStages], kStageBytes);
+  };
+  int c = static_cast<int>(blockIdx.x), i = 0;
+  const int u0 = first_unit(p, c), early = min(first_unit(p, c + 1) - u0, kStages);
+  ring[0] = c;
+  for (; i < early; ++i) {
+    arm(i);
+    load_weights(p, u0 + i, stage(i), &full[i]);
+  }
+  int next = claim_async(&p.claim[0]);
+  pdl::wait_for_predecessor();
+  for (int j = 0; j < early; ++j) load_activations(p, u0 + j, stage(j), &full[j]);
+  for (int k = 0;;) {
+    for (int u = first_unit(p, c) + (k == 0 ? early : 0), u1 = first_unit(p, c + 1); u < u1;
+         ++u, ++i) {
+      arm(i);
+      load_weights(p, u, stage(i), &full[i % kStages]);
+      load_activations(p, u, stage(i), &full[i % kStages]);
+    }
+    c = p.grid + next;
+    ++k;
     if (c >= p.blocks) {
-      prod.mark_end();
+      ring[k % kRing] = -1;
+      if (i >= kStages) tma::wait(&empty[i % kStages], (i / kStages - 1) & 1);
+      tma::arrive(&full[i % kStages]);
       break;
     }
-    const int next = claim_async(&p.claim[0]);
-    for (int u = first_unit(p, c), u1 = first_unit(p, c + 1); u < u1; ++u) prod.copy(u);
-    c = p.grid + next;
+    ring[k % kRing] = c;
+    next = claim_async(&p.claim[0]);
   }
-  prod.wait_for_predecessor();
   // The last block to run out zeroes the claim counters for a later launch: the count's release
   // orders each block's claims before it, its acquire the zeroing after all.
   if (add_acq_rel(&p.claim[1], 1) == p.grid - 1) {
