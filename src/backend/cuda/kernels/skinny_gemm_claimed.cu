@@ -93,6 +93,41 @@ __device__ void sum_tile(const Params& p, int tile, BlockShared& sh) {
   if (threadIdx.x == 0) p.ws.counters[tile] = 0;
 }
 
+// The segments' counts go through a queue in shared memory to a thread of a warp of their own,
+// which makes each (a release reduction: a fence that waits for the block's stores to land, then
+// the add): by a consumer thread, that wait stalled its warpgroup's MMAs at every segment's end
+// (about 3 us a share in lease 5).
+constexpr int kCountRing = 8, kCountingThread = kThreads;  // the first thread past the producer
+struct CountQueue {
+  int tile[kCountRing], n[kCountRing];  // tile -1: no more counts
+  uint64_t full[kCountRing], empty[kCountRing];
+  __device__ void init() {
+    for (int s = 0; s < kCountRing; ++s) {
+      tma::barrier_init(&full[s], 1);
+      tma::barrier_init(&empty[s], 1);
+    }
+  }
+  // By consumer thread 0 (after the consumers' barrier that follows their partials' stores): the
+  // j-th count. Its arrival releases the consumers' stores to the counting thread.
+  __device__ void post(int j, int t, int k_tiles) {
+    const int s = j % kCountRing;
+    if (j >= kCountRing) tma::wait(&empty[s], (j / kCountRing - 1) & 1);
+    tile[s] = t;
+    n[s] = k_tiles;
+    tma::arrive(&full[s]);
+  }
+  // By the counting thread: every count posted, in order, until the -1.
+  __device__ void count_all(const Params& p) {
+    for (int j = 0;; ++j) {
+      const int s = j % kCountRing;
+      tma::wait(&full[s], (j / kCountRing) & 1);
+      if (tile[s] < 0) return;
+      red_release(&p.ws.counters[tile[s]], n[s]);
+      tma::arrive(&empty[s]);
+    }
+  }
+};
+
 // The tiles whose last k-tile this block computed (summed after its stream), in shared memory.
 constexpr int kMaxPending = 64;
 struct Pending {
@@ -109,10 +144,12 @@ __device__ inline void wait_counted(const Params& p, int tile) {
 // the tiles whose last k-tile they hold.
 template <int kRows>
 __device__ void consume_claimed(const Params& p, unsigned char* stages, uint64_t* full,
-                                uint64_t* empty, const int* ring, BlockShared& sh, Pending& pend) {
+                                uint64_t* empty, const int* ring, BlockShared& sh, Pending& pend,
+                                CountQueue& counts) {
   constexpr int kStages = Pipe<kRows>::kStages;
   float acc[kRows / 2];
   int pending = 0;  // the same count in every consumer thread
+  int posted = 0;   // thread 0's counts
   for (int i = 0, k = 0;; ++k) {
     tma::wait(&full[i % kStages], (i / kStages) & 1);  // the share's first stage: its ring entry
     const int c = ring[k % kRing];
@@ -130,7 +167,7 @@ __device__ void consume_claimed(const Params& p, unsigned char* stages, uint64_t
       }
       store_partial<kRows>(p, slot_of(p, c, tile), acc);
       consumers_sync();  // every consumer's partial stored before the count's release
-      if (threadIdx.x == 0) red_release(&p.ws.counters[tile], kt1 - kt0);
+      if (threadIdx.x == 0) counts.post(posted++, tile, kt1 - kt0);
       if (kt1 < p.k_tiles) continue;
       if (pending < kMaxPending) {  // the tile's last segment: summed after the stream
         if (threadIdx.x == 0) pend.tiles[pending] = tile;
@@ -142,6 +179,7 @@ __device__ void consume_claimed(const Params& p, unsigned char* stages, uint64_t
       sum_tile<kRows>(p, tile, sh);
     }
   }
+  if (threadIdx.x == 0) counts.post(posted, -1, 0);
   for (int j = 0; j < pending; ++j) {
     consumers_sync();  // the list written; the previous sum's reads of sh.parts done
     if (threadIdx.x == 0) wait_counted(p, pend.tiles[j]);
@@ -151,7 +189,7 @@ __device__ void consume_claimed(const Params& p, unsigned char* stages, uint64_t
 }
 
 template <int kRows>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads + 32, 1)
     skinny_gemm_claimed_kernel(const __grid_constant__ Params p) {
   constexpr int kStages = Pipe<kRows>::kStages;
   extern __shared__ unsigned char raw[];
@@ -160,15 +198,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   __shared__ BlockShared sh;
   __shared__ int ring[kRing];
   __shared__ Pending pend;
+  __shared__ CountQueue counts;
+  if (threadIdx.x == 0) counts.init();
   init_pipeline<kStages>(full, empty);
   __syncthreads();
   pdl::allow_successor();  // the next kernel's blocks may start streaming their weights
   if (threadIdx.x >= kConsumers) {
     if (threadIdx.x == kConsumers) produce_claimed<kRows>(p, stages, full, empty, ring);
+    if (threadIdx.x == kCountingThread) counts.count_all(p);
     return;
   }
   pdl::wait_for_predecessor();  // before the stores and the workspace
-  consume_claimed<kRows>(p, stages, full, empty, ring, sh, pend);
+  consume_claimed<kRows>(p, stages, full, empty, ring, sh, pend, counts);
 }
 
 }  // namespace
@@ -180,7 +221,7 @@ cudaError_t launch_claimed(const Params& p, cudaStream_t stream) {
   const cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
-  return pdl::launch_with(true, kernel, p.grid, kThreads, smem, stream, p);
+  return pdl::launch_with(true, kernel, p.grid, kThreads + 32, smem, stream, p);
 }
 
 }  // namespace deltaserve::cuda::skinny_kernel
