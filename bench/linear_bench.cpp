@@ -239,7 +239,7 @@ class LinearBench {
   ds::backend::CudaBackend be_;
   ds::Buffer noise_ = be_.alloc(ds::DType::kBF16, {kNoiseElems});
   ds::Buffer skinny_partials_,
-      skinny_counters_ = be_.alloc(ds::DType::kI32, {ds::cuda::kSkinnyCounterInts});
+      skinny_counters_ = be_.alloc(ds::DType::kI32, {ds::cuda::kSkinnyMaxTiles});
   int sms_ = 0;
   ds::cuda::CublasLtLinear lt_;
   int rounds_;

@@ -128,7 +128,7 @@ for stage in "$@"; do
       timeout 240 $BIN/cuda_ops_test >"$LOG/ops.log" 2>&1; note "ops rc=$? $(tail -1 "$LOG/ops.log")"
       $BIN/gdn_mixer_test >"$LOG/gdn_mixer.log" 2>&1; note "gdn_mixer rc=$? $(tail -1 "$LOG/gdn_mixer.log")"
       $BIN/linear_silu_mul_test >"$LOG/silu_mul.log" 2>&1; note "linear_silu_mul rc=$? $(tail -1 "$LOG/silu_mul.log")" ;;
-    skinny)  # the weight-streaming GEMM's direct test alone (e.g. under DS_SKINNY_SHARES_PER_SM=0)
+    skinny)  # the weight-streaming GEMM's direct test alone (e.g. under DS_SKINNY_DEFER_MID=0)
       timeout 120 $BIN/cuda_ops_test --gtest_filter='SkinnyGemm*' >"$LOG/skinny.log" 2>&1
       note "skinny rc=$? $(tail -1 "$LOG/skinny.log")" ;;
     gdn)  # the chunked delta rule: its op test against the CPU chunked form, then its per-layer bench

@@ -4,9 +4,7 @@
 // blocks of at least the minimum share, at most two shared tiles a block, the partial-sum slots of
 // a shared tile distinct and within the workspace (2 a block), and the mid-stream segments
 // (mid_units): at most one a block, its first, and every shared tile left with a segment that ends
-// a block's share (the one that sums it). The same split into claimed shares (claimed_shares:
-// more shares than blocks, for skinny_gemm_claimed.cu) is checked alike, but for the mid-stream
-// segments, which that form does not treat apart.
+// a block's share (the one that sums it).
 #include "backend/cuda/kernels/skinny_partition.h"
 
 #include <gtest/gtest.h>
@@ -25,11 +23,10 @@ namespace {
 
 constexpr int kTileRows = 128, kTileK = 64;
 
-// `blocks` shares of `units` (blocks_for's, or claimed_shares' with `claimed`), each of at least
-// min_units units.
-void check_split(int tiles, int k_tiles, int blocks, int min_units, bool claimed) {
-  const int units = tiles * k_tiles;
+void check_partition(int tiles, int k_tiles, int sms) {
+  const int units = tiles * k_tiles, blocks = blocks_for(units, k_tiles, sms);
   ASSERT_GE(blocks, 1);
+  ASSERT_LE(blocks, sms);
   ASSERT_EQ(first_unit(0, units, blocks), 0);
   ASSERT_EQ(first_unit(blocks, units, blocks), units);
   std::map<int, int> slot_tile;  // the tile whose partial each slot holds (one a launch)
@@ -37,14 +34,14 @@ void check_split(int tiles, int k_tiles, int blocks, int min_units, bool claimed
   for (int c = 0; c < blocks; ++c) {
     const int u0 = first_unit(c, units, blocks), u1 = first_unit(c + 1, units, blocks);
     ASSERT_LT(u0, u1) << "block " << c << " has no units";
-    if (blocks > 1) EXPECT_GE(u1 - u0, min_units);
+    if (blocks > 1) EXPECT_GE(u1 - u0, kMinUnitsPerBlock);
     for (int u = u0; u < u1; ++u) ASSERT_EQ(block_of(u, units, blocks), c) << "unit " << u;
     int partial = 0;
     for (int u = u0; u < u1;) {  // the block's segments, as the kernel walks them
       const int tile = u / k_tiles, end = std::min(u1, (tile + 1) * k_tiles);
       const bool whole = u == tile * k_tiles && end == (tile + 1) * k_tiles;
       // The kernel's test for a mid-stream segment (shared, and the block streams on past it).
-      if (!whole && end < u1 && !claimed) {
+      if (!whole && end < u1) {
         EXPECT_EQ(u, u0) << "block " << c << ": a mid-stream segment that is not its first";
         EXPECT_TRUE(mid_seen.insert({tile, end - u}).second) << "tile " << tile << ": two";
       }
@@ -63,18 +60,15 @@ void check_split(int tiles, int k_tiles, int blocks, int min_units, bool claimed
     const int c1 = block_of((tile + 1) * k_tiles - 1, units, blocks);
     ASSERT_LE(c1 - c0 + 1, kMaxParts) << "tile " << tile;
     if (c0 == c1) {
-      if (!claimed)
-        EXPECT_EQ(mid_units(tile, units, blocks, k_tiles), 0) << "tile " << tile << " is whole";
+      EXPECT_EQ(mid_units(tile, units, blocks, k_tiles), 0) << "tile " << tile << " is whole";
       continue;
     }
-    if (!claimed) {
-      const int mid = mid_units(tile, units, blocks, k_tiles);
-      const auto seen = mid_seen.find(tile);
-      EXPECT_EQ(mid, seen == mid_seen.end() ? 0 : seen->second) << "tile " << tile;
-      EXPECT_LT(mid, k_tiles) << "tile " << tile << ": no segment ends a block's share";
-      if (mid > 0)
-        EXPECT_EQ(first_unit(c1, units, blocks), (tile + 1) * k_tiles - mid) << "tile " << tile;
-    }
+    const int mid = mid_units(tile, units, blocks, k_tiles);
+    const auto seen = mid_seen.find(tile);
+    EXPECT_EQ(mid, seen == mid_seen.end() ? 0 : seen->second) << "tile " << tile;
+    EXPECT_LT(mid, k_tiles) << "tile " << tile << ": no segment ends a block's share";
+    if (mid > 0)
+      EXPECT_EQ(first_unit(c1, units, blocks), (tile + 1) * k_tiles - mid) << "tile " << tile;
     std::set<int> slots;
     for (int c = c0; c <= c1; ++c) {
       const int slot = slot_of(c, tile, units, blocks, k_tiles);
@@ -83,21 +77,6 @@ void check_split(int tiles, int k_tiles, int blocks, int min_units, bool claimed
           << "tile " << tile << " reads slot " << slot << ", not its own partial";
       EXPECT_TRUE(slots.insert(slot).second);
     }
-  }
-}
-
-// The static split (a block a share, at most one a multiprocessor) and the claimed shares (at
-// most kClaimedSharesPerSm a multiprocessor: two partial slots each fill the workspace).
-void check_partition(int tiles, int k_tiles, int sms) {
-  const int units = tiles * k_tiles, blocks = blocks_for(units, k_tiles, sms);
-  EXPECT_LE(blocks, sms);
-  check_split(tiles, k_tiles, blocks, min_units_of_share(kMinUnitsPerBlock, k_tiles), false);
-  for (const int per_sm : {1, kClaimedSharesPerSm, 2 * kClaimedSharesPerSm}) {
-    SCOPED_TRACE("claimed shares, " + std::to_string(per_sm) + " a multiprocessor");
-    const int shares = claimed_shares(units, k_tiles, sms, per_sm);
-    EXPECT_LE(shares, std::min(per_sm, kClaimedSharesPerSm) * sms);
-    check_split(tiles, k_tiles, shares, min_units_of_share(kMinUnitsPerClaimedShare, k_tiles),
-                true);
   }
 }
 

@@ -4,9 +4,7 @@
 // (264), and long K (9216: each tile split between many blocks, summed from their partials). Each
 // case runs twice on poisoned outputs: the same bits (the partials are added in a fixed order),
 // and the tile counters (their mid-stream marks included) are all zero after each launch (the next
-// launch's premise; up to 16 tokens also the claimed shares' counters). Up to 16 tokens the
-// launch takes the claimed-share form (skinny_gemm_claimed.cu) unless DS_SKINNY_SHARES_PER_SM=0:
-// tools/gpu_run.sh's `skinny` stage runs this test alone under that switch.
+// launch's premise).
 #include "backend/cuda/kernels/skinny_gemm.cuh"
 
 #include <gtest/gtest.h>
@@ -32,7 +30,7 @@ class SkinnyGemm : public CudaOps {
     cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, 0);
     partials_ =
         gpu_->alloc(DType::kF32, {static_cast<int64_t>(cuda::skinny_workspace_floats(sms_))});
-    counters_ = gpu_->alloc(DType::kI32, {cuda::kSkinnyCounterInts});
+    counters_ = gpu_->alloc(DType::kI32, {cuda::kSkinnyMaxTiles});
     cudaMemsetAsync(counters_.tensor().data, 0, counters_.tensor().nbytes(), gpu_->stream());
   }
   cuda::SkinnyWorkspace ws() const {
@@ -40,7 +38,7 @@ class SkinnyGemm : public CudaOps {
             static_cast<int*>(counters_.tensor().data)};
   }
   int nonzero_counters() {
-    std::vector<int> c(cuda::kSkinnyCounterInts);
+    std::vector<int> c(cuda::kSkinnyMaxTiles);
     cudaStreamSynchronize(gpu_->stream());
     cudaMemcpy(c.data(), counters_.tensor().data, c.size() * sizeof(int), cudaMemcpyDeviceToHost);
     int nonzero = 0;

@@ -76,9 +76,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   check(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device), "SM count");
   check(cudaMalloc(&attn_ws_, kAttnWorkspaceBytes), "cudaMalloc (attention workspace)");
   check(cudaMalloc(&skinny_ws_.partials, skinny_ws_bytes()), "cudaMalloc (GEMM workspace)");
-  check(cudaMalloc(&skinny_ws_.counters, cuda::kSkinnyCounterInts * sizeof(int)),
+  check(cudaMalloc(&skinny_ws_.counters, cuda::kSkinnyMaxTiles * sizeof(int)),
         "cudaMalloc (GEMM tile counters)");
-  check(cudaMemset(skinny_ws_.counters, 0, cuda::kSkinnyCounterInts * sizeof(int)),
+  check(cudaMemset(skinny_ws_.counters, 0, cuda::kSkinnyMaxTiles * sizeof(int)),
         "cudaMemset (GEMM tile counters)");
 }
 

@@ -174,7 +174,7 @@ class CudaBackend final : public Backend {
   cuda::SkinnyWorkspace skinny_ws_{};
   size_t skinny_ws_bytes() const {
     return cuda::skinny_workspace_floats(num_sms_) * sizeof(float) +
-           cuda::kSkinnyCounterInts * sizeof(int);
+           cuda::kSkinnyMaxTiles * sizeof(int);
   }
   // Chunked delta-rule workspace for prefill steps (grow-only; never used by decode graphs).
   float* gdn_ws_ = nullptr;

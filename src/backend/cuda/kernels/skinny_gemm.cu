@@ -1,19 +1,108 @@
-#include <algorithm>
-#include <atomic>
 #include <cstdint>
-#include <cstdlib>
 
 #include "backend/cuda/ab_switch.h"
+#include "backend/cuda/kernels/bf16x8.cuh"
+#include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
 #include "backend/cuda/kernels/skinny_gemm.cuh"
-#include "backend/cuda/kernels/skinny_gemm_tile.cuh"
+#include "backend/cuda/kernels/skinny_partition.h"
 #include "backend/cuda/kernels/tma.cuh"
 #include "backend/cuda/kernels/tma_map.h"
+#include "backend/cuda/kernels/wgmma.cuh"
 
 namespace deltaserve::cuda {
 namespace {
 
-using namespace skinny_kernel;
+using bf16 = __nv_bfloat16;
+
+// A block: two consumer warpgroups (warps 0-7) multiplying 128 weight rows, 64 each, and one
+// producer warp (warp 8) issuing the copies. A unit is one tile's k-tile: 64 columns of K, one
+// SW128 atom row per matrix row. A launch computes kRows token rows (16, 32 or 64: T rounded up;
+// rows past T are zeros), the N of its wgmma.
+constexpr int kTileRows = kSkinnyTileRows, kTileK = 64, kConsumers = 256,
+              kThreads = kConsumers + 32;
+// Shared memory for the pipeline: more than half an SM's, so that a block never shares an SM with
+// another of the grid (one block an SM: the even split's premise), also when it starts early beside
+// the previous kernel's blocks.
+constexpr int kPipelineBytes = 160 * 1024;
+
+struct Params {
+  CUtensorMap x;                    // [T, K], boxes of kRows rows x 64
+  CUtensorMap w[kSkinnyMaxGroups];  // [n, K], boxes of 128 x 64
+  bf16* y[kSkinnyMaxGroups];        // [T, n]
+  int n[kSkinnyMaxGroups];
+  int first_tile[kSkinnyMaxGroups];  // group g's 128-row tiles start here
+  int count, T, k_tiles, units, blocks;
+  // SiLU-mul form: w[0] / w[1] the gate / up weights in boxes of 64 rows, a tile's rows 0-63
+  // gate rows and 64-127 the same up rows; y[0] the product, n[0] its width.
+  bool paired;
+  // Mid-stream segments (skinny::mid_units) counted without waiting (DS_SKINNY_DEFER_MID=0: every
+  // segment waits for its count, A/B).
+  bool defer_mid;
+  // With deferral, the block holding a shared tile's first k-tile sums it and the others only
+  // count theirs (DS_SKINNY_FIRST_SUMS=0: the last segment that ends a share sums it, A/B).
+  bool first_sums;
+  SkinnyWorkspace ws;
+};
+constexpr int kPairRows = kTileRows / 2;
+
+// A block's shared scratch besides the pipeline: whether it completes the tile in hand, the
+// addresses of that tile's partials, and (SiLU-mul form) the up half's sums of a whole tile.
+struct BlockShared {
+  int last;
+  // With mid-stream segments deferred, a block sums only its last tile: that tile's mid-stream
+  // units and partials' count (their addresses in parts), formed before the kernel waits for its
+  // predecessor, off the tail (prepare_last_tile).
+  int last_mid, last_np;
+  const float* parts[skinny::kMaxParts];
+  float xchg[kPairRows][kSkinnySiluMulMaxRows];
+};
+
+// A pipeline stage: the weight tile, then the activation tile (both SW128, 1024-byte aligned).
+constexpr int kWBytes = kTileRows * wgmma::kRowBytes;
+template <int kRows>
+struct Pipe {
+  static constexpr int kStageBytes = kWBytes + kRows * wgmma::kRowBytes;
+  static constexpr int kStages = kPipelineBytes / kStageBytes;
+  static constexpr int kSmemBytes = kStages * kStageBytes + wgmma::kAtomBytes;
+};
+
+// acc (64 weight rows x kRows tokens) += A B over one 16-column step of K.
+template <int kRows>
+__device__ inline void mma_step(float (&acc)[kRows / 2], uint64_t a, uint64_t b) {
+  if constexpr (kRows == 16)
+    wgmma::mma_64x16_ss(acc, a, b, true);
+  else if constexpr (kRows == 32)
+    wgmma::mma_64x32_ss(acc, a, b, true);
+  else
+    wgmma::mma_64x64_ss(acc, a, b, true);
+}
+
+__device__ inline int first_unit(const Params& p, int c) {
+  return skinny::first_unit(c, p.units, p.blocks);
+}
+__device__ inline int block_of(const Params& p, int u) {
+  return skinny::block_of(u, p.units, p.blocks);
+}
+__device__ inline int slot_of(const Params& p, int c, int tile) {
+  return skinny::slot_of(c, tile, p.units, p.blocks, p.k_tiles);
+}
+__device__ inline int mid_units(const Params& p, int tile) {
+  return skinny::mid_units(tile, p.units, p.blocks, p.k_tiles);
+}
+__device__ inline float* slot_ptr(const Params& p, int slot) {
+  return p.ws.partials + static_cast<size_t>(slot) * kTileRows * kSkinnyMaxRows;
+}
+
+struct TileRef {
+  int g, n0;
+};
+__device__ inline TileRef tile_ref(const Params& p, int tile) {
+  if (p.paired) return {0, tile * kPairRows};
+  int g = 0;
+  while (g + 1 < p.count && tile >= p.first_tile[g + 1]) ++g;
+  return {g, (tile - p.first_tile[g]) * kTileRows};
+}
 
 // One thread issues every copy: the first stages' weight tiles before waiting for the previous
 // kernel (weights are never written by one), then activations and the rest as stages free up.
@@ -23,10 +112,16 @@ __device__ void produce(const Params& p, int u0, int u1, unsigned char* stages, 
   constexpr int kStageBytes = Pipe<kRows>::kStageBytes, kStages = Pipe<kRows>::kStages;
   tma::prefetch_map(&p.x);
   const auto load_w = [&](int i) {
-    load_weights(p, u0 + i, stages + i % kStages * kStageBytes, &full[i % kStages]);
+    const int u = u0 + i, s = i % kStages;
+    const TileRef t = tile_ref(p, u / p.k_tiles);
+    unsigned char* dst = stages + s * kStageBytes;
+    const int k0 = (u % p.k_tiles) * kTileK;
+    tma::load_2d(dst, &p.w[t.g], k0, t.n0, &full[s]);
+    if (p.paired) tma::load_2d(dst + kPairRows * wgmma::kRowBytes, &p.w[1], k0, t.n0, &full[s]);
   };
   const auto load_x = [&](int i) {
-    load_activations(p, u0 + i, stages + i % kStages * kStageBytes, &full[i % kStages]);
+    const int u = u0 + i, s = i % kStages;
+    tma::load_2d(stages + s * kStageBytes + kWBytes, &p.x, (u % p.k_tiles) * kTileK, 0, &full[s]);
   };
   const int first = min(u1 - u0, kStages);
   for (int i = 0; i < first; ++i) {
@@ -43,9 +138,221 @@ __device__ void produce(const Params& p, int u0, int u1, unsigned char* stages, 
   }
 }
 
+// This thread's accumulator elements: element j (0..3) of 8-token block i is tile row row(j),
+// token tok(i, j).
+struct Frag {
+  int row0, tok0;
+  __device__ Frag() {
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    row0 = 16 * (static_cast<int>(threadIdx.x) / 32) + lane / 4;  // 64 rows a warpgroup
+    tok0 = 2 * (lane % 4);
+  }
+  __device__ int row(int j) const { return row0 + (j & 2 ? 8 : 0); }
+  __device__ int tok(int i, int j) const { return 8 * i + tok0 + (j & 1); }
+};
+
+__device__ inline void consumers_sync() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers) : "memory");
+}
+
+// silu(gate) * up of the projections' sums, each rounded to bf16 first (as the unfused GEMMs
+// store them before silu_mul).
+__device__ inline float silu_mul_of(float gate, float up) {
+  return silu(round_bf16(gate)) * round_bf16(up);
+}
+
+// The SiLU-mul form's whole tile (kRows = kPairTokens): the up half's sums through shared `xchg`
+// to the threads holding the same gate rows (warpgroup 1 holds rows kPairRows.., the up rows).
+constexpr int kPairTokens = kSkinnySiluMulMaxRows;
+__device__ void store_pair_tile(const Params& p, const TileRef& t,
+                                const float (&acc)[kPairTokens / 2], float (*xchg)[kPairTokens]) {
+  const Frag f;
+  const bool up = threadIdx.x >= kConsumers / 2;
+  if (up)
+#pragma unroll
+    for (int i = 0; i < kPairTokens / 8; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) xchg[f.row(j) - kPairRows][f.tok(i, j)] = acc[4 * i + j];
+  consumers_sync();
+  if (!up)
+#pragma unroll
+    for (int i = 0; i < kPairTokens / 8; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int tok = f.tok(i, j), col = t.n0 + f.row(j);
+        if (tok < p.T && col < p.n[0])
+          p.y[0][static_cast<size_t>(tok) * p.n[0] + col] =
+              __float2bfloat16(silu_mul_of(acc[4 * i + j], xchg[f.row(j)][tok]));
+      }
+  consumers_sync();  // xchg free for the next tile
+}
+
+template <int kRows>
+__device__ void store_tile(const Params& p, const TileRef& t, const float (&acc)[kRows / 2],
+                           float (*xchg)[kPairTokens]) {
+  if constexpr (kRows == kPairTokens)
+    if (p.paired) return store_pair_tile(p, t, acc, xchg);
+  const Frag f;
+  const int n = p.n[t.g];
+  bf16* y = p.y[t.g];
+#pragma unroll
+  for (int i = 0; i < kRows / 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int tok = f.tok(i, j), col = t.n0 + f.row(j);
+      if (tok < p.T && col < n)
+        y[static_cast<size_t>(tok) * n + col] = __float2bfloat16(acc[4 * i + j]);
+    }
+}
+
+template <int kRows>
+__device__ void store_partial(const Params& p, int slot, const float (&acc)[kRows / 2]) {
+  const Frag f;
+  float* part = slot_ptr(p, slot);
+#pragma unroll
+  for (int i = 0; i < kRows / 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (f.tok(i, j) < p.T) part[f.tok(i, j) * kTileRows + f.row(j)] = acc[4 * i + j];
+}
+
+__device__ inline void store4(bf16* out, int col, int n, const float4& v) {
+  if (n % 4 == 0 && col + 3 < n) {
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+    uint2 packed;
+    packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+    packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+    *reinterpret_cast<uint2*>(out) = packed;
+    return;
+  }
+  const float e[4] = {v.x, v.y, v.z, v.w};
+  for (int j = 0; j < 4 && col + j < n; ++j) out[j] = __float2bfloat16(e[j]);
+}
+
+// A tile reduction of kRows tokens sums kReduceBatch items (four rows of a token) a consumer thread
+// at once, with the loads of kReduceParts partials of them in flight together: eight loads for 64
+// tokens (a thread's eight items in two rounds, not an L2 round trip each), four below (as many as
+// the registers of the kernel's other phases allow: more would leave less room on an SM for the
+// programmatic dependents that start beside its block).
+template <int kRows>
+constexpr int kReduceBatch = kRows / 16;
+template <int kRows>
+constexpr int kReduceParts = kRows == 64 ? 2 : 4 / kReduceBatch<kRows>;
+
+__device__ inline void add4(float4& s, const float4& v) {
+  s.x += v.x;
+  s.y += v.y;
+  s.z += v.z;
+  s.w += v.w;
+}
+
+// sum[b] = the np partials' float4 at at[b] + offset, added in block order, kParts partials' loads
+// at a time.
+template <int kBatch, int kParts>
+__device__ void sum_partials(const float* const* parts, int np, const int (&at)[kBatch], int offset,
+                             float4 (&sum)[kBatch]) {
+#pragma unroll
+  for (int b = 0; b < kBatch; ++b) sum[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  const auto load = [&](int c, int b) {
+    return __ldcg(reinterpret_cast<const float4*>(parts[c] + offset + at[b]));
+  };
+  int c = 0;
+  // One batch of kParts loads at a time (unrolled, the batches took 101 registers at 16 tokens,
+  // against 54), then the remaining partials' loads together.
+  constexpr int kTailUnroll = kBatch > 1 ? 1 : 4;
+#pragma unroll 1
+  for (; c + kParts <= np; c += kParts) {
+    float4 v[kParts][kBatch];
+#pragma unroll
+    for (int j = 0; j < kParts; ++j)
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) v[j][b] = load(c + j, b);
+#pragma unroll
+    for (int j = 0; j < kParts; ++j)
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) add4(sum[b], v[j][b]);
+  }
+#pragma unroll kTailUnroll
+  for (; c < np; ++c) {
+    float4 v[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) v[b] = load(c, b);
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) add4(sum[b], v[b]);
+  }
+}
+
+// The tile's np partial sums (their addresses in `parts`, from gather_parts), added in block order
+// (the result does not depend on which block finished last), as bf16.
+template <int kRows>
+__device__ void reduce_tile(const Params& p, int tile, const float* const* parts, int np) {
+  constexpr int kBatch = kReduceBatch<kRows>;
+  const TileRef t = tile_ref(p, tile);
+  const int n = p.n[t.g];
+  const int quads = (p.paired ? kPairRows : kTileRows) / 4;  // of output rows
+  const int items = p.T * quads;
+  for (int first = static_cast<int>(threadIdx.x); first < items; first += kConsumers * kBatch) {
+    int at[kBatch], valid = 0;
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int item = first + b * kConsumers;  // past the items: summed again, not stored
+      at[b] = item < items ? (item / quads) * kTileRows + 4 * (item % quads) : at[0];
+      valid += item < items ? 1 : 0;
+    }
+    float4 v[kBatch];
+    sum_partials<kBatch, kReduceParts<kRows>>(parts, np, at, 0, v);
+    if (p.paired) {
+      float4 up[kBatch];
+      sum_partials<kBatch, kReduceParts<kRows>>(parts, np, at, kPairRows, up);
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b)
+        v[b] = make_float4(silu_mul_of(v[b].x, up[b].x), silu_mul_of(v[b].y, up[b].y),
+                           silu_mul_of(v[b].z, up[b].z), silu_mul_of(v[b].w, up[b].w));
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (b >= valid) continue;
+      const int tok = at[b] / kTileRows, r = at[b] % kTileRows;
+      store4(p.y[t.g] + static_cast<size_t>(tok) * n + t.n0 + r, t.n0 + r, n, v[b]);
+    }
+  }
+}
+
+// atomicAdd with release and acquire semantics at GPU scope, by one thread: the consumers' barrier
+// before it orders their partial stores ahead of the release, the one after it their reads of the
+// other blocks' partials behind the acquire (the pattern of a grid barrier, in place of a
+// sequentially consistent fence by every consumer thread).
+__device__ inline int add_acq_rel(int* counter, int v) {
+  int old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n"
+               : "=r"(old)
+               : "l"(counter), "r"(v)
+               : "memory");
+  return old;
+}
+
+// The addresses of `tile`'s partial sums into parts (by the consumer threads, each some; a
+// consumers' barrier must follow before they are read); returns how many.
+__device__ inline int gather_parts(const Params& p, int tile, const float** parts) {
+  const int c0 = block_of(p, tile * p.k_tiles);
+  const int np = block_of(p, (tile + 1) * p.k_tiles - 1) - c0 + 1;
+  for (int i = static_cast<int>(threadIdx.x); i < np; i += kConsumers)
+    parts[i] = slot_ptr(p, slot_of(p, c0 + i, tile));
+  return np;
+}
+
 // A tile counter: k-tiles summed in its low bits, and kMidSegment once its mid-stream segment's
 // partial is stored.
 constexpr int kMidSegment = 1 << 20;
+
+__device__ inline void red_release(int* counter, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(counter), "r"(v) : "memory");
+}
+__device__ inline int load_acquire(const int* counter) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(counter) : "memory");
+  return v;
+}
 
 // A shared tile's segment in the middle of the block's units (skinny::mid_units, the block's
 // first): its partial stored and the tile marked, without waiting for the count, so the block
@@ -119,13 +426,30 @@ __device__ inline void prepare_last_tile(const Params& p, int u0, int u1, BlockS
 template <int kRows>
 __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* stages,
                         uint64_t* full, uint64_t* empty, BlockShared& sh) {
+  constexpr int kStageBytes = Pipe<kRows>::kStageBytes, kStages = Pipe<kRows>::kStages;
+  const uint32_t base = tma::smem_addr(stages);
+  const uint32_t rows = (threadIdx.x / 128) * 64 * wgmma::kRowBytes;  // this warpgroup's 64
+  constexpr uint32_t kStep = 32 >> 4;  // 16 bf16 along K, in the descriptor's 16-byte units
   float acc[kRows / 2];
   for (int u = u0, i = 0; u < u1;) {
     const int tile = u / p.k_tiles, kt0 = u - tile * p.k_tiles;
     const int end = min(u1, (tile + 1) * p.k_tiles);
 #pragma unroll
     for (int a = 0; a < kRows / 2; ++a) acc[a] = 0.0f;
-    for (; u < end; ++u, ++i) mma_unit<kRows>(acc, stages, full, empty, i);
+    for (; u < end; ++u, ++i) {
+      const int s = i % kStages;
+      tma::wait(&full[s], (i / kStages) & 1);
+      const uint32_t stage = base + s * kStageBytes;
+      const uint64_t wd = wgmma::desc(stage + rows, 16, wgmma::kAtomBytes),
+                     xd = wgmma::desc(stage + kWBytes, 16, wgmma::kAtomBytes);
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < kTileK / 16; ++kk)
+        mma_step<kRows>(acc, wd + kk * kStep, xd + kk * kStep);
+      wgmma::commit();
+      wgmma::wait<0>();
+      tma::arrive(&empty[s]);
+    }
     if (p.defer_mid && kt0 > 0 && end < u1)  // shared, and the block streams on past it
       publish_mid_segment<kRows>(p, c, tile, acc);
     else
@@ -142,7 +466,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   __shared__ uint64_t full[kStages], empty[kStages];
   __shared__ BlockShared sh;
   const int c = static_cast<int>(blockIdx.x), u0 = first_unit(p, c), u1 = first_unit(p, c + 1);
-  init_pipeline<kStages>(full, empty);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      tma::barrier_init(&full[s], 1);
+      tma::barrier_init(&empty[s], kConsumers);
+    }
+    tma::barrier_init_fence();
+  }
   __syncthreads();
   pdl::allow_successor();  // the next kernel's blocks may start streaming their weights
   if (threadIdx.x >= kConsumers) {
@@ -162,23 +492,7 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
   const cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
-  return pdl::launch_with(true, kernel, p.grid, kThreads, smem, stream, p);
-}
-
-// Shares claimed at run time (skinny_gemm_claimed.cu) up to kClaimedMaxRows tokens: up to
-// DS_SKINNY_SHARES_PER_SM shares a multiprocessor (default and most kClaimedSharesPerSm; 0: the
-// static split, A/B). Their claim counters: the next launch's slot.
-int claimed_shares_per_sm() {
-  static const int per_sm = [] {
-    const char* v = std::getenv("DS_SKINNY_SHARES_PER_SM");
-    return v ? std::clamp(std::atoi(v), 0, skinny::kClaimedSharesPerSm)
-             : skinny::kClaimedSharesPerSm;
-  }();
-  return per_sm;
-}
-int* next_claim_slot(const SkinnyWorkspace& ws) {
-  static std::atomic<unsigned> next{0};
-  return ws.counters + kSkinnyMaxTiles + 2 * (next++ % kSkinnyClaimSlots);
+  return pdl::launch_with(true, kernel, p.blocks, kThreads, smem, stream, p);
 }
 
 // x [T, K] and the split of p's `tiles` tiles of K between blocks, then the launch.
@@ -190,16 +504,8 @@ cudaError_t launch_tiles(Params& p, const bf16* x, int tiles, int T, int K,
   p.T = T;
   p.k_tiles = (K + kTileK - 1) / kTileK;
   p.units = tiles * p.k_tiles;
+  p.blocks = skinny::blocks_for(p.units, p.k_tiles, sm_count);
   p.ws = ws;
-  p.slot_floats = kTileRows * rows;
-  const int per_sm = claimed_shares_per_sm();
-  if (rows <= skinny::kClaimedMaxRows && per_sm > 0 && sm_count < kSkinnyClaimSlots) {
-    p.blocks = skinny::claimed_shares(p.units, p.k_tiles, sm_count, per_sm);
-    p.grid = std::min(sm_count, p.blocks);
-    p.claim = next_claim_slot(ws);
-    return launch_claimed(p, stream);
-  }
-  p.blocks = p.grid = skinny::blocks_for(p.units, p.k_tiles, sm_count);
   static const bool defer_mid = ab_switch_on("DS_SKINNY_DEFER_MID");
   p.defer_mid = defer_mid;
   static const bool first_sums = ab_switch_on("DS_SKINNY_FIRST_SUMS");
@@ -211,11 +517,8 @@ cudaError_t launch_tiles(Params& p, const bf16* x, int tiles, int T, int K,
 
 }  // namespace
 
-// Two partial slots a share: the static split's at up to 64 tokens, or the claimed shares' at 16.
 size_t skinny_workspace_floats(int sm_count) {
-  constexpr int kRowsOfSlots =
-      std::max(kSkinnyMaxRows, skinny::kClaimedSharesPerSm * skinny::kClaimedMaxRows);
-  return static_cast<size_t>(2 * sm_count) * kTileRows * kRowsOfSlots;
+  return static_cast<size_t>(2 * sm_count) * kTileRows * kSkinnyMaxRows;
 }
 
 bool skinny_supported(const void* x, const void* w, const void* y, int T, int K) {

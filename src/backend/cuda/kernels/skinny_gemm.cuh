@@ -30,12 +30,6 @@ constexpr int kSkinnyMaxGroups = 4;
 // takes 1,940); and the fewest for which the GEMM pays over cuBLASLt from 9 tokens on: with fewer,
 // most tiles are shared between blocks.
 constexpr int kSkinnyTileRows = 128, kSkinnyMaxTiles = 8192, kSkinnyMinTiles = 48;
-// The workspace's counters: one a tile, then two a launch of the claimed-share form (its share
-// counter and finished blocks), for kSkinnyClaimSlots launches in turn: more than can be in
-// flight at once, since each holds a multiprocessor with a block from its start to its end (the
-// form is taken only on GPUs of fewer multiprocessors).
-constexpr int kSkinnyClaimSlots = 256;
-constexpr int kSkinnyCounterInts = kSkinnyMaxTiles + 2 * kSkinnyClaimSlots;
 
 // Whether the GEMM beats cuBLASLt at T tokens for a group of `tiles` 128-row tiles in all whose
 // narrowest projection has `narrowest` (measured on the H200 at the 4B shapes, bench/linear_bench):
@@ -60,7 +54,7 @@ inline bool skinny_gemm_pays(int T, int64_t tiles, int64_t narrowest) {
 }
 
 // Device memory the launches share (one launch at a time: stream order): f32 partial sums
-// (skinny_workspace_floats) and kSkinnyCounterInts counters, zero before the first launch (every
+// (skinny_workspace_floats) and kSkinnyMaxTiles tile counters, zero before the first launch (every
 // launch leaves them zero).
 struct SkinnyWorkspace {
   float* partials;

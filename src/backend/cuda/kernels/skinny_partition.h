@@ -17,26 +17,10 @@ namespace deltaserve::cuda::skinny {
 // than kMaxParts blocks.
 constexpr int kMinUnitsPerBlock = 4, kMaxParts = 128;
 
-// The fewest units a share takes: at least `least`, and enough that no tile is shared by more
-// than kMaxParts shares.
-inline int min_units_of_share(int least, int k_tiles) {
-  return std::max(least, (k_tiles + kMaxParts - 3) / (kMaxParts - 2));
-}
-
 // The grid: at most one block per multiprocessor, each with enough units.
 inline int blocks_for(int units, int k_tiles, int sm_count) {
-  const int min_units = min_units_of_share(kMinUnitsPerBlock, k_tiles);
+  const int min_units = std::max(kMinUnitsPerBlock, (k_tiles + kMaxParts - 3) / (kMaxParts - 2));
   return std::max(1, std::min(sm_count, units / min_units));
-}
-
-// Claimed shares (skinny_gemm_claimed.cu, up to kClaimedMaxRows tokens): up to per_sm shares a
-// multiprocessor (at most kClaimedSharesPerSm), each of at least kMinUnitsPerClaimedShare units.
-// The first_unit / block_of / slot_of split below then holds for shares in place of blocks.
-constexpr int kClaimedMaxRows = 16, kClaimedSharesPerSm = 8, kMinUnitsPerClaimedShare = 2;
-inline int claimed_shares(int units, int k_tiles, int sm_count, int per_sm) {
-  const int min_units = min_units_of_share(kMinUnitsPerClaimedShare, k_tiles);
-  const int most = std::min(per_sm, kClaimedSharesPerSm) * sm_count;
-  return std::max(1, std::min(most, units / min_units));
 }
 
 DS_HOST_DEVICE inline int first_unit(int c, int units, int blocks) {
