@@ -111,12 +111,13 @@ gdnenvab_run() {  # BINARY SETTING TAG ROUND: gdn_bench's per-layer table
   note "gdnenvab $1:$2 $4 rc=$? $(grep -E '^\| [0-9]' "$LOG/gdnenvab_$3_$4.md" | cut -d'|' -f2,3,5 |
     tr '\n' ' ')"
 }
-# ncu_source NAME KERNEL_REGEX CMD...: one launch of the kernel under ncu's full set with source
-# counters, as $LOG/NAME.ncu-rep, its SASS with stall samples (NAME_sass.csv) and its details page.
+# ncu_source NAME KERNEL_REGEX CMD...: one launch of the kernel (after $NCU_SKIP of them) under
+# ncu's full set with source counters, as $LOG/NAME.ncu-rep, its SASS with stall samples
+# (NAME_sass.csv) and its details page.
 ncu_source() {
   local name=$1 kernel=$2
   shift 2
-  timeout 250 ncu --clock-control none --set full --import-source yes -k regex:$kernel -c 1 \
+  timeout 250 ncu --clock-control none --set full --import-source yes -k regex:$kernel -s ${NCU_SKIP:-0} -c 1 \
     -o "$LOG/$name" "$@" >"$LOG/ncu_src_$name.log" 2>&1
   ncu -i "$LOG/$name.ncu-rep" --page source --csv --print-source sass >"$LOG/${name}_sass.csv" 2>&1
   ncu -i "$LOG/$name.ncu-rep" --page details >"$LOG/${name}_details.txt" 2>&1
@@ -193,6 +194,12 @@ for stage in "$@"; do
         ncu_source $ab attn_prefill $BIN/$ab --len 8192 --rounds 1 --calls 1
         note "ncu attn $ab rc=$? $(grep -E 'Duration|Registers' "$LOG/${ab}_details.txt" | tr -s ' ' | tr '\n' ' ')"
       done ;;
+    ncuattndecode)  # ncu's full set with source counters of the decode attention kernel at B =
+                    # ${NCU_B:-16}, context ${NCU_CTX:-8192}: the first attention layer of gpu_bench's
+                    # third eager warm-up step (-s 16 skips the first two steps' 8 launches each)
+      NCU_SKIP=16 ncu_source attn_decode attn_split $BIN/gpu_bench --model $M --batches ${NCU_B:-16} \
+        --context ${NCU_CTX:-8192} --iters 1 --prefill 512
+      note "ncu attn decode rc=$? $(grep -E 'Duration|DRAM Throughput' "$LOG/attn_decode_details.txt" | tr -s ' ' | tr '\n' ' ')" ;;
     attn)  # prefill attention alone: ms per layer and causal TFLOP/s at the 4B shape
       $BIN/attn_bench >"$LOG/attn_bench.md" 2>"$LOG/attn_bench.err"
       note "attn_bench rc=$? $(tr '\n' ' ' <"$LOG/attn_bench.md")" ;;
