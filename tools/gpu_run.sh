@@ -195,8 +195,9 @@ for stage in "$@"; do
         note "ncu attn $ab rc=$? $(grep -E 'Duration|Registers' "$LOG/${ab}_details.txt" | tr -s ' ' | tr '\n' ' ')"
       done ;;
     ncuattndecode)  # ncu's full set with source counters of the decode attention kernel at B =
-                    # ${NCU_B:-16}, context ${NCU_CTX:-8192}: the first attention layer of gpu_bench's
-                    # third eager warm-up step (-s 16 skips the first two steps' 8 launches each)
+                    # ${NCU_B:-16}, context ${NCU_CTX:-8192}: its 17th launch in gpu_bench (the first
+                    # was near-empty in session t, likely a start-up padding step's; check the
+                    # pick's DRAM bytes against a full step's K / V)
       NCU_SKIP=16 ncu_source attn_decode attn_split $BIN/gpu_bench --model $M --batches ${NCU_B:-16} \
         --context ${NCU_CTX:-8192} --iters 1 --prefill 512
       note "ncu attn decode rc=$? $(grep -E 'Duration|DRAM Throughput' "$LOG/attn_decode_details.txt" | tr -s ' ' | tr '\n' ' ')" ;;
