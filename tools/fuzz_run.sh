@@ -15,6 +15,11 @@ if [ ${#TARGETS[@]} -eq 0 ]; then
            fuzz_output_parsers)
 fi
 OUT_DIR=${FUZZ_OUT:-$BUILD/fuzz-out}
+# One OpenMP thread: a target runs one input at a time, and the API harnesses' start-up (the
+# embedded model and the tokenizer, instrumented) took 6-12 s with two threads on a 2-core
+# machine against a steady ~5 s with one, eating most of a 10-second smoke run (one CI run of
+# fuzz_openai_json executed 12 inputs).
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$OUT_DIR"
 status=0
 for t in "${TARGETS[@]}"; do
