@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "server/tool_choice.h"
 #include "test_util.h"
+#include "tokenizer/chat_template_source.h"
 
 namespace deltaserve::server {
 namespace {
@@ -16,7 +17,7 @@ class CompletionRequestTest : public ::testing::Test {
   void SetUp() override {
     const auto dir = deltaserve::testing::qwen3_tokenizer();
     tok_ = tokenizer::Tokenizer::from_file(dir / "tokenizer.json");
-    chat_ = tokenizer::ChatTemplate::from_config(dir / "tokenizer_config.json");
+    chat_ = tokenizer::load_chat_template(dir);
   }
   // The refused field's name (the 400's param, "" when the error names none), or "accepted".
   std::string refused(const std::string& body, bool chat) {
