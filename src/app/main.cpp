@@ -31,9 +31,12 @@ commands:
             main]; nothing is downloaded)
             [--tokenizer DIR] [--chat-template FILE|TEMPLATE]  (default: the checkpoint's
             chat_template.jinja, tokenizer_config.json's or chat_template.json's)
+            [--generation-config auto|vllm|DIR]  (default sampling parameters: the model's
+            generation_config.json, as vLLM; vllm: OpenAI's) [--override-generation-config JSON]
             [--host 127.0.0.1] [--port 8000]
-            [--served-model-name NAME] [--max-num-seqs N] [--max-model-len L]
-            [--max-num-batched-tokens 2048] [--long-prefill-token-threshold 0]
+            [--served-model-name NAME] [--max-num-seqs N] [--max-model-len L]  (L and B as
+            vLLM takes them too: 32k = 32,000, 32K = 32,768)
+            [--max-num-batched-tokens B (2048)] [--long-prefill-token-threshold 0]
             [--admission-reserve-tokens 4096]  (a request is admitted while the KV pages cover
             the prompts and up to this many outputs of it and of every running request; 0: the
             prompts only, decode growth preempts)
@@ -52,8 +55,9 @@ commands:
             slots take at most a quarter of the cache memory —, on the CPU 64)
             vLLM's --dtype auto|bfloat16, --block-size 16, --tokenizer-mode auto|hf, --seed,
             --swap-space, --max-log-len, --uvicorn-log-level, --trust-remote-code,
-            --disable-log-requests, --disable-log-stats, --enable-chunked-prefill and
-            --disable-frontend-multiprocessing are accepted (other values refused)
+            --disable-log-requests, --disable-log-stats, --enable-chunked-prefill,
+            --disable-frontend-multiprocessing, --language-model-only and --limit-mm-per-prompt
+            are accepted (other values refused; deltaserve serves text only)
   generate  greedy generation from token ids, printing the tokens and tokens/s
             --model MODEL (default: the embedded random model)  --ids 1,2,3  --max-tokens N
             --load-format auto|safetensors|dummy  --device cpu  --ignore-eos
@@ -74,6 +78,8 @@ commands:
             [--enable-prefix-caching [--num-snapshots N]]  (random prompts: nothing ever hits)
             [--mamba-ssm-cache-dtype auto|float32|bfloat16]
   bench serve  a streaming load client against a running server (like `vllm bench serve`)
+            [--generation-config auto|vllm|DIR]  (default sampling parameters: the model's
+            generation_config.json, as vLLM; vllm: OpenAI's) [--override-generation-config JSON]
             [--host 127.0.0.1] [--port 8000] [--model NAME] [--api-key KEY] --num-prompts N
             --input-len I --output-len O [--max-concurrency C | --request-rate R] [--vocab V]
             or --workload multi-turn [--num-clients 16] [--turns 4] [--system-len 512]

@@ -109,6 +109,20 @@ std::unique_ptr<tokenizer::ChatTemplate> chat_template(const fs::path& tok_dir, 
   }
 }
 
+// The default sampling parameters (--generation-config, --override-generation-config), said
+// when they are not OpenAI's.
+server::GenerationDefaults sampling_defaults(const Args& a, const std::string& model_dir) {
+  const std::string mode = a.get("generation-config", "auto");
+  server::GenerationDefaults d =
+      server::load_generation_defaults(mode, model_dir, a.get("override-generation-config", ""));
+  if (!d.empty())
+    std::fprintf(stderr,
+                 "deltaserve: requests that leave them out get %s (the model's generation config, "
+                 "as vLLM; --generation-config vllm: OpenAI's defaults)\n",
+                 d.describe().c_str());
+  return d;
+}
+
 void print_ready(const std::string& name, const std::string& base, const std::string& device,
                  int tp, const engine::EngineConfig& ec, bool embedded_default) {
   std::printf(
@@ -156,7 +170,9 @@ int cmd_serve(const std::vector<std::string>& argv) {
                                  "tool-call-parser",
                                  "chat-template",
                                  "revision",
-                                 "download-dir"};
+                                 "download-dir",
+                                 "generation-config",
+                                 "override-generation-config"};
   flags.insert(vllm_value_flags().begin(), vllm_value_flags().end());
   flags.insert(cache_value_flags().begin(), cache_value_flags().end());
   flags.insert(tpsp_value_flags().begin(), tpsp_value_flags().end());
@@ -219,6 +235,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
           "(Qwen3.5's <tool_call><function=...> format)");
     acfg.tool_call_parser = true;
   }
+  acfg.defaults = sampling_defaults(a, model_dir);
   const double kv_gib = a.get_double("kv-cache-gib", 2, 0, 1 << 20, true);
   const std::unique_ptr<tokenizer::ChatTemplate> chat = chat_template(tok_dir, a);
 
@@ -234,7 +251,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
                                  tp, true, a.get("device", "cpu"), tpsp);
   const model::ModelConfig& mc = rt.exec->config();
   ecfg.max_model_len = static_cast<int32_t>(
-      a.get_int("max-model-len", std::min<int64_t>(mc.max_position_embeddings, 8192), 1,
+      a.get_count("max-model-len", std::min<int64_t>(mc.max_position_embeddings, 8192), 1,
                 mc.max_position_embeddings));
   // The memory plan (runtime::MemoryPlan, made by the engine): on a GPU, what is left of
   // --gpu-memory-utilization x total after the weights, state slots, step buffers and the

@@ -230,6 +230,11 @@ TEST(Cli, MalformedNumbersAndAbsurdConfigsExitWithAMessage) {
        "--gpu-memory-utilization must be a number"},
       {"serve " + tok + " --shutdown-timeout nan", "--shutdown-timeout must be a number"},
       {"serve " + tok + " --chat-template /no/such.jinja", "looks like a file path"},
+      {"serve " + tok + " --limit-mm-per-prompt image=0", "--limit-mm-per-prompt takes a JSON"},
+      {"serve " + tok + " --generation-config /no/such",
+       "--generation-config /no/such: no generation_config.json"},
+      {"serve " + tok + " --override-generation-config '{\"temperature\": -1}'",
+       "\"temperature\" must be a number"},
       {"generate " + absurd("vocab", {{"vocab_size", "1000000000000"}}),
        "\"vocab_size\" must be a positive integer (at most 16777216)"},
       {"generate " + absurd("hidden", {{"hidden_size", "18446744073709551615"}}),
@@ -271,7 +276,8 @@ TEST(Cli, ServeChecksTheHostBeforeLoading) {
   const std::string tok = "--tokenizer " + deltaserve::testing::qwen3_tokenizer().string();
   const Result r = run("serve " + tok +
                        " --host no-such-host.invalid --trust-remote-code "
-                       "--disable-log-requests --uvicorn-log-level info --dtype auto");
+                       "--disable-log-requests --uvicorn-log-level info --dtype auto "
+                       "--language-model-only --limit-mm-per-prompt '{\"image\": 0}'");
   EXPECT_EQ(r.code, 1) << r.output;
   EXPECT_NE(r.output.find("neither an IP address nor a known host name"), std::string::npos)
       << r.output;

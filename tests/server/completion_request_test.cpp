@@ -155,5 +155,34 @@ TEST_F(CompletionRequestTest, BadNAndBadPromptListsAreRefused) {
   EXPECT_EQ(param(R"({"messages":[{"role":"user","content":"hi"}],"n":3})", true), "accepted");
 }
 
+// Sampling fields a request leaves out come from the generation config (as vLLM's
+// --generation-config auto); the request's own win; max_new_tokens caps max_tokens.
+TEST_F(CompletionRequestTest, GenerationConfigDefaultsFillWhatARequestLeavesOut) {
+  RequestContext ctx{*tok_, chat_.get(), "m", 1024, false};
+  ctx.defaults = generation_defaults_of(
+      json::parse(R"({"temperature": 0.6, "top_k": 20, "max_new_tokens": 100})"), json(), "g");
+  const auto params = [&](const std::string& body, bool chat) {
+    return parse_completion_request(json::parse(body), chat, ctx).generate.params;
+  };
+  const std::string msgs = R"("messages":[{"role":"user","content":"hi"}])";
+  engine::SamplingParams p = params("{" + msgs + "}", true);
+  EXPECT_FLOAT_EQ(p.temperature, 0.6f);
+  EXPECT_EQ(p.top_k, 20);
+  EXPECT_EQ(p.max_tokens, 100);  // the rest of the context, capped
+  p = params("{" + msgs + R"(,"temperature":0,"top_k":-1,"max_tokens":7})", true);
+  EXPECT_FLOAT_EQ(p.temperature, 0.0f);
+  EXPECT_EQ(p.top_k, -1);
+  EXPECT_EQ(p.max_tokens, 7);
+  EXPECT_EQ(params(R"({"prompt":"hi","max_tokens":500})", false).max_tokens, 100);
+  EXPECT_EQ(params(R"({"prompt":"hi"})", false).max_tokens, 16);
+  ctx.defaults = {};
+  p = params("{" + msgs + "}", true);
+  EXPECT_FLOAT_EQ(p.temperature, 1.0f);
+  EXPECT_EQ(p.top_k, 0);
+  EXPECT_EQ(p.max_tokens, 1024 - static_cast<int32_t>(parse_completion_request(
+                                                          json::parse("{" + msgs + "}"), true, ctx)
+                                                          .generate.prompt_ids.size()));
+}
+
 }  // namespace
 }  // namespace deltaserve::server
