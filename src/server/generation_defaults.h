@@ -1,8 +1,8 @@
 // The default sampling parameters of requests that leave them out, as vLLM sets them: from the
 // model's generation_config.json (--generation-config auto, vLLM's default), where the model's
-// authors recommend them (Qwen3.5's: a temperature, top_k and top_p), or OpenAI's neutral ones
-// (--generation-config vllm), with --override-generation-config on top. A request's own fields
-// always win; max_new_tokens caps max_tokens.
+// authors put their recommended sampling (Qwen3's: temperature 0.6, top_k 20, top_p 0.95), or
+// OpenAI's neutral ones (--generation-config vllm), with --override-generation-config on top. A
+// request's own fields always win; max_new_tokens caps max_tokens.
 #pragma once
 
 #include <filesystem>
