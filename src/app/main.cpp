@@ -31,6 +31,8 @@ commands:
             main]; nothing is downloaded)
             [--tokenizer DIR] [--chat-template FILE|TEMPLATE]  (default: the checkpoint's
             chat_template.jinja, tokenizer_config.json's or chat_template.json's)
+            [--default-chat-template-kwargs JSON]  (e.g. '{"enable_thinking": false}'; each
+            request's chat_template_kwargs over it)
             [--generation-config auto|vllm|DIR]  (default sampling parameters: the model's
             generation_config.json, as vLLM; vllm: OpenAI's) [--override-generation-config JSON]
             [--host 127.0.0.1] [--port 8000]

@@ -123,6 +123,16 @@ server::GenerationDefaults sampling_defaults(const Args& a, const std::string& m
   return d;
 }
 
+// --default-chat-template-kwargs: a JSON object (e.g. {"enable_thinking": false}), or null.
+server::json chat_template_kwargs(const Args& a) {
+  if (!a.has("default-chat-template-kwargs")) return nullptr;
+  const std::string v = a.get("default-chat-template-kwargs", "");
+  server::json j = server::json::parse(v, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    throw Error("--default-chat-template-kwargs must be a JSON object, got '" + v + "'");
+  return j;
+}
+
 void print_ready(const std::string& name, const std::string& base, const std::string& device,
                  int tp, const engine::EngineConfig& ec, bool embedded_default) {
   std::printf(
@@ -172,7 +182,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
                                  "revision",
                                  "download-dir",
                                  "generation-config",
-                                 "override-generation-config"};
+                                 "override-generation-config",
+                                 "default-chat-template-kwargs"};
   flags.insert(vllm_value_flags().begin(), vllm_value_flags().end());
   flags.insert(cache_value_flags().begin(), cache_value_flags().end());
   flags.insert(tpsp_value_flags().begin(), tpsp_value_flags().end());
@@ -236,6 +247,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
     acfg.tool_call_parser = true;
   }
   acfg.defaults = sampling_defaults(a, model_dir);
+  acfg.chat_template_kwargs = chat_template_kwargs(a);
   const double kv_gib = a.get_double("kv-cache-gib", 2, 0, 1 << 20, true);
   const std::unique_ptr<tokenizer::ChatTemplate> chat = chat_template(tok_dir, a);
 
@@ -252,7 +264,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   const model::ModelConfig& mc = rt.exec->config();
   ecfg.max_model_len = static_cast<int32_t>(
       a.get_count("max-model-len", std::min<int64_t>(mc.max_position_embeddings, 8192), 1,
-                mc.max_position_embeddings));
+                  mc.max_position_embeddings));
   // The memory plan (runtime::MemoryPlan, made by the engine): on a GPU, what is left of
   // --gpu-memory-utilization x total after the weights, state slots, step buffers and the
   // backend's workspace becomes KV pages; on the CPU, --kv-cache-gib of pages, at most room for

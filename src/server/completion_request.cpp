@@ -91,11 +91,12 @@ std::string chat_prompt(const json& b, const RequestContext& ctx) {
   for (const json& m : b["messages"]) messages.push_back(template_message(m));
   const json tools = present(b, "tools") ? b["tools"] : json(nullptr);
   if (!tools.is_null() && !tools.is_array()) bad_request("'tools' must be a list", "tools");
-  json kwargs = json::object();
+  // The server's defaults (--default-chat-template-kwargs), the request's own over them.
+  json kwargs = ctx.chat_template_kwargs.is_object() ? ctx.chat_template_kwargs : json::object();
   if (present(b, "chat_template_kwargs")) {
     if (!b["chat_template_kwargs"].is_object())
       bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
-    kwargs = b["chat_template_kwargs"];
+    for (const auto& [k, v] : b["chat_template_kwargs"].items()) kwargs[k] = v;
   }
   const bool add_gen = get_bool(b, "add_generation_prompt").value_or(true);
   return ctx.chat_template->render(messages, tools, add_gen, kwargs);

@@ -22,6 +22,7 @@ struct RequestContext {
   bool reasoning_parser = false;  // --reasoning-parser qwen3
   bool tool_call_parser = false;  // --enable-auto-tool-choice --tool-call-parser qwen3_coder
   GenerationDefaults defaults;    // for the sampling fields a request leaves out
+  json chat_template_kwargs;      // --default-chat-template-kwargs (an object, or null)
 };
 
 struct CompletionRequest {

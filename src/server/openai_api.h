@@ -22,6 +22,7 @@ struct ApiConfig {
   bool reasoning_parser = false;  // --reasoning-parser qwen3: reasoning_content in chat replies
   bool tool_call_parser = false;  // qwen3_coder: <tool_call> blocks become tool_calls
   GenerationDefaults defaults;    // --generation-config: sampling fields requests leave out
+  json chat_template_kwargs;      // --default-chat-template-kwargs, under each request's own
 };
 
 class OpenAiApi {

@@ -231,6 +231,8 @@ TEST(Cli, MalformedNumbersAndAbsurdConfigsExitWithAMessage) {
       {"serve " + tok + " --shutdown-timeout nan", "--shutdown-timeout must be a number"},
       {"serve " + tok + " --chat-template /no/such.jinja", "looks like a file path"},
       {"serve " + tok + " --limit-mm-per-prompt image=0", "--limit-mm-per-prompt takes a JSON"},
+      {"serve " + tok + " --default-chat-template-kwargs enable_thinking=false",
+       "--default-chat-template-kwargs must be a JSON object"},
       {"serve " + tok + " --generation-config /no/such",
        "--generation-config /no/such: no generation_config.json"},
       {"serve " + tok + " --override-generation-config '{\"temperature\": -1}'",

@@ -184,5 +184,22 @@ TEST_F(CompletionRequestTest, GenerationConfigDefaultsFillWhatARequestLeavesOut)
                                                           .generate.prompt_ids.size()));
 }
 
+// --default-chat-template-kwargs renders every chat request, each request's own kwargs over it
+// (Qwen3's template: enable_thinking false closes an empty think block after the prompt).
+TEST_F(CompletionRequestTest, ServerChatTemplateKwargsAreDefaultsRequestsOverride) {
+  RequestContext ctx{*tok_, chat_.get(), "m", 1024, false};
+  const auto prompt = [&](const std::string& extra) {
+    const json b = json::parse(R"({"messages":[{"role":"user","content":"hi"}])" + extra + "}");
+    return tok_->decode(parse_completion_request(b, true, ctx).generate.prompt_ids);
+  };
+  const std::string empty_think = "<think>\n\n</think>";
+  EXPECT_EQ(prompt("").find(empty_think), std::string::npos);
+  ctx.chat_template_kwargs = json::parse(R"({"enable_thinking": false})");
+  EXPECT_NE(prompt("").find(empty_think), std::string::npos);
+  EXPECT_EQ(prompt(R"(,"chat_template_kwargs":{"enable_thinking":true})").find(empty_think),
+            std::string::npos);
+  EXPECT_NE(prompt(R"(,"chat_template_kwargs":{"other":1})").find(empty_think), std::string::npos);
+}
+
 }  // namespace
 }  // namespace deltaserve::server
