@@ -157,7 +157,6 @@ std::set<std::string> serve_value_flags() {
                                  "tokenizer",
                                  "host",
                                  "port",
-                                 "served-model-name",
                                  "tensor-parallel-size",
                                  "max-num-seqs",
                                  "max-model-len",
@@ -201,7 +200,7 @@ std::set<std::string> serve_switches() {
 std::pair<std::string, Args> model_and_flags(const std::vector<std::string>& argv) {
   const bool positional = !argv.empty() && !argv[0].empty() && argv[0][0] != '-';
   Args a(std::vector<std::string>(argv.begin() + (positional ? 1 : 0), argv.end()), "serve",
-         serve_value_flags(), serve_switches());
+         serve_value_flags(), serve_switches(), {"served-model-name"});
   if (!positional) return {a.get("model", ""), a};
   if (a.has("model") && a.get("model", "") != argv[0])
     throw Error("deltaserve serve: two models: '" + argv[0] + "' and --model " +
@@ -251,8 +250,12 @@ int cmd_serve(const std::vector<std::string>& argv) {
   server::ApiConfig acfg;
   acfg.api_key = a.get("api-key", "");
   acfg.max_pending = a.get_int("max-pending", acfg.max_pending, 1, 1 << 24);
-  acfg.served_model_name =
-      a.get("served-model-name", model_name.empty() ? "deltaserve-default" : model_name);
+  // vLLM's --served-model-name A B ...: requests may name any; replies name the first.
+  const std::vector<std::string> names = a.get_list("served-model-name");
+  acfg.served_model_name = !names.empty()       ? names[0]
+                           : model_name.empty() ? "deltaserve-default"
+                                                : model_name;
+  if (names.size() > 1) acfg.model_aliases.assign(names.begin() + 1, names.end());
   if (a.has("reasoning-parser")) {
     if (a.get("reasoning-parser", "") != "qwen3")
       throw Error("--reasoning-parser must be qwen3 (Qwen3.5's <think> format), got '" +

@@ -279,7 +279,8 @@ TEST(Cli, ServeChecksTheHostBeforeLoading) {
   const Result r = run("serve " + tok +
                        " --host no-such-host.invalid --trust-remote-code "
                        "--disable-log-requests --uvicorn-log-level info --dtype auto "
-                       "--language-model-only --limit-mm-per-prompt '{\"image\": 0}'");
+                       "--language-model-only --limit-mm-per-prompt '{\"image\": 0}' "
+                       "--served-model-name qwen qwen-alias");
   EXPECT_EQ(r.code, 1) << r.output;
   EXPECT_NE(r.output.find("neither an IP address nor a known host name"), std::string::npos)
       << r.output;
