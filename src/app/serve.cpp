@@ -263,10 +263,12 @@ int cmd_serve(const std::vector<std::string>& argv) {
     acfg.reasoning_parser = true;
   }
   if (a.has("tool-call-parser") || a.has("enable-auto-tool-choice")) {
-    if (a.get("tool-call-parser", "") != "qwen3_coder" || !a.has("enable-auto-tool-choice"))
+    // vLLM's two parsers of that format: qwen3_coder and qwen3_xml.
+    const std::string parser = a.get("tool-call-parser", "");
+    if ((parser != "qwen3_coder" && parser != "qwen3_xml") || !a.has("enable-auto-tool-choice"))
       throw Error(
-          "tool calling needs --enable-auto-tool-choice --tool-call-parser qwen3_coder "
-          "(Qwen3.5's <tool_call><function=...> format)");
+          "tool calling needs --enable-auto-tool-choice --tool-call-parser qwen3_coder (or "
+          "qwen3_xml: Qwen3.5's <tool_call><function=...> format)");
     acfg.tool_call_parser = true;
   }
   acfg.defaults = sampling_defaults(a, model_dir);
