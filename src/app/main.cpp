@@ -42,7 +42,7 @@ commands:
             [--admission-reserve-tokens 4096]  (a request is admitted while the KV pages cover
             the prompts and up to this many outputs of it and of every running request; 0: the
             prompts only, decode growth preempts)
-            [--api-key KEY] [--load-format auto|safetensors|dummy]
+            [--api-key KEY (or VLLM_API_KEY)] [--load-format auto|safetensors|dummy]
             [--device cpu] [--tensor-parallel-size 1] [--gpu-memory-utilization 0.9]
             [--kv-cache-gib 2] [--max-pending 4096] [--max-body-bytes N] [--http-threads 2]
             [--max-connections N] [--shutdown-timeout 60] [--enforce-eager]  (no decode CUDA

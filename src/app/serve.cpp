@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -248,7 +249,9 @@ int cmd_serve(const std::vector<std::string>& argv) {
   const server::HttpServerConfig hcfg = http_config(a);
   const double shutdown_s = a.get_double("shutdown-timeout", 60, 0, 86400);
   server::ApiConfig acfg;
-  acfg.api_key = a.get("api-key", "");
+  // As vLLM: --api-key, else the VLLM_API_KEY environment variable.
+  const char* env_key = std::getenv("VLLM_API_KEY");
+  acfg.api_key = a.get("api-key", env_key ? env_key : "");
   acfg.max_pending = a.get_int("max-pending", acfg.max_pending, 1, 1 << 24);
   // vLLM's --served-model-name A B ...: requests may name any; replies name the first.
   const std::vector<std::string> names = a.get_list("served-model-name");
