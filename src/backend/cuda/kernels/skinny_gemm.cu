@@ -478,7 +478,7 @@ cudaError_t launch_tiles(Params& p, const bf16* x, int tiles, int T, int K,
   static const bool defer_mid = ab_switch_on("DS_SKINNY_DEFER_MID");
   p.defer_mid = defer_mid && !p.partials_only;
   static const bool first_sums = ab_switch_on("DS_SKINNY_FIRST_SUMS");
-  p.first_sums = defer_mid && first_sums;
+  p.first_sums = p.defer_mid && first_sums;
   return rows == 16   ? launch<16>(p, stream)
          : rows == 32 ? launch<32>(p, stream)
                       : launch<64>(p, stream);
