@@ -17,8 +17,9 @@ using cuda_detail::bf;
 using cuda_detail::check;
 using cuda_detail::f32;
 
-// On the weight-streaming GEMM the split tiles' partials are summed by the add + norm kernel where
-// its form applies (add_norm_of_partials); on cuBLASLt the projection is added to the residual by
+// On the weight-streaming GEMM (and with DS_NORM_SUMS_PARTIALS_ROWS, up to that many rows on any
+// route) the split tiles' partials are summed by the add + norm kernel where its form applies
+// (add_norm_of_partials); on cuBLASLt the projection is added to the residual by
 // the GEMM (beta = 1: summed in f32, rounded once), then the norm alone; else as the default.
 void CudaBackend::linear_add_rms_norm(const Tensor& x, const Tensor& w, const Tensor& residual,
                                       const Tensor& norm_w, float eps, const Tensor& out,
@@ -26,9 +27,9 @@ void CudaBackend::linear_add_rms_norm(const Tensor& x, const Tensor& w, const Te
   const Tensor* ws[1] = {&w};
   const Tensor* ys[1] = {&residual};
   const LinearRoute route = linear_route(x, ws, ys);
-  if (route == LinearRoute::kSkinny && norm_sums_partials_ &&
-      add_norm_of_partials(x, w, residual, norm_w, eps, out, scratch))
-    return;
+  const bool partials = norm_sums_partials_ && skinny_gemm_ &&
+                        (route == LinearRoute::kSkinny || x.dim(0) <= partials_rows_);
+  if (partials && add_norm_of_partials(x, w, residual, norm_w, eps, out, scratch)) return;
   if (route != LinearRoute::kCublasLt)
     return Backend::linear_add_rms_norm(x, w, residual, norm_w, eps, out, scratch);
   {
