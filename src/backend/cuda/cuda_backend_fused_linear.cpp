@@ -19,8 +19,8 @@ using cuda_detail::f32;
 
 // On the weight-streaming GEMM (and with DS_NORM_SUMS_PARTIALS_ROWS, up to that many rows on any
 // route) the split tiles' partials are summed by the add + norm kernel where its form applies
-// (add_norm_of_partials); on cuBLASLt the projection is added to the residual by
-// the GEMM (beta = 1: summed in f32, rounded once), then the norm alone; else as the default.
+// (add_norm_of_partials); on cuBLASLt the projection is added to the residual by the GEMM (beta =
+// 1: summed in f32, rounded once), then the norm alone; else as the default.
 void CudaBackend::linear_add_rms_norm(const Tensor& x, const Tensor& w, const Tensor& residual,
                                       const Tensor& norm_w, float eps, const Tensor& out,
                                       const Tensor& scratch) {
