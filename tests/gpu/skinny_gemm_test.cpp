@@ -136,8 +136,8 @@ TEST_F(SkinnyGemm, NormSummingThePartialsMatchesTheGemmsSums) {
       ASSERT_EQ(
           cuda::launch_skinny_gemm_partials_bf16(x, b, T, K, ws(), sms_, gpu_->stream(), &where),
           cudaSuccess);
-      ASSERT_TRUE(cuda::add_rms_norm_partials_supported(bf(res_b), where, nw, T, n, bf(out_b)));
-      ASSERT_EQ(cuda::launch_add_rms_norm_partials_bf16(bf(res_b), where, nw, eps, T, n, bf(out_b),
+      ASSERT_TRUE(cuda::add_rms_norm_partials_supported(bf(res_b), where, nw, T, bf(out_b)));
+      ASSERT_EQ(cuda::launch_add_rms_norm_partials_bf16(bf(res_b), where, nw, eps, T, bf(out_b),
                                                         gpu_->stream()),
                 cudaSuccess);
       EXPECT_EQ(cudaStreamSynchronize(gpu_->stream()), cudaSuccess);

@@ -49,7 +49,7 @@ bool CudaBackend::add_norm_of_partials(const Tensor& x, const Tensor& w, const T
            "linear_add_rms_norm: residual, out and scratch [T, H]");
   cuda::SkinnyPartials where{skinny_ws_.partials, bf(scratch), n, 0, 0, 0};
   if (!cuda::skinny_supported(x.data, w.data, scratch.data, T, K) ||
-      !cuda::add_rms_norm_partials_supported(bf(residual), where, f32(norm_w), T, n, bf(out)))
+      !cuda::add_rms_norm_partials_supported(bf(residual), where, f32(norm_w), T, bf(out)))
     return false;
   {
     OpTimer timer(*this, "linear");
@@ -59,8 +59,8 @@ bool CudaBackend::add_norm_of_partials(const Tensor& x, const Tensor& w, const T
           "skinny GEMM (partials only) launch");
   }
   OpTimer timer(*this, "add_rms_norm");
-  check(cuda::launch_add_rms_norm_partials_bf16(bf(residual), where, f32(norm_w), eps, T, n,
-                                                bf(out), stream_),
+  check(cuda::launch_add_rms_norm_partials_bf16(bf(residual), where, f32(norm_w), eps, T, bf(out),
+                                                stream_),
         "add + RMSNorm of GEMM partials launch");
   return true;
 }

@@ -172,18 +172,18 @@ void launch(__nv_bfloat16* residual, const __nv_bfloat16* x, const float* w, flo
 }  // namespace
 
 bool add_rms_norm_partials_supported(const __nv_bfloat16* residual, const SkinnyPartials& x,
-                                     const float* w, int rows, int n, const __nv_bfloat16* out) {
-  return rows >= 1 && rows <= pdl::kDecodeSizedRows && n == x.n && n % 8 == 0 &&
-         n <= 8 * kThreads * kMaxVecs && n <= kSkinnyTileRows * skinny::kMaxReadTiles &&
-         aligned16(residual, x.y, w, out);
+                                     const float* w, int rows, const __nv_bfloat16* out) {
+  const int n = x.n;
+  return rows >= 1 && rows <= pdl::kDecodeSizedRows && n % 8 == 0 && n <= 8 * kThreads * kMaxVecs &&
+         n <= kSkinnyTileRows * skinny::kMaxReadTiles && aligned16(residual, x.y, w, out);
 }
 
 cudaError_t launch_add_rms_norm_partials_bf16(__nv_bfloat16* residual, const SkinnyPartials& x,
-                                              const float* w, float eps, int rows, int n,
+                                              const float* w, float eps, int rows,
                                               __nv_bfloat16* out, cudaStream_t stream) {
-  if (!add_rms_norm_partials_supported(residual, x, w, rows, n, out)) return cudaErrorInvalidValue;
+  if (!add_rms_norm_partials_supported(residual, x, w, rows, out)) return cudaErrorInvalidValue;
   return pdl::launch_dependent(rms_norm_vec_kernel<true, true, skinny::PartialRows>, rows, kThreads,
-                               0, stream, residual, skinny::PartialRows{x}, w, eps, n, out);
+                               0, stream, residual, skinny::PartialRows{x}, w, eps, x.n, out);
 }
 
 void launch_rms_norm_bf16(const __nv_bfloat16* x, const float* w, float eps, int rows, int n,

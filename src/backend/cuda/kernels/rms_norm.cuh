@@ -17,15 +17,15 @@ void launch_rms_norm_bf16(const __nv_bfloat16* x, const float* w, float eps, int
 void launch_add_rms_norm_bf16(__nv_bfloat16* residual, const __nv_bfloat16* x, const float* w,
                               float eps, int rows, int n, __nv_bfloat16* out, cudaStream_t stream);
 
-// launch_add_rms_norm_bf16 with x the result of a partials-only GEMM
+// launch_add_rms_norm_bf16 (rows of x.n values) with x the result of a partials-only GEMM
 // (launch_skinny_gemm_partials_bf16), launched as its programmatic dependent: the split tiles'
 // partials summed here (the values the GEMM's own sums give, the same bits), so that the GEMM ends
 // with its streams. Decode-sized steps: add_rms_norm_partials_supported, else
 // cudaErrorInvalidValue.
 bool add_rms_norm_partials_supported(const __nv_bfloat16* residual, const SkinnyPartials& x,
-                                     const float* w, int rows, int n, const __nv_bfloat16* out);
+                                     const float* w, int rows, const __nv_bfloat16* out);
 cudaError_t launch_add_rms_norm_partials_bf16(__nv_bfloat16* residual, const SkinnyPartials& x,
-                                              const float* w, float eps, int rows, int n,
+                                              const float* w, float eps, int rows,
                                               __nv_bfloat16* out, cudaStream_t stream);
 
 }  // namespace deltaserve::cuda
