@@ -45,6 +45,7 @@ struct DecodeTiles {
 // (one L2 round trip for the block), when they fit in kPageWindow, else the sequence's table in
 // global memory. Before, each 16-key tile's copies waited for a dependent load of its page entry:
 // in ncu at B = 16, context 8k, 29% of the kernel's stall samples sat on that load's use.
+// DS_ATTN_PAGE_WINDOW=0: every tile's entry from global memory (A/B). NOT yet measured.
 constexpr int kPageWindow = 1024;
 struct PageLookup {
   const int* entries;  // entries[page / page_size - first]
@@ -227,7 +228,8 @@ __global__ void __launch_bounds__(32 * kWarps)
     attn_split_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ q,
                       const __nv_bfloat16* __restrict__ gate, const KvT* __restrict__ kc,
                       const KvT* __restrict__ vc, AttnShape s, int splits, int min_len,
-                      int min_chunk, float* __restrict__ ws, __nv_bfloat16* __restrict__ out) {
+                      int min_chunk, bool page_window, float* __restrict__ ws,
+                      __nv_bfloat16* __restrict__ out) {
   using L = DecodeTiles<kHd, KvT>;
   constexpr bool kF16 = L::kFp8;
   pdl::allow_successor();  // a programmatic dependent may start streaming its weights
@@ -244,7 +246,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int* table = b.pages + b.seq_page_off[seq];
   __shared__ int window[kPageWindow];
   const int pg0 = p0 / b.page_size, npg = p1 > p0 ? (p1 - 1) / b.page_size - pg0 + 1 : 0;
-  const bool windowed = npg <= kPageWindow;
+  const bool windowed = page_window && npg <= kPageWindow;
   if (windowed)
     for (int j = static_cast<int>(threadIdx.x); j < npg; j += 32 * kWarps)
       window[j] = table[pg0 + j];
@@ -399,11 +401,12 @@ void launch_split(const BatchMeta& b, int rows, const __nv_bfloat16* q, const __
                         : forced >= 0            ? forced
                         : rows >= kWideSplitRows ? kWideSplitKeys
                                                  : kLongSplitKeys;
+  static const bool page_window = ab_switch_on("DS_ATTN_PAGE_WINDOW");
   cudaFuncSetAttribute(attn_split_kernel<kHd, KvT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        smem);
   pdl::launch_dependent(attn_split_kernel<kHd, KvT>, dim3(rows, s.nkv, splits), 32 * kWarps, smem,
-                        stream, b, q, gate, k_cache, v_cache, s, splits, min_len, min_chunk, ws,
-                        out);
+                        stream, b, q, gate, k_cache, v_cache, s, splits, min_len, min_chunk,
+                        page_window, ws, out);
 }
 
 }  // namespace
