@@ -409,10 +409,6 @@ void launch_split(const BatchMeta& b, int rows, const __nv_bfloat16* q, const __
                         page_window, ws, out);
 }
 
-}  // namespace
-
-namespace {
-
 // Of 1..cap splits, the one whose blocks (`blocks` a split, one block an SM: the bf16 cache's
 // shared memory) waste the least of their last wave: the fewest waves a split, the fewest splits
 // among equals. In ncu at 16 rows, context 8k, the 5 splits' 320 blocks ran 2.42 waves at 3.44
