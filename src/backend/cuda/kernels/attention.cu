@@ -5,6 +5,7 @@
 #include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/attention_prefill.cuh"
+#include "backend/cuda/kernels/attention_wave_splits.h"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/kv_fp8.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
@@ -409,23 +410,12 @@ void launch_split(const BatchMeta& b, int rows, const __nv_bfloat16* q, const __
                         page_window, ws, out);
 }
 
-// Of 1..cap splits, the one whose blocks (`blocks` a split, one block an SM: the bf16 cache's
-// shared memory) waste the least of their last wave: the fewest waves a split, the fewest splits
-// among equals. In ncu at 16 rows, context 8k, the 5 splits' 320 blocks ran 2.42 waves at 3.44
-// TB/s; 2 splits make one wave of 128. DS_ATTN_WAVE_SPLITS=0: cap itself (A/B). Not yet measured.
+// The split count that fills whole waves (attention_wave_splits.h). In ncu at 16 rows, context
+// 8k, the 5 splits' 320 blocks ran 2.42 waves at 3.44 TB/s; 2 splits make one wave of 128.
+// DS_ATTN_WAVE_SPLITS=0: cap itself (A/B). Not yet measured.
 int wave_splits(int blocks, int cap, int num_sms) {
   static const bool on = ab_switch_on("DS_ATTN_WAVE_SPLITS");
-  if (!on) return cap;
-  int best = 1;
-  int64_t best_waves = (blocks + num_sms - 1) / num_sms;  // waves of `best` splits
-  for (int splits = 2; splits <= cap; ++splits) {
-    const int64_t waves = (static_cast<int64_t>(blocks) * splits + num_sms - 1) / num_sms;
-    if (waves * best < best_waves * splits) {  // waves / splits < best_waves / best
-      best = splits;
-      best_waves = waves;
-    }
-  }
-  return best;
+  return on ? wave_filling_splits(blocks, cap, num_sms) : cap;
 }
 
 }  // namespace
@@ -433,8 +423,7 @@ int wave_splits(int blocks, int cap, int num_sms) {
 int attention_splits(int num_tokens, const AttnShape& s, int num_sms, size_t ws_bytes) {
   if (num_tokens == 0 || num_tokens > 256) return 1;  // prefill: enough blocks without splitting
   const int blocks = num_tokens * s.nkv;
-  int splits = wave_splits(
-      blocks, std::min(kMaxSplits, std::max(1, (2 * num_sms + blocks - 1) / blocks)), num_sms);
+  int splits = wave_splits(blocks, two_wave_splits(blocks, num_sms, kMaxSplits), num_sms);
   while (splits > 1 &&
          static_cast<size_t>(num_tokens) * s.nh * splits * (s.hd + 2) * sizeof(float) > ws_bytes)
     --splits;
