@@ -9,7 +9,7 @@
 #include "engine/engine.h"
 #include "model/loader.h"
 #include "server/openai_api.h"
-#include "tokenizer/chat_template.h"
+#include "tokenizer/chat_template_source.h"
 
 namespace deltaserve::fuzz {
 
@@ -17,8 +17,7 @@ struct ApiHarness {
   ApiHarness() {
     model = model::load_model("", model::LoadFormat::kDummy, backend, false);
     tok = tokenizer::Tokenizer::from_file(std::string(DS_QWEN3_TOKENIZER) + "/tokenizer.json");
-    chat = tokenizer::ChatTemplate::from_config(std::string(DS_QWEN3_TOKENIZER) +
-                                                "/tokenizer_config.json");
+    chat = tokenizer::load_chat_template(DS_QWEN3_TOKENIZER);
     engine::EngineConfig ecfg;
     ecfg.max_model_len = 4096;
     engine = std::make_unique<engine::Engine>(*model, ecfg, tok.get());

@@ -4,12 +4,11 @@
 // else escaping is a bug.
 #include "core/error.h"
 #include "server/json_body.h"
-#include "tokenizer/chat_template.h"
+#include "tokenizer/chat_template_source.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace deltaserve;
-  static const auto chat = tokenizer::ChatTemplate::from_config(std::string(DS_QWEN3_TOKENIZER) +
-                                                                "/tokenizer_config.json");
+  static const auto chat = tokenizer::load_chat_template(DS_QWEN3_TOKENIZER);
   server::json in;
   std::string err;
   if (!server::parse_json_body({reinterpret_cast<const char*>(data), size}, in, err)) return 0;

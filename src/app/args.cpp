@@ -1,5 +1,6 @@
 #include "app/args.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
@@ -56,6 +57,41 @@ long long Args::get_int(const std::string& name, long long fallback, long long l
     throw Error("deltaserve " + command_ + ": --" + name + " must be an integer in [" +
                 std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + it->second + "'");
   return v;
+}
+
+std::optional<long long> human_readable_count(const std::string& s) {
+  size_t pos = 0;
+  double number = 0;
+  try {
+    number = std::stod(s, &pos);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (pos == 0 || !std::isdigit(static_cast<unsigned char>(s[0])) || !std::isfinite(number))
+    return std::nullopt;
+  const std::string digits = s.substr(0, pos), suffix = s.substr(pos);
+  if (digits.find_first_not_of("0123456789.") != std::string::npos) return std::nullopt;
+  const bool whole = digits.find('.') == std::string::npos;
+  double scale = 0;
+  if (suffix.empty() && whole) scale = 1;
+  if (suffix == "k" || suffix == "m" || suffix == "g")
+    scale = suffix == "k" ? 1e3 : suffix == "m" ? 1e6 : 1e9;
+  if ((suffix == "K" || suffix == "M" || suffix == "G") && whole)
+    scale = suffix == "K" ? 1024.0 : suffix == "M" ? 1048576.0 : 1073741824.0;
+  if (scale == 0 || number * scale > 9e18) return std::nullopt;
+  return static_cast<long long>(number * scale);
+}
+
+long long Args::get_count(const std::string& name, long long fallback, long long lo,
+                          long long hi) const {
+  const auto it = values_.find(name);
+  if (it == values_.end()) return fallback;
+  const std::optional<long long> v = human_readable_count(it->second);
+  if (!v || *v < lo || *v > hi)
+    throw Error("deltaserve " + command_ + ": --" + name + " must be an integer in [" +
+                std::to_string(lo) + ", " + std::to_string(hi) + "] (or like 32k, 32K), got '" +
+                it->second + "'");
+  return *v;
 }
 
 double Args::get_double(const std::string& name, double fallback, double lo, double hi,

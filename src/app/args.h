@@ -2,6 +2,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -18,6 +19,10 @@ class Args {
   std::string get(const std::string& name, const std::string& fallback) const;
   // Integer flag in [lo, hi]; throws deltaserve::Error otherwise.
   long long get_int(const std::string& name, long long fallback, long long lo, long long hi) const;
+  // get_int that also takes vLLM's human-readable counts (human_readable_count), for token counts
+  // such as --max-model-len 32k.
+  long long get_count(const std::string& name, long long fallback, long long lo,
+                      long long hi) const;
   // Finite number flag in the interval (lo, hi] (lo_open) or [lo, hi]; throws deltaserve::Error
   // otherwise.
   double get_double(const std::string& name, double fallback, double lo, double hi,
@@ -27,6 +32,10 @@ class Args {
   std::string command_;
   std::map<std::string, std::string> values_;
 };
+
+// vLLM's human-readable integers: a plain integer, or a number with a suffix — k, m, g decimal
+// (25.6k = 25,600), K, M, G binary and whole (32K = 32,768); nullopt for anything else.
+std::optional<long long> human_readable_count(const std::string& s);
 
 // Accepts --device cpu|cuda (whether cuda is built in is checked when the model loads).
 void check_device(const Args& a);

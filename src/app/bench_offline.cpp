@@ -101,7 +101,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   cfg.long_prefill_token_threshold = sched.long_prefill_token_threshold;
   cfg.admission_reserve_tokens = sched.admission_reserve_tokens;
   cfg.max_model_len =
-      static_cast<int32_t>(a.get_int("max-model-len", in_len + out_len, 1, 1 << 24));
+      static_cast<int32_t>(a.get_count("max-model-len", in_len + out_len, 1, 1 << 24));
   // Default: KV room for max_num_seqs requests of max_model_len (no preemption needed).
   runtime::MemoryBudget budget;
   budget.kind = runtime::MemoryBudget::Kind::kRequests;

@@ -1,4 +1,5 @@
 // deltaserve: the command-line entry point (generate, logits, tokenize, detokenize, bench).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -23,17 +24,30 @@ namespace {
 constexpr const char* kUsage = R"(usage: deltaserve <command> [flags]
 
 commands:
-  serve     the OpenAI-compatible HTTP server (without --model: the embedded random model)
-            [--model DIR] [--tokenizer DIR] [--host 127.0.0.1] [--port 8000]
-            [--served-model-name NAME] [--max-num-seqs N] [--max-model-len L]
-            [--max-num-batched-tokens 2048] [--long-prefill-token-threshold 0]
+  serve     the OpenAI-compatible HTTP server (without a model: the embedded random model)
+            [MODEL | --model MODEL]  (a checkpoint directory, or a Hugging Face repository id
+            such as Qwen/Qwen3.5-4B whose snapshot is in the local cache — $HF_HUB_CACHE,
+            $HF_HOME/hub or ~/.cache/huggingface/hub, or --download-dir DIR —, at [--revision
+            main]; nothing is downloaded)
+            [--tokenizer DIR] [--chat-template FILE|TEMPLATE]  (default: the checkpoint's
+            chat_template.jinja, tokenizer_config.json's or chat_template.json's)
+            [--default-chat-template-kwargs JSON]  (e.g. '{"enable_thinking": false}'; each
+            request's chat_template_kwargs over it)
+            [--generation-config auto|vllm|DIR]  (default sampling parameters: the model's
+            generation_config.json, as vLLM; vllm: OpenAI's) [--override-generation-config JSON]
+            [--host 127.0.0.1] [--port 8000]
+            [--served-model-name NAME] [--max-num-seqs N] [--max-model-len L]  (L and B as
+            vLLM takes them too: 32k = 32,000, 32K = 32,768)
+            [--max-num-batched-tokens B (2048)] [--long-prefill-token-threshold 0]
             [--admission-reserve-tokens 4096]  (a request is admitted while the KV pages cover
             the prompts and up to this many outputs of it and of every running request; 0: the
             prompts only, decode growth preempts)
             [--api-key KEY] [--load-format auto|safetensors|dummy]
             [--device cpu] [--tensor-parallel-size 1] [--gpu-memory-utilization 0.9]
             [--kv-cache-gib 2] [--max-pending 4096] [--max-body-bytes N] [--http-threads 2]
-            [--enforce-eager]  (no decode CUDA graphs)
+            [--max-connections N] [--shutdown-timeout 60] [--enforce-eager]  (no decode CUDA
+            graphs) [--kv-cache-dtype auto|fp8|fp8_e4m3] [--reasoning-parser qwen3]
+            [--enable-auto-tool-choice --tool-call-parser qwen3_coder]
             [--no-enable-prefix-caching] [--mamba-block-size 64]
             [--prefix-cache-snapshot-fraction 0.25] [--mamba-ssm-cache-dtype auto|float32|bfloat16]
             [--enable-tpsp] [--tpsp-threshold-tokens N] [--tpsp-microchunk-tokens M]  (TP:
@@ -41,8 +55,13 @@ commands:
             overlap the collectives; without N a startup profile picks N, and M unless given)
             (without --max-num-seqs: on a GPU 1024, 512, 256 or 128 — the most whose GDN state
             slots take at most a quarter of the cache memory —, on the CPU 64)
+            vLLM's --dtype auto|bfloat16, --block-size 16, --tokenizer-mode auto|hf, --seed,
+            --swap-space, --max-log-len, --uvicorn-log-level, --trust-remote-code,
+            --disable-log-requests, --disable-log-stats, --enable-chunked-prefill,
+            --disable-frontend-multiprocessing, --language-model-only and --limit-mm-per-prompt
+            are accepted (other values refused; deltaserve serves text only)
   generate  greedy generation from token ids, printing the tokens and tokens/s
-            --model DIR (default: the embedded random model)  --ids 1,2,3  --max-tokens N
+            --model MODEL (default: the embedded random model)  --ids 1,2,3  --max-tokens N
             --load-format auto|safetensors|dummy  --device cpu  --ignore-eos
   logits    write the f32 logits of a full prefill (tensor "logits", [tokens, vocab])
             --model DIR --ids 1,2,3 --out FILE.safetensors  [--load-format ...] [--device cpu]
@@ -61,11 +80,21 @@ commands:
             [--enable-prefix-caching [--num-snapshots N]]  (random prompts: nothing ever hits)
             [--mamba-ssm-cache-dtype auto|float32|bfloat16]
   bench serve  a streaming load client against a running server (like `vllm bench serve`)
+            [--generation-config auto|vllm|DIR]  (default sampling parameters: the model's
+            generation_config.json, as vLLM; vllm: OpenAI's) [--override-generation-config JSON]
             [--host 127.0.0.1] [--port 8000] [--model NAME] [--api-key KEY] --num-prompts N
             --input-len I --output-len O [--max-concurrency C | --request-rate R] [--vocab V]
             or --workload multi-turn [--num-clients 16] [--turns 4] [--system-len 512]
             [--turn-len 128] [--output-len 64]  (chats: prefix-cache hit rate and TTFT)
+
+deltaserve <command> --help prints this; deltaserve --version the version.
 )";
+
+bool is_command(const std::string& cmd) {
+  for (const char* c : {"serve", "generate", "logits", "tokenize", "detokenize", "bench"})
+    if (cmd == c) return true;
+  return false;
+}
 
 constexpr int32_t kPageSize = 64;
 
@@ -205,12 +234,23 @@ int cmd_detokenize(const std::vector<std::string>& argv) {
 
 int main(int argc, char** argv) {
   using namespace deltaserve;
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
-    std::fputs(app::kUsage, argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
+  if (argc < 2) {
+    std::fputs(app::kUsage, stderr);
+    return 2;
   }
   const std::string cmd = argv[1];
   const std::vector<std::string> rest(argv + 2, argv + argc);
+  if (cmd == "--version" || cmd == "version") {
+    std::printf("deltaserve %s\n", DS_VERSION);
+    return 0;
+  }
+  // `deltaserve --help`, `deltaserve help`, and `deltaserve serve --help` as vLLM users type it.
+  const auto is_help = [](const std::string& a) { return a == "--help" || a == "-h"; };
+  if (is_help(cmd) || cmd == "help" ||
+      (app::is_command(cmd) && std::any_of(rest.begin(), rest.end(), is_help))) {
+    std::fputs(app::kUsage, stdout);
+    return 0;
+  }
   try {
     if (cmd == "generate") return app::cmd_generate(rest);
     if (cmd == "logits") return app::cmd_logits(rest);

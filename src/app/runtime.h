@@ -8,6 +8,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "engine/executor.h"
+#include "model/hub_cache.h"
 #include "model/loader.h"
 #ifdef DS_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -29,9 +30,12 @@ struct ModelRuntime {
 
 // `device`: "cpu" or "cuda". On CUDA, TP 1 is one model on GPU 0; TP N runs rank r on GPU r with
 // an NCCL communicator (the ordinals must exist).
-inline ModelRuntime make_runtime(const std::string& dir, model::LoadFormat fmt, int tp,
+// `model`: a checkpoint directory, a Hugging Face repository id in the local cache
+// (model::resolve_model_dir), or empty (the embedded default model).
+inline ModelRuntime make_runtime(const std::string& model, model::LoadFormat fmt, int tp,
                                  bool verbose, const std::string& device = "cpu",
                                  dist::TpspConfig tpsp = {}) {
+  const std::string dir = model::resolve_model_dir(model);
   ModelRuntime rt;
   if (tp < 1) throw Error("--tensor-parallel-size must be >= 1");
   if (device == "cuda") {

@@ -19,9 +19,11 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "model/hub_cache.h"
 #include "model/loader.h"
 #include "server/http_server.h"
 #include "server/openai_api.h"
+#include "tokenizer/chat_template_source.h"
 
 namespace deltaserve::app {
 
@@ -92,17 +94,43 @@ server::HttpServerConfig http_config(const Args& a) {
   return h;
 }
 
-// The checkpoint's chat template, or null (with a note) when it has none usable.
-std::unique_ptr<tokenizer::ChatTemplate> chat_template(const fs::path& tok_dir) {
-  if (!fs::exists(tok_dir / "tokenizer_config.json")) return nullptr;
+// --chat-template's template (an error if it cannot be read or parsed), else the checkpoint's, or
+// null (with a note) when it has none usable.
+std::unique_ptr<tokenizer::ChatTemplate> chat_template(const fs::path& tok_dir, const Args& a) {
+  if (a.has("chat-template"))
+    return tokenizer::load_chat_template(tok_dir, a.get("chat-template", ""));
   try {
-    return tokenizer::ChatTemplate::from_config(tok_dir / "tokenizer_config.json");
+    return tokenizer::load_chat_template(tok_dir);
   } catch (const Error& e) {
     std::fprintf(stderr,
                  "deltaserve: no chat template (%s); /v1/chat/completions will answer 400\n",
                  e.what());
     return nullptr;
   }
+}
+
+// The default sampling parameters (--generation-config, --override-generation-config), said
+// when they are not OpenAI's.
+server::GenerationDefaults sampling_defaults(const Args& a, const std::string& model_dir) {
+  const std::string mode = a.get("generation-config", "auto");
+  server::GenerationDefaults d =
+      server::load_generation_defaults(mode, model_dir, a.get("override-generation-config", ""));
+  if (!d.empty())
+    std::fprintf(stderr,
+                 "deltaserve: requests that leave them out get %s (the model's generation config, "
+                 "as vLLM; --generation-config vllm: OpenAI's defaults)\n",
+                 d.describe().c_str());
+  return d;
+}
+
+// --default-chat-template-kwargs: a JSON object (e.g. {"enable_thinking": false}), or null.
+server::json chat_template_kwargs(const Args& a) {
+  if (!a.has("default-chat-template-kwargs")) return nullptr;
+  const std::string v = a.get("default-chat-template-kwargs", "");
+  server::json j = server::json::parse(v, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    throw Error("--default-chat-template-kwargs must be a JSON object, got '" + v + "'");
+  return j;
 }
 
 void print_ready(const std::string& name, const std::string& base, const std::string& device,
@@ -149,7 +177,13 @@ int cmd_serve(const std::vector<std::string>& argv) {
                                  "max-connections",
                                  "reasoning-parser",
                                  "debug-output-script",
-                                 "tool-call-parser"};
+                                 "tool-call-parser",
+                                 "chat-template",
+                                 "revision",
+                                 "download-dir",
+                                 "generation-config",
+                                 "override-generation-config",
+                                 "default-chat-template-kwargs"};
   flags.insert(vllm_value_flags().begin(), vllm_value_flags().end());
   flags.insert(cache_value_flags().begin(), cache_value_flags().end());
   flags.insert(tpsp_value_flags().begin(), tpsp_value_flags().end());
@@ -157,15 +191,26 @@ int cmd_serve(const std::vector<std::string>& argv) {
   switches.insert(tpsp_switches().begin(), tpsp_switches().end());
   switches.insert(vllm_switches().begin(), vllm_switches().end());
   switches.insert(cache_switches().begin(), cache_switches().end());
-  Args a(argv, "serve", flags, switches);
+  // vLLM's `vllm serve MODEL`: a first argument that is not a flag names the model.
+  const bool positional = !argv.empty() && !argv[0].empty() && argv[0][0] != '-';
+  const std::string model_arg = positional ? argv[0] : "";
+  Args a(std::vector<std::string>(argv.begin() + (positional ? 1 : 0), argv.end()), "serve", flags,
+         switches);
+  if (positional && a.has("model") && a.get("model", "") != model_arg)
+    throw Error("deltaserve serve: two models: '" + model_arg + "' and --model " +
+                a.get("model", ""));
   check_device(a);
   check_vllm_flags(a);
   const int tp = static_cast<int>(a.get_int("tensor-parallel-size", 1, 1, 1024));
   const dist::TpspConfig tpsp = parse_tpsp_flags(a);  // checked before anything loads
   const double util = a.get_double("gpu-memory-utilization", 0.9, 0, 1, true);
-  const std::string model_dir = a.get("model", "");
-  fs::path tok_dir =
-      a.get("tokenizer", model_dir.empty() ? std::string(DS_DEFAULT_TOKENIZER_DIR) : model_dir);
+  const std::string model_name = positional ? model_arg : a.get("model", "");
+  const std::string model_dir =
+      model::resolve_model_dir(model_name, a.get("revision", ""), a.get("download-dir", ""));
+  const fs::path tok_dir = a.has("tokenizer") ? model::resolve_model_dir(a.get("tokenizer", ""), "",
+                                                                         a.get("download-dir", ""))
+                           : model_dir.empty() ? std::string(DS_DEFAULT_TOKENIZER_DIR)
+                                               : model_dir;
   if (!fs::exists(tok_dir / "tokenizer.json"))
     throw Error((tok_dir / "tokenizer.json").string() + " not found: pass --tokenizer DIR" +
                 (model_dir.empty()
@@ -187,7 +232,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   acfg.api_key = a.get("api-key", "");
   acfg.max_pending = a.get_int("max-pending", acfg.max_pending, 1, 1 << 24);
   acfg.served_model_name =
-      a.get("served-model-name", model_dir.empty() ? "deltaserve-default" : model_dir);
+      a.get("served-model-name", model_name.empty() ? "deltaserve-default" : model_name);
   if (a.has("reasoning-parser")) {
     if (a.get("reasoning-parser", "") != "qwen3")
       throw Error("--reasoning-parser must be qwen3 (Qwen3.5's <think> format), got '" +
@@ -201,7 +246,10 @@ int cmd_serve(const std::vector<std::string>& argv) {
           "(Qwen3.5's <tool_call><function=...> format)");
     acfg.tool_call_parser = true;
   }
+  acfg.defaults = sampling_defaults(a, model_dir);
+  acfg.chat_template_kwargs = chat_template_kwargs(a);
   const double kv_gib = a.get_double("kv-cache-gib", 2, 0, 1 << 20, true);
+  const std::unique_ptr<tokenizer::ChatTemplate> chat = chat_template(tok_dir, a);
 
   // Bound (host name resolved, port taken) before anything loads; requests wait in the backlog
   // until the server runs.
@@ -215,8 +263,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
                                  tp, true, a.get("device", "cpu"), tpsp);
   const model::ModelConfig& mc = rt.exec->config();
   ecfg.max_model_len = static_cast<int32_t>(
-      a.get_int("max-model-len", std::min<int64_t>(mc.max_position_embeddings, 8192), 1,
-                mc.max_position_embeddings));
+      a.get_count("max-model-len", std::min<int64_t>(mc.max_position_embeddings, 8192), 1,
+                  mc.max_position_embeddings));
   // The memory plan (runtime::MemoryPlan, made by the engine): on a GPU, what is left of
   // --gpu-memory-utilization x total after the weights, state slots, step buffers and the
   // backend's workspace becomes KV pages; on the CPU, --kv-cache-gib of pages, at most room for
@@ -235,7 +283,6 @@ int cmd_serve(const std::vector<std::string>& argv) {
 
   std::fprintf(stderr, "deltaserve: loading tokenizer %s\n", tok_dir.c_str());
   const auto tok = tokenizer::Tokenizer::from_file(tok_dir / "tokenizer.json");
-  const std::unique_ptr<tokenizer::ChatTemplate> chat = chat_template(tok_dir);
   ecfg.eos_token_ids = eos_ids(mc, model_dir, tok_dir, *tok);
   if (a.has("debug-output-script")) {
     ecfg.debug_output_script = tok->encode(a.get("debug-output-script", ""));

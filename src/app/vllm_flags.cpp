@@ -6,15 +6,18 @@ namespace deltaserve::app {
 
 const std::set<std::string>& vllm_value_flags() {
   static const std::set<std::string> kFlags = {
-      "dtype",      "seed",        "block-size",       "tokenizer-mode",
-      "swap-space", "max-log-len", "uvicorn-log-level"};
+      "dtype",      "seed",        "block-size",        "tokenizer-mode",
+      "swap-space", "max-log-len", "uvicorn-log-level", "limit-mm-per-prompt"};
   return kFlags;
 }
 
 const std::set<std::string>& vllm_switches() {
-  static const std::set<std::string> kSwitches = {"trust-remote-code", "disable-log-requests",
-                                                  "disable-log-stats", "enable-chunked-prefill",
-                                                  "disable-frontend-multiprocessing"};
+  static const std::set<std::string> kSwitches = {"trust-remote-code",
+                                                  "disable-log-requests",
+                                                  "disable-log-stats",
+                                                  "enable-chunked-prefill",
+                                                  "disable-frontend-multiprocessing",
+                                                  "language-model-only"};
   return kSwitches;
 }
 
@@ -40,6 +43,13 @@ void check_vllm_flags(const Args& a) {
   a.get_int("seed", 0, 0, (1LL << 62));       // per-request seeds decide sampling
   a.get_double("swap-space", 0, 0, 1 << 20);  // no CPU swap: preempted requests recompute
   a.get_int("max-log-len", 0, 0, 1LL << 30);  // requests are not logged
+  // Qwen3.5's text-only recipes (--language-model-only, --limit-mm-per-prompt): deltaserve
+  // serves text only, image and video inputs are refused per request.
+  if (a.has("limit-mm-per-prompt")) {
+    const std::string v = a.get("limit-mm-per-prompt", "");
+    if (v.empty() || v.front() != '{' || v.back() != '}')
+      throw Error("deltaserve serve: --limit-mm-per-prompt takes a JSON object, got '" + v + "'");
+  }
 }
 
 }  // namespace deltaserve::app

@@ -11,10 +11,10 @@
 namespace deltaserve::app {
 
 // Flags that take a value: dtype, seed, block-size, tokenizer-mode, swap-space,
-// max-log-len, uvicorn-log-level.
+// max-log-len, uvicorn-log-level, limit-mm-per-prompt.
 const std::set<std::string>& vllm_value_flags();
 // Switches: trust-remote-code, disable-log-requests, disable-log-stats, enable-chunked-prefill,
-// disable-frontend-multiprocessing.
+// disable-frontend-multiprocessing, language-model-only.
 const std::set<std::string>& vllm_switches();
 // Throws deltaserve::Error for a value deltaserve cannot honour (e.g. --dtype float16).
 void check_vllm_flags(const Args& a);

@@ -91,11 +91,12 @@ std::string chat_prompt(const json& b, const RequestContext& ctx) {
   for (const json& m : b["messages"]) messages.push_back(template_message(m));
   const json tools = present(b, "tools") ? b["tools"] : json(nullptr);
   if (!tools.is_null() && !tools.is_array()) bad_request("'tools' must be a list", "tools");
-  json kwargs = json::object();
+  // The server's defaults (--default-chat-template-kwargs), the request's own over them.
+  json kwargs = ctx.chat_template_kwargs.is_object() ? ctx.chat_template_kwargs : json::object();
   if (present(b, "chat_template_kwargs")) {
     if (!b["chat_template_kwargs"].is_object())
       bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
-    kwargs = b["chat_template_kwargs"];
+    for (const auto& [k, v] : b["chat_template_kwargs"].items()) kwargs[k] = v;
   }
   const bool add_gen = get_bool(b, "add_generation_prompt").value_or(true);
   return ctx.chat_template->render(messages, tools, add_gen, kwargs);
@@ -113,8 +114,10 @@ std::vector<int32_t> text_prompt(const json& b, const RequestContext& ctx) {
               "prompt");
 }
 
-// max_tokens (max_completion_tokens for chat); chat defaults to the rest of the context.
-int32_t max_tokens_of(const json& b, bool chat, int64_t prompt_len, int64_t max_len) {
+// max_tokens (max_completion_tokens for chat); chat defaults to the rest of the context. At most
+// `cap` (the generation config's max_new_tokens), as vLLM takes it.
+int32_t max_tokens_of(const json& b, bool chat, int64_t prompt_len, int64_t max_len,
+                      std::optional<int64_t> cap) {
   std::optional<int64_t> max_tokens = get_int(b, chat ? "max_completion_tokens" : "max_tokens");
   if (!max_tokens) max_tokens = get_int(b, "max_tokens");
   const bool defaulted = !max_tokens;
@@ -129,7 +132,8 @@ int32_t max_tokens_of(const json& b, bool chat, int64_t prompt_len, int64_t max_
                     " in the " + where + ", " + std::to_string(*max_tokens) +
                     " in the completion).",
                 where);
-  return static_cast<int32_t>(*max_tokens);
+  return static_cast<int32_t>(cap ? std::min(*max_tokens, std::max<int64_t>(*cap, 1))
+                                  : *max_tokens);
 }
 
 // Fields deltaserve does not implement yet are refused with a 400 naming them, never ignored.
@@ -185,8 +189,10 @@ CompletionRequests parse_completion_requests(const json& b, bool chat, const Req
   return out;
 }
 
-engine::SamplingParams parse_sampling_params(const json& b, bool chat, int64_t vocab) {
+engine::SamplingParams parse_sampling_params(const json& b, bool chat, int64_t vocab,
+                                             const GenerationDefaults& defaults) {
   engine::SamplingParams p;
+  defaults.apply(p);
   if (auto v = get_number(b, "temperature")) p.temperature = static_cast<float>(*v);
   if (auto v = get_number(b, "top_p")) p.top_p = static_cast<float>(*v);
   if (auto v = get_int(b, "top_k")) p.top_k = static_cast<int32_t>(*v);
@@ -219,7 +225,7 @@ CompletionRequest parse_completion_request(const json& b, bool chat, const Reque
   refuse_unsupported(b, chat);
   CompletionRequest r;
   r.chat = chat;
-  r.generate.params = parse_sampling_params(b, chat, ctx.tok.vocab_size());
+  r.generate.params = parse_sampling_params(b, chat, ctx.tok.vocab_size(), ctx.defaults);
   if (chat) {
     const ToolChoice choice = parse_tool_choice(b, ctx.tool_call_parser);
     const std::string prompt = chat_prompt(b, ctx);
@@ -241,7 +247,8 @@ CompletionRequest parse_completion_request(const json& b, bool chat, const Reque
   if (r.generate.prompt_ids.empty())
     bad_request("the prompt is empty", chat ? "messages" : "prompt");
   const int64_t prompt_len = static_cast<int64_t>(r.generate.prompt_ids.size());
-  r.generate.params.max_tokens = max_tokens_of(b, chat, prompt_len, ctx.max_model_len);
+  r.generate.params.max_tokens =
+      max_tokens_of(b, chat, prompt_len, ctx.max_model_len, ctx.defaults.max_tokens);
   if (r.generate.params.min_tokens > r.generate.params.max_tokens)
     bad_request("min_tokens must be <= max_tokens", "min_tokens");
   r.stream = get_bool(b, "stream").value_or(false);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "server/generation_defaults.h"
 #include "server/json_body.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -20,6 +21,8 @@ struct RequestContext {
   int64_t max_model_len = 0;
   bool reasoning_parser = false;  // --reasoning-parser qwen3
   bool tool_call_parser = false;  // --enable-auto-tool-choice --tool-call-parser qwen3_coder
+  GenerationDefaults defaults;    // for the sampling fields a request leaves out
+  json chat_template_kwargs;      // --default-chat-template-kwargs (an object, or null)
 };
 
 struct CompletionRequest {
@@ -52,7 +55,9 @@ struct CompletionRequests {
 CompletionRequests parse_completion_requests(const json& body, bool chat,
                                              const RequestContext& ctx);
 
-// Sampling parameters common to both endpoints (max_tokens is decided with the prompt length).
-engine::SamplingParams parse_sampling_params(const json& body, bool chat, int64_t vocab);
+// Sampling parameters common to both endpoints (max_tokens is decided with the prompt length):
+// the body's, else `defaults`', else OpenAI's.
+engine::SamplingParams parse_sampling_params(const json& body, bool chat, int64_t vocab,
+                                             const GenerationDefaults& defaults = {});
 
 }  // namespace deltaserve::server

@@ -127,7 +127,9 @@ Reply OpenAiApi::completions(const Request& req, bool chat) {
                            cfg_.served_model_name,
                            engine_.config().max_model_len,
                            cfg_.reasoning_parser,
-                           cfg_.tool_call_parser};
+                           cfg_.tool_call_parser,
+                           cfg_.defaults,
+                           cfg_.chat_template_kwargs};
   CompletionRequests parsed = parse_completion_requests(parse_body(req), chat, ctx);
   char idbuf[32];
   std::snprintf(idbuf, sizeof idbuf, "%016llx", static_cast<unsigned long long>(next_id_++));

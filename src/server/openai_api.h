@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "server/generation_defaults.h"
 #include "server/http_server.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -20,6 +21,8 @@ struct ApiConfig {
   int64_t max_pending = 4096;
   bool reasoning_parser = false;  // --reasoning-parser qwen3: reasoning_content in chat replies
   bool tool_call_parser = false;  // qwen3_coder: <tool_call> blocks become tool_calls
+  GenerationDefaults defaults;    // --generation-config: sampling fields requests leave out
+  json chat_template_kwargs;      // --default-chat-template-kwargs, under each request's own
 };
 
 class OpenAiApi {

@@ -1,9 +1,7 @@
 // ChatTemplate: renders OpenAI-style messages into a prompt by running the checkpoint's own Jinja
-// chat_template (from tokenizer_config.json) the way HF apply_chat_template does.
+// chat template (chat_template_source.h finds it) the way HF apply_chat_template does.
 #pragma once
 
-#include <filesystem>
-#include <memory>
 #include <string>
 
 #include "tokenizer/jinja.h"
@@ -12,10 +10,8 @@ namespace deltaserve::tokenizer {
 
 class ChatTemplate {
  public:
-  // Reads tokenizer_config.json: chat_template (a string, or a list of {name, template} where
-  // "default" is used) and the special tokens passed to the template. Throws deltaserve::Error.
-  static std::unique_ptr<ChatTemplate> from_config(
-      const std::filesystem::path& tokenizer_config_json);
+  // source: the Jinja template; special_tokens: {bos_token: "...", ...}, passed to it. Throws
+  // deltaserve::Error when the template does not parse.
   ChatTemplate(const std::string& source, jinja::Json special_tokens);
 
   // messages: [{role, content, ...}]; tools: array or null; kwargs: extra template variables

@@ -92,6 +92,40 @@ TEST(Cli, GenerateRunsOnCheckpointAndDummy) {
   EXPECT_NE(r.output.find("random weights"), std::string::npos) << r.output;
 }
 
+// As vLLM users type it: `serve --help`, `--version`, and a model given as a repository id whose
+// snapshot `huggingface-cli download` left in the Hugging Face cache.
+TEST(Cli, HelpVersionAndRepositoryIds) {
+  for (const char* args : {"--help", "help", "serve --help", "serve -h", "bench offline --help"}) {
+    const Result r = run(args);
+    EXPECT_EQ(r.code, 0) << args;
+    EXPECT_EQ(r.output.rfind("usage: deltaserve <command>", 0), 0u) << args << "\n" << r.output;
+  }
+  const Result v = run("--version");
+  EXPECT_EQ(v.code, 0);
+  EXPECT_EQ(v.output.rfind("deltaserve 0.", 0), 0u) << v.output;
+  TempDir cache;  // Org/tiny at commit abc: tiny_real's files
+  const std::filesystem::path repo = cache.path() / "models--Org--tiny";
+  std::filesystem::create_directories(repo / "snapshots" / "abc");
+  std::filesystem::create_directories(repo / "refs");
+  std::ofstream(repo / "refs" / "main") << "abc";
+  for (const char* f : {"config.json", "model.safetensors", "generation_config.json"})
+    std::filesystem::copy_file(test_data() / "tiny_real" / f, repo / "snapshots" / "abc" / f);
+  const char* old = std::getenv("HF_HUB_CACHE");
+  const std::string saved = old ? old : "";
+  setenv("HF_HUB_CACHE", cache.path().c_str(), 1);
+  const Result found = run("generate --model Org/tiny --ids 1,2,3 --max-tokens 2 --ignore-eos");
+  const Result absent = run("generate --model Org/absent --ids 1");
+  if (old)
+    setenv("HF_HUB_CACHE", saved.c_str(), 1);
+  else
+    unsetenv("HF_HUB_CACHE");
+  EXPECT_EQ(found.code, 0) << found.output;
+  EXPECT_NE(found.output.find("tok/s"), std::string::npos) << found.output;
+  EXPECT_EQ(absent.code, 1);
+  EXPECT_NE(absent.output.find("not in the Hugging Face cache"), std::string::npos)
+      << absent.output;
+}
+
 TEST(Cli, TokenizeAndDetokenize) {
   const std::string tk = "--tokenizer " + deltaserve::testing::qwen3_tokenizer().string();
   Result r = run("tokenize " + tk + " --text '<|im_start|>Hello world'");
@@ -143,7 +177,8 @@ TEST(Cli, BadInputFailsClearly) {
       {"logits " + m + " --ids 1 --out /tmp/x.safetensors --device cuda --tensor-parallel-size 2",
        "--device cuda"},
       {"generate " + m + " --load-format pt", "--load-format must be"},
-      {"generate --model /nonexistent", "/nonexistent/config.json: cannot open"},
+      {"generate --model /nonexistent", "/nonexistent: no such checkpoint directory"},
+      {"serve Org/a --model Org/b", "two models: 'Org/a' and --model Org/b"},
       {"logits " + m + " --ids 1", "needs --model DIR --ids 1,2,3 --out"},
       {"frobnicate", "unknown command 'frobnicate'"},
       {"bench online", "usage: deltaserve bench offline"},
@@ -194,6 +229,14 @@ TEST(Cli, MalformedNumbersAndAbsurdConfigsExitWithAMessage) {
       {"serve " + tok + " --gpu-memory-utilization 1.5",
        "--gpu-memory-utilization must be a number"},
       {"serve " + tok + " --shutdown-timeout nan", "--shutdown-timeout must be a number"},
+      {"serve " + tok + " --chat-template /no/such.jinja", "looks like a file path"},
+      {"serve " + tok + " --limit-mm-per-prompt image=0", "--limit-mm-per-prompt takes a JSON"},
+      {"serve " + tok + " --default-chat-template-kwargs enable_thinking=false",
+       "--default-chat-template-kwargs must be a JSON object"},
+      {"serve " + tok + " --generation-config /no/such",
+       "--generation-config /no/such: no generation_config.json"},
+      {"serve " + tok + " --override-generation-config '{\"temperature\": -1}'",
+       "\"temperature\" must be a number"},
       {"generate " + absurd("vocab", {{"vocab_size", "1000000000000"}}),
        "\"vocab_size\" must be a positive integer (at most 16777216)"},
       {"generate " + absurd("hidden", {{"hidden_size", "18446744073709551615"}}),
@@ -235,11 +278,23 @@ TEST(Cli, ServeChecksTheHostBeforeLoading) {
   const std::string tok = "--tokenizer " + deltaserve::testing::qwen3_tokenizer().string();
   const Result r = run("serve " + tok +
                        " --host no-such-host.invalid --trust-remote-code "
-                       "--disable-log-requests --uvicorn-log-level info --dtype auto");
+                       "--disable-log-requests --uvicorn-log-level info --dtype auto "
+                       "--language-model-only --limit-mm-per-prompt '{\"image\": 0}'");
   EXPECT_EQ(r.code, 1) << r.output;
   EXPECT_NE(r.output.find("neither an IP address nor a known host name"), std::string::npos)
       << r.output;
   EXPECT_EQ(r.output.find("loading"), std::string::npos) << "checked before the model loads";
+}
+
+// A --chat-template that is a template itself (not a file) is accepted: the host check is what
+// stops this command.
+TEST(Cli, ServeAcceptsAChatTemplateGivenInline) {
+  const std::string tok = "--tokenizer " + deltaserve::testing::qwen3_tokenizer().string();
+  const Result r = run("serve " + tok +
+                       " --chat-template '{{ messages[0].content }}' --host no-such-host.invalid");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("neither an IP address nor a known host name"), std::string::npos)
+      << r.output;
 }
 
 }  // namespace

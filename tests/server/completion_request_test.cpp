@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "server/tool_choice.h"
 #include "test_util.h"
+#include "tokenizer/chat_template_source.h"
 
 namespace deltaserve::server {
 namespace {
@@ -16,7 +17,7 @@ class CompletionRequestTest : public ::testing::Test {
   void SetUp() override {
     const auto dir = deltaserve::testing::qwen3_tokenizer();
     tok_ = tokenizer::Tokenizer::from_file(dir / "tokenizer.json");
-    chat_ = tokenizer::ChatTemplate::from_config(dir / "tokenizer_config.json");
+    chat_ = tokenizer::load_chat_template(dir);
   }
   // The refused field's name (the 400's param, "" when the error names none), or "accepted".
   std::string refused(const std::string& body, bool chat) {
@@ -152,6 +153,52 @@ TEST_F(CompletionRequestTest, BadNAndBadPromptListsAreRefused) {
   EXPECT_EQ(param(R"({"prompt":["x","y",3]})", false), "prompt");
   EXPECT_EQ(param(R"({"prompt":[[1],[]]})", false), "prompt");
   EXPECT_EQ(param(R"({"messages":[{"role":"user","content":"hi"}],"n":3})", true), "accepted");
+}
+
+// Sampling fields a request leaves out come from the generation config (as vLLM's
+// --generation-config auto); the request's own win; max_new_tokens caps max_tokens.
+TEST_F(CompletionRequestTest, GenerationConfigDefaultsFillWhatARequestLeavesOut) {
+  RequestContext ctx{*tok_, chat_.get(), "m", 1024, false};
+  ctx.defaults = generation_defaults_of(
+      json::parse(R"({"temperature": 0.6, "top_k": 20, "max_new_tokens": 100})"), json(), "g");
+  const auto params = [&](const std::string& body, bool chat) {
+    return parse_completion_request(json::parse(body), chat, ctx).generate.params;
+  };
+  const std::string msgs = R"("messages":[{"role":"user","content":"hi"}])";
+  engine::SamplingParams p = params("{" + msgs + "}", true);
+  EXPECT_FLOAT_EQ(p.temperature, 0.6f);
+  EXPECT_EQ(p.top_k, 20);
+  EXPECT_EQ(p.max_tokens, 100);  // the rest of the context, capped
+  p = params("{" + msgs + R"(,"temperature":0,"top_k":-1,"max_tokens":7})", true);
+  EXPECT_FLOAT_EQ(p.temperature, 0.0f);
+  EXPECT_EQ(p.top_k, -1);
+  EXPECT_EQ(p.max_tokens, 7);
+  EXPECT_EQ(params(R"({"prompt":"hi","max_tokens":500})", false).max_tokens, 100);
+  EXPECT_EQ(params(R"({"prompt":"hi"})", false).max_tokens, 16);
+  ctx.defaults = {};
+  p = params("{" + msgs + "}", true);
+  EXPECT_FLOAT_EQ(p.temperature, 1.0f);
+  EXPECT_EQ(p.top_k, 0);
+  EXPECT_EQ(p.max_tokens, 1024 - static_cast<int32_t>(parse_completion_request(
+                                                          json::parse("{" + msgs + "}"), true, ctx)
+                                                          .generate.prompt_ids.size()));
+}
+
+// --default-chat-template-kwargs renders every chat request, each request's own kwargs over it
+// (Qwen3's template: enable_thinking false closes an empty think block after the prompt).
+TEST_F(CompletionRequestTest, ServerChatTemplateKwargsAreDefaultsRequestsOverride) {
+  RequestContext ctx{*tok_, chat_.get(), "m", 1024, false};
+  const auto prompt = [&](const std::string& extra) {
+    const json b = json::parse(R"({"messages":[{"role":"user","content":"hi"}])" + extra + "}");
+    return tok_->decode(parse_completion_request(b, true, ctx).generate.prompt_ids);
+  };
+  const std::string empty_think = "<think>\n\n</think>";
+  EXPECT_EQ(prompt("").find(empty_think), std::string::npos);
+  ctx.chat_template_kwargs = json::parse(R"({"enable_thinking": false})");
+  EXPECT_NE(prompt("").find(empty_think), std::string::npos);
+  EXPECT_EQ(prompt(R"(,"chat_template_kwargs":{"enable_thinking":true})").find(empty_think),
+            std::string::npos);
+  EXPECT_NE(prompt(R"(,"chat_template_kwargs":{"other":1})").find(empty_think), std::string::npos);
 }
 
 }  // namespace

@@ -20,7 +20,7 @@
 #include "server/http_server.h"
 #include "server/openai_api.h"
 #include "test_util.h"
-#include "tokenizer/chat_template.h"
+#include "tokenizer/chat_template_source.h"
 
 namespace deltaserve::testing {
 
@@ -30,7 +30,7 @@ class TestServer {
                       int32_t max_num_seqs = 16) {
     model_ = model::load_model("", model::LoadFormat::kDummy, backend_, false);
     tok_ = tokenizer::Tokenizer::from_file(qwen3_tokenizer() / "tokenizer.json");
-    chat_ = tokenizer::ChatTemplate::from_config(qwen3_tokenizer() / "tokenizer_config.json");
+    chat_ = tokenizer::load_chat_template(qwen3_tokenizer());
     engine::EngineConfig ecfg;
     ecfg.max_model_len = 1024;
     ecfg.max_num_seqs = max_num_seqs;

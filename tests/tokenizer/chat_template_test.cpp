@@ -1,6 +1,6 @@
 // The Jinja chat template renderer against HF apply_chat_template (Qwen3's template; goldens in
 // test_data/tokenizer/chat.json), plus the template features Qwen templates use.
-#include "tokenizer/chat_template.h"
+#include "tokenizer/chat_template_source.h"
 
 #include <gtest/gtest.h>
 
@@ -19,8 +19,7 @@ std::string render(const std::string& src, const Json& vars = Json::object()) {
 }
 
 TEST(ChatTemplate, MatchesHfApplyChatTemplate) {
-  const auto tmpl =
-      ChatTemplate::from_config(deltaserve::testing::qwen3_tokenizer() / "tokenizer_config.json");
+  const auto tmpl = load_chat_template(deltaserve::testing::qwen3_tokenizer());
   std::ifstream in(deltaserve::testing::test_data() / "tokenizer" / "chat.json");
   const Json chats = Json::parse(in);
   ASSERT_GE(chats.size(), 10u);
