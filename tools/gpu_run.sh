@@ -271,7 +271,7 @@ for stage in "$@"; do
                 # on one projection group ($NCU_ONLY, default "gdn out")
       ncu_source skinny_t${NCU_T:-1} skinny_gemm_kernel $BIN/linear_bench --rows ${NCU_T:-1} --rounds 1 \
         --only "${NCU_ONLY:-gdn out}"
-      note "ncu skinny rc=$? $(grep -E 'Duration|Registers' "$LOG/skinny_t${NCU_T:-1}_details.txt" | tr -s ' ' | tr '\n' ' ')" ;;
+      note "ncu skinny rc=$? $(grep -E 'Duration|Registers|DRAM Throughput|L2 Cache Throughput|L1/TEX Cache Throughput' "$LOG/skinny_t${NCU_T:-1}_details.txt" | tr -s ' ' | tr '\n' ' ')" ;;
     hf)  # HF transformers on the same shapes (the peer in the table)
       python3 tools/hf_bench.py >"$LOG/hf_bench.md" 2>"$LOG/hf_bench.err"
       note "hf rc=$?" ;;

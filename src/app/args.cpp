@@ -10,7 +10,8 @@
 namespace deltaserve::app {
 
 Args::Args(const std::vector<std::string>& argv, const std::string& command,
-           const std::set<std::string>& known, const std::set<std::string>& switches)
+           const std::set<std::string>& known, const std::set<std::string>& switches,
+           const std::set<std::string>& lists)
     : command_(command) {
   for (size_t i = 0; i < argv.size(); ++i) {
     const std::string& a = argv[i];
@@ -27,6 +28,15 @@ Args::Args(const std::vector<std::string>& argv, const std::string& command,
       values_[name] = inline_value ? value : "1";
       continue;
     }
+    if (lists.count(name)) {
+      std::vector<std::string>& values = lists_[name];
+      values.clear();
+      if (inline_value) values.push_back(value);
+      while (i + 1 < argv.size() && argv[i + 1].rfind("--", 0) != 0) values.push_back(argv[++i]);
+      if (values.empty()) throw Error("deltaserve " + command + ": --" + name + " needs a value");
+      values_[name] = values.front();
+      continue;
+    }
     if (!known.count(name)) throw Error("deltaserve " + command + ": unknown flag --" + name);
     if (!inline_value) {
       if (i + 1 >= argv.size())
@@ -40,6 +50,11 @@ Args::Args(const std::vector<std::string>& argv, const std::string& command,
 std::string Args::get(const std::string& name, const std::string& fallback) const {
   const auto it = values_.find(name);
   return it == values_.end() ? fallback : it->second;
+}
+
+std::vector<std::string> Args::get_list(const std::string& name) const {
+  const auto it = lists_.find(name);
+  return it == lists_.end() ? std::vector<std::string>() : it->second;
 }
 
 long long Args::get_int(const std::string& name, long long fallback, long long lo,

@@ -11,12 +11,17 @@ namespace deltaserve::app {
 
 class Args {
  public:
-  // Throws deltaserve::Error for an unknown flag, a missing value or a stray argument.
+  // Throws deltaserve::Error for an unknown flag, a missing value or a stray argument. A flag of
+  // `lists` takes one or more values, up to the next flag (vLLM's --served-model-name A B).
   Args(const std::vector<std::string>& argv, const std::string& command,
-       const std::set<std::string>& known, const std::set<std::string>& switches = {});
+       const std::set<std::string>& known, const std::set<std::string>& switches = {},
+       const std::set<std::string>& lists = {});
 
   bool has(const std::string& name) const { return values_.count(name) > 0; }
+  // A list flag's first value here.
   std::string get(const std::string& name, const std::string& fallback) const;
+  // A list flag's values (empty when absent).
+  std::vector<std::string> get_list(const std::string& name) const;
   // Integer flag in [lo, hi]; throws deltaserve::Error otherwise.
   long long get_int(const std::string& name, long long fallback, long long lo, long long hi) const;
   // get_int that also takes vLLM's human-readable counts (human_readable_count), for token counts
@@ -31,6 +36,7 @@ class Args {
  private:
   std::string command_;
   std::map<std::string, std::string> values_;
+  std::map<std::string, std::vector<std::string>> lists_;
 };
 
 // vLLM's human-readable integers: a plain integer, or a number with a suffix — k, m, g decimal

@@ -36,13 +36,13 @@ commands:
             [--generation-config auto|vllm|DIR]  (default sampling parameters: the model's
             generation_config.json, as vLLM; vllm: OpenAI's) [--override-generation-config JSON]
             [--host 127.0.0.1] [--port 8000]
-            [--served-model-name NAME] [--max-num-seqs N] [--max-model-len L]  (L and B as
-            vLLM takes them too: 32k = 32,000, 32K = 32,768)
+            [--served-model-name NAME [ALIAS...]] [--max-num-seqs N] [--max-model-len L]
+            (L and B as vLLM takes them too: 32k = 32,000, 32K = 32,768)
             [--max-num-batched-tokens B (2048)] [--long-prefill-token-threshold 0]
             [--admission-reserve-tokens 4096]  (a request is admitted while the KV pages cover
             the prompts and up to this many outputs of it and of every running request; 0: the
             prompts only, decode growth preempts)
-            [--api-key KEY] [--load-format auto|safetensors|dummy]
+            [--api-key KEY (or VLLM_API_KEY)] [--load-format auto|safetensors|dummy]
             [--device cpu] [--tensor-parallel-size 1] [--gpu-memory-utilization 0.9]
             [--kv-cache-gib 2] [--max-pending 4096] [--max-body-bytes N] [--http-threads 2]
             [--max-connections N] [--shutdown-timeout 60] [--enforce-eager]  (no decode CUDA

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -151,14 +152,12 @@ void print_ready(const std::string& name, const std::string& base, const std::st
   std::fflush(stdout);
 }
 
-}  // namespace
-
-int cmd_serve(const std::vector<std::string>& argv) {
+// serve's flags that take a value, and its switches: ours and vLLM's.
+std::set<std::string> serve_value_flags() {
   std::set<std::string> flags = {"model",
                                  "tokenizer",
                                  "host",
                                  "port",
-                                 "served-model-name",
                                  "tensor-parallel-size",
                                  "max-num-seqs",
                                  "max-model-len",
@@ -187,35 +186,56 @@ int cmd_serve(const std::vector<std::string>& argv) {
   flags.insert(vllm_value_flags().begin(), vllm_value_flags().end());
   flags.insert(cache_value_flags().begin(), cache_value_flags().end());
   flags.insert(tpsp_value_flags().begin(), tpsp_value_flags().end());
+  return flags;
+}
+std::set<std::string> serve_switches() {
   std::set<std::string> switches = {"enforce-eager", "enable-auto-tool-choice"};
   switches.insert(tpsp_switches().begin(), tpsp_switches().end());
   switches.insert(vllm_switches().begin(), vllm_switches().end());
   switches.insert(cache_switches().begin(), cache_switches().end());
-  // vLLM's `vllm serve MODEL`: a first argument that is not a flag names the model.
+  return switches;
+}
+
+// The model as given (vLLM's `vllm serve MODEL`: a first argument that is not a flag, or
+// --model), and argv without it.
+std::pair<std::string, Args> model_and_flags(const std::vector<std::string>& argv) {
   const bool positional = !argv.empty() && !argv[0].empty() && argv[0][0] != '-';
-  const std::string model_arg = positional ? argv[0] : "";
-  Args a(std::vector<std::string>(argv.begin() + (positional ? 1 : 0), argv.end()), "serve", flags,
-         switches);
-  if (positional && a.has("model") && a.get("model", "") != model_arg)
-    throw Error("deltaserve serve: two models: '" + model_arg + "' and --model " +
+  Args a(std::vector<std::string>(argv.begin() + (positional ? 1 : 0), argv.end()), "serve",
+         serve_value_flags(), serve_switches(), {"served-model-name"});
+  if (!positional) return {a.get("model", ""), a};
+  if (a.has("model") && a.get("model", "") != argv[0])
+    throw Error("deltaserve serve: two models: '" + argv[0] + "' and --model " +
                 a.get("model", ""));
+  return {argv[0], a};
+}
+
+// --tokenizer (a directory or a cached repository id), else the model's directory, else the
+// embedded model's Qwen3 tokenizer; it must hold tokenizer.json.
+fs::path tokenizer_dir(const Args& a, const std::string& model_dir) {
+  const fs::path dir = a.has("tokenizer")  ? model::resolve_model_dir(a.get("tokenizer", ""), "",
+                                                                      a.get("download-dir", ""))
+                       : model_dir.empty() ? std::string(DS_DEFAULT_TOKENIZER_DIR)
+                                           : model_dir;
+  if (!fs::exists(dir / "tokenizer.json"))
+    throw Error((dir / "tokenizer.json").string() + " not found: pass --tokenizer DIR" +
+                (model_dir.empty()
+                     ? " (make serve fetches the Qwen3 tokenizer with tools/fetch_tokenizer.sh)"
+                     : ""));
+  return dir;
+}
+
+}  // namespace
+
+int cmd_serve(const std::vector<std::string>& argv) {
+  const auto [model_name, a] = model_and_flags(argv);
   check_device(a);
   check_vllm_flags(a);
   const int tp = static_cast<int>(a.get_int("tensor-parallel-size", 1, 1, 1024));
   const dist::TpspConfig tpsp = parse_tpsp_flags(a);  // checked before anything loads
   const double util = a.get_double("gpu-memory-utilization", 0.9, 0, 1, true);
-  const std::string model_name = positional ? model_arg : a.get("model", "");
   const std::string model_dir =
       model::resolve_model_dir(model_name, a.get("revision", ""), a.get("download-dir", ""));
-  const fs::path tok_dir = a.has("tokenizer") ? model::resolve_model_dir(a.get("tokenizer", ""), "",
-                                                                         a.get("download-dir", ""))
-                           : model_dir.empty() ? std::string(DS_DEFAULT_TOKENIZER_DIR)
-                                               : model_dir;
-  if (!fs::exists(tok_dir / "tokenizer.json"))
-    throw Error((tok_dir / "tokenizer.json").string() + " not found: pass --tokenizer DIR" +
-                (model_dir.empty()
-                     ? " (make serve fetches the Qwen3 tokenizer with tools/fetch_tokenizer.sh)"
-                     : ""));
+  const fs::path tok_dir = tokenizer_dir(a, model_dir);
 
   engine::EngineConfig ecfg;
   // Without the flag: sized from the memory plan on a GPU, 64 on the CPU (EngineConfig).
@@ -229,10 +249,16 @@ int cmd_serve(const std::vector<std::string>& argv) {
   const server::HttpServerConfig hcfg = http_config(a);
   const double shutdown_s = a.get_double("shutdown-timeout", 60, 0, 86400);
   server::ApiConfig acfg;
-  acfg.api_key = a.get("api-key", "");
+  // As vLLM: --api-key, else the VLLM_API_KEY environment variable.
+  const char* env_key = std::getenv("VLLM_API_KEY");
+  acfg.api_key = a.get("api-key", env_key ? env_key : "");
   acfg.max_pending = a.get_int("max-pending", acfg.max_pending, 1, 1 << 24);
-  acfg.served_model_name =
-      a.get("served-model-name", model_name.empty() ? "deltaserve-default" : model_name);
+  // vLLM's --served-model-name A B ...: requests may name any; replies name the first.
+  const std::vector<std::string> names = a.get_list("served-model-name");
+  acfg.served_model_name = !names.empty()       ? names[0]
+                           : model_name.empty() ? "deltaserve-default"
+                                                : model_name;
+  if (names.size() > 1) acfg.model_aliases.assign(names.begin() + 1, names.end());
   if (a.has("reasoning-parser")) {
     if (a.get("reasoning-parser", "") != "qwen3")
       throw Error("--reasoning-parser must be qwen3 (Qwen3.5's <think> format), got '" +
@@ -240,10 +266,12 @@ int cmd_serve(const std::vector<std::string>& argv) {
     acfg.reasoning_parser = true;
   }
   if (a.has("tool-call-parser") || a.has("enable-auto-tool-choice")) {
-    if (a.get("tool-call-parser", "") != "qwen3_coder" || !a.has("enable-auto-tool-choice"))
+    // vLLM's two parsers of that format: qwen3_coder and qwen3_xml.
+    const std::string parser = a.get("tool-call-parser", "");
+    if ((parser != "qwen3_coder" && parser != "qwen3_xml") || !a.has("enable-auto-tool-choice"))
       throw Error(
-          "tool calling needs --enable-auto-tool-choice --tool-call-parser qwen3_coder "
-          "(Qwen3.5's <tool_call><function=...> format)");
+          "tool calling needs --enable-auto-tool-choice --tool-call-parser qwen3_coder (or "
+          "qwen3_xml: Qwen3.5's <tool_call><function=...> format)");
     acfg.tool_call_parser = true;
   }
   acfg.defaults = sampling_defaults(a, model_dir);

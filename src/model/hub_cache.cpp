@@ -64,6 +64,11 @@ bool is_repo_id(const std::string& s) {
 std::string resolve_model_dir(const std::string& model, const std::string& revision,
                               const fs::path& hub_cache) {
   if (model.empty() || is_dir(model)) return model;
+  std::error_code ec;
+  if (fs::exists(model, ec))
+    throw Error(model +
+                ": not a directory (a checkpoint is a directory holding config.json and "
+                "safetensors)");
   if (!is_repo_id(model)) throw Error(model + ": no such checkpoint directory");
   const fs::path cache = hub_cache.empty() ? default_hub_cache() : hub_cache;
   const size_t slash = model.find('/');

@@ -218,7 +218,10 @@ engine::SamplingParams parse_sampling_params(const json& b, bool chat, int64_t v
 CompletionRequest parse_completion_request(const json& b, bool chat, const RequestContext& ctx) {
   if (present(b, "model")) {
     if (!b["model"].is_string()) bad_request("'model' must be a string", "model");
-    if (b["model"].get<std::string>() != ctx.served_model_name)
+    const std::string& name = b["model"].get_ref<const std::string&>();
+    if (name != ctx.served_model_name &&
+        std::find(ctx.model_aliases.begin(), ctx.model_aliases.end(), name) ==
+            ctx.model_aliases.end())
       throw NotFoundError("The model `" + b["model"].get<std::string>() + "` does not exist.",
                           "model");
   }

@@ -23,6 +23,7 @@ struct RequestContext {
   bool tool_call_parser = false;  // --enable-auto-tool-choice --tool-call-parser qwen3_coder
   GenerationDefaults defaults;    // for the sampling fields a request leaves out
   json chat_template_kwargs;      // --default-chat-template-kwargs (an object, or null)
+  std::vector<std::string> model_aliases;  // names besides served_model_name requests may use
 };
 
 struct CompletionRequest {

@@ -70,15 +70,18 @@ Reply OpenAiApi::route(const Request& req) {
 }
 
 Response OpenAiApi::models() const {
-  json j = {{"object", "list"},
-            {"data",
-             {{{"id", cfg_.served_model_name},
-               {"object", "model"},
-               {"created", created_},
-               {"owned_by", "deltaserve"},
-               {"root", cfg_.served_model_name},
-               {"max_model_len", engine_.config().max_model_len}}}}};
-  return json_response(http::status::ok, dump_json(j));
+  json data = json::array();
+  const auto add = [&](const std::string& id) {
+    data.push_back({{"id", id},
+                    {"object", "model"},
+                    {"created", created_},
+                    {"owned_by", "deltaserve"},
+                    {"root", cfg_.served_model_name},
+                    {"max_model_len", engine_.config().max_model_len}});
+  };
+  add(cfg_.served_model_name);
+  for (const std::string& alias : cfg_.model_aliases) add(alias);
+  return json_response(http::status::ok, dump_json(json{{"object", "list"}, {"data", data}}));
 }
 
 Response OpenAiApi::metrics_text() const {
@@ -129,7 +132,8 @@ Reply OpenAiApi::completions(const Request& req, bool chat) {
                            cfg_.reasoning_parser,
                            cfg_.tool_call_parser,
                            cfg_.defaults,
-                           cfg_.chat_template_kwargs};
+                           cfg_.chat_template_kwargs,
+                           cfg_.model_aliases};
   CompletionRequests parsed = parse_completion_requests(parse_body(req), chat, ctx);
   char idbuf[32];
   std::snprintf(idbuf, sizeof idbuf, "%016llx", static_cast<unsigned long long>(next_id_++));

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "server/generation_defaults.h"
@@ -15,7 +16,8 @@ namespace deltaserve::server {
 
 struct ApiConfig {
   std::string served_model_name = "deltaserve";
-  std::string api_key;  // empty: no authentication
+  std::vector<std::string> model_aliases;  // more names requests may use (listed by /v1/models)
+  std::string api_key;                     // empty: no authentication
   // Requests in flight (running or queued) before new ones get 503: a bound on what clients can
   // pile up, above the concurrency benchmarks use (SGLang's cells go to 1,024).
   int64_t max_pending = 4096;

@@ -36,5 +36,19 @@ TEST(Args, CountFlagsTakeThemWithinTheirRange) {
   }
 }
 
+TEST(Args, ListFlagsTakeValuesUpToTheNextFlag) {
+  const Args a({"--served-model-name", "a", "b", "--port", "1"}, "serve", {"port"}, {},
+               {"served-model-name"});
+  EXPECT_EQ(a.get_list("served-model-name"), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(a.get("served-model-name", ""), "a");
+  EXPECT_EQ(a.get("port", ""), "1");
+  EXPECT_TRUE(a.get_list("absent").empty());
+  const Args inline_first({"--served-model-name=a", "b"}, "serve", {}, {}, {"served-model-name"});
+  EXPECT_EQ(inline_first.get_list("served-model-name"), (std::vector<std::string>{"a", "b"}));
+  EXPECT_THROW(
+      Args({"--served-model-name", "--port", "1"}, "serve", {"port"}, {}, {"served-model-name"}),
+      Error);
+}
+
 }  // namespace
 }  // namespace deltaserve::app

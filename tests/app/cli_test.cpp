@@ -231,6 +231,9 @@ TEST(Cli, MalformedNumbersAndAbsurdConfigsExitWithAMessage) {
       {"serve " + tok + " --shutdown-timeout nan", "--shutdown-timeout must be a number"},
       {"serve " + tok + " --chat-template /no/such.jinja", "looks like a file path"},
       {"serve " + tok + " --limit-mm-per-prompt image=0", "--limit-mm-per-prompt takes a JSON"},
+      {"serve " + tok + " --enable-auto-tool-choice --tool-call-parser hermes",
+       "tool calling needs --enable-auto-tool-choice --tool-call-parser qwen3_coder"},
+      {"serve " + tok + " --tool-call-parser qwen3_xml", "tool calling needs"},
       {"serve " + tok + " --default-chat-template-kwargs enable_thinking=false",
        "--default-chat-template-kwargs must be a JSON object"},
       {"serve " + tok + " --generation-config /no/such",
@@ -279,7 +282,9 @@ TEST(Cli, ServeChecksTheHostBeforeLoading) {
   const Result r = run("serve " + tok +
                        " --host no-such-host.invalid --trust-remote-code "
                        "--disable-log-requests --uvicorn-log-level info --dtype auto "
-                       "--language-model-only --limit-mm-per-prompt '{\"image\": 0}'");
+                       "--language-model-only --limit-mm-per-prompt '{\"image\": 0}' "
+                       "--served-model-name qwen qwen-alias --enable-auto-tool-choice "
+                       "--tool-call-parser qwen3_xml");
   EXPECT_EQ(r.code, 1) << r.output;
   EXPECT_NE(r.output.find("neither an IP address nor a known host name"), std::string::npos)
       << r.output;

@@ -1,6 +1,6 @@
 // End-to-end tests of deltaserve's OpenAI-compatible server with the official `openai` client.
 // run_e2e.sh starts the servers and sets DS_URL (main, with API key DS_KEY) and DS_URL_SMALL
-// (--max-pending 1, no key).
+// (--max-pending 1, its key sk-small from VLLM_API_KEY).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -149,7 +149,9 @@ test('errors: 400 classes, 404 for another model, 401, 413 and 503', async () =>
     body: JSON.stringify({ model: MODEL, prompt: 'x'.repeat(300000) }) });
   assert.equal(big.status, 413);
   // The small server admits one request at a time: concurrent ones get 503.
-  const small = new OpenAI({ baseURL: `${URL_SMALL}/v1`, apiKey: 'none', maxRetries: 0 });
+  const small = new OpenAI({ baseURL: `${URL_SMALL}/v1`, apiKey: 'sk-small', maxRetries: 0 });
+  // Its key came from VLLM_API_KEY: another key is refused.
+  await expectStatus(new OpenAI({ baseURL: `${URL_SMALL}/v1`, apiKey: 'none', maxRetries: 0 }).models.list(), 401);
   const results = await Promise.allSettled(Array.from({ length: 6 }, () =>
     small.completions.create({ model: MODEL, prompt: 'busy', max_tokens: 24, ignore_eos: true })));
   const ok = results.filter((r) => r.status === 'fulfilled').length;
@@ -272,7 +274,7 @@ test('vLLM surface: 404 routes, keep-alive, Retry-After, max_completion_tokens, 
   // The small server admits one request at a time: a refused one says when to come back.
   const body = JSON.stringify({ model: MODEL, prompt: 'busy', max_tokens: 24, ignore_eos: true });
   const replies = await Promise.all(Array.from({ length: 6 }, () => fetch(`${URL_SMALL}/v1/completions`,
-    { method: 'POST', headers: { 'Content-Type': 'application/json' }, body })));
+    { method: 'POST', headers: { Authorization: 'Bearer sk-small', 'Content-Type': 'application/json' }, body })));
   const refused = replies.filter((r) => r.status === 503);
   assert.ok(refused.length >= 1, 'at least one 503');
   for (const r of refused) assert.ok(Number(r.headers.get('retry-after')) >= 1, 'Retry-After on a 503');

@@ -31,7 +31,10 @@ url_of() {  # name: waits for the ready line, prints the server's URL
   grep -o 'http://127.0.0.1:[0-9]*' "$logs/$1.out" | head -1
 }
 start main --api-key sk-e2e --max-num-seqs 64 --max-body-bytes 200000
+# Its API key from the environment, as vLLM's VLLM_API_KEY.
+export VLLM_API_KEY=sk-small
 start small --max-pending 1 --max-num-seqs 4
+unset VLLM_API_KEY
 # Every reply of this one is a fixed token script (reasoning + answer), parsed by the Qwen3
 # reasoning parser.
 start script --reasoning-parser qwen3 \

@@ -63,6 +63,10 @@ TEST(HubCache, WhatIsNotThereIsAClearError) {
   FakeCache c;
   EXPECT_NE(error_of("/no/such/dir", "", c.d.path()).find("/no/such/dir: no such checkpoint"),
             std::string::npos);
+  std::ofstream(c.d.path() / "model.safetensors") << "x";
+  EXPECT_NE(error_of((c.d.path() / "model.safetensors").string(), "", c.d.path())
+                .find("model.safetensors: not a directory"),
+            std::string::npos);
   const std::string missing = error_of("Org/Other", "", c.d.path());
   EXPECT_NE(missing.find("not in the Hugging Face cache"), std::string::npos) << missing;
   EXPECT_NE(missing.find("huggingface-cli download Org/Other"), std::string::npos) << missing;

@@ -1,6 +1,6 @@
 // The OpenAI routes when the engine fails (fail-stop): a tensor-parallel rank faults mid-step on
 // CPU ranks; the request in flight gets an error naming the fault, /health and new requests answer
-// 503.
+// 503. And the served model names: every one listed and accepted, replies naming the first.
 #include "server/openai_api.h"
 
 #include <gtest/gtest.h>
@@ -71,6 +71,44 @@ TEST(OpenAiApiFailStop, RankFaultFailsTheRequestAndTheServerReportsUnhealthy) {
   ASSERT_TRUE(std::holds_alternative<Response>(again));
   EXPECT_EQ(std::get<Response>(again).result(), http::status::service_unavailable);
   EXPECT_NE(std::get<Response>(again).body().find("injected fault"), std::string::npos);
+}
+
+// vLLM's --served-model-name A B: /v1/models lists every name, requests may use any of them, and
+// replies name the first.
+TEST(OpenAiApiModels, EveryServedNameIsListedAndAccepted) {
+  backend::CpuBackend be;
+  const auto model = model::load_model("", model::LoadFormat::kDummy, be, false);
+  const auto tok =
+      tokenizer::Tokenizer::from_file(deltaserve::testing::qwen3_tokenizer() / "tokenizer.json");
+  engine::EngineConfig cfg;
+  cfg.max_model_len = 256;
+  engine::Engine e(*model, cfg, tok.get());
+  ApiConfig acfg;
+  acfg.served_model_name = "qwen";
+  acfg.model_aliases = {"qwen-alias"};
+  OpenAiApi api(acfg, e, *tok, nullptr);
+  const json models = json::parse(
+      std::get<Response>(api.handle(make_request(http::verb::get, "/v1/models"))).body());
+  ASSERT_EQ(models["data"].size(), 2u) << models.dump();
+  EXPECT_EQ(models["data"][0]["id"], "qwen");
+  EXPECT_EQ(models["data"][1]["id"], "qwen-alias");
+  const auto complete = [&](const std::string& name) {
+    return api.handle(
+        make_request(http::verb::post, "/v1/completions",
+                     R"({"model": ")" + name + R"(", "prompt": "Hi", "max_tokens": 2})"));
+  };
+  Reply r = complete("qwen-alias");
+  ASSERT_TRUE(std::holds_alternative<AsyncReply>(r));
+  AsyncReply& a = std::get<AsyncReply>(r);
+  engine::OutputDelta d;
+  while (a.stream->next(d, std::chrono::seconds(30))) {
+    a.on_delta(d);
+    if (d.finished) break;
+  }
+  EXPECT_EQ(json::parse(a.on_finish())["model"], "qwen");
+  const Reply other = complete("other");
+  ASSERT_TRUE(std::holds_alternative<Response>(other));
+  EXPECT_EQ(std::get<Response>(other).result(), http::status::not_found);
 }
 
 }  // namespace
