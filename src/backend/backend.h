@@ -150,7 +150,8 @@ class Backend {
   // residual += x . w^T, then out = rms_norm(residual) by norm_w: a row-parallel projection whose
   // output is already the whole sum (one rank), added to the residual stream and normalised.
   // x [T, in], w [H, in], residual, out and scratch [T, H]. By default the projection goes to
-  // `scratch`, then add_rms_norm; a backend may add it to the residual inside the GEMM.
+  // `scratch`, then add_rms_norm; a backend may add it to the residual inside the GEMM, or use
+  // `scratch` otherwise (its contents afterwards unspecified).
   virtual void linear_add_rms_norm(const Tensor& x, const Tensor& w, const Tensor& residual,
                                    const Tensor& norm_w, float eps, const Tensor& out,
                                    const Tensor& scratch) {

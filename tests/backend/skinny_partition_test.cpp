@@ -4,7 +4,8 @@
 // blocks of at least the minimum share, at most two shared tiles a block, the partial-sum slots of
 // a shared tile distinct and within the workspace (2 a block), and the mid-stream segments
 // (mid_units): at most one a block, its first, and every shared tile left with a segment that ends
-// a block's share (the one that sums it).
+// a block's share (the one that sums it); a reader's view of a tile's partials (tile_parts) names
+// the slots its blocks wrote, in block order.
 #include "backend/cuda/kernels/skinny_partition.h"
 
 #include <gtest/gtest.h>
@@ -61,6 +62,7 @@ void check_partition(int tiles, int k_tiles, int sms) {
     ASSERT_LE(c1 - c0 + 1, kMaxParts) << "tile " << tile;
     if (c0 == c1) {
       EXPECT_EQ(mid_units(tile, units, blocks, k_tiles), 0) << "tile " << tile << " is whole";
+      EXPECT_EQ(tile_parts(tile, units, blocks, k_tiles).count, 1) << "tile " << tile;
       continue;
     }
     const int mid = mid_units(tile, units, blocks, k_tiles);
@@ -70,8 +72,12 @@ void check_partition(int tiles, int k_tiles, int sms) {
     if (mid > 0)
       EXPECT_EQ(first_unit(c1, units, blocks), (tile + 1) * k_tiles - mid) << "tile " << tile;
     std::set<int> slots;
+    const TileParts parts = tile_parts(tile, units, blocks, k_tiles);
+    EXPECT_EQ(parts.first_block, c0);
+    EXPECT_EQ(parts.count, c1 - c0 + 1);
     for (int c = c0; c <= c1; ++c) {
       const int slot = slot_of(c, tile, units, blocks, k_tiles);
+      EXPECT_EQ(part_slot(parts, c - c0), slot) << "tile " << tile << " block " << c;
       const auto it = slot_tile.find(slot);
       EXPECT_TRUE(it != slot_tile.end() && it->second == tile)
           << "tile " << tile << " reads slot " << slot << ", not its own partial";

@@ -21,7 +21,6 @@
 #include "backend/cuda/kernels/gdn.cuh"
 #include "backend/cuda/kernels/gdn_chunk.cuh"
 #include "backend/cuda/kernels/gdn_decode.cuh"
-#include "backend/cuda/kernels/gemm_silu_mul.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/rms_norm.cuh"
 #include "backend/cuda/kernels/silu_mul.cuh"
@@ -54,6 +53,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   one_gate_up_gemm_ = cuda::ab_switch_on("DS_GATE_UP_GEMM");
   fused_silu_mul_ = cuda::ab_switch_on("DS_FUSED_SILU_MUL");
   batch_pairs_ = cuda::ab_switch_on("DS_GEMM_PAIRS");
+  norm_sums_partials_ = cuda::ab_switch_on("DS_NORM_SUMS_PARTIALS");
+  if (const char* rows = std::getenv("DS_NORM_SUMS_PARTIALS_ROWS"))
+    partials_rows_ = std::max<int64_t>(0, std::atoll(rows));
   gemm_tuning_ = cuda::ab_switch_on("DS_GEMM_TUNE");
   if (!cuda::ab_switch_on("DS_GEMM_TUNE_DECODE"))
     decode_tune_rows_ = std::numeric_limits<int64_t>::max();  // no decode bucket is tuned
@@ -302,62 +304,6 @@ void CudaBackend::linear_multi(const Tensor& x, std::span<const Tensor* const> w
                        stream_);
     ++i;
   }
-}
-
-// On cuBLASLt the projection is added to the residual by the GEMM (beta = 1: summed in f32, rounded
-// once), then the norm alone; the other routes as the default.
-void CudaBackend::linear_add_rms_norm(const Tensor& x, const Tensor& w, const Tensor& residual,
-                                      const Tensor& norm_w, float eps, const Tensor& out,
-                                      const Tensor& scratch) {
-  const Tensor* ws[1] = {&w};
-  const Tensor* ys[1] = {&residual};
-  if (linear_route(x, ws, ys) != LinearRoute::kCublasLt)
-    return Backend::linear_add_rms_norm(x, w, residual, norm_w, eps, out, scratch);
-  {
-    OpTimer timer(*this, linear_label("linear+add", w.dim(0), x.dim(1)));
-    gemm_->run(bf(x), bf(w), bf(residual), x.dim(0), x.dim(1), w.dim(0), stream_, true);
-  }
-  rms_norm(residual, norm_w, eps, out);
-}
-
-void CudaBackend::linear_silu_mul(const Tensor& x, const Tensor& w_gate, const Tensor& w_up,
-                                  const Tensor& gate_up, const Tensor& act) {
-  const int64_t T = x.dim(0), K = x.dim(1), I = w_gate.dim(0);
-  DS_CHECK(
-      w_up.dim(0) == I && act.dim(0) == T && act.dim(1) == I && gate_up.numel() == 2 * act.numel(),
-      "linear_silu_mul: gate / up weights [I, H], gate_up [T, 2 I], act [T, I]");
-  const auto [gate, up] = gate_up_halves(gate_up, T, I);
-  const Tensor* ws[] = {&w_gate, &w_up};
-  const Tensor* ys[] = {&gate, &up};
-  // linear_route checks x, the weights and the two halves; the fused form writes act instead.
-  const LinearRoute route = linear_route(x, ws, ys);
-  if (route == LinearRoute::kSkinny && fused_silu_mul_ && T <= cuda::kSkinnySiluMulMaxRows &&
-      cuda::skinny_supported(x.data, w_up.data, act.data, static_cast<int>(T),
-                             static_cast<int>(K))) {
-    OpTimer timer(*this, "linear");
-    return check(cuda::launch_skinny_gemm_silu_mul_bf16(
-                     bf(x), bf(w_gate), bf(w_up), bf(act), static_cast<int>(T), static_cast<int>(K),
-                     static_cast<int>(I), skinny_ws_, num_sms_, stream_),
-                 "skinny GEMM + SiLU-mul launch");
-  }
-  if (route == LinearRoute::kCublasLt && fused_silu_mul_ && T >= cuda::kGemmSiluMulMinRows &&
-      cuda::gemm_silu_mul_supported(x.data, w_gate.data, w_up.data, act.data, T, K, I)) {
-    OpTimer timer(*this, linear_label("linear_silu_mul", 2 * I, K));
-    return check(cuda::launch_gemm_silu_mul_bf16(bf(x), bf(w_gate), bf(w_up), bf(act),
-                                                 static_cast<int>(T), static_cast<int>(K),
-                                                 static_cast<int>(I), num_sms_, stream_),
-                 "GEMM + SiLU-mul launch");
-  }
-  const bool adjacent = static_cast<const std::byte*>(w_up.data) ==
-                        static_cast<const std::byte*>(w_gate.data) + w_gate.nbytes();
-  if (route != LinearRoute::kCublasLt || !adjacent || !one_gate_up_gemm_)
-    return Backend::linear_silu_mul(x, w_gate, w_up, gate_up, act);
-  {
-    OpTimer timer(*this, "linear");
-    gemm_->run(bf(x), bf(w_gate), bf(gate_up), T, K, 2 * I, stream_);
-  }
-  OpTimer timer(*this, "silu_mul");
-  cuda::launch_silu_mul_halves_bf16(bf(gate_up), T, I, bf(act), stream_);
 }
 
 void CudaBackend::silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) {

@@ -158,6 +158,17 @@ class CudaBackend final : public Backend {
   // Two projections of one width in a group (the GDN b / a, attention k / v) as one batched
   // cuBLASLt GEMM (DS_GEMM_PAIRS=0: a GEMM each, A/B).
   bool batch_pairs_ = true;
+  // A residual projection on the weight-streaming GEMM leaves its split tiles' partials for the
+  // add + norm kernel to sum (DS_NORM_SUMS_PARTIALS=0: the GEMM sums them, A/B).
+  bool norm_sums_partials_ = true;
+  // Residual projections of up to this many rows take that form also where linear_route picks
+  // cuBLASLt (DS_NORM_SUMS_PARTIALS_ROWS=N, A/B: e.g. 16, the 20-tile projections at B = 9-16);
+  // 0: only where it picks the weight-streaming GEMM.
+  int64_t partials_rows_ = 0;
+  // linear_add_rms_norm in that form: false, launching nothing, where it does not apply.
+  bool add_norm_of_partials(const Tensor& x, const Tensor& w, const Tensor& residual,
+                            const Tensor& norm_w, float eps, const Tensor& out,
+                            const Tensor& scratch);
   bool gemm_tuning_ = true;  // set_linear_tuning takes effect (DS_GEMM_TUNE=0: it does not)
   // The fewest rows of a tuned decode bucket: DS_GEMM_TUNE_DECODE_ROWS=N (A/B), or none
   // (DS_GEMM_TUNE_DECODE=0).

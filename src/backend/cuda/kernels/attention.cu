@@ -1,9 +1,11 @@
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 
 #include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/attention_prefill.cuh"
+#include "backend/cuda/kernels/attention_wave_splits.h"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/kv_fp8.cuh"
 #include "backend/cuda/kernels/mma_bf16.cuh"
@@ -40,18 +42,30 @@ struct DecodeTiles {
   static_assert(kCopyStageBytes % 16 == 0 && kWarpBytes % 16 == 0);
 };
 
+// A block's page-table entries: those of its key range copied into shared memory at its start
+// (one L2 round trip for the block), when they fit in kPageWindow, else the sequence's table in
+// global memory. Before, each 16-key tile's copies waited for a dependent load of its page entry:
+// in ncu at B = 16, context 8k, 29% of the kernel's stall samples sat on that load's use.
+// DS_ATTN_PAGE_WINDOW=0: every tile's entry from global memory (A/B). NOT yet measured.
+constexpr int kPageWindow = 1024;
+struct PageLookup {
+  const int* entries;  // entries[page / page_size - first]
+  int first;
+};
+
 // Copies keys [k0, k0 + 16) of the range ending at p1 (a key past it repeats key p1 - 1; its
 // score is masked) from the caches into a copy stage. Lane r < 16 looks up key k0 + r's cache row.
 template <int kHd, typename KvT>
-__device__ void load_kv_tile(KvT* stage, const BatchMeta& b, const int* pages, const AttnShape& s,
-                             int kvh, int k0, int p1, const KvT* __restrict__ kc,
-                             const KvT* __restrict__ vc) {
+__device__ void load_kv_tile(KvT* stage, const BatchMeta& b, const PageLookup& pages,
+                             const AttnShape& s, int kvh, int k0, int p1,
+                             const KvT* __restrict__ kc, const KvT* __restrict__ vc) {
   using L = DecodeTiles<kHd, KvT>;
   constexpr int kPer = 16 / sizeof(KvT);                        // elements of a 16-byte piece
   constexpr int kChunks = kHd / kPer, kRowsPer = 32 / kChunks;  // pieces a row, rows a pass
   const int lane = threadIdx.x % 32;
   const int p = min(k0 + lane % kTile, p1 - 1);
-  const int row = (pages[p / b.page_size] * b.page_size + p % b.page_size) * s.nkv + kvh;
+  const int page = pages.entries[p / b.page_size - pages.first];
+  const int row = (page * b.page_size + p % b.page_size) * s.nkv + kvh;
   const int c = lane % kChunks;
   const bool valid = c * kPer < s.hd;
 #pragma unroll
@@ -215,7 +229,8 @@ __global__ void __launch_bounds__(32 * kWarps)
     attn_split_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ q,
                       const __nv_bfloat16* __restrict__ gate, const KvT* __restrict__ kc,
                       const KvT* __restrict__ vc, AttnShape s, int splits, int min_len,
-                      int min_chunk, float* __restrict__ ws, __nv_bfloat16* __restrict__ out) {
+                      int min_chunk, bool page_window, float* __restrict__ ws,
+                      __nv_bfloat16* __restrict__ out) {
   using L = DecodeTiles<kHd, KvT>;
   constexpr bool kF16 = L::kFp8;
   pdl::allow_successor();  // a programmatic dependent may start streaming its weights
@@ -229,7 +244,15 @@ __global__ void __launch_bounds__(32 * kWarps)
   if (b.seq_len[seq] >= min_len) return;  // the tensor-core prefill kernel's
   const int chunk = max(min_chunk, (n + splits * kTile - 1) / (splits * kTile) * kTile);
   const int p0 = min(n, split * chunk), p1 = min(n, p0 + chunk);
-  const int* pages = b.pages + b.seq_page_off[seq];
+  const int* table = b.pages + b.seq_page_off[seq];
+  __shared__ int window[kPageWindow];
+  const int pg0 = p0 / b.page_size, npg = p1 > p0 ? (p1 - 1) / b.page_size - pg0 + 1 : 0;
+  const bool windowed = page_window && npg <= kPageWindow;
+  if (windowed)
+    for (int j = static_cast<int>(threadIdx.x); j < npg; j += 32 * kWarps)
+      window[j] = table[pg0 + j];
+  __syncthreads();
+  const PageLookup pages = windowed ? PageLookup{window, pg0} : PageLookup{table, 0};
   unsigned char* mine_bytes = tiles + warp * L::kWarpBytes;
   KvT* mine = reinterpret_cast<KvT*>(mine_bytes);  // the copy stages
   const int first = p0 + warp * kTile, stride = kWarps * kTile;
@@ -379,11 +402,20 @@ void launch_split(const BatchMeta& b, int rows, const __nv_bfloat16* q, const __
                         : forced >= 0            ? forced
                         : rows >= kWideSplitRows ? kWideSplitKeys
                                                  : kLongSplitKeys;
+  static const bool page_window = ab_switch_on("DS_ATTN_PAGE_WINDOW");
   cudaFuncSetAttribute(attn_split_kernel<kHd, KvT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        smem);
   pdl::launch_dependent(attn_split_kernel<kHd, KvT>, dim3(rows, s.nkv, splits), 32 * kWarps, smem,
-                        stream, b, q, gate, k_cache, v_cache, s, splits, min_len, min_chunk, ws,
-                        out);
+                        stream, b, q, gate, k_cache, v_cache, s, splits, min_len, min_chunk,
+                        page_window, ws, out);
+}
+
+// The split count that fills whole waves (attention_wave_splits.h). In ncu at 16 rows, context
+// 8k, the 5 splits' 320 blocks ran 2.42 waves at 3.44 TB/s; 2 splits make one wave of 128.
+// DS_ATTN_WAVE_SPLITS=0: cap itself (A/B). Not yet measured.
+int wave_splits(int blocks, int cap, int num_sms) {
+  static const bool on = ab_switch_on("DS_ATTN_WAVE_SPLITS");
+  return on ? wave_filling_splits(blocks, cap, num_sms) : cap;
 }
 
 }  // namespace
@@ -391,7 +423,7 @@ void launch_split(const BatchMeta& b, int rows, const __nv_bfloat16* q, const __
 int attention_splits(int num_tokens, const AttnShape& s, int num_sms, size_t ws_bytes) {
   if (num_tokens == 0 || num_tokens > 256) return 1;  // prefill: enough blocks without splitting
   const int blocks = num_tokens * s.nkv;
-  int splits = std::min(kMaxSplits, std::max(1, (2 * num_sms + blocks - 1) / blocks));
+  int splits = wave_splits(blocks, two_wave_splits(blocks, num_sms, kMaxSplits), num_sms);
   while (splits > 1 &&
          static_cast<size_t>(num_tokens) * s.nh * splits * (s.hd + 2) * sizeof(float) > ws_bytes)
     --splits;

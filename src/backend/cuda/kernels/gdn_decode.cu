@@ -36,14 +36,13 @@ __device__ inline void group_sync(int group) {
 // conv), then the gated RMSNorm of its output row.
 template <class StateT, int kPar>
 __global__ void __launch_bounds__(kPar* kThreads, 2 / kPar)
-    gdn_decode_kernel(BatchMeta b, GdnDecodeArgs p, StateT* __restrict__ state) {
+    gdn_decode_kernel(BatchMeta b, GdnDecodeArgs p, StateT* __restrict__ state, bool early_state) {
   static_assert(kPar == 1 || kPar == 2, "group_sync names two barriers");
   pdl::allow_successor();  // a programmatic dependent may start streaming its weights
   // The gated norm's weights (never written by a kernel) before the wait: the norm ends the chain.
   float nw[4];
 #pragma unroll
   for (int e = 0; e < 4; ++e) nw[e] = p.norm_w[4 * (threadIdx.x % 32) + e];
-  pdl::wait_for_predecessor();
   __shared__ float ys[kKeyHeadChannels];
   __shared__ HeadScratch scratch[kPar];
   __shared__ float norms[3];  // |q|^-1 dk^-1/2, |k|^-1, q . k (normalised)
@@ -57,7 +56,11 @@ __global__ void __launch_bounds__(kPar* kThreads, 2 / kPar)
     return state + (slot * p.nv + kh * g + j) * static_cast<size_t>(kDk * kDv);
   };
   float4 st[kHeadRows];
-  if (group < g) load_head_state(head_state(group), fresh, warp, lane, st);
+  // With early_state the first head's state loads go before the wait (gdn_decode.cuh says why
+  // that is safe), overlapping the projection before this kernel.
+  if (early_state && group < g) load_head_state(head_state(group), fresh, warp, lane, st);
+  pdl::wait_for_predecessor();
+  if (!early_state && group < g) load_head_state(head_state(group), fresh, warp, lane, st);
   convolve_key_head(p, slot, t, kh, fresh, ys, tid, kPar * kThreads);
   __syncthreads();
   const float qk = normalise_qk(ys, norms);
@@ -75,10 +78,13 @@ void launch(const BatchMeta& b, const GdnDecodeArgs& p, StateT* state, int num_s
   const dim3 grid(b.num_seqs, p.nk);
   // Two heads a block where a grid of single-head blocks would leave most SMs without a second
   // block (a few sequences: the chain of dependent loads bounds the step, not the state traffic).
+  const bool early = gdn_decode_early_state();
   if (p.nv / p.nk >= 2 && b.num_seqs * p.nk <= num_sms)
-    pdl::launch_dependent(gdn_decode_kernel<StateT, 2>, grid, 2 * kThreads, 0, stream, b, p, state);
+    pdl::launch_dependent(gdn_decode_kernel<StateT, 2>, grid, 2 * kThreads, 0, stream, b, p, state,
+                          early);
   else
-    pdl::launch_dependent(gdn_decode_kernel<StateT, 1>, grid, kThreads, 0, stream, b, p, state);
+    pdl::launch_dependent(gdn_decode_kernel<StateT, 1>, grid, kThreads, 0, stream, b, p, state,
+                          early);
 }
 
 }  // namespace

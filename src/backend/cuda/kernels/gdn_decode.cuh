@@ -9,6 +9,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/batch_meta.cuh"
 #include "backend/cuda/kernels/gdn_state.cuh"
 
@@ -39,5 +40,19 @@ bool gdn_decode_supported(int nk, int nv, int dk, int dv, int K);
 // most all of them, two value heads a block; else one.
 void launch_gdn_decode(const BatchMeta& b, const GdnDecodeArgs& p, GdnState state, int num_sms,
                        cudaStream_t stream);
+
+// Whether the kernels load a sequence's recurrent state before their wait for the kernel before
+// them (a programmatic dependent), so that its DRAM round trip overlaps that kernel's tail
+// (DS_GDN_EARLY_STATE=0: after the wait, A/B). Safe because within a step nothing before the
+// layer's decode kernel writes a decode row's state: the previous step's kernel wrote it (and a
+// step begins after the host has synced on the previous one's tokens), the snapshot restores are
+// plain launches before the step's first kernel (so that kernel, and every one after it, starts
+// only once they have completed), and the chunked prefill kernels of a mixed step write other
+// sequences' slots. The batch description (BatchMeta) is uploaded before the step, like the
+// positions the attention prep reads before its wait.
+inline bool gdn_decode_early_state() {
+  static const bool on = ab_switch_on("DS_GDN_EARLY_STATE");
+  return on;
+}
 
 }  // namespace deltaserve::cuda

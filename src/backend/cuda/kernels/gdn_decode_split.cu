@@ -41,7 +41,8 @@ __device__ inline int channel_of(int i, int kh, int h, int c, int key_dim) {
 // holds state rows w, w + kWarps, ... of column kCols c + l.
 template <class StateT>
 __global__ void __launch_bounds__(kThreads)
-    gdn_decode_split_kernel(BatchMeta b, GdnDecodeArgs p, StateT* __restrict__ state) {
+    gdn_decode_split_kernel(BatchMeta b, GdnDecodeArgs p, StateT* __restrict__ state,
+                            bool early_state) {
   pdl::allow_successor();  // a programmatic dependent may start streaming its weights
   const int rank = static_cast<int>(blockIdx.x), kh = static_cast<int>(blockIdx.y);
   const int seq = static_cast<int>(blockIdx.z), j = rank / kSlices, c = rank % kSlices;
@@ -49,8 +50,19 @@ __global__ void __launch_bounds__(kThreads)
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int col = c * kCols + lane;
   const float nw = p.norm_w[col];  // never written by a kernel: before the wait
-  pdl::wait_for_predecessor();
   const int t = b.seq_begin[seq];
+  const bool fresh = b.seq_start[seq] == 0;
+  const size_t slot = static_cast<size_t>(b.seq_slot[seq]);
+  StateT* S = state + (slot * p.nv + h) * static_cast<size_t>(kDk * kDv) + col;
+  float st[kRows];
+  const auto load_state = [&] {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+      st[r] = fresh ? 0.0f : StateIo<StateT>::load(S + (warp + kWarps * r) * kDv);
+  };
+  if (early_state) load_state();  // before the wait: gdn_decode.cuh says why that is safe
+  pdl::wait_for_predecessor();
+  if (!early_state) load_state();
   const size_t gi = static_cast<size_t>(t) * p.nv + h, at = gi * kDv + col;
   // The gates and the output gate loaded with the state, not at the ends of the chain.
   const GateInputs gates = load_gate_inputs(p, gi, h);
@@ -60,13 +72,6 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float norms[3];
   __shared__ float head_ss[kSlices];  // the head's blocks' sums of squares of their outputs
   const int key_dim = p.nk * kDk, C = 2 * key_dim + p.nv * kDv;
-  const bool fresh = b.seq_start[seq] == 0;
-  const size_t slot = static_cast<size_t>(b.seq_slot[seq]);
-  StateT* S = state + (slot * p.nv + h) * static_cast<size_t>(kDk * kDv) + col;
-  float st[kRows];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-    st[r] = fresh ? 0.0f : StateIo<StateT>::load(S + (warp + kWarps * r) * kDv);
 
   ConvWindow win[kChannelSteps];
 #pragma unroll
@@ -134,7 +139,7 @@ cudaError_t launch(const BatchMeta& b, const GdnDecodeArgs& p, StateT* state, cu
   const int cluster = (p.nv / p.nk) * kSlices;
   return pdl::launch_clustered(pdl::dependent_launch_enabled(), dim3(cluster, 1, 1),
                                gdn_decode_split_kernel<StateT>, dim3(cluster, p.nk, b.num_seqs),
-                               kThreads, 0, stream, b, p, state);
+                               kThreads, 0, stream, b, p, state, gdn_decode_early_state());
 }
 
 }  // namespace

@@ -2,11 +2,22 @@
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
 #include "backend/cuda/kernels/rms_norm.cuh"
+#include "backend/cuda/kernels/skinny_partials.cuh"
 
 namespace deltaserve::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+
+// Rows of [rows, n] bf16 (n a multiple of 8, 16-byte aligned), as the vector kernel reads them.
+struct Bf16Rows {
+  const __nv_bfloat16* x;
+  int n;
+  __device__ void prepare() const {}
+  __device__ F32x8 load(int row, int col) const {
+    return load_bf16x8(x + static_cast<size_t>(row) * n + col);
+  }
+};
 constexpr int kMaxVecs = 4;  // 16-byte vectors per thread: rows of up to 8192 values
 
 // One block per row, n % 8 == 0 and 16-byte aligned rows: each thread keeps its (at most kMaxVecs)
@@ -16,9 +27,11 @@ constexpr int kMaxVecs = 4;  // 16-byte vectors per thread: rows of up to 8192 v
 // registers before the wait, off the step's critical path; without it (prefill-sized steps, a
 // plain launch) after the sum, so that the kernel keeps four blocks an SM (79 registers with the
 // early weights, 51 without).
-template <bool kAdd, bool kEarly>
+// x's rows are Rows: bf16 rows (Bf16Rows), or a partials-only GEMM's result (skinny::PartialRows,
+// decode-sized steps), whose tile table is formed before the wait.
+template <bool kAdd, bool kEarly, class Rows>
 __global__ void __launch_bounds__(kThreads)
-    rms_norm_vec_kernel(__nv_bfloat16* __restrict__ residual, const __nv_bfloat16* __restrict__ x,
+    rms_norm_vec_kernel(__nv_bfloat16* __restrict__ residual, const Rows x,
                         const float* __restrict__ w, float eps, int n,
                         __nv_bfloat16* __restrict__ out) {
   pdl::allow_successor();  // a programmatic dependent may start streaming its weights
@@ -32,15 +45,17 @@ __global__ void __launch_bounds__(kThreads)
       wv[j] = load_f32x8(w + 8 * i);
     }
   }
+  x.prepare();
   pdl::wait_for_predecessor();
-  const size_t base = static_cast<size_t>(blockIdx.x) * n;
+  const int row = static_cast<int>(blockIdx.x);
+  const size_t base = static_cast<size_t>(row) * n;
   F32x8 v[kMaxVecs];
   float ss = 0.0f;
 #pragma unroll
   for (int j = 0; j < kMaxVecs; ++j) {
     const int i = threadIdx.x + j * kThreads;
     if (i >= vecs) break;
-    v[j] = load_bf16x8(x + base + 8 * i);
+    v[j] = x.load(row, 8 * i);
     if (kAdd) {
       const F32x8 r = load_bf16x8(residual + base + 8 * i);
 #pragma unroll
@@ -144,16 +159,32 @@ void launch(__nv_bfloat16* residual, const __nv_bfloat16* x, const float* w, flo
                                           : rms_norm_warp_kernel<kMaxWarpVecs>;
     kernel<<<blocks, kThreads, 0, stream>>>(x, w, eps, rows, n, out);
   } else if (vec && rows <= pdl::kDecodeSizedRows)
-    pdl::launch_dependent(rms_norm_vec_kernel<kAdd, true>, rows, kThreads, 0, stream, residual, x,
-                          w, eps, n, out);
+    pdl::launch_dependent(rms_norm_vec_kernel<kAdd, true, Bf16Rows>, rows, kThreads, 0, stream,
+                          residual, Bf16Rows{x, n}, w, eps, n, out);
   else if (vec)
-    rms_norm_vec_kernel<kAdd, false><<<rows, kThreads, 0, stream>>>(residual, x, w, eps, n, out);
+    rms_norm_vec_kernel<kAdd, false, Bf16Rows>
+        <<<rows, kThreads, 0, stream>>>(residual, Bf16Rows{x, n}, w, eps, n, out);
   else
     pdl::launch_dependent(rms_norm_kernel<kAdd>, rows, kThreads, 0, stream, residual, x, w, eps, n,
                           out);
 }
 
 }  // namespace
+
+bool add_rms_norm_partials_supported(const __nv_bfloat16* residual, const SkinnyPartials& x,
+                                     const float* w, int rows, const __nv_bfloat16* out) {
+  const int n = x.n;
+  return rows >= 1 && rows <= pdl::kDecodeSizedRows && n % 8 == 0 && n <= 8 * kThreads * kMaxVecs &&
+         n <= kSkinnyTileRows * skinny::kMaxReadTiles && aligned16(residual, x.y, w, out);
+}
+
+cudaError_t launch_add_rms_norm_partials_bf16(__nv_bfloat16* residual, const SkinnyPartials& x,
+                                              const float* w, float eps, int rows,
+                                              __nv_bfloat16* out, cudaStream_t stream) {
+  if (!add_rms_norm_partials_supported(residual, x, w, rows, out)) return cudaErrorInvalidValue;
+  return pdl::launch_dependent(rms_norm_vec_kernel<true, true, skinny::PartialRows>, rows, kThreads,
+                               0, stream, residual, skinny::PartialRows{x}, w, eps, x.n, out);
+}
 
 void launch_rms_norm_bf16(const __nv_bfloat16* x, const float* w, float eps, int rows, int n,
                           __nv_bfloat16* out, cudaStream_t stream) {

@@ -6,6 +6,7 @@
 #include "backend/cuda/kernels/pdl.cuh"
 #include "backend/cuda/kernels/skinny_gemm.cuh"
 #include "backend/cuda/kernels/skinny_partition.h"
+#include "backend/cuda/kernels/skinny_sums.cuh"
 #include "backend/cuda/kernels/tma.cuh"
 #include "backend/cuda/kernels/tma_map.h"
 #include "backend/cuda/kernels/wgmma.cuh"
@@ -42,6 +43,9 @@ struct Params {
   // With deferral, the block holding a shared tile's first k-tile sums it and the others only
   // count theirs (DS_SKINNY_FIRST_SUMS=0: the last segment that ends a share sums it, A/B).
   bool first_sums;
+  // A shared tile's segments only stored as partials, for the next kernel to sum
+  // (launch_skinny_gemm_partials_bf16): no counts, no summing block.
+  bool partials_only;
   SkinnyWorkspace ws;
 };
 constexpr int kPairRows = kTileRows / 2;
@@ -81,9 +85,6 @@ __device__ inline void mma_step(float (&acc)[kRows / 2], uint64_t a, uint64_t b)
 __device__ inline int first_unit(const Params& p, int c) {
   return skinny::first_unit(c, p.units, p.blocks);
 }
-__device__ inline int block_of(const Params& p, int u) {
-  return skinny::block_of(u, p.units, p.blocks);
-}
 __device__ inline int slot_of(const Params& p, int c, int tile) {
   return skinny::slot_of(c, tile, p.units, p.blocks, p.k_tiles);
 }
@@ -91,7 +92,7 @@ __device__ inline int mid_units(const Params& p, int tile) {
   return skinny::mid_units(tile, p.units, p.blocks, p.k_tiles);
 }
 __device__ inline float* slot_ptr(const Params& p, int slot) {
-  return p.ws.partials + static_cast<size_t>(slot) * kTileRows * kSkinnyMaxRows;
+  return skinny::slot_floats(p.ws.partials, slot);
 }
 
 struct TileRef {
@@ -239,49 +240,6 @@ constexpr int kReduceBatch = kRows / 16;
 template <int kRows>
 constexpr int kReduceParts = kRows == 64 ? 2 : 4 / kReduceBatch<kRows>;
 
-__device__ inline void add4(float4& s, const float4& v) {
-  s.x += v.x;
-  s.y += v.y;
-  s.z += v.z;
-  s.w += v.w;
-}
-
-// sum[b] = the np partials' float4 at at[b] + offset, added in block order, kParts partials' loads
-// at a time.
-template <int kBatch, int kParts>
-__device__ void sum_partials(const float* const* parts, int np, const int (&at)[kBatch], int offset,
-                             float4 (&sum)[kBatch]) {
-#pragma unroll
-  for (int b = 0; b < kBatch; ++b) sum[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  const auto load = [&](int c, int b) {
-    return __ldcg(reinterpret_cast<const float4*>(parts[c] + offset + at[b]));
-  };
-  int c = 0;
-  // One batch of kParts loads at a time (unrolled, the batches took 101 registers at 16 tokens,
-  // against 54), then the remaining partials' loads together.
-  constexpr int kTailUnroll = kBatch > 1 ? 1 : 4;
-#pragma unroll 1
-  for (; c + kParts <= np; c += kParts) {
-    float4 v[kParts][kBatch];
-#pragma unroll
-    for (int j = 0; j < kParts; ++j)
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) v[j][b] = load(c + j, b);
-#pragma unroll
-    for (int j = 0; j < kParts; ++j)
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) add4(sum[b], v[j][b]);
-  }
-#pragma unroll kTailUnroll
-  for (; c < np; ++c) {
-    float4 v[kBatch];
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) v[b] = load(c, b);
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) add4(sum[b], v[b]);
-  }
-}
-
 // The tile's np partial sums (their addresses in `parts`, from gather_parts), added in block order
 // (the result does not depend on which block finished last), as bf16.
 template <int kRows>
@@ -291,6 +249,7 @@ __device__ void reduce_tile(const Params& p, int tile, const float* const* parts
   const int n = p.n[t.g];
   const int quads = (p.paired ? kPairRows : kTileRows) / 4;  // of output rows
   const int items = p.T * quads;
+  const auto part = [parts](int c) { return parts[c]; };
   for (int first = static_cast<int>(threadIdx.x); first < items; first += kConsumers * kBatch) {
     int at[kBatch], valid = 0;
 #pragma unroll
@@ -300,10 +259,10 @@ __device__ void reduce_tile(const Params& p, int tile, const float* const* parts
       valid += item < items ? 1 : 0;
     }
     float4 v[kBatch];
-    sum_partials<kBatch, kReduceParts<kRows>>(parts, np, at, 0, v);
+    skinny::sum_partials<kBatch, kReduceParts<kRows>>(part, np, at, 0, v);
     if (p.paired) {
       float4 up[kBatch];
-      sum_partials<kBatch, kReduceParts<kRows>>(parts, np, at, kPairRows, up);
+      skinny::sum_partials<kBatch, kReduceParts<kRows>>(part, np, at, kPairRows, up);
 #pragma unroll
       for (int b = 0; b < kBatch; ++b)
         v[b] = make_float4(silu_mul_of(v[b].x, up[b].x), silu_mul_of(v[b].y, up[b].y),
@@ -334,11 +293,10 @@ __device__ inline int add_acq_rel(int* counter, int v) {
 // The addresses of `tile`'s partial sums into parts (by the consumer threads, each some; a
 // consumers' barrier must follow before they are read); returns how many.
 __device__ inline int gather_parts(const Params& p, int tile, const float** parts) {
-  const int c0 = block_of(p, tile * p.k_tiles);
-  const int np = block_of(p, (tile + 1) * p.k_tiles - 1) - c0 + 1;
-  for (int i = static_cast<int>(threadIdx.x); i < np; i += kConsumers)
-    parts[i] = slot_ptr(p, slot_of(p, c0 + i, tile));
-  return np;
+  const skinny::TileParts t = skinny::tile_parts(tile, p.units, p.blocks, p.k_tiles);
+  for (int i = static_cast<int>(threadIdx.x); i < t.count; i += kConsumers)
+    parts[i] = slot_ptr(p, skinny::part_slot(t, i));
+  return t.count;
 }
 
 // A tile counter: k-tiles summed in its low bits, and kMidSegment once its mid-stream segment's
@@ -407,6 +365,15 @@ __device__ void finish_segment(const Params& p, int c, int tile, int kt0, int kt
   if (threadIdx.x == 0) p.ws.counters[tile] = 0;  // ready for the next launch
 }
 
+// The partials-only form's segment: a whole tile stored as bf16, a shared tile's part left in the
+// block's slot (slot_of), for the kernel after this one to sum; no counts, no waits.
+template <int kRows>
+__device__ void keep_segment(const Params& p, int c, int tile, int kt0, int kt1,
+                             const float (&acc)[kRows / 2], BlockShared& sh) {
+  if (kt0 == 0 && kt1 == p.k_tiles) return store_tile<kRows>(p, tile_ref(p, tile), acc, sh.xchg);
+  store_partial<kRows>(p, slot_of(p, c, tile), acc);
+}
+
 // With mid-stream segments deferred, the only tile a block may sum is its last, where shared: its
 // mid-stream units and partials' addresses, formed before the kernel waits for its predecessor
 // (from the launch's parameters, into shared memory; the first consumers_sync orders them before
@@ -450,7 +417,9 @@ __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* s
       wgmma::wait<0>();
       tma::arrive(&empty[s]);
     }
-    if (p.defer_mid && kt0 > 0 && end < u1)  // shared, and the block streams on past it
+    if (p.partials_only)
+      keep_segment<kRows>(p, c, tile, kt0, end - tile * p.k_tiles, acc, sh);
+    else if (p.defer_mid && kt0 > 0 && end < u1)  // shared, and the block streams on past it
       publish_mid_segment<kRows>(p, c, tile, acc);
     else
       finish_segment<kRows>(p, c, tile, kt0, end - tile * p.k_tiles, acc, sh);
@@ -507,12 +476,26 @@ cudaError_t launch_tiles(Params& p, const bf16* x, int tiles, int T, int K,
   p.blocks = skinny::blocks_for(p.units, p.k_tiles, sm_count);
   p.ws = ws;
   static const bool defer_mid = ab_switch_on("DS_SKINNY_DEFER_MID");
-  p.defer_mid = defer_mid;
+  p.defer_mid = defer_mid && !p.partials_only;
   static const bool first_sums = ab_switch_on("DS_SKINNY_FIRST_SUMS");
-  p.first_sums = defer_mid && first_sums;
+  p.first_sums = p.defer_mid && first_sums;
   return rows == 16   ? launch<16>(p, stream)
          : rows == 32 ? launch<32>(p, stream)
                       : launch<64>(p, stream);
+}
+
+// The groups' weights, outputs and first tiles into p; returns their tiles.
+int set_groups(Params& p, const SkinnyGroup* groups, int count, int K) {
+  int tiles = 0;
+  for (int g = 0; g < count; ++g) {
+    p.w[g] = encode_tma_2d_bf16(groups[g].w, groups[g].n, K, kTileRows);
+    p.y[g] = groups[g].y;
+    p.n[g] = groups[g].n;
+    p.first_tile[g] = tiles;
+    tiles += (groups[g].n + kTileRows - 1) / kTileRows;
+  }
+  p.count = count;
+  return tiles;
 }
 
 }  // namespace
@@ -534,16 +517,18 @@ cudaError_t launch_skinny_gemm_bf16(const bf16* x, const SkinnyGroup* groups, in
                                     cudaStream_t stream) {
   if (T < 1 || T > kSkinnyMaxRows) return cudaErrorInvalidValue;
   Params p{};
-  int tiles = 0;
-  for (int g = 0; g < count; ++g) {
-    p.w[g] = encode_tma_2d_bf16(groups[g].w, groups[g].n, K, kTileRows);
-    p.y[g] = groups[g].y;
-    p.n[g] = groups[g].n;
-    p.first_tile[g] = tiles;
-    tiles += (groups[g].n + kTileRows - 1) / kTileRows;
-  }
-  p.count = count;
-  return launch_tiles(p, x, tiles, T, K, ws, sm_count, stream);
+  return launch_tiles(p, x, set_groups(p, groups, count, K), T, K, ws, sm_count, stream);
+}
+
+cudaError_t launch_skinny_gemm_partials_bf16(const bf16* x, const SkinnyGroup& group, int T, int K,
+                                             const SkinnyWorkspace& ws, int sm_count,
+                                             cudaStream_t stream, SkinnyPartials* where) {
+  if (T < 1 || T > kSkinnyMaxRows) return cudaErrorInvalidValue;
+  Params p{};
+  p.partials_only = true;
+  const cudaError_t e = launch_tiles(p, x, set_groups(p, &group, 1, K), T, K, ws, sm_count, stream);
+  *where = {ws.partials, group.y, group.n, p.units, p.blocks, p.k_tiles};
+  return e;
 }
 
 cudaError_t launch_skinny_gemm_silu_mul_bf16(const bf16* x, const bf16* gate, const bf16* up,

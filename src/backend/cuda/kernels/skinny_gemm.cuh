@@ -82,6 +82,25 @@ cudaError_t launch_skinny_gemm_bf16(const __nv_bfloat16* x, const SkinnyGroup* g
                                     int T, int K, const SkinnyWorkspace& ws, int sm_count,
                                     cudaStream_t stream);
 
+// Where a partials-only launch (below) leaves y [T, n]: tile t's columns (128 from 128 t) are in y
+// where one block held all its k-tiles, else in the workspace as the sharing blocks' f32 partials
+// (skinny::tile_parts), which summed in block order and rounded to bf16 are the values
+// launch_skinny_gemm_bf16 stores (skinny_partials.cuh reads them so).
+struct SkinnyPartials {
+  const float* partials;
+  const __nv_bfloat16* y;
+  int n, units, blocks, k_tiles;
+};
+
+// launch_skinny_gemm_bf16 for one projection, its shared tiles left as partials for the next
+// kernel to sum: no tile counters, no block waiting for another's partial, and the launch ends
+// with its blocks' streams. The partials stay valid until the next launch on `ws` (which, a
+// programmatic dependent, writes them only after its wait for the kernel before it). Preconditions
+// as launch_skinny_gemm_bf16's; *where tells the reader where the values lie.
+cudaError_t launch_skinny_gemm_partials_bf16(const __nv_bfloat16* x, const SkinnyGroup& group,
+                                             int T, int K, const SkinnyWorkspace& ws, int sm_count,
+                                             cudaStream_t stream, SkinnyPartials* where);
+
 // The MLP's gate and up projections and SiLU-mul in one launch, for up to kSkinnySiluMulMaxRows
 // tokens: act [T, I] = silu(x . gate^T) * (x . up^T), gate and up [I, K]. Each 128-row tile
 // streams 64 rows of gate and the same 64 of up, and the block that completes a tile's sum forms

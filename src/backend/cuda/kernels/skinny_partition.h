@@ -46,6 +46,21 @@ DS_HOST_DEVICE inline int slot_of(int c, int tile, int units, int blocks, int k_
   return 2 * c + (first_unit(c, units, blocks) < tile * k_tiles ? 1 : 0);
 }
 
+// A tile's partial sums in block order: block first_block's in first_slot (slot_of: the tile may
+// be its last), then block first_block + j's in slot 2 (first_block + j) for j in 1 .. count - 1
+// (each starts inside the tile, its first). count 1: one block holds the whole tile.
+struct TileParts {
+  int first_slot, first_block, count;
+};
+DS_HOST_DEVICE inline TileParts tile_parts(int tile, int units, int blocks, int k_tiles) {
+  const int c0 = block_of(tile * k_tiles, units, blocks);
+  const int c1 = block_of((tile + 1) * k_tiles - 1, units, blocks);
+  return {slot_of(c0, tile, units, blocks, k_tiles), c0, c1 - c0 + 1};
+}
+DS_HOST_DEVICE inline int part_slot(const TileParts& t, int j) {
+  return j == 0 ? t.first_slot : 2 * (t.first_block + j);
+}
+
 // The units of `tile` that lie in the middle of a block's share: the tile's last k-tiles, where the
 // block holding them starts inside the tile and streams on past its end (its first segment). That
 // block marks them without waiting; a block whose share ends in the tile sums it. 0 where the tile
