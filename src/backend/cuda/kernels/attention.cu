@@ -46,7 +46,9 @@ struct DecodeTiles {
 // (one L2 round trip for the block), when they fit in kPageWindow, else the sequence's table in
 // global memory. Before, each 16-key tile's copies waited for a dependent load of its page entry:
 // in ncu at B = 16, context 8k, 29% of the kernel's stall samples sat on that load's use.
-// DS_ATTN_PAGE_WINDOW=0: every tile's entry from global memory (A/B). NOT yet measured.
+// DS_ATTN_PAGE_WINDOW=0: every tile's entry from global memory (A/B). Measured with the
+// wave-filling splits alone (h200_2026-12-05.md): graphed B = 16 3.672 / 3.697 ms against 3.770 /
+// 3.735 with both off.
 constexpr int kPageWindow = 1024;
 struct PageLookup {
   const int* entries;  // entries[page / page_size - first]
@@ -412,7 +414,7 @@ void launch_split(const BatchMeta& b, int rows, const __nv_bfloat16* q, const __
 
 // The split count that fills whole waves (attention_wave_splits.h). In ncu at 16 rows, context
 // 8k, the 5 splits' 320 blocks ran 2.42 waves at 3.44 TB/s; 2 splits make one wave of 128.
-// DS_ATTN_WAVE_SPLITS=0: cap itself (A/B). Not yet measured.
+// DS_ATTN_WAVE_SPLITS=0: cap itself (A/B); measured with the page window (above).
 int wave_splits(int blocks, int cap, int num_sms) {
   static const bool on = ab_switch_on("DS_ATTN_WAVE_SPLITS");
   return on ? wave_filling_splits(blocks, cap, num_sms) : cap;
