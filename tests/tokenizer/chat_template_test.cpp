@@ -1,13 +1,12 @@
 // The Jinja chat template renderer against HF apply_chat_template (Qwen3's template; goldens in
 // test_data/tokenizer/chat.json), plus the template features Qwen templates use.
-#include "tokenizer/chat_template_source.h"
-
 #include <gtest/gtest.h>
 
 #include <fstream>
 
 #include "core/error.h"
 #include "test_util.h"
+#include "tokenizer/chat_template_source.h"
 
 namespace deltaserve::tokenizer {
 namespace {
