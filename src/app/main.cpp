@@ -36,8 +36,9 @@ commands:
             [--generation-config auto|vllm|DIR]  (default sampling parameters: the model's
             generation_config.json, as vLLM; vllm: OpenAI's) [--override-generation-config JSON]
             [--host 127.0.0.1] [--port 8000]
-            [--served-model-name NAME [ALIAS...]] [--max-num-seqs N] [--max-model-len L]
-            (L and B as vLLM takes them too: 32k = 32,000, 32K = 32,768)
+            [--served-model-name NAME [ALIAS...]] [--max-num-seqs N] [--max-model-len L|auto]
+            (default auto: the model's context, or what one request's KV pages fit; L and B as
+            vLLM takes them too: 32k = 32,000, 32K = 32,768)
             [--max-num-batched-tokens B (2048)] [--long-prefill-token-threshold 0]
             [--admission-reserve-tokens 4096]  (a request is admitted while the KV pages cover
             the prompts and up to this many outputs of it and of every running request; 0: the

@@ -134,6 +134,25 @@ server::json chat_template_kwargs(const Args& a) {
   return j;
 }
 
+// --max-model-len: a count up to the model's context; `auto` / -1 or none: the model's context,
+// lowered by the engine to what one request's KV pages fit (vLLM's `auto`; vLLM without the
+// flag takes the model's context and refuses to start where it does not fit).
+int32_t max_model_len_flag(const Args& a, const model::ModelConfig& mc) {
+  const std::string v = a.get("max-model-len", "auto");
+  if (v == "auto" || v == "-1") return engine::kFitMaxModelLen;
+  return static_cast<int32_t>(a.get_count("max-model-len", 0, 1, mc.max_position_embeddings));
+}
+
+// The context the engine settled on, where the memory lowered it from the model's.
+void print_fitted_context(const engine::EngineConfig& ec, const model::ModelConfig& mc) {
+  if (ec.max_model_len < mc.max_position_embeddings)
+    std::fprintf(stderr,
+                 "deltaserve: max_model_len %d: the KV pages hold no more for one request (the "
+                 "model's context is %lld; --gpu-memory-utilization / --kv-cache-gib give them "
+                 "more room)\n",
+                 ec.max_model_len, static_cast<long long>(mc.max_position_embeddings));
+}
+
 void print_ready(const std::string& name, const std::string& base, const std::string& device,
                  int tp, const engine::EngineConfig& ec, bool embedded_default) {
   std::printf(
@@ -290,9 +309,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   ModelRuntime rt = make_runtime(model_dir, model::parse_load_format(a.get("load-format", "auto")),
                                  tp, true, a.get("device", "cpu"), tpsp);
   const model::ModelConfig& mc = rt.exec->config();
-  ecfg.max_model_len = static_cast<int32_t>(
-      a.get_count("max-model-len", std::min<int64_t>(mc.max_position_embeddings, 8192), 1,
-                  mc.max_position_embeddings));
+  ecfg.max_model_len = max_model_len_flag(a, mc);
   // The memory plan (runtime::MemoryPlan, made by the engine): on a GPU, what is left of
   // --gpu-memory-utilization x total after the weights, state slots, step buffers and the
   // backend's workspace becomes KV pages; on the CPU, --kv-cache-gib of pages, at most room for
@@ -323,6 +340,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "deltaserve: %s\n", eng.tpsp_profile().c_str());
   std::fprintf(stderr, "deltaserve: memory plan per rank: %s\n",
                eng.memory_plan().describe().c_str());
+  if (ecfg.max_model_len == engine::kFitMaxModelLen) print_fitted_context(eng.config(), mc);
   std::fprintf(stderr,
                "deltaserve: KV room for %.1f requests of max_model_len %d tokens at once, %d state "
                "slots (--max-num-seqs); requests beyond either wait\n",

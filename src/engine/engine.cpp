@@ -19,21 +19,25 @@ double seconds(clock::time_point a, clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-runtime::PlanLimits plan_limits(const EngineConfig& c);
+runtime::PlanLimits plan_limits(const EngineConfig& c, bool fit_max_model_len = false);
+runtime::MemoryPlan plan_of(Executor& exec, const EngineConfig& c, bool fit_max_model_len = false);
 
 // max_num_seqs 0: from the memory plan when the budget is a device share, else the fallback.
-int32_t default_max_num_seqs(Executor& exec, const EngineConfig& c) {
+int32_t default_max_num_seqs(Executor& exec, const EngineConfig& c, bool fit_max_model_len) {
   if (!c.budget || c.budget->kind != runtime::MemoryBudget::Kind::kDeviceShare)
     return runtime::kFallbackMaxNumSeqs;
   return runtime::auto_max_num_seqs([&](int32_t n) {
     EngineConfig with = c;
     with.max_num_seqs = n;
-    return exec.plan_memory(plan_limits(with), *c.budget);
+    return exec.plan_memory(plan_limits(with, fit_max_model_len), *c.budget);
   });
 }
 
 EngineConfig resolve(EngineConfig c, Executor& exec, const tokenizer::Tokenizer* tok) {
   const model::ModelConfig& mc = exec.config();
+  const bool fit = c.max_model_len == kFitMaxModelLen;
+  if (c.max_model_len < 0 && !fit)
+    throw Error("max_model_len must be positive (0: the model's, -1: what fits)");
   if (c.max_model_len <= 0) c.max_model_len = static_cast<int32_t>(mc.max_position_embeddings);
   if (c.max_model_len > mc.max_position_embeddings)
     throw Error("max_model_len " + std::to_string(c.max_model_len) +
@@ -54,12 +58,14 @@ EngineConfig resolve(EngineConfig c, Executor& exec, const tokenizer::Tokenizer*
   if (c.eos_token_ids.empty()) c.eos_token_ids = mc.eos_token_ids;
   if (c.ssm_state_dtype != DType::kF32 && c.ssm_state_dtype != DType::kBF16)
     throw Error("the GDN state dtype must be float32 or bfloat16");
-  if (c.max_num_seqs == 0) c.max_num_seqs = default_max_num_seqs(exec, c);
+  if (c.max_num_seqs == 0) c.max_num_seqs = default_max_num_seqs(exec, c, fit);
+  if (fit) c.max_model_len = plan_of(exec, c, true).max_model_len;
   return c;
 }
 
-runtime::PlanLimits plan_limits(const EngineConfig& c) {
+runtime::PlanLimits plan_limits(const EngineConfig& c, bool fit_max_model_len) {
   runtime::PlanLimits l;
+  l.fit_max_model_len = fit_max_model_len;
   l.max_num_seqs = c.max_num_seqs;
   l.max_num_batched_tokens = c.max_num_batched_tokens;
   l.max_model_len = c.max_model_len;
@@ -72,11 +78,11 @@ runtime::PlanLimits plan_limits(const EngineConfig& c) {
   return l;
 }
 
-runtime::MemoryPlan plan_of(Executor& exec, const EngineConfig& c) {
+runtime::MemoryPlan plan_of(Executor& exec, const EngineConfig& c, bool fit_max_model_len) {
   runtime::MemoryBudget budget;
   budget.kind = runtime::MemoryBudget::Kind::kPages;
   budget.pages = c.num_pages;
-  return exec.plan_memory(plan_limits(c), c.budget ? *c.budget : budget);
+  return exec.plan_memory(plan_limits(c, fit_max_model_len), c.budget ? *c.budget : budget);
 }
 
 }  // namespace

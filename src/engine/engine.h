@@ -28,6 +28,10 @@ class Tokenizer;
 
 namespace deltaserve::engine {
 
+// EngineConfig::max_model_len: the model's context, or less where one such request's KV pages do
+// not fit the memory budget.
+constexpr int32_t kFitMaxModelLen = -1;
+
 struct EngineConfig {
   // 0: sized from the memory plan with a device budget (runtime::auto_max_num_seqs), else
   // runtime::kFallbackMaxNumSeqs.
@@ -51,7 +55,9 @@ struct EngineConfig {
   // The full-attention KV cache in fp8 e4m3 (--kv-cache-dtype fp8; scale 1) instead of the
   // activations' dtype: half the page bytes on GPUs; the attention kernels widen it exactly.
   bool kv_cache_fp8 = false;
-  int32_t max_model_len = 0;  // 0: the model's max_position_embeddings
+  // 0: the model's max_position_embeddings; kFitMaxModelLen: that, lowered to the most tokens
+  // the plan's KV pages hold for one request (vLLM's `--max-model-len auto`; serve's default).
+  int32_t max_model_len = 0;
   // Ids >= sample_vocab are never sampled; 0: the tokenizer's (else the model's) vocabulary.
   int32_t sample_vocab = 0;
   std::vector<int32_t> eos_token_ids;  // stop ids unless ignore_eos; empty: the model config's

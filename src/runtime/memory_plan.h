@@ -27,6 +27,9 @@ struct PlanLimits {
   int32_t max_graph_batch = 0;      // the largest decode-graph bucket (0: no graphs)
   DType state_dtype = DType::kF32;  // the GDN recurrent state (--mamba-ssm-cache-dtype)
   bool kv_cache_fp8 = false;        // KV pages in fp8 e4m3 (--kv-cache-dtype fp8)
+  // Where one request of max_model_len does not fit the pages: the plan's max_model_len is what
+  // they hold, instead of an error (--max-model-len auto).
+  bool fit_max_model_len = false;
 };
 
 // How many KV pages: a fixed number, room for a number of full-length requests, what a host byte
@@ -45,6 +48,8 @@ struct MemoryBudget {
 
 struct MemoryPlan {
   int32_t page_size = 0, num_pages = 0, num_slots = 0, num_snapshots = 0;
+  // The longest request the pages hold: PlanLimits::max_model_len, or less where it was fitted.
+  int32_t max_model_len = 0;
   DType state_dtype = DType::kF32;  // the GDN recurrent state's
   DType kv_dtype = DType::kF32;     // the KV pages' (the activations' or fp8 e4m3)
   int64_t scratch_tokens = 0, scratch_rows = 0;
@@ -92,7 +97,8 @@ int64_t slot_bytes(const model::ModelConfig& local, DType act, DType state = DTy
 constexpr int32_t kFallbackMaxNumSeqs = 64;
 int32_t auto_max_num_seqs(const std::function<MemoryPlan(int32_t)>& plan_for);
 
-// Throws deltaserve::Error when one request of max_model_len cannot fit.
+// Throws deltaserve::Error when one request of max_model_len cannot fit (with
+// fit_max_model_len: when not one page is left).
 MemoryPlan plan_memory(const model::ModelConfig& local, DType act, const PlanLimits& limits,
                        const MemoryBudget& budget, int64_t workspace_bytes);
 

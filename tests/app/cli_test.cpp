@@ -224,6 +224,8 @@ TEST(Cli, MalformedNumbersAndAbsurdConfigsExitWithAMessage) {
   } cases[] = {
       {"serve " + tok + " --kv-cache-gib abc", "--kv-cache-gib must be a number"},
       {"serve " + tok + " --kv-cache-gib -1", "--kv-cache-gib must be a number"},
+      {"serve " + tok + " --max-model-len 0", "--max-model-len must be an integer in [1, "},
+      {"serve " + tok + " --max-model-len fit", "--max-model-len must be an integer in [1, "},
       {"serve " + tok + " --gpu-memory-utilization abc",
        "--gpu-memory-utilization must be a number"},
       {"serve " + tok + " --gpu-memory-utilization 1.5",

@@ -220,6 +220,27 @@ TEST_F(EngineTest, RejectsBadRequestsUpFront) {
   EXPECT_THROW(Engine(*model_, negative_reserve), Error);
 }
 
+// serve's default (--max-model-len auto): the model's context (tiny_real: 4,096) where memory
+// holds one such request, else what the KV pages hold, with requests checked against it.
+TEST_F(EngineTest, FittedMaxModelLenIsTheContextOrWhatThePagesHold) {
+  EngineConfig cfg;
+  cfg.max_model_len = kFitMaxModelLen;
+  runtime::MemoryBudget bytes;
+  bytes.kind = runtime::MemoryBudget::Kind::kHostBytes;
+  bytes.kv_bytes = 10 * runtime::page_bytes(model_->config(), DType::kF32, cfg.page_size);
+  cfg.budget = bytes;
+  Engine small(*model_, cfg);
+  EXPECT_EQ(small.config().max_model_len, 10 * cfg.page_size);
+  EXPECT_EQ(small.memory_plan().num_pages, 10);
+  SamplingParams p = greedy(10);
+  EXPECT_THROW(small.submit({random_prompt(151, 3, 384), p}), Error);  // 161 > 160
+  EXPECT_EQ(collect(*small.submit({random_prompt(150, 3, 384), p})).tokens.size(), 10u);
+  cfg.budget->kv_bytes = int64_t{1} << 30;
+  EXPECT_EQ(Engine(*model_, cfg).config().max_model_len, model_->config().max_position_embeddings);
+  cfg.max_model_len = -2;
+  EXPECT_THROW(Engine(*model_, cfg), Error);
+}
+
 TEST_F(EngineTest, MaxTokensEosAndMetrics) {
   const auto started = std::chrono::steady_clock::now();
   Engine e(*model_, {});

@@ -178,6 +178,33 @@ TEST(MemoryPlan, FailsClosedWhenOneRequestCannotFit) {
   }
 }
 
+// --max-model-len auto: where one request of max_model_len does not fit, the plan's
+// max_model_len is what its pages hold; where it fits, unchanged; with no page left (a device
+// share used up), an error.
+TEST(MemoryPlan, FittedMaxModelLenIsWhatThePagesHold) {
+  const model::ModelConfig c = model::load_config("");
+  PlanLimits l = limits();  // 7 pages per request of 100 tokens
+  l.fit_max_model_len = true;
+  MemoryBudget b;
+  b.kind = MemoryBudget::Kind::kHostBytes;
+  b.kv_bytes = page_bytes(c, DType::kF32, 16) * 3;
+  const MemoryPlan three = plan_memory(c, DType::kF32, l, b, 0);
+  EXPECT_EQ(three.num_pages, 3);
+  EXPECT_EQ(three.max_model_len, 3 * 16);
+  EXPECT_DOUBLE_EQ(three.max_concurrency(three.max_model_len), 1.0);
+  b.kv_bytes = page_bytes(c, DType::kF32, 16) * 8;
+  EXPECT_EQ(plan_memory(c, DType::kF32, l, b, 0).max_model_len, 100) << "fits: unchanged";
+  b.kind = MemoryBudget::Kind::kDeviceShare;  // nothing left for pages
+  b.utilization = 0.5;
+  b.device_total = int64_t{1} << 30;
+  b.device_free = int64_t{1} << 29;
+  EXPECT_THROW(plan_memory(c, DType::kF32, l, b, 0), Error) << "not one page";
+  b.kind = MemoryBudget::Kind::kHostBytes;
+  l.fit_max_model_len = false;
+  b.kv_bytes = page_bytes(c, DType::kF32, 16) * 8;
+  EXPECT_EQ(plan_memory(c, DType::kF32, l, b, 0).max_model_len, 100);
+}
+
 // Without --max-num-seqs on a device: the most of 1024 / 512 / 256 / 128 requests whose state
 // slots take at most a quarter of the plan's cache memory (KV + slots + snapshots), else 64. Over a
 // range of device sizes: each answer obeys that rule, twice the answer does not, more memory never
