@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
 # Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench gdnab gdnenvab ncu trace ncudecode ncuskinny ncusrc ncufull ncuattn attn fla model nccl bench1 prof bench mixed linear linearab envab ab hf real serve prefix
-#        prefixab serve8k offline8k
+#        prefixab serve8k offline8k longctx
 #        benchtp[:MODELS] servetp   (multi-GPU: TP1 vs TP2 vs TP4 on the visible GPUs)
 # Logs go to $OUT (or ./gpu_logs); a summary line is printed as each stage ends.
 set -uo pipefail
@@ -310,6 +310,20 @@ for stage in "$@"; do
         grep -E "^deltaserve_(engine_(steps|forward_seconds|host_seconds)|num_preemptions|prefix_cache_(queries|hits))_total" >"$LOG/serve8k.metrics"
       note "serve8k engine $(sed 's/{[^}]*}//' "$LOG/serve8k.metrics" | tr '\n' ' ')"
       serve_stop serve8k ;;
+    longctx)  # serve with its defaults (--max-model-len auto: the 4B's 262,144 context, the
+              # auto --max-num-seqs), then one request of each of $LONG_LENS (default 131072 and
+              # 250000) prompt tokens and 128 out, alone: TTFT / TPOT at long context
+      serve_start longctx
+      grep -E "memory plan|max_model_len|KV room|ready" "$LOG/longctx.log" | head -5
+      for len in ${LONG_LENS:-131072 250000}; do
+        echo -n "{\"input_len\": $len, \"run\": " >>"$LOG/longctx.jsonl"
+        timeout ${SERVE_TIMEOUT:-240} $BIN/deltaserve bench serve --port 8011 --num-prompts 1 \
+          --input-len $len --output-len 128 --max-concurrency 1 --vocab 150000 --seed $len \
+          >>"$LOG/longctx.jsonl" 2>>"$LOG/longctx.err" || echo "null" >>"$LOG/longctx.jsonl"
+        echo "}" >>"$LOG/longctx.jsonl"
+        note "longctx $len $(tail -2 "$LOG/longctx.jsonl" | tr -d '\n' | cut -c1-400)"
+      done
+      serve_stop longctx ;;
     offline8k)  # serve8k's workload in-process (bench offline, no HTTP) at $CONCURRENCY (default 1
                 # and 64), same engine flags: HTTP's cost is serve8k's TPOT over this one's
       for c in ${CONCURRENCY:-1 64}; do
