@@ -162,10 +162,12 @@ class CudaBackend final : public Backend {
   // add + norm kernel to sum (DS_NORM_SUMS_PARTIALS=0: the GEMM sums them, A/B).
   bool norm_sums_partials_ = true;
   // Residual projections of up to this many rows take that form also where linear_route picks
-  // cuBLASLt (the 20-tile projections at B = 9-16): with the other queued experiments, graphed
-  // B = 16 3.605 / 3.580 ms against 3.770 / 3.735 with all off (h200_2026-12-05.md).
+  // cuBLASLt (the 20-tile projections at B = 9-32): with the other queued experiments, graphed
+  // B = 16 3.605 / 3.580 ms against 3.770 / 3.735 with all off (h200_2026-12-05.md); 32 rather
+  // than 16 rows: B = 32 4.342 / 4.344 against 4.411 / 4.383, B = 16 and 64 unchanged, 64 rows
+  // no better at B = 64 (5.759 / 5.769 against 5.758 / 5.738; h200_2026-12-05b.md).
   // DS_NORM_SUMS_PARTIALS_ROWS=N sets it (0: only where linear_route picks the streaming GEMM).
-  int64_t partials_rows_ = 16;
+  int64_t partials_rows_ = 32;
   // linear_add_rms_norm in that form: false, launching nothing, where it does not apply.
   bool add_norm_of_partials(const Tensor& x, const Tensor& w, const Tensor& residual,
                             const Tensor& norm_w, float eps, const Tensor& out,
