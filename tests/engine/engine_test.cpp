@@ -394,6 +394,25 @@ TEST(EngineTp, DefaultMaxNumSeqsAndAPlanThatDoesNotFitLeaveTheGroupUsable) {
   EXPECT_EQ(collect(*e.submit({random_prompt(20, 9, 384), greedy(4)})).tokens.size(), 4u);
 }
 
+// --max-model-len auto under TP: the rank with the fewest pages decides, and the engine serves
+// requests up to the length its plan holds.
+TEST(EngineTp, FittedMaxModelLenIsWhatEveryRankHolds) {
+  const std::string dir = (deltaserve::testing::test_data() / "tiny_real").string();
+  auto exec = tp_executor(dir, 2);
+  EngineConfig cfg;
+  cfg.max_model_len = kFitMaxModelLen;
+  runtime::MemoryBudget bytes;
+  bytes.kind = runtime::MemoryBudget::Kind::kHostBytes;
+  bytes.kv_bytes = int64_t{64} << 10;
+  cfg.budget = bytes;
+  Engine e(*exec, cfg);
+  EXPECT_EQ(e.config().max_model_len, e.memory_plan().num_pages * cfg.page_size);
+  EXPECT_LT(e.config().max_model_len, 4096);
+  const int32_t prompt = e.config().max_model_len - 4;
+  EXPECT_EQ(collect(*e.submit({random_prompt(prompt, 5, 384), greedy(4)})).tokens.size(), 4u);
+  EXPECT_THROW(e.submit({random_prompt(prompt + 1, 5, 384), greedy(4)}), Error);
+}
+
 TEST(EngineTp, RankFaultFailsEveryRequestOnceAndRefusesNewWork) {
   const std::string dir = (deltaserve::testing::test_data() / "tiny_real").string();
   auto exec = tp_executor(dir, 2, /*faulty_rank=*/1, /*fail_at=*/40);  // a few steps in
