@@ -134,13 +134,15 @@ server::json chat_template_kwargs(const Args& a) {
   return j;
 }
 
-// --max-model-len: a count up to the model's context; `auto` / -1 or none: the model's context,
-// lowered by the engine to what one request's KV pages fit (vLLM's `auto`; vLLM without the
-// flag takes the model's context and refuses to start where it does not fit).
-int32_t max_model_len_flag(const Args& a, const model::ModelConfig& mc) {
+// --max-model-len, checked before anything loads: a count (the engine refuses one over the
+// model's context); `auto` / -1 or none: the model's context, lowered by the engine to what one
+// request's KV pages fit (vLLM's `auto`; vLLM without the flag takes the model's context and
+// refuses to start where it does not fit).
+int32_t max_model_len_flag(const Args& a) {
   const std::string v = a.get("max-model-len", "auto");
   if (v == "auto" || v == "-1") return engine::kFitMaxModelLen;
-  return static_cast<int32_t>(a.get_count("max-model-len", 0, 1, mc.max_position_embeddings));
+  return static_cast<int32_t>(
+      a.get_count("max-model-len", 0, 1, std::numeric_limits<int32_t>::max()));
 }
 
 // The context the engine settled on, where the memory lowered it from the model's.
@@ -260,6 +262,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   // Without the flag: sized from the memory plan on a GPU, 64 on the CPU (EngineConfig).
   ecfg.max_num_seqs = static_cast<int32_t>(a.get_int("max-num-seqs", 0, 1, 65536));
   ecfg.enforce_eager = a.has("enforce-eager");
+  ecfg.max_model_len = max_model_len_flag(a);
   const double snapshot_fraction = apply_cache_flags(a, ecfg);
   const SchedulerFlags sched = scheduler_flags(a, 2048);
   ecfg.max_num_batched_tokens = sched.max_num_batched_tokens;
@@ -309,7 +312,6 @@ int cmd_serve(const std::vector<std::string>& argv) {
   ModelRuntime rt = make_runtime(model_dir, model::parse_load_format(a.get("load-format", "auto")),
                                  tp, true, a.get("device", "cpu"), tpsp);
   const model::ModelConfig& mc = rt.exec->config();
-  ecfg.max_model_len = max_model_len_flag(a, mc);
   // The memory plan (runtime::MemoryPlan, made by the engine): on a GPU, what is left of
   // --gpu-memory-utilization x total after the weights, state slots, step buffers and the
   // backend's workspace becomes KV pages; on the CPU, --kv-cache-gib of pages, at most room for

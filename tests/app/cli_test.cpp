@@ -293,6 +293,20 @@ TEST(Cli, ServeChecksTheHostBeforeLoading) {
   EXPECT_EQ(r.output.find("loading"), std::string::npos) << "checked before the model loads";
 }
 
+// A malformed --max-model-len stops serve before the model loads; one over the model's context
+// is the engine's error, after it (the context is the config's).
+TEST(Cli, ServeChecksMaxModelLenBeforeLoading) {
+  const std::string tok = "--tokenizer " + deltaserve::testing::qwen3_tokenizer().string();
+  const Result bad = run("serve " + tok + " --max-model-len 12x");
+  EXPECT_EQ(bad.code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("--max-model-len must be an integer"), std::string::npos) << bad.output;
+  EXPECT_EQ(bad.output.find("loading"), std::string::npos) << "checked before the model loads";
+  const Result over = run("serve " + tok + " --max-model-len 1G");
+  EXPECT_EQ(over.code, 1) << over.output;
+  EXPECT_NE(over.output.find("exceeds the model's max_position_embeddings"), std::string::npos)
+      << over.output;
+}
+
 // A --chat-template that is a template itself (not a file) is accepted: the host check is what
 // stops this command.
 TEST(Cli, ServeAcceptsAChatTemplateGivenInline) {
