@@ -1,5 +1,4 @@
 #include <cstdint>
-#include <cstdlib>
 
 #include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/bf16x8.cuh"
@@ -50,12 +49,6 @@ struct Params {
   SkinnyWorkspace ws;
 };
 constexpr int kPairRows = kTileRows / 2;
-
-// DS_SKINNY_DIAG (a diagnostic for linear_bench's timing; its results are wrong): 1 loads each
-// stage's activation tile only on the stage's first use (later units multiply stale ones), 2
-// streams every tile but issues no MMA. What the GEMM loses without x's re-reads or without its
-// MMAs bounds what each costs.
-enum Diag { kNoDiag = 0, kXOnce = 1, kNoMma = 2 };
 
 // A block's shared scratch besides the pipeline: whether it completes the tile in hand, the
 // addresses of that tile's partials, and (SiLU-mul form) the up half's sums of a whole tile.
@@ -114,7 +107,7 @@ __device__ inline TileRef tile_ref(const Params& p, int tile) {
 
 // One thread issues every copy: the first stages' weight tiles before waiting for the previous
 // kernel (weights are never written by one), then activations and the rest as stages free up.
-template <int kRows, int kDiag>
+template <int kRows>
 __device__ void produce(const Params& p, int u0, int u1, unsigned char* stages, uint64_t* full,
                         uint64_t* empty) {
   constexpr int kStageBytes = Pipe<kRows>::kStageBytes, kStages = Pipe<kRows>::kStages;
@@ -140,9 +133,9 @@ __device__ void produce(const Params& p, int u0, int u1, unsigned char* stages, 
   for (int i = 0; i < first; ++i) load_x(i);
   for (int i = first; u0 + i < u1; ++i) {
     tma::wait(&empty[i % kStages], (i / kStages - 1) & 1);
-    tma::arrive_expect_bytes(&full[i % kStages], kDiag == kXOnce ? kWBytes : kStageBytes);
+    tma::arrive_expect_bytes(&full[i % kStages], kStageBytes);
     load_w(i);
-    if (kDiag != kXOnce) load_x(i);
+    load_x(i);
   }
 }
 
@@ -397,7 +390,7 @@ __device__ inline void prepare_last_tile(const Params& p, int u0, int u1, BlockS
 
 // The consumer warpgroups over the block's units, tile segment by tile segment; each stage is
 // released once the MMAs reading it have completed.
-template <int kRows, int kDiag>
+template <int kRows>
 __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* stages,
                         uint64_t* full, uint64_t* empty, BlockShared& sh) {
   constexpr int kStageBytes = Pipe<kRows>::kStageBytes, kStages = Pipe<kRows>::kStages;
@@ -416,14 +409,12 @@ __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* s
       const uint32_t stage = base + s * kStageBytes;
       const uint64_t wd = wgmma::desc(stage + rows, 16, wgmma::kAtomBytes),
                      xd = wgmma::desc(stage + kWBytes, 16, wgmma::kAtomBytes);
-      if (kDiag != kNoMma) {
-        wgmma::fence();
+      wgmma::fence();
 #pragma unroll
-        for (int kk = 0; kk < kTileK / 16; ++kk)
-          mma_step<kRows>(acc, wd + kk * kStep, xd + kk * kStep);
-        wgmma::commit();
-        wgmma::wait<0>();
-      }
+      for (int kk = 0; kk < kTileK / 16; ++kk)
+        mma_step<kRows>(acc, wd + kk * kStep, xd + kk * kStep);
+      wgmma::commit();
+      wgmma::wait<0>();
       tma::arrive(&empty[s]);
     }
     if (p.partials_only)
@@ -435,7 +426,7 @@ __device__ void consume(const Params& p, int c, int u0, int u1, unsigned char* s
   }
 }
 
-template <int kRows, int kDiag>
+template <int kRows>
 __global__ void __launch_bounds__(kThreads, 1)
     skinny_gemm_kernel(const __grid_constant__ Params p) {
   constexpr int kStages = Pipe<kRows>::kStages;
@@ -454,34 +445,23 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   pdl::allow_successor();  // the next kernel's blocks may start streaming their weights
   if (threadIdx.x >= kConsumers) {
-    if (threadIdx.x == kConsumers) produce<kRows, kDiag>(p, u0, u1, stages, full, empty);
+    if (threadIdx.x == kConsumers) produce<kRows>(p, u0, u1, stages, full, empty);
     return;
   }
   if (threadIdx.x == 0) sh.last_mid = 0;
   if (p.defer_mid) prepare_last_tile(p, u0, u1, sh);  // shared memory only: before the wait
   pdl::wait_for_predecessor();                        // before the stores and the workspace
-  consume<kRows, kDiag>(p, c, u0, u1, stages, full, empty, sh);
+  consume<kRows>(p, c, u0, u1, stages, full, empty, sh);
 }
 
-template <int kRows, int kDiag>
-cudaError_t launch_diag(const Params& p, cudaStream_t stream) {
-  const auto kernel = skinny_gemm_kernel<kRows, kDiag>;
+template <int kRows>
+cudaError_t launch(const Params& p, cudaStream_t stream) {
+  const auto kernel = skinny_gemm_kernel<kRows>;
   constexpr int smem = Pipe<kRows>::kSmemBytes;
   const cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
   return pdl::launch_with(true, kernel, p.blocks, kThreads, smem, stream, p);
-}
-
-template <int kRows>
-cudaError_t launch(const Params& p, cudaStream_t stream) {
-  static const int diag = [] {
-    const char* v = std::getenv("DS_SKINNY_DIAG");
-    return v ? std::atoi(v) : 0;
-  }();
-  return diag == kXOnce   ? launch_diag<kRows, kXOnce>(p, stream)
-         : diag == kNoMma ? launch_diag<kRows, kNoMma>(p, stream)
-                          : launch_diag<kRows, kNoDiag>(p, stream);
 }
 
 // x [T, K] and the split of p's `tiles` tiles of K between blocks, then the launch.
