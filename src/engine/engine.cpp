@@ -59,7 +59,11 @@ EngineConfig resolve(EngineConfig c, Executor& exec, const tokenizer::Tokenizer*
   if (c.ssm_state_dtype != DType::kF32 && c.ssm_state_dtype != DType::kBF16)
     throw Error("the GDN state dtype must be float32 or bfloat16");
   if (c.max_num_seqs == 0) c.max_num_seqs = default_max_num_seqs(exec, c, fit);
-  if (fit) c.max_model_len = plan_of(exec, c, true).max_model_len;
+  if (fit) {  // what one request's pages hold, where that is less
+    const runtime::MemoryPlan p = plan_of(exec, c, true);
+    c.max_model_len = static_cast<int32_t>(
+        std::min<int64_t>(c.max_model_len, int64_t{p.num_pages} * p.page_size));
+  }
   return c;
 }
 

@@ -136,10 +136,7 @@ MemoryPlan plan_memory(const ModelConfig& local, DType act, const PlanLimits& l,
     rest.kv_bytes -= int64_t{p.num_snapshots - l.num_snapshots} * p.slot_bytes;
     p.num_pages = pages_from_budget(p, l, rest, per_request);
   }
-  p.max_model_len = l.max_model_len;
-  if (p.num_pages < per_request && l.fit_max_model_len && p.num_pages >= 1)
-    p.max_model_len = p.num_pages * p.page_size;
-  else if (p.num_pages < per_request)
+  if (p.num_pages < per_request && !(l.fit_max_model_len && p.num_pages >= 1))
     throw Error("the memory plan leaves room for " + std::to_string(p.num_pages) +
                 " KV pages after the weights, " + std::to_string(l.max_num_seqs) +
                 " state slots and the step buffers; one request of max_model_len " +

@@ -27,8 +27,8 @@ struct PlanLimits {
   int32_t max_graph_batch = 0;      // the largest decode-graph bucket (0: no graphs)
   DType state_dtype = DType::kF32;  // the GDN recurrent state (--mamba-ssm-cache-dtype)
   bool kv_cache_fp8 = false;        // KV pages in fp8 e4m3 (--kv-cache-dtype fp8)
-  // Where one request of max_model_len does not fit the pages: the plan's max_model_len is what
-  // they hold, instead of an error (--max-model-len auto).
+  // Where one request of max_model_len does not fit the pages, no error as long as one page is
+  // left: the caller lowers max_model_len to what they hold (--max-model-len auto).
   bool fit_max_model_len = false;
 };
 
@@ -48,8 +48,6 @@ struct MemoryBudget {
 
 struct MemoryPlan {
   int32_t page_size = 0, num_pages = 0, num_slots = 0, num_snapshots = 0;
-  // The longest request the pages hold: PlanLimits::max_model_len, or less where it was fitted.
-  int32_t max_model_len = 0;
   DType state_dtype = DType::kF32;  // the GDN recurrent state's
   DType kv_dtype = DType::kF32;     // the KV pages' (the activations' or fp8 e4m3)
   int64_t scratch_tokens = 0, scratch_rows = 0;

@@ -178,22 +178,18 @@ TEST(MemoryPlan, FailsClosedWhenOneRequestCannotFit) {
   }
 }
 
-// --max-model-len auto: where one request of max_model_len does not fit, the plan's
-// max_model_len is what its pages hold; where it fits, unchanged; with no page left (a device
-// share used up), an error.
-TEST(MemoryPlan, FittedMaxModelLenIsWhatThePagesHold) {
+// --max-model-len auto: where one request of max_model_len does not fit, a plan of the pages
+// there are instead of an error; with no page left (a device share used up), an error still.
+TEST(MemoryPlan, FitMaxModelLenPlansThePagesThereAre) {
   const model::ModelConfig c = model::load_config("");
   PlanLimits l = limits();  // 7 pages per request of 100 tokens
   l.fit_max_model_len = true;
   MemoryBudget b;
   b.kind = MemoryBudget::Kind::kHostBytes;
   b.kv_bytes = page_bytes(c, DType::kF32, 16) * 3;
-  const MemoryPlan three = plan_memory(c, DType::kF32, l, b, 0);
-  EXPECT_EQ(three.num_pages, 3);
-  EXPECT_EQ(three.max_model_len, 3 * 16);
-  EXPECT_DOUBLE_EQ(three.max_concurrency(three.max_model_len), 1.0);
+  EXPECT_EQ(plan_memory(c, DType::kF32, l, b, 0).num_pages, 3);
   b.kv_bytes = page_bytes(c, DType::kF32, 16) * 8;
-  EXPECT_EQ(plan_memory(c, DType::kF32, l, b, 0).max_model_len, 100) << "fits: unchanged";
+  EXPECT_EQ(plan_memory(c, DType::kF32, l, b, 0).num_pages, 8) << "fits: as without the flag";
   b.kind = MemoryBudget::Kind::kDeviceShare;  // nothing left for pages
   b.utilization = 0.5;
   b.device_total = int64_t{1} << 30;
@@ -201,8 +197,8 @@ TEST(MemoryPlan, FittedMaxModelLenIsWhatThePagesHold) {
   EXPECT_THROW(plan_memory(c, DType::kF32, l, b, 0), Error) << "not one page";
   b.kind = MemoryBudget::Kind::kHostBytes;
   l.fit_max_model_len = false;
-  b.kv_bytes = page_bytes(c, DType::kF32, 16) * 8;
-  EXPECT_EQ(plan_memory(c, DType::kF32, l, b, 0).max_model_len, 100);
+  b.kv_bytes = page_bytes(c, DType::kF32, 16) * 3;
+  EXPECT_THROW(plan_memory(c, DType::kF32, l, b, 0), Error) << "without the flag";
 }
 
 // Without --max-num-seqs on a device: the most of 1024 / 512 / 256 / 128 requests whose state
