@@ -35,8 +35,7 @@ void CacheManager::evict_pages(int32_t n) {
 void CacheManager::share_pages(std::vector<int32_t>& table, std::span<const int32_t> pages) {
   for (int32_t p : pages) {
     pages_.retain(p);
-    if (prefix_ && prefix_->holds_page(p))
-      prefix_->set_evictable(prefix_->block_of_page(p), false, 0);
+    if (prefix_ && prefix_->holds_page(p)) prefix_->set_evictable(p, false, 0);
     table.push_back(p);
   }
 }
@@ -45,8 +44,7 @@ void CacheManager::release_pages(std::vector<int32_t>& table) {
   ++clock_;
   for (auto it = table.rbegin(); it != table.rend(); ++it) {
     const int32_t left = pages_.release_one(*it);
-    if (left == 1 && prefix_ && prefix_->holds_page(*it))
-      prefix_->set_evictable(prefix_->block_of_page(*it), true, clock_);
+    if (left == 1 && prefix_ && prefix_->holds_page(*it)) prefix_->set_evictable(*it, true, clock_);
   }
   table.clear();
 }

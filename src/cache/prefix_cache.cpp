@@ -55,25 +55,27 @@ PrefixCache::Entry& PrefixCache::at(uint64_t hash) {
 bool PrefixCache::insert(uint64_t hash, uint64_t parent, int32_t depth,
                          std::span<const int32_t> tokens, int32_t page) {
   DS_CHECK(hash != 0 && !holds_page(page), "prefix cache: page indexed twice");
-  if (entries_.count(hash)) return false;
-  Entry e;
+  const auto [it, fresh] = entries_.try_emplace(hash);
+  if (!fresh) return false;
+  Entry& e = it->second;
   e.parent = parent;
   e.tokens.assign(tokens.begin(), tokens.end());
   e.page = page;
   e.depth = depth;
-  entries_.emplace(hash, std::move(e));
-  page_block_[static_cast<size_t>(page)] = hash;
+  e.hash = hash;
+  page_entry_[static_cast<size_t>(page)] = &e;
   return true;
 }
 
-void PrefixCache::set_evictable(uint64_t hash, bool evictable, uint64_t now) {
-  Entry& e = at(hash);
-  if (e.evictable == evictable) return;
-  if (e.evictable) evictable_.erase(release_key(hash, e));
-  e.evictable = evictable;
+void PrefixCache::set_evictable(int32_t page, bool evictable, uint64_t now) {
+  Entry* e = page_entry_[static_cast<size_t>(page)];
+  DS_CHECK(e != nullptr, "prefix cache: page not indexed");
+  if (e->evictable == evictable) return;
+  if (e->evictable) evictable_.erase(release_key(e->hash, *e));
+  e->evictable = evictable;
   if (evictable) {
-    e.released_at = now;
-    evictable_.insert(release_key(hash, e));
+    e->released_at = now;
+    evictable_.insert(release_key(e->hash, *e));
   }
 }
 
@@ -82,15 +84,17 @@ int32_t PrefixCache::evict_block(int32_t& snapshot) {
   if (evictable_.empty()) return -1;
   const uint64_t hash = std::get<2>(*evictable_.begin());
   evictable_.erase(evictable_.begin());
-  Entry& e = at(hash);
+  const auto it = entries_.find(hash);
+  DS_CHECK(it != entries_.end(), "prefix cache: unknown block");
+  const Entry& e = it->second;
   DS_CHECK(e.pins == 0, "prefix cache: evicting a pinned snapshot");
   if (e.snapshot >= 0) {
     snapshots_.erase(snapshot_key(hash, e));
     snapshot = e.snapshot;
   }
   const int32_t page = e.page;
-  page_block_[static_cast<size_t>(page)] = 0;
-  entries_.erase(hash);
+  page_entry_[static_cast<size_t>(page)] = nullptr;
+  entries_.erase(it);
   return page;
 }
 

@@ -34,9 +34,13 @@ class PrefixCache {
     int32_t pins = 0;  // requests about to restore the snapshot
     uint64_t released_at = 0, snapshot_used_at = 0;
     bool evictable = false;
+    uint64_t hash = 0;  // its own key
   };
 
-  explicit PrefixCache(int32_t num_pages) : page_block_(static_cast<size_t>(num_pages), 0) {}
+  // Buckets for every page up front: a cache that fills its pages never rehashes.
+  explicit PrefixCache(int32_t num_pages) : page_entry_(static_cast<size_t>(num_pages), nullptr) {
+    entries_.reserve(static_cast<size_t>(num_pages));
+  }
 
   // The entry of block `hash` if it holds exactly `tokens` after `parent`, else null.
   const Entry* find(uint64_t hash, uint64_t parent, std::span<const int32_t> tokens) const;
@@ -45,11 +49,10 @@ class PrefixCache {
   // its page). The caller gives the cache its own reference on the page.
   bool insert(uint64_t hash, uint64_t parent, int32_t depth, std::span<const int32_t> tokens,
               int32_t page);
-  bool holds_page(int32_t page) const { return page_block_[static_cast<size_t>(page)] != 0; }
-  uint64_t block_of_page(int32_t page) const { return page_block_[static_cast<size_t>(page)]; }
+  bool holds_page(int32_t page) const { return page_entry_[static_cast<size_t>(page)] != nullptr; }
 
-  // Page holders: `evictable` when only the cache holds the page.
-  void set_evictable(uint64_t hash, bool evictable, uint64_t now);
+  // Page holders: `evictable` when only the cache holds the page. Precondition: holds_page(page).
+  void set_evictable(int32_t page, bool evictable, uint64_t now);
   int32_t num_evictable() const { return static_cast<int32_t>(evictable_.size()); }
   int32_t num_blocks() const { return static_cast<int32_t>(entries_.size()); }
   // Removes the least recently released evictable block; returns its page (still referenced by
@@ -75,9 +78,10 @@ class PrefixCache {
   }
 
   std::unordered_map<uint64_t, Entry> entries_;
-  std::vector<uint64_t> page_block_;  // page -> block hash (0: not indexed)
-  std::set<Key> evictable_;           // blocks only the cache holds
-  std::set<Key> snapshots_;           // unpinned snapshots
+  // page -> its block's entry (null: not indexed); a map's nodes stay put, rehashed or not
+  std::vector<Entry*> page_entry_;
+  std::set<Key> evictable_;  // blocks only the cache holds
+  std::set<Key> snapshots_;  // unpinned snapshots
 };
 
 }  // namespace deltaserve::cache

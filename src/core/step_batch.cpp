@@ -1,5 +1,6 @@
 #include "core/step_batch.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include "core/error.h"
@@ -99,6 +100,17 @@ StepBatchBuilder& StepBatchBuilder::add_rows(uint64_t request_id, std::span<cons
     prev = off;
   }
   s.num_samples = static_cast<int32_t>(sample_offsets.size());
+  return *this;
+}
+
+StepBatchBuilder& StepBatchBuilder::reserve(int64_t tokens, int64_t seqs, int64_t pages) {
+  const auto n = [](int64_t v) { return static_cast<size_t>(std::max<int64_t>(v, 0)); };
+  b_.token_ids_.reserve(n(tokens));
+  b_.positions_.reserve(n(tokens));
+  b_.seqs_.reserve(n(seqs));
+  b_.page_offsets_.reserve(n(seqs) + 1);
+  b_.page_ids_.reserve(n(pages));
+  b_.sample_rows_.reserve(n(seqs));
   return *this;
 }
 

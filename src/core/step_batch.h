@@ -81,6 +81,10 @@ class StepBatch {
 class StepBatchBuilder {
  public:
   explicit StepBatchBuilder(int32_t page_size) { b_.page_size_ = page_size; }
+  // Room for `tokens` token rows, `seqs` sequences and `pages` page-table entries, so that adding
+  // up to that much allocates once (a scheduler passes its previous step's sizes: a step's page
+  // tables run to ~150k entries at 256 sequences of 9k tokens).
+  StepBatchBuilder& reserve(int64_t tokens, int64_t seqs, int64_t pages);
   // Appends a sequence: its new tokens at positions [start_pos, start_pos + tokens.size()), its
   // KV pages (covering every position through the last new token) and its last `num_samples`
   // rows sampled. The state source is kFresh at position 0 and kSlot otherwise unless given.

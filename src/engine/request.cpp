@@ -43,19 +43,29 @@ const char* finish_reason_name(FinishReason r) {
   return "";
 }
 
+OutputDelta RequestStream::take() {
+  OutputDelta d = std::move(q_[head_++]);
+  if (empty()) {
+    q_.clear();
+    head_ = 0;
+  } else if (head_ >= 64 && 2 * head_ >= q_.size()) {  // a reader that never quite catches up
+    q_.erase(q_.begin(), q_.begin() + static_cast<std::ptrdiff_t>(head_));
+    head_ = 0;
+  }
+  return d;
+}
+
 bool RequestStream::next(OutputDelta& out, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_for(lock, timeout, [this] { return !q_.empty(); })) return false;
-  out = std::move(q_.front());
-  q_.pop_front();
+  if (!cv_.wait_for(lock, timeout, [this] { return !empty(); })) return false;
+  out = take();
   return true;
 }
 
 bool RequestStream::try_next(OutputDelta& out) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (q_.empty()) return false;
-  out = std::move(q_.front());
-  q_.pop_front();
+  if (empty()) return false;
+  out = take();
   return true;
 }
 
@@ -65,7 +75,7 @@ void RequestStream::set_listener(std::function<void()> f) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     listener_ = listener;
-    pending = !q_.empty();
+    pending = !empty();
   }
   if (pending && listener) (*listener)();
 }
@@ -74,7 +84,7 @@ void RequestStream::push(OutputDelta d) {
   std::shared_ptr<const std::function<void()>> listener;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (q_.empty()) listener = listener_;  // else a call for the queued deltas is under way
+    if (empty()) listener = listener_;  // else a call for the queued deltas is under way
     q_.push_back(std::move(d));
   }
   cv_.notify_all();

@@ -5,7 +5,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -94,10 +93,17 @@ class RequestStream {
   void push(OutputDelta d);
 
  private:
+  // The queued deltas, q_[head_..]; emptied back to the start once all are taken, so that a
+  // stream read between steps reuses one buffer (a deque allocated and freed a node every few
+  // deltas, across the engine and reader threads).
+  bool empty() const { return head_ == q_.size(); }
+  OutputDelta take();
+
   uint64_t id_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<OutputDelta> q_;
+  std::vector<OutputDelta> q_;
+  size_t head_ = 0;
   std::shared_ptr<const std::function<void()>> listener_;  // shared: a push copies no closure
 };
 

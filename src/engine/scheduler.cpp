@@ -88,6 +88,7 @@ int32_t Scheduler::add_seq(Request* r, int32_t n, StepBatchBuilder& b, Scheduled
 ScheduledStep Scheduler::schedule() {
   ScheduledStep plan;
   StepBatchBuilder builder(cache_.page_size());
+  builder.reserve(last_batch_.tokens, last_batch_.seqs, last_batch_.pages);
   scheduled_.clear();
   int32_t budget = cfg_.max_num_batched_tokens;
 
@@ -170,6 +171,8 @@ ScheduledStep Scheduler::schedule() {
     committed += pages_to_finish(r);
   }
   plan.batch = builder.build();
+  last_batch_ = {plan.batch.num_tokens(), plan.batch.num_seqs(),
+                 static_cast<int64_t>(plan.batch.page_ids().size())};
   return plan;
 }
 

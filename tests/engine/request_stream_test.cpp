@@ -36,6 +36,22 @@ TEST(RequestStream, NextReturnsDeltasInOrderAndTimesOut) {
   EXPECT_FALSE(s.try_next(d));
 }
 
+// A reader that stays behind the producer (the queue never empties, so the taken deltas are
+// dropped from the queue's front as it goes): every delta still comes, in order.
+TEST(RequestStream, AReaderThatNeverCatchesUpSeesEveryDeltaInOrder) {
+  RequestStream s(5);
+  int32_t pushed = 0, expected = 0;
+  for (; pushed < 100; ++pushed) s.push(delta(pushed));
+  OutputDelta d;
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_TRUE(s.try_next(d));
+    ASSERT_EQ(d.token_ids, std::vector<int32_t>{expected++});
+    s.push(delta(pushed++));
+  }
+  while (s.try_next(d)) ASSERT_EQ(d.token_ids, std::vector<int32_t>{expected++});
+  EXPECT_EQ(expected, pushed);
+}
+
 TEST(RequestStream, ListenerIsCalledOncePerBatchThatFindsTheQueueEmpty) {
   RequestStream s(1);
   int calls = 0;
