@@ -275,7 +275,11 @@ double Engine::run_step(const ScheduledStep& step) {
   const double forward = seconds(forward_begun, clock::now());
   scheduler_.commit(step);
   metrics_.update([](MetricsSnapshot& s) { ++s.steps; });
+  // Every request's tokens taken first, then every delta sent: the pushes (and the readers'
+  // wake-ups their listeners cause) come together, not one between each request's output work.
   std::vector<SampledToken> tokens;
+  std::vector<std::pair<Request*, ProcessedOutput>> outputs;
+  outputs.reserve(step.requests.size());
   for (size_t i = 0; i < step.requests.size(); ++i) {
     const StepSeq& s = step.batch.seq(i);
     if (s.num_samples == 0) continue;
@@ -286,8 +290,9 @@ double Engine::run_step(const ScheduledStep& step) {
       const int32_t token = constrained(r, tokens, scripted(r, k, o.token));
       tokens.push_back({token, TokenLogprob{token, o.logprob, o.top}});
     }
-    on_tokens(*step.requests[i], tokens);
+    outputs.emplace_back(step.requests[i], take_tokens(*step.requests[i], tokens));
   }
+  for (auto& [r, output] : outputs) deliver(*r, std::move(output));
   return forward;
 }
 
@@ -337,7 +342,7 @@ std::vector<int32_t> Engine::banned_tokens(const Request& r) const {
   return b;
 }
 
-void Engine::on_tokens(Request& r, std::span<const SampledToken> tokens) {
+ProcessedOutput Engine::take_tokens(Request& r, std::span<const SampledToken> tokens) {
   ProcessedOutput out = output_.process(r, tokens);
   const auto now = clock::now();
   metrics_.update([&](MetricsSnapshot& s) {
@@ -349,6 +354,10 @@ void Engine::on_tokens(Request& r, std::span<const SampledToken> tokens) {
   });
   r.has_first_token = true;
   r.last_token = now;
+  return out;
+}
+
+void Engine::deliver(Request& r, ProcessedOutput out) {
   if (out.finish != FinishReason::kNone) return finish(r, out.finish, std::move(out.delta));
   r.stream->push(std::move(out.delta));
 }

@@ -118,9 +118,11 @@ class Engine {
   void loop();
   // Runs a step and hands out its tokens; returns the seconds its forward took.
   double run_step(const ScheduledStep& step);
-  // Appends a request's sampled tokens of a step, streams them and finishes the request when a
-  // stop condition holds.
-  void on_tokens(Request& r, std::span<const SampledToken> tokens);
+  // Appends a request's sampled tokens of a step (its stop conditions checked, its text
+  // detokenized) and returns what to send; deliver() streams that, finishing the request when a
+  // stop condition held. A step delivers once every request's tokens are taken.
+  ProcessedOutput take_tokens(Request& r, std::span<const SampledToken> tokens);
+  void deliver(Request& r, ProcessedOutput out);
   // The token a request gets for its k-th sampled row of the step: the debug script's, if any.
   int32_t scripted(const Request& r, int32_t k, int32_t sampled) const;
   // `token` (after `earlier` tokens of this step) under the request's forced prefixes.
