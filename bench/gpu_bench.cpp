@@ -29,6 +29,7 @@
 #include "app/cache_flags.h"
 #include "app/gpu_ranks.h"
 #include "backend/cuda/cuda_backend.h"
+#include "bench_batches.h"
 #include "core/error.h"
 #include "dist/nccl_communicator.h"
 #include "model/loader.h"
@@ -40,22 +41,7 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-std::vector<int32_t> parse_list(const std::string& s) {
-  std::vector<int32_t> v;
-  size_t i = 0;
-  while (i < s.size()) {
-    const size_t j = s.find(',', i);
-    v.push_back(std::stoi(s.substr(i, j == std::string::npos ? std::string::npos : j - i)));
-    if (j == std::string::npos) break;
-    i = j + 1;
-  }
-  return v;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
+using namespace ds::bench;
 
 // Peak figures of H200.md (measured there): device copy bandwidth and bf16 GEMM throughput.
 constexpr double kBandwidth = 4.25e12, kPeakFlops = 768e12;
@@ -74,71 +60,6 @@ Bytes rank_bytes(const ds::model::Qwen35Model& m) {
                                c.conv_dim() * (c.conv_kernel - 1) * 2)),
           static_cast<double>(c.num_layers_of(ds::model::LayerType::kFullAttention) * 2 *
                               c.num_kv_heads * c.head_dim * 2)};
-}
-
-// The plan of the bench runs: maxB decode sequences of pps pages and one prefill of ppp pages on
-// slot maxB; steps of up to `tokens` tokens; graphs up to maxB.
-ds::runtime::PlanLimits bench_limits(int32_t page, int32_t maxB, int32_t tokens, int32_t pps,
-                                     int32_t ppp, ds::DType state = ds::DType::kF32,
-                                     bool kv_fp8 = false) {
-  ds::runtime::PlanLimits l;
-  l.state_dtype = state;
-  l.kv_cache_fp8 = kv_fp8;
-  l.max_num_seqs = maxB + 1;
-  l.max_num_batched_tokens = tokens;
-  l.max_model_len = page * std::max(pps, ppp);
-  l.page_size = page;
-  l.max_graph_batch = maxB;
-  return l;
-}
-
-ds::runtime::MemoryBudget bench_budget(int32_t pages) {
-  ds::runtime::MemoryBudget b;
-  b.pages = pages;
-  return b;
-}
-
-// B decode rows at context `ctx`: sequence r on slot r with pages [r * pps, (r + 1) * pps).
-ds::StepBatch decode_batch(int32_t B, int32_t V, int32_t ctx, int32_t page, int32_t pps) {
-  ds::StepBatchBuilder b(page);
-  for (int32_t r = 0; r < B; ++r) {
-    std::vector<int32_t> pages;
-    for (int32_t q = 0; q < pps; ++q) pages.push_back(r * pps + q);
-    b.add(0, std::vector<int32_t>{(r * 7919 + 11) % V}, ctx, r, pages, 1);
-  }
-  return b.build();
-}
-
-// Adds one fresh prefill of N tokens on `slot` with pages [first, first + ppp), its last row
-// sampled.
-void add_prefill(ds::StepBatchBuilder& b, int32_t N, int32_t V, int32_t slot, int32_t first,
-                 int32_t ppp) {
-  std::vector<int32_t> ids, pages;
-  for (int32_t i = 0; i < N; ++i)  // 64-bit: i * 104729 overflows int32 past 20,504 tokens
-    ids.push_back(static_cast<int32_t>((int64_t{i} * 104729 + 7) % V));
-  for (int32_t q = 0; q < ppp; ++q) pages.push_back(first + q);
-  b.add(0, ids, 0, slot, pages, 1);
-}
-
-ds::StepBatch prefill_batch(int32_t N, int32_t V, int32_t page, int32_t slot, int32_t first,
-                            int32_t ppp) {
-  ds::StepBatchBuilder b(page);
-  add_prefill(b, N, V, slot, first, ppp);
-  return b.build();
-}
-
-// A step of serving under load: B decode rows at context ctx (as decode_batch), then a fresh
-// prefill chunk of N - B tokens (as prefill_batch).
-ds::StepBatch mixed_batch(int32_t B, int32_t N, int32_t V, int32_t ctx, int32_t page, int32_t pps,
-                          int32_t ppp) {
-  ds::StepBatchBuilder b(page);
-  for (int32_t r = 0; r < B; ++r) {
-    std::vector<int32_t> pages;
-    for (int32_t q = 0; q < pps; ++q) pages.push_back(r * pps + q);
-    b.add(0, std::vector<int32_t>{(r * 7919 + 11) % V}, ctx, r, pages, 1);
-  }
-  add_prefill(b, N - B, V, B, B * pps, ppp);
-  return b.build();
 }
 
 // Milliseconds of `calls` back-to-back bf16 all-reduces of each of `elems` elements over N NCCL

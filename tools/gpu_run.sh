@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 test machine (device tool) over binaries staged by tools/stage_device.sh.
-# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench gdnab gdnenvab ncu trace ncudecode ncuskinny ncusrc ncufull ncuattn attn fla model nccl bench1 prof bench mixed linear linearab envab ab hf real serve prefix
+# Usage: tools/gpu_run.sh STAGE...   stages: ops gdn gdntest gdnbench gdnab gdnenvab mixedab overlap ncu trace ncudecode ncuskinny ncusrc ncufull ncuattn attn fla model nccl bench1 prof bench mixed linear linearab envab ab hf real serve prefix
 #        prefixab serve8k offline8k longctx
 #        benchtp[:MODELS] servetp   (multi-GPU: TP1 vs TP2 vs TP4 on the visible GPUs)
 # Logs go to $OUT (or ./gpu_logs); a summary line is printed as each stage ends.
@@ -105,6 +105,15 @@ linearab_run() {  # BINARY SETTING TAG ROUND: linear_bench's per-projection tabl
   env ${2//,/ } timeout 120 $BIN/$1 --rows ${AB_ROWS:-16,32,64} >"$LOG/linearab_$3_$4.md" \
     2>>"$LOG/linearab.err"
   note "linearab $1:$2 $4 rc=$? $(grep -F '**step**' "$LOG/linearab_$3_$4.md" | tr '\n' ' ')"
+}
+mixedab_run() {  # BINARY SETTING TAG ROUND: gpu_bench's mixed steps ($MIXED_ROWS decode rows, default
+                 # 64 and 256, at context $MIXED_CONTEXT, default 8k — 4k fits an 80 GB card — + a
+                 # prefill chunk filling 8,192 tokens), no profile
+  env ${2//,/ } timeout 300 $BIN/$1 --model $M --batches ${MIXED_ROWS:-64,256} \
+    --context ${MIXED_CONTEXT:-8192} --prefill 8192 --mixed ${MIXED_ROWS:-64,256} --iters 10 \
+    >"$LOG/mixedab_$3_$4.md" 2>>"$LOG/mixedab.err"
+  note "mixedab $1:$2 $4 rc=$? $(grep -E '^\| (64|256) \| [0-9]+ \| [0-9]+ \| [0-9.]+ \| [0-9.]+ \|$' \
+    "$LOG/mixedab_$3_$4.md" | tr '\n' ' ')"
 }
 gdnenvab_run() {  # BINARY SETTING TAG ROUND: gdn_bench's per-layer table
   env ${2//,/ } timeout 90 $BIN/$1 >"$LOG/gdnenvab_$3_$4.md" 2>>"$LOG/gdnenvab.err"
@@ -264,6 +273,13 @@ for stage in "$@"; do
                # of $AB_RUNS (BINARY:VAR=VALUE, e.g. linear_bench:DS_SKINNY_GEMM=0,
                # linear_bench_base:X=1 for a base build), interleaved twice in one lease
       ab_rounds linearab_run ;;
+    overlap)  # decode steps beside prefills, two lanes (backends) at once: whether decode work runs
+              # beside prefill work on the GPU ($OVERLAP_FLAGS e.g. --context 4096 on an 80 GB card)
+      timeout 300 $BIN/overlap_bench --model $M ${OVERLAP_FLAGS:-} >>"$LOG/overlap.md" 2>>"$LOG/overlap.err"
+      note "overlap rc=$? $(grep -E '^\| [0-9]' "$LOG/overlap.md" | tr '\n' ' ')" ;;
+    mixedab)  # serving's mixed steps for each of $AB_RUNS (BINARY:VAR=VALUE, e.g.
+              # gpu_bench:DS_GDN_FUSED=0, gpu_bench_base:X=1), interleaved twice in one lease
+      ab_rounds mixedab_run ;;
     gdnenvab)  # the GDN per-layer bench for each of $AB_RUNS (BINARY:VAR=VALUE, e.g.
                # gdn_bench:DS_GDN_DECODE_SPLIT=0, gdn_bench_base:X=1), interleaved twice in one lease
       ab_rounds gdnenvab_run ;;

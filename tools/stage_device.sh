@@ -6,7 +6,7 @@ set -euo pipefail
 B=${1:-build}
 D=.device_out
 mkdir -p $D/bin $D/lib
-for f in deltaserve tests/cuda_ops_test tests/gdn_chunk_test tests/gdn_mixer_test tests/linear_silu_mul_test tests/cuda_model_test tests/real_size_test tests/nccl_test tests/tp_gpu_test bench/gpu_bench bench/gdn_bench bench/attn_bench bench/linear_bench; do
+for f in deltaserve tests/cuda_ops_test tests/gdn_chunk_test tests/gdn_mixer_test tests/linear_silu_mul_test tests/cuda_model_test tests/real_size_test tests/nccl_test tests/tp_gpu_test bench/gpu_bench bench/overlap_bench bench/gdn_bench bench/attn_bench bench/linear_bench; do
   [ -f "$B/$f" ] && strip -o "$D/bin/$(basename $f)" "$B/$f"
 done
 cp -L /usr/lib/x86_64-linux-gnu/libutf8proc.so.2 $D/lib/
