@@ -8,6 +8,7 @@
 // a second against running the same steps in turn (1.00: no overlap; 2.00: each hidden entirely).
 // Usage: overlap_bench --model DIR [--decode-rows 64,256] [--context 8192] [--prefill 8192]
 //                      [--prefills 6] [--eager-decode]
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -65,11 +66,13 @@ struct Lane {
 
 struct Beside {
   double prefill_ms, decode_ms, window_ms;
-  int prefills, decode_steps;
+  int prefills;
+  double decode_steps;  // within the window: steps at its edges by the share of them inside it
 };
 
 // `n` prefills on this thread while another thread runs decode steps until they are done: the
-// prefills' median, and the decode steps that ended inside the prefills' window.
+// prefills' median, the median of the decode steps wholly inside the prefills' window, and how
+// many decode steps the window held (those at its edges by the share of their time inside it).
 Beside run_beside(Lane& prefill, const ds::StepBatch& pb, Lane& decode, const ds::StepBatch& db,
                   int n) {
   std::atomic<bool> stop{false};
@@ -90,11 +93,16 @@ Beside run_beside(Lane& prefill, const ds::StepBatch& pb, Lane& decode, const ds
   stop = true;
   t.join();
   std::vector<double> inside;
-  for (const auto& [s0, s1] : steps)
-    if (s0 >= w0 && s1 <= w1)
-      inside.push_back(std::chrono::duration<double, std::milli>(s1 - s0).count());
+  double held = 0;
+  for (const auto& [s0, s1] : steps) {
+    const double ms = std::chrono::duration<double, std::milli>(s1 - s0).count();
+    const double in =
+        std::chrono::duration<double, std::milli>(std::min(s1, w1) - std::max(s0, w0)).count();
+    if (in > 0) held += in / ms;
+    if (s0 >= w0 && s1 <= w1) inside.push_back(ms);
+  }
   return {median(times), median(inside), std::chrono::duration<double, std::milli>(w1 - w0).count(),
-          n, static_cast<int>(inside.size())};
+          n, held};
 }
 
 }  // namespace
@@ -131,7 +139,7 @@ int main(int argc, char** argv) {
       const double decode_alone = dec.median_step(db, 20);
       const Beside b = run_beside(pre, pb, dec, db, n);
       const double in_turn = b.prefills * prefill_alone + b.decode_steps * decode_alone;
-      std::printf("| %d | %d | %s | %d | %.2f | %.3f | %.2f | %.3f | %d | %.2f |\n", B, ctx,
+      std::printf("| %d | %d | %s | %d | %.2f | %.3f | %.2f | %.3f | %.1f | %.2f |\n", B, ctx,
                   eager_decode ? "eager" : "graphed", N, prefill_alone, decode_alone, b.prefill_ms,
                   b.decode_ms, b.decode_steps, in_turn / b.window_ms);
       std::fflush(stdout);
