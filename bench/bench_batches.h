@@ -12,8 +12,6 @@
 
 namespace deltaserve::bench {
 
-namespace ds = deltaserve;
-
 inline std::vector<int32_t> parse_list(const std::string& s) {
   std::vector<int32_t> v;
   size_t i = 0;
@@ -33,10 +31,10 @@ inline double median(std::vector<double> v) {
 
 // The plan of the bench runs: maxB decode sequences of pps pages and one prefill of ppp pages on
 // slot maxB; steps of up to `tokens` tokens; graphs up to maxB.
-inline ds::runtime::PlanLimits bench_limits(int32_t page, int32_t maxB, int32_t tokens, int32_t pps,
-                                            int32_t ppp, ds::DType state = ds::DType::kF32,
-                                            bool kv_fp8 = false) {
-  ds::runtime::PlanLimits l;
+inline runtime::PlanLimits bench_limits(int32_t page, int32_t maxB, int32_t tokens, int32_t pps,
+                                        int32_t ppp, DType state = DType::kF32,
+                                        bool kv_fp8 = false) {
+  runtime::PlanLimits l;
   l.state_dtype = state;
   l.kv_cache_fp8 = kv_fp8;
   l.max_num_seqs = maxB + 1;
@@ -47,15 +45,15 @@ inline ds::runtime::PlanLimits bench_limits(int32_t page, int32_t maxB, int32_t 
   return l;
 }
 
-inline ds::runtime::MemoryBudget bench_budget(int32_t pages) {
-  ds::runtime::MemoryBudget b;
+inline runtime::MemoryBudget bench_budget(int32_t pages) {
+  runtime::MemoryBudget b;
   b.pages = pages;
   return b;
 }
 
 // B decode rows at context `ctx`: sequence r on slot r with pages [r * pps, (r + 1) * pps).
-inline ds::StepBatch decode_batch(int32_t B, int32_t V, int32_t ctx, int32_t page, int32_t pps) {
-  ds::StepBatchBuilder b(page);
+inline StepBatch decode_batch(int32_t B, int32_t V, int32_t ctx, int32_t page, int32_t pps) {
+  StepBatchBuilder b(page);
   for (int32_t r = 0; r < B; ++r) {
     std::vector<int32_t> pages;
     for (int32_t q = 0; q < pps; ++q) pages.push_back(r * pps + q);
@@ -66,7 +64,7 @@ inline ds::StepBatch decode_batch(int32_t B, int32_t V, int32_t ctx, int32_t pag
 
 // Adds one fresh prefill of N tokens on `slot` with pages [first, first + ppp), its last row
 // sampled.
-inline void add_prefill(ds::StepBatchBuilder& b, int32_t N, int32_t V, int32_t slot, int32_t first,
+inline void add_prefill(StepBatchBuilder& b, int32_t N, int32_t V, int32_t slot, int32_t first,
                         int32_t ppp) {
   std::vector<int32_t> ids, pages;
   for (int32_t i = 0; i < N; ++i)  // 64-bit: i * 104729 overflows int32 past 20,504 tokens
@@ -75,18 +73,18 @@ inline void add_prefill(ds::StepBatchBuilder& b, int32_t N, int32_t V, int32_t s
   b.add(0, ids, 0, slot, pages, 1);
 }
 
-inline ds::StepBatch prefill_batch(int32_t N, int32_t V, int32_t page, int32_t slot, int32_t first,
-                                   int32_t ppp) {
-  ds::StepBatchBuilder b(page);
+inline StepBatch prefill_batch(int32_t N, int32_t V, int32_t page, int32_t slot, int32_t first,
+                               int32_t ppp) {
+  StepBatchBuilder b(page);
   add_prefill(b, N, V, slot, first, ppp);
   return b.build();
 }
 
 // A step of serving under load: B decode rows at context ctx (as decode_batch), then a fresh
 // prefill chunk of N - B tokens (as prefill_batch).
-inline ds::StepBatch mixed_batch(int32_t B, int32_t N, int32_t V, int32_t ctx, int32_t page,
-                                 int32_t pps, int32_t ppp) {
-  ds::StepBatchBuilder b(page);
+inline StepBatch mixed_batch(int32_t B, int32_t N, int32_t V, int32_t ctx, int32_t page,
+                             int32_t pps, int32_t ppp) {
+  StepBatchBuilder b(page);
   for (int32_t r = 0; r < B; ++r) {
     std::vector<int32_t> pages;
     for (int32_t q = 0; q < pps; ++q) pages.push_back(r * pps + q);
