@@ -51,14 +51,18 @@ inline runtime::MemoryBudget bench_budget(int32_t pages) {
   return b;
 }
 
-// B decode rows at context `ctx`: sequence r on slot r with pages [r * pps, (r + 1) * pps).
-inline StepBatch decode_batch(int32_t B, int32_t V, int32_t ctx, int32_t page, int32_t pps) {
-  StepBatchBuilder b(page);
+// Adds B decode rows at context `ctx`: sequence r on slot r with pages [r * pps, (r + 1) * pps).
+inline void add_decode_rows(StepBatchBuilder& b, int32_t B, int32_t V, int32_t ctx, int32_t pps) {
   for (int32_t r = 0; r < B; ++r) {
     std::vector<int32_t> pages;
     for (int32_t q = 0; q < pps; ++q) pages.push_back(r * pps + q);
     b.add(0, std::vector<int32_t>{(r * 7919 + 11) % V}, ctx, r, pages, 1);
   }
+}
+
+inline StepBatch decode_batch(int32_t B, int32_t V, int32_t ctx, int32_t page, int32_t pps) {
+  StepBatchBuilder b(page);
+  add_decode_rows(b, B, V, ctx, pps);
   return b.build();
 }
 
@@ -85,11 +89,7 @@ inline StepBatch prefill_batch(int32_t N, int32_t V, int32_t page, int32_t slot,
 inline StepBatch mixed_batch(int32_t B, int32_t N, int32_t V, int32_t ctx, int32_t page,
                              int32_t pps, int32_t ppp) {
   StepBatchBuilder b(page);
-  for (int32_t r = 0; r < B; ++r) {
-    std::vector<int32_t> pages;
-    for (int32_t q = 0; q < pps; ++q) pages.push_back(r * pps + q);
-    b.add(0, std::vector<int32_t>{(r * 7919 + 11) % V}, ctx, r, pages, 1);
-  }
+  add_decode_rows(b, B, V, ctx, pps);
   add_prefill(b, N - B, V, B, B * pps, ppp);
   return b.build();
 }
