@@ -6,13 +6,16 @@
 // rows at context C (graphed, or eager with --eager-decode). Each alone, then both at once from
 // two host threads: the prefills' and the decode steps' times beside each other, and the work done
 // a second against running the same steps in turn (1.00: no overlap; 2.00: each hidden entirely).
+// With --decode-sms S the two lanes hold SMs of their own (CUDA green contexts): the decode lane
+// at least S of them, the prefill lane the rest.
 // Usage: overlap_bench --model DIR [--decode-rows 64,256] [--context 8192] [--prefill 8192]
-//                      [--prefills 6] [--eager-decode]
+//                      [--prefills 6] [--eager-decode] [--decode-sms S]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,10 +39,12 @@ double ms_since(clock_type::time_point t0) {
   return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
 }
 
-// A backend with its own streams and workspaces, a model on it and a runner of `limits`.
+// A backend with its own streams and workspaces (on a share of the SMs where `sms` is given), a
+// model on it and a runner of `limits`.
 struct Lane {
-  Lane(const std::string& dir, const ds::runtime::PlanLimits& limits, int32_t pages)
-      : be(0),
+  Lane(const std::string& dir, const ds::runtime::PlanLimits& limits, int32_t pages,
+       const ds::cuda::SmPartition* sms)
+      : be(0, sms),
         model(ds::model::load_model(dir, ds::model::LoadFormat::kDummy, be, true)),
         runner(*model, ds::runtime::plan_for(*model, limits, ds::bench::bench_budget(pages))),
         vocab(static_cast<int32_t>(model->config().vocab_size)) {}
@@ -111,7 +116,8 @@ int main(int argc, char** argv) {
   try {
     std::vector<std::string> args(argv + 1, argv + argc);
     ds::app::Args a(args, "overlap_bench",
-                    {"model", "decode-rows", "context", "prefill", "prefills"}, {"eager-decode"});
+                    {"model", "decode-rows", "context", "prefill", "prefills", "decode-sms"},
+                    {"eager-decode"});
     const std::string dir = a.get("model", "");
     const std::vector<int32_t> rows = ds::bench::parse_list(a.get("decode-rows", "64,256"));
     const int32_t ctx = static_cast<int32_t>(a.get_int("context", 8192, 1, 1 << 20));
@@ -121,27 +127,37 @@ int main(int argc, char** argv) {
     const int32_t maxB = *std::max_element(rows.begin(), rows.end());
     const int32_t pps = (ctx + 1 + kPage - 1) / kPage, ppp = (N + kPage - 1) / kPage;
 
-    Lane pre(dir, ds::bench::bench_limits(kPage, 1, N, 1, ppp), 1 + ppp);
+    std::optional<std::pair<ds::cuda::SmPartition, ds::cuda::SmPartition>> shares;
+    if (a.has("decode-sms"))
+      shares.emplace(ds::cuda::SmPartition::split(
+          0, static_cast<int>(a.get_int("decode-sms", 32, 1, 1 << 10))));
+    Lane pre(dir, ds::bench::bench_limits(kPage, 1, N, 1, ppp), 1 + ppp,
+             shares ? &shares->second : nullptr);
     pre.runner.tune_linears(N);
-    Lane dec(dir, ds::bench::bench_limits(kPage, maxB, maxB, pps, 1), maxB * pps);
+    Lane dec(dir, ds::bench::bench_limits(kPage, maxB, maxB, pps, 1), maxB * pps,
+             shares ? &shares->first : nullptr);
     dec.runner.capture_decode_graphs(rows, pps);
     dec.runner.set_eager(eager_decode);
     const ds::StepBatch pb = ds::bench::prefill_batch(N, pre.vocab, kPage, 0, 0, ppp);
     const double prefill_alone = pre.median_step(pb, n);
+    const std::string sm_split = shares ? std::to_string(shares->first.sm_count()) + " / " +
+                                              std::to_string(shares->second.sm_count())
+                                        : "all / all";
 
     std::printf(
-        "\n| decode rows | ctx | decode | prefill N | prefill ms alone | decode ms alone | prefill "
+        "\n| decode rows | ctx | decode | SMs (decode / prefill) | prefill N | prefill ms alone | "
+        "decode ms alone | prefill "
         "ms beside decode | decode ms beside prefill | decode steps in %d prefills | work a "
-        "second vs in turn |\n|---|---|---|---|---|---|---|---|---|---|\n",
+        "second vs in turn |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
         n);
     for (const int32_t B : rows) {
       const ds::StepBatch db = ds::bench::decode_batch(B, dec.vocab, ctx, kPage, pps);
       const double decode_alone = dec.median_step(db, 20);
       const Beside b = run_beside(pre, pb, dec, db, n);
       const double in_turn = b.prefills * prefill_alone + b.decode_steps * decode_alone;
-      std::printf("| %d | %d | %s | %d | %.2f | %.3f | %.2f | %.3f | %.1f | %.2f |\n", B, ctx,
-                  eager_decode ? "eager" : "graphed", N, prefill_alone, decode_alone, b.prefill_ms,
-                  b.decode_ms, b.decode_steps, in_turn / b.window_ms);
+      std::printf("| %d | %d | %s | %s | %d | %.2f | %.3f | %.2f | %.3f | %.1f | %.2f |\n", B, ctx,
+                  eager_decode ? "eager" : "graphed", sm_split.c_str(), N, prefill_alone,
+                  decode_alone, b.prefill_ms, b.decode_ms, b.decode_steps, in_turn / b.window_ms);
       std::fflush(stdout);
     }
     return 0;

@@ -274,7 +274,8 @@ for stage in "$@"; do
                # linear_bench_base:X=1 for a base build), interleaved twice in one lease
       ab_rounds linearab_run ;;
     overlap)  # decode steps beside prefills, two lanes (backends) at once: whether decode work runs
-              # beside prefill work on the GPU ($OVERLAP_FLAGS e.g. --context 4096 on an 80 GB card)
+              # beside prefill work on the GPU ($OVERLAP_FLAGS e.g. --context 4096 on an 80 GB card,
+              # --decode-sms 32: SMs of their own, --eager-decode)
       timeout 300 $BIN/overlap_bench --model $M ${OVERLAP_FLAGS:-} >>"$LOG/overlap.md" 2>>"$LOG/overlap.err"
       note "overlap rc=$? $(grep -E '^\| [0-9]' "$LOG/overlap.md" | tr '\n' ' ')" ;;
     mixedab)  # serving's mixed steps for each of $AB_RUNS (BINARY:VAR=VALUE, e.g.

@@ -45,7 +45,7 @@ cuda::GdnState gdn_state(const Tensor& state) {
 
 }  // namespace
 
-CudaBackend::CudaBackend(int device) : device_(device) {
+CudaBackend::CudaBackend(int device, const cuda::SmPartition* sms) : device_(device) {
   const char* prof = std::getenv("DS_CUDA_PROFILE");
   profile_ = prof && (std::string(prof) == "1" || std::string(prof) == "shapes");
   shape_labels_ = prof && std::string(prof) == "shapes";
@@ -68,14 +68,18 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     throw Error("CUDA device " + std::to_string(device) + " does not exist (" +
                 std::to_string(count) + " visible)");
   check(cudaSetDevice(device), "cudaSetDevice");
-  check(cudaStreamCreateWithFlags(&main_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-  check(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-  check(cudaStreamCreateWithFlags(&aux_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  for (cudaStream_t* s : {&main_stream_, &side_stream_, &aux_stream_}) {
+    if (sms)
+      *s = sms->create_stream();
+    else
+      check(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
   check(cudaEventCreateWithFlags(&aux_fork_, cudaEventDisableTiming), "cudaEventCreate");
   check(cudaEventCreateWithFlags(&aux_join_, cudaEventDisableTiming), "cudaEventCreate");
   stream_ = main_stream_;
   gemm_ = std::make_unique<cuda::CublasLtLinear>();
   check(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device), "SM count");
+  if (sms) num_sms_ = sms->sm_count();
   check(cudaMalloc(&attn_ws_, kAttnWorkspaceBytes), "cudaMalloc (attention workspace)");
   check(cudaMalloc(&skinny_ws_.partials, skinny_ws_bytes()), "cudaMalloc (GEMM workspace)");
   check(cudaMalloc(&skinny_ws_.counters, cuda::kSkinnyMaxTiles * sizeof(int)),

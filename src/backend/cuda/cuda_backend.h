@@ -21,6 +21,7 @@
 #include "backend/cuda/kernels/gdn.cuh"
 #include "backend/cuda/kernels/skinny_gemm.cuh"
 #include "backend/cuda/pinned_buffer.h"
+#include "backend/cuda/sm_partition.h"
 
 namespace deltaserve::backend {
 
@@ -28,8 +29,10 @@ class CudaBackend final : public Backend {
  public:
   // Uses CUDA device `device`; throws deltaserve::Error when it does not exist. With the
   // environment variable DS_CUDA_PROFILE=1, every op is timed with CUDA events and a per-op table
-  // (total ms, calls, share) is printed to stderr when the backend is destroyed.
-  explicit CudaBackend(int device = 0);
+  // (total ms, calls, share) is printed to stderr when the backend is destroyed. With `sms`, its
+  // streams run on that share of the device's SMs only (a green context, which must outlive the
+  // backend) and its grids are sized for the share.
+  explicit CudaBackend(int device = 0, const cuda::SmPartition* sms = nullptr);
   ~CudaBackend() override;
 
   Device device() const override { return Device::kCuda; }
