@@ -7,7 +7,9 @@
 // two host threads: the prefills' and the decode steps' times beside each other, and the work done
 // a second against running the same steps in turn (1.00: no overlap; 2.00: each hidden entirely).
 // With --decode-sms S the two lanes hold SMs of their own (CUDA green contexts): the decode lane
-// at least S of them, the prefill lane the rest.
+// at least S of them, the prefill lane the rest; "alone" and the last column's "in turn" are then
+// each lane alone on its own share — against the whole GPU in turn, take the rows of a run without
+// --decode-sms (bench/results/h200_2026-12-05c.md: at best ~1.09x at 256 rows).
 // Usage: overlap_bench --model DIR [--decode-rows 64,256] [--context 8192] [--prefill 8192]
 //                      [--prefills 6] [--eager-decode] [--decode-sms S]
 #include <algorithm>
@@ -148,7 +150,7 @@ int main(int argc, char** argv) {
         "\n| decode rows | ctx | decode | SMs (decode / prefill) | prefill N | prefill ms alone | "
         "decode ms alone | prefill "
         "ms beside decode | decode ms beside prefill | decode steps in %d prefills | work a "
-        "second vs in turn |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "second vs each lane alone in turn |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
         n);
     for (const int32_t B : rows) {
       const ds::StepBatch db = ds::bench::decode_batch(B, dec.vocab, ctx, kPage, pps);
