@@ -1,8 +1,10 @@
 // The step batches and plans of the model-level GPU benches (gpu_bench, overlap_bench): decode
-// rows on pages of their own, fresh prefills, serving's mixed steps; list flags and medians.
+// rows on pages of their own, fresh prefills, serving's mixed steps; list flags, timed steps and
+// medians.
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,6 +29,23 @@ inline std::vector<int32_t> parse_list(const std::string& s) {
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// The wall milliseconds of `step()` (a step that waits for its results, e.g. forward_sample).
+template <class Step>
+double elapsed_ms(Step&& step) {
+  const auto t0 = std::chrono::steady_clock::now();
+  step();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The median of `n` timed calls of `step()` after `warmup` untimed ones.
+template <class Step>
+double median_ms(Step&& step, int n, int warmup) {
+  for (int i = 0; i < warmup; ++i) step();
+  std::vector<double> t;
+  for (int i = 0; i < n; ++i) t.push_back(elapsed_ms(step));
+  return median(t);
 }
 
 // The plan of the bench runs: maxB decode sequences of pps pages and one prefill of ppp pages on

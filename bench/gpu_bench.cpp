@@ -182,22 +182,15 @@ int run_tp(const std::string& dir, const std::vector<int32_t>& tps,
                 load_s);
     std::fflush(stdout);
     const int32_t V = static_cast<int32_t>(gc.vocab_size);
-    auto time_steps = [&](const ds::StepBatch& fb, size_t nspecs, int n, bool eager) {
+    auto time_steps = [&](const ds::StepBatch& fb, int n, bool eager) {
       ex.set_eager(eager);
-      const std::vector<ds::backend::SampleSpec> specs(nspecs);
-      std::vector<double> t;
-      for (int i = 0; i < n + 2; ++i) {
-        const auto s0 = clock_type::now();
-        ex.execute_sample(fb, V, specs);
-        const double ms = std::chrono::duration<double, std::milli>(clock_type::now() - s0).count();
-        if (i >= 2) t.push_back(ms);
-      }
-      return median(t);
+      const std::vector<ds::backend::SampleSpec> specs(fb.sample_rows().size());
+      return median_ms([&] { ex.execute_sample(fb, V, specs); }, n, 2);
     };
     for (const int32_t B : batches) {
       const ds::StepBatch fb = decode_batch(B, V, ctx, page, pps);
-      const double eager = time_steps(fb, static_cast<size_t>(B), iters, true);
-      const double graphed = time_steps(fb, static_cast<size_t>(B), iters, false);
+      const double eager = time_steps(fb, iters, true);
+      const double graphed = time_steps(fb, iters, false);
       rows.push_back({N, "decode B=" + std::to_string(B) + " graphed", B, true, graphed, 0});
       rows.push_back({N, "decode B=" + std::to_string(B) + " eager", B, false, eager, 0});
     }
@@ -205,7 +198,7 @@ int run_tp(const std::string& dir, const std::vector<int32_t>& tps,
       const ds::StepBatch fb = prefill_batch(P, V, page, maxB, maxB * pps, ppp);
       ex.tune_linears(P);
       rows.push_back({N, "prefill " + std::to_string(P), P, true,
-                      time_steps(fb, 1, std::max(3, iters / 10), true), 0});
+                      time_steps(fb, std::max(3, iters / 10), true), 0});
     }
   }
   // The all-reduces alone (after the executors are gone: nothing else on the GPUs), one set of
@@ -278,7 +271,7 @@ class SingleGpuBench {
  private:
   static constexpr int32_t kPage = 16;
   // Median ms of `n` steps (after 3 warm-ups).
-  double time_steps(const ds::StepBatch& b, size_t rows, int n, int warmup);
+  double time_steps(const ds::StepBatch& b, int n, int warmup);
 
   ds::backend::CudaBackend be_;
   std::unique_ptr<ds::model::Qwen35Model> m_;
@@ -294,16 +287,10 @@ class SingleGpuBench {
   std::vector<std::string> reports_;
 };
 
-double SingleGpuBench::time_steps(const ds::StepBatch& b, size_t rows, int n, int warmup) {
-  const std::vector<ds::backend::SampleSpec> specs(rows);
-  std::vector<double> t;
-  for (int i = 0; i < n + warmup; ++i) {
-    const auto t0 = clock_type::now();
-    runner_.forward_sample(b, static_cast<int32_t>(c_.vocab_size), specs);
-    const double ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
-    if (i >= warmup) t.push_back(ms);
-  }
-  return median(t);
+double SingleGpuBench::time_steps(const ds::StepBatch& b, int n, int warmup) {
+  const std::vector<ds::backend::SampleSpec> specs(b.sample_rows().size());
+  const int32_t vocab = static_cast<int32_t>(c_.vocab_size);
+  return median_ms([&] { runner_.forward_sample(b, vocab, specs); }, n, warmup);
 }
 
 void SingleGpuBench::decode_table() {
@@ -329,9 +316,9 @@ void SingleGpuBench::decode_table() {
   for (const int32_t B : batches_) {
     const ds::StepBatch fb = decode_batch(B, static_cast<int32_t>(c.vocab_size), ctx_, kPage, pps_);
     runner_.set_eager(true);
-    const double eager = time_steps(fb, static_cast<size_t>(B), iters_, 3);
+    const double eager = time_steps(fb, iters_, 3);
     runner_.set_eager(false);
-    const double graphed = time_steps(fb, static_cast<size_t>(B), iters_, 3);
+    const double graphed = time_steps(fb, iters_, 3);
     const double floor_w = weight_bytes / kBandwidth * 1e3;
     const double floor_all =
         (weight_bytes + B * (state_bytes + kv_bytes_per_token * (ctx_ + 1))) / kBandwidth * 1e3;
@@ -342,7 +329,7 @@ void SingleGpuBench::decode_table() {
       be_.set_profiling(true);
       be_.profile_report(true);
       runner_.set_eager(true);
-      time_steps(fb, static_cast<size_t>(B), 5, 3);
+      time_steps(fb, 5, 3);
       reports_.push_back("eager decode step, B=" + std::to_string(B) +
                          " (8 steps incl. warm-up)\n" + be_.profile_report(true));
       be_.set_profiling(false);
@@ -370,11 +357,11 @@ void SingleGpuBench::prefill_table() {
     const ds::StepBatch fb =
         prefill_batch(N, static_cast<int32_t>(c.vocab_size), kPage, maxB_, maxB_ * pps_, ppp_);
     runner_.tune_linears(N);
-    const double ms = time_steps(fb, 1, std::max(3, iters_ / 10) - 1, 1);
+    const double ms = time_steps(fb, std::max(3, iters_ / 10) - 1, 1);
     if (profile_) {
       be_.set_profiling(true);
       be_.profile_report(true);
-      time_steps(fb, 1, 1, 0);
+      time_steps(fb, 1, 0);
       reports_.push_back("prefill N=" + std::to_string(N) + " (one step)\n" +
                          be_.profile_report(true));
       be_.set_profiling(false);
@@ -400,14 +387,14 @@ void SingleGpuBench::mixed_table(const std::vector<int32_t>& decode_rows) {
     if (B >= maxN_ || B > maxB_)
       throw ds::Error("--mixed: decode rows below --prefill's largest and at most --batches'");
     const ds::StepBatch fb = mixed_batch(B, maxN_, V, ctx_, kPage, pps_, ppp_);
-    const double ms = time_steps(fb, static_cast<size_t>(B) + 1, 5, 1);
-    const double alone = time_steps(prefill_batch(maxN_ - B, V, kPage, B, B * pps_, ppp_), 1, 5, 1);
+    const double ms = time_steps(fb, 5, 1);
+    const double alone = time_steps(prefill_batch(maxN_ - B, V, kPage, B, B * pps_, ppp_), 5, 1);
     std::printf("| %d | %d | %d | %.2f | %.2f |\n", B, ctx_, maxN_ - B, ms, alone);
     std::fflush(stdout);
     if (profile_) {
       be_.set_profiling(true);
       be_.profile_report(true);
-      time_steps(fb, static_cast<size_t>(B) + 1, 1, 0);
+      time_steps(fb, 1, 0);
       reports_.push_back("mixed step, " + std::to_string(B) + " decode rows + " +
                          std::to_string(maxN_ - B) + " prefill tokens (one step)\n" +
                          be_.profile_report(true));

@@ -37,10 +37,6 @@ namespace {
 
 constexpr int32_t kPage = 16;
 
-double ms_since(clock_type::time_point t0) {
-  return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
-}
-
 // A backend with its own streams and workspaces (on a share of the SMs where `sms` is given), a
 // model on it and a runner of `limits`.
 struct Lane {
@@ -54,15 +50,10 @@ struct Lane {
   // One step, waited for (its sampled tokens back on the host); ms.
   double step(const ds::StepBatch& b) {
     const std::vector<ds::backend::SampleSpec> specs(b.sample_rows().size());
-    const auto t0 = clock_type::now();
-    runner.forward_sample(b, vocab, specs);
-    return ms_since(t0);
+    return ds::bench::elapsed_ms([&] { runner.forward_sample(b, vocab, specs); });
   }
   double median_step(const ds::StepBatch& b, int n) {
-    step(b);
-    std::vector<double> t;
-    for (int i = 0; i < n; ++i) t.push_back(step(b));
-    return median(t);
+    return ds::bench::median_ms([&] { step(b); }, n, 1);
   }
 
   ds::backend::CudaBackend be;
@@ -73,7 +64,6 @@ struct Lane {
 
 struct Beside {
   double prefill_ms, decode_ms, window_ms;
-  int prefills;
   double decode_steps;  // within the window: steps at its edges by the share of them inside it
 };
 
@@ -109,7 +99,7 @@ Beside run_beside(Lane& prefill, const ds::StepBatch& pb, Lane& decode, const ds
     if (s0 >= w0 && s1 <= w1) inside.push_back(ms);
   }
   return {median(times), median(inside), std::chrono::duration<double, std::milli>(w1 - w0).count(),
-          n, held};
+          held};
 }
 
 }  // namespace
@@ -156,7 +146,7 @@ int main(int argc, char** argv) {
       const ds::StepBatch db = ds::bench::decode_batch(B, dec.vocab, ctx, kPage, pps);
       const double decode_alone = dec.median_step(db, 20);
       const Beside b = run_beside(pre, pb, dec, db, n);
-      const double in_turn = b.prefills * prefill_alone + b.decode_steps * decode_alone;
+      const double in_turn = n * prefill_alone + b.decode_steps * decode_alone;
       std::printf("| %d | %d | %s | %s | %d | %.2f | %.3f | %.2f | %.3f | %.1f | %.2f |\n", B, ctx,
                   eager_decode ? "eager" : "graphed", sm_split.c_str(), N, prefill_alone,
                   decode_alone, b.prefill_ms, b.decode_ms, b.decode_steps, in_turn / b.window_ms);
