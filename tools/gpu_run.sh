@@ -96,7 +96,8 @@ ab_rounds() {
 }
 envab_run() {  # BINARY SETTING TAG ROUND: gpu_bench's decode table + per-op profile
   env ${2//,/ } timeout 200 $BIN/$1 --model $M --batches ${AB_BATCHES:-1,16,64,256} \
-    --prefill ${AB_PREFILL:-512} --profile >"$LOG/envab_$3_$4.md" 2>>"$LOG/envab.err"
+    ${AB_CONTEXT:+--context $AB_CONTEXT} --prefill ${AB_PREFILL:-512} --profile \
+    >"$LOG/envab_$3_$4.md" 2>>"$LOG/envab.err"
   note "envab $1:$2 $4 rc=$? $(grep -E '^\| [0-9]+ \| [0-9]+ \|' "$LOG/envab_$3_$4.md" |
     cut -d'|' -f2,5 | tr '\n' ' ') ${AB_OP:+$(grep -E "^ +$AB_OP " "$LOG/envab_$3_$4.md" |
     awk '{print $2 "/" $3}' | tr '\n' ' ')}"
@@ -266,8 +267,8 @@ for stage in "$@"; do
     envab)  # decode steps of several runs, interleaved twice in one lease: each of $AB_RUNS is
             # BINARY:VAR=VALUE (e.g. gpu_bench:DS_GDN_DECODE_SPLIT=0, gpu_bench_base:DS_PDL=1 for
             # a base build staged by tools/stage_base.sh), at batches $AB_BATCHES (default
-            # 1,16,64,256) and prefill $AB_PREFILL (default 512), with per-op tables; the ms and
-            # calls of op $AB_OP noted per B
+            # 1,16,64,256), context $AB_CONTEXT (default gpu_bench's 1k) and prefill $AB_PREFILL
+            # (default 512), with per-op tables; the ms and calls of op $AB_OP noted per B
       ab_rounds envab_run ;;
     linearab)  # the decode projections alone (linear_bench at $AB_ROWS, default 16,32,64) for each
                # of $AB_RUNS (BINARY:VAR=VALUE, e.g. linear_bench:DS_SKINNY_GEMM=0,
