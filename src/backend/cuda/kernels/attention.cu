@@ -231,11 +231,13 @@ __global__ void __launch_bounds__(32 * kWarps)
     attn_split_kernel(BatchMeta b, const __nv_bfloat16* __restrict__ q,
                       const __nv_bfloat16* __restrict__ gate, const KvT* __restrict__ kc,
                       const KvT* __restrict__ vc, AttnShape s, int splits, int min_len,
-                      int min_chunk, bool page_window, float* __restrict__ ws,
+                      int min_chunk, bool page_window, bool late_successor, float* __restrict__ ws,
                       __nv_bfloat16* __restrict__ out) {
   using L = DecodeTiles<kHd, KvT>;
   constexpr bool kF16 = L::kFp8;
-  pdl::allow_successor();  // a programmatic dependent may start streaming its weights
+  // A programmatic dependent may start streaming its weights (late_successor: once this block's
+  // keys and values have all arrived).
+  if (!late_successor) pdl::allow_successor();
   pdl::wait_for_predecessor();
   extern __shared__ __align__(16) unsigned char tiles[];
   __shared__ float sm[kWarps][8], sl[kWarps][8];
@@ -284,6 +286,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   }
   mma::cp_async_wait<0>();
   __syncwarp();
+  if (late_successor) pdl::allow_successor();
   // Each warp's rows to shared memory (over its own tiles), then the merge across warps.
   rows.l += __shfl_xor_sync(0xffffffffu, rows.l, 1);
   rows.l += __shfl_xor_sync(0xffffffffu, rows.l, 2);
@@ -404,12 +407,13 @@ void launch_split(const BatchMeta& b, int rows, const __nv_bfloat16* q, const __
                         : forced >= 0            ? forced
                         : rows >= kWideSplitRows ? kWideSplitKeys
                                                  : kLongSplitKeys;
-  static const bool page_window = ab_switch_on("DS_ATTN_PAGE_WINDOW");
+  static const bool page_window = ab_switch_on("DS_ATTN_PAGE_WINDOW"),
+                    late = pdl::late_successor("DS_PDL_LATE_ATTN");
   cudaFuncSetAttribute(attn_split_kernel<kHd, KvT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        smem);
   pdl::launch_dependent(attn_split_kernel<kHd, KvT>, dim3(rows, s.nkv, splits), 32 * kWarps, smem,
                         stream, b, q, gate, k_cache, v_cache, s, splits, min_len, min_chunk,
-                        page_window, ws, out);
+                        page_window, late, ws, out);
 }
 
 // The split count that fills whole waves (attention_wave_splits.h). In ncu at 16 rows, context
