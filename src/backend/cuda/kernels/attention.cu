@@ -407,8 +407,12 @@ void launch_split(const BatchMeta& b, int rows, const __nv_bfloat16* q, const __
                         : forced >= 0            ? forced
                         : rows >= kWideSplitRows ? kWideSplitKeys
                                                  : kLongSplitKeys;
-  static const bool page_window = ab_switch_on("DS_ATTN_PAGE_WINDOW"),
-                    late = pdl::late_successor("DS_PDL_LATE_ATTN");
+  static const bool page_window = ab_switch_on("DS_ATTN_PAGE_WINDOW");
+  // The dependent (the output projection) starts once a block's keys are in where the rows take
+  // several splits (a few rows: latency-bound), at the block's start else (DS_PDL_LATE_ATTN=0:
+  // always at the start, =1: always late; A/B).
+  static const int late_forced = ab_switch_forced("DS_PDL_LATE_ATTN");
+  const bool late = late_forced == -1 ? splits > 1 : late_forced == 1;
   cudaFuncSetAttribute(attn_split_kernel<kHd, KvT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        smem);
   pdl::launch_dependent(attn_split_kernel<kHd, KvT>, dim3(rows, s.nkv, splits), 32 * kWarps, smem,
