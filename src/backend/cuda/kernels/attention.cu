@@ -409,8 +409,12 @@ void launch_split(const BatchMeta& b, int rows, const __nv_bfloat16* q, const __
                                                  : kLongSplitKeys;
   static const bool page_window = ab_switch_on("DS_ATTN_PAGE_WINDOW");
   // The dependent (the output projection) starts once a block's keys are in where the rows take
-  // several splits (a few rows: latency-bound), at the block's start else (DS_PDL_LATE_ATTN=0:
-  // always at the start, =1: always late; A/B).
+  // several splits (a few rows: latency-bound, and the projection's early weight stream slows
+  // their loads), at the block's start else. Measured on the H200 (graphed ms, two rounds, late /
+  // at the start): context 8k B = 1 2.888, 2.892 / 2.917, 2.915; B = 4 3.201, 3.201 / 3.243,
+  // 3.235; B = 16 4.473, 4.482 / 4.490, 4.492; at context 1k within the spread of the runs; late
+  // at 64 rows (one split) 5.776, 5.756 / 5.732, 5.733. DS_PDL_LATE_ATTN=0: always at the start,
+  // =1: always late (A/B).
   static const int late_forced = ab_switch_forced("DS_PDL_LATE_ATTN");
   const bool late = late_forced == -1 ? splits > 1 : late_forced == 1;
   cudaFuncSetAttribute(attn_split_kernel<kHd, KvT>, cudaFuncAttributeMaxDynamicSharedMemorySize,

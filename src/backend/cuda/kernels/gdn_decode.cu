@@ -36,12 +36,9 @@ __device__ inline void group_sync(int group) {
 // conv), then the gated RMSNorm of its output row.
 template <class StateT, int kPar>
 __global__ void __launch_bounds__(kPar* kThreads, 2 / kPar)
-    gdn_decode_kernel(BatchMeta b, GdnDecodeArgs p, StateT* __restrict__ state, bool early_state,
-                      bool late_successor) {
+    gdn_decode_kernel(BatchMeta b, GdnDecodeArgs p, StateT* __restrict__ state, bool early_state) {
   static_assert(kPar == 1 || kPar == 2, "group_sync names two barriers");
-  // A programmatic dependent may start streaming its weights (late_successor: once the last
-  // head's state loads are issued).
-  if (!late_successor) pdl::allow_successor();
+  pdl::allow_successor();  // a programmatic dependent may start streaming its weights
   // The gated norm's weights (never written by a kernel) before the wait: the norm ends the chain.
   float nw[4];
 #pragma unroll
@@ -69,7 +66,6 @@ __global__ void __launch_bounds__(kPar* kThreads, 2 / kPar)
   const float qk = normalise_qk(ys, norms);
   for (int j = group; j < g; j += kPar) {
     if (j > group) load_head_state(head_state(j), fresh, warp, lane, st);
-    if (late_successor && j + kPar >= g) pdl::allow_successor();
     const int h = kh * g + j;
     delta_rule_head(p, st, ys, ys + 2 * kDk + j * kDv, qk, static_cast<size_t>(t) * p.nv + h, h,
                     head_state(j), nw, scratch[group], [&] { group_sync<kPar>(group); });
@@ -83,13 +79,12 @@ void launch(const BatchMeta& b, const GdnDecodeArgs& p, StateT* state, int num_s
   // Two heads a block where a grid of single-head blocks would leave most SMs without a second
   // block (a few sequences: the chain of dependent loads bounds the step, not the state traffic).
   const bool early = gdn_decode_early_state();
-  static const bool late = pdl::late_successor("DS_PDL_LATE_GDN");
   if (p.nv / p.nk >= 2 && b.num_seqs * p.nk <= num_sms)
     pdl::launch_dependent(gdn_decode_kernel<StateT, 2>, grid, 2 * kThreads, 0, stream, b, p, state,
-                          early, late);
+                          early);
   else
     pdl::launch_dependent(gdn_decode_kernel<StateT, 1>, grid, kThreads, 0, stream, b, p, state,
-                          early, late);
+                          early);
 }
 
 }  // namespace

@@ -42,10 +42,8 @@ __device__ inline int channel_of(int i, int kh, int h, int c, int key_dim) {
 template <class StateT>
 __global__ void __launch_bounds__(kThreads)
     gdn_decode_split_kernel(BatchMeta b, GdnDecodeArgs p, StateT* __restrict__ state,
-                            bool early_state, bool late_successor) {
-  // A programmatic dependent may start streaming its weights (late_successor: once this block's
-  // state has arrived).
-  if (!late_successor) pdl::allow_successor();
+                            bool early_state) {
+  pdl::allow_successor();  // a programmatic dependent may start streaming its weights
   const int rank = static_cast<int>(blockIdx.x), kh = static_cast<int>(blockIdx.y);
   const int seq = static_cast<int>(blockIdx.z), j = rank / kSlices, c = rank % kSlices;
   const int g = p.nv / p.nk, h = kh * g + j;
@@ -98,7 +96,6 @@ __global__ void __launch_bounds__(kThreads)
     m = fmaf(st[r], ys[kDk + i], m);
     o = fmaf(st[r], ys[i], o);
   }
-  if (late_successor) pdl::allow_successor();
   red_m[warp][lane] = m;
   red_o[warp][lane] = o;
   __syncthreads();
@@ -140,10 +137,9 @@ __global__ void __launch_bounds__(kThreads)
 template <class StateT>
 cudaError_t launch(const BatchMeta& b, const GdnDecodeArgs& p, StateT* state, cudaStream_t stream) {
   const int cluster = (p.nv / p.nk) * kSlices;
-  static const bool late = pdl::late_successor("DS_PDL_LATE_GDN");
   return pdl::launch_clustered(pdl::dependent_launch_enabled(), dim3(cluster, 1, 1),
                                gdn_decode_split_kernel<StateT>, dim3(cluster, p.nk, b.num_seqs),
-                               kThreads, 0, stream, b, p, state, gdn_decode_early_state(), late);
+                               kThreads, 0, stream, b, p, state, gdn_decode_early_state());
 }
 
 }  // namespace

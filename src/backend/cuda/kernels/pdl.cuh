@@ -32,12 +32,6 @@ __device__ inline void allow_successor() {
 // those inputs late: the early loads' registers would cost occupancy there.
 constexpr int kDecodeSizedRows = 512;
 
-// Host: whether the latency-bound decode kernels named by `name` (DS_PDL_LATE_GDN: the fused GDN
-// decode) let their programmatic dependent start only once their own loads are issued, rather
-// than at their start (an experiment: the next weight-streaming GEMM's early streaming may
-// lengthen their dependent loads; off by default).
-inline bool late_successor(const char* name) { return ab_switch_forced(name) == 1; }
-
 // Host: whether launch_dependent sets the attribute (DS_PDL=0 turns it off, for A/B timing: each
 // such kernel then starts once the one before it has completed; its waits return at once).
 inline bool dependent_launch_enabled() {
