@@ -270,7 +270,7 @@ class SingleGpuBench {
 
  private:
   static constexpr int32_t kPage = 16;
-  // Median ms of `n` steps (after 3 warm-ups).
+  // Median ms of `n` steps (after `warmup` untimed ones).
   double time_steps(const ds::StepBatch& b, int n, int warmup);
 
   ds::backend::CudaBackend be_;

@@ -89,10 +89,10 @@ ScheduledStep Scheduler::schedule() {
   ScheduledStep plan;
   StepBatchBuilder builder(cache_.page_size());
   // The last step's page table grows by up to a page a running sequence (a decode row crossing a
-  // page) plus the pages of the token budget's new chunks: reserved with that headroom, and the
-  // token and sequence limits whole, the builder allocates once a step.
+  // page) plus the pages of the token budget's new chunks: reserved with that headroom, the ~150k
+  // entries of 256 long sequences are allocated once a step rather than regrown and copied.
   const int64_t page_size = cache_.page_size();
-  builder.reserve(cfg_.max_num_batched_tokens, cfg_.max_num_seqs,
+  builder.reserve(last_batch_.tokens, last_batch_.seqs,
                   last_batch_.pages + last_batch_.seqs +
                       (cfg_.max_num_batched_tokens + page_size - 1) / page_size + 1);
   scheduled_.clear();
@@ -177,7 +177,8 @@ ScheduledStep Scheduler::schedule() {
     committed += pages_to_finish(r);
   }
   plan.batch = builder.build();
-  last_batch_ = {plan.batch.num_seqs(), static_cast<int64_t>(plan.batch.page_ids().size())};
+  last_batch_ = {plan.batch.num_tokens(), plan.batch.num_seqs(),
+                 static_cast<int64_t>(plan.batch.page_ids().size())};
   return plan;
 }
 

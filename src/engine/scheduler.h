@@ -115,11 +115,10 @@ class Scheduler {
   void release_restore(Request* r);
 
   SchedulerConfig cfg_;
-  // The last step's sequences and page-table entries: the next one's builder reserves as many
-  // and what a step can add (one allocation, not dozens of regrowths, for page tables of ~150k
-  // entries at 256 long sequences).
+  // The last step's sizes: the next one's builder reserves as much (its page table with what a
+  // step can add to it).
   struct {
-    int64_t seqs = 0, pages = 0;
+    int64_t tokens = 0, seqs = 0, pages = 0;
   } last_batch_;
   cache::CacheManager& cache_;
   std::vector<Request*> running_;    // ascending id
