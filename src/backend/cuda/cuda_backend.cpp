@@ -56,6 +56,8 @@ CudaBackend::CudaBackend(int device, const cuda::SmPartition* sms) : device_(dev
   norm_sums_partials_ = cuda::ab_switch_on("DS_NORM_SUMS_PARTIALS");
   if (const char* rows = std::getenv("DS_NORM_SUMS_PARTIALS_ROWS"))
     partials_rows_ = std::max<int64_t>(0, std::atoll(rows));
+  if (const char* rows = std::getenv("DS_NORM_SUMS_PARTIALS_MIN_ROWS"))
+    partials_min_rows_ = std::max<int64_t>(1, std::atoll(rows));
   gemm_tuning_ = cuda::ab_switch_on("DS_GEMM_TUNE");
   if (!cuda::ab_switch_on("DS_GEMM_TUNE_DECODE"))
     decode_tune_rows_ = std::numeric_limits<int64_t>::max();  // no decode bucket is tuned

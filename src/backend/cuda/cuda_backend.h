@@ -171,6 +171,9 @@ class CudaBackend final : public Backend {
   // no better at B = 64 (5.759 / 5.769 against 5.758 / 5.738; h200_2026-12-05b.md).
   // DS_NORM_SUMS_PARTIALS_ROWS=N sets it (0: only where linear_route picks the streaming GEMM).
   int64_t partials_rows_ = 32;
+  // ... and only from this many rows on (DS_NORM_SUMS_PARTIALS_MIN_ROWS=N, A/B: an H100 sweep had
+  // the form off entirely 0.8% faster at B = 1 and 2% slower at B = 16; h200_2026-12-05d.md).
+  int64_t partials_min_rows_ = 1;
   // linear_add_rms_norm in that form: false, launching nothing, where it does not apply.
   bool add_norm_of_partials(const Tensor& x, const Tensor& w, const Tensor& residual,
                             const Tensor& norm_w, float eps, const Tensor& out,

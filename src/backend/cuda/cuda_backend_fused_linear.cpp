@@ -27,7 +27,7 @@ void CudaBackend::linear_add_rms_norm(const Tensor& x, const Tensor& w, const Te
   const Tensor* ws[1] = {&w};
   const Tensor* ys[1] = {&residual};
   const LinearRoute route = linear_route(x, ws, ys);
-  const bool partials = norm_sums_partials_ && skinny_gemm_ &&
+  const bool partials = norm_sums_partials_ && skinny_gemm_ && x.dim(0) >= partials_min_rows_ &&
                         (route == LinearRoute::kSkinny || x.dim(0) <= partials_rows_);
   if (partials && add_norm_of_partials(x, w, residual, norm_w, eps, out, scratch)) return;
   if (route != LinearRoute::kCublasLt)

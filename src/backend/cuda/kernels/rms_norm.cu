@@ -28,13 +28,14 @@ constexpr int kMaxVecs = 4;  // 16-byte vectors per thread: rows of up to 8192 v
 // plain launch) after the sum, so that the kernel keeps four blocks an SM (79 registers with the
 // early weights, 51 without).
 // x's rows are Rows: bf16 rows (Bf16Rows), or a partials-only GEMM's result (skinny::PartialRows,
-// decode-sized steps), whose tile table is formed before the wait.
+// decode-sized steps), whose tile table is formed before the wait. `late`: the programmatic
+// dependent is let start only once the block's row is loaded, not at the start (late_trigger()).
 template <bool kAdd, bool kEarly, class Rows>
 __global__ void __launch_bounds__(kThreads)
     rms_norm_vec_kernel(__nv_bfloat16* __restrict__ residual, const Rows x,
                         const float* __restrict__ w, float eps, int n,
-                        __nv_bfloat16* __restrict__ out) {
-  pdl::allow_successor();  // a programmatic dependent may start streaming its weights
+                        __nv_bfloat16* __restrict__ out, bool late) {
+  if (!late) pdl::allow_successor();  // a programmatic dependent may start streaming its weights
   const int vecs = n / 8;
   F32x8 wv[kMaxVecs];
   if constexpr (kEarly) {
@@ -65,6 +66,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int e = 0; e < 8; ++e) ss += v[j].v[e] * v[j].v[e];
   }
+  if (late) pdl::allow_successor();
   const float inv = rsqrtf(block_sum<kThreads>(ss) / static_cast<float>(n) + eps);
 #pragma unroll
   for (int j = 0; j < kMaxVecs; ++j) {
@@ -119,6 +121,14 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Whether the decode-sized vector kernels trigger their dependent late (DS_PDL_LATE_NORM=1, A/B;
+// unset or 0: at their start): the next GEMM's weight stream then does not compete with the rows'
+// loads, as the split-KV attention's late trigger (attention.cu) does not at few rows.
+bool late_trigger() {
+  static const bool late = ab_switch_forced("DS_PDL_LATE_NORM") == 1;
+  return late;
+}
+
 // Any n and alignment: one block per row, one value per thread at a time.
 template <bool kAdd>
 __global__ void rms_norm_kernel(__nv_bfloat16* __restrict__ residual,
@@ -160,10 +170,10 @@ void launch(__nv_bfloat16* residual, const __nv_bfloat16* x, const float* w, flo
     kernel<<<blocks, kThreads, 0, stream>>>(x, w, eps, rows, n, out);
   } else if (vec && rows <= pdl::kDecodeSizedRows)
     pdl::launch_dependent(rms_norm_vec_kernel<kAdd, true, Bf16Rows>, rows, kThreads, 0, stream,
-                          residual, Bf16Rows{x, n}, w, eps, n, out);
+                          residual, Bf16Rows{x, n}, w, eps, n, out, late_trigger());
   else if (vec)
     rms_norm_vec_kernel<kAdd, false, Bf16Rows>
-        <<<rows, kThreads, 0, stream>>>(residual, Bf16Rows{x, n}, w, eps, n, out);
+        <<<rows, kThreads, 0, stream>>>(residual, Bf16Rows{x, n}, w, eps, n, out, false);
   else
     pdl::launch_dependent(rms_norm_kernel<kAdd>, rows, kThreads, 0, stream, residual, x, w, eps, n,
                           out);
@@ -183,7 +193,8 @@ cudaError_t launch_add_rms_norm_partials_bf16(__nv_bfloat16* residual, const Ski
                                               __nv_bfloat16* out, cudaStream_t stream) {
   if (!add_rms_norm_partials_supported(residual, x, w, rows, out)) return cudaErrorInvalidValue;
   return pdl::launch_dependent(rms_norm_vec_kernel<true, true, skinny::PartialRows>, rows, kThreads,
-                               0, stream, residual, skinny::PartialRows{x}, w, eps, x.n, out);
+                               0, stream, residual, skinny::PartialRows{x}, w, eps, x.n, out,
+                               late_trigger());
 }
 
 void launch_rms_norm_bf16(const __nv_bfloat16* x, const float* w, float eps, int rows, int n,
