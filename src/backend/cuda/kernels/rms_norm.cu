@@ -1,3 +1,5 @@
+#include <cstdlib>
+
 #include "backend/cuda/kernels/bf16x8.cuh"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
@@ -29,7 +31,7 @@ constexpr int kMaxVecs = 4;  // 16-byte vectors per thread: rows of up to 8192 v
 // early weights, 51 without).
 // x's rows are Rows: bf16 rows (Bf16Rows), or a partials-only GEMM's result (skinny::PartialRows,
 // decode-sized steps), whose tile table is formed before the wait. `late`: the programmatic
-// dependent is let start only once the block's row is loaded, not at the start (late_trigger()).
+// dependent is let start only once the block's row is loaded, not at the start (late_trigger).
 template <bool kAdd, bool kEarly, class Rows>
 __global__ void __launch_bounds__(kThreads)
     rms_norm_vec_kernel(__nv_bfloat16* __restrict__ residual, const Rows x,
@@ -121,12 +123,18 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Whether the decode-sized vector kernels trigger their dependent late (DS_PDL_LATE_NORM=1, A/B;
-// unset or 0: at their start): the next GEMM's weight stream then does not compete with the rows'
-// loads, as the split-KV attention's late trigger (attention.cu) does not at few rows.
-bool late_trigger() {
-  static const bool late = ab_switch_forced("DS_PDL_LATE_NORM") == 1;
-  return late;
+// Whether a decode-sized vector kernel of `rows` rows triggers its dependent late: up to
+// DS_PDL_LATE_NORM_ROWS=N rows (A/B; unset: never, the trigger at the start). Late, the next GEMM's
+// weight stream does not compete with the rows' loads, as at the split-KV attention's few rows
+// (attention.cu). On an H100 (graphed ms, two rounds, late for every decode-sized step / at the
+// start): ctx 1k B = 1 3.582, 3.567 / 3.598, 3.606; B = 4 3.746, 3.740 / 3.771, 3.782; B = 16
+// 4.606, 4.584 / 4.549, 4.548; B = 64 7.545, 7.549 / 7.429, 7.414.
+bool late_trigger(int rows) {
+  static const int late_rows = [] {
+    const char* v = std::getenv("DS_PDL_LATE_NORM_ROWS");
+    return v ? std::atoi(v) : 0;
+  }();
+  return rows <= late_rows;
 }
 
 // Any n and alignment: one block per row, one value per thread at a time.
@@ -170,7 +178,7 @@ void launch(__nv_bfloat16* residual, const __nv_bfloat16* x, const float* w, flo
     kernel<<<blocks, kThreads, 0, stream>>>(x, w, eps, rows, n, out);
   } else if (vec && rows <= pdl::kDecodeSizedRows)
     pdl::launch_dependent(rms_norm_vec_kernel<kAdd, true, Bf16Rows>, rows, kThreads, 0, stream,
-                          residual, Bf16Rows{x, n}, w, eps, n, out, late_trigger());
+                          residual, Bf16Rows{x, n}, w, eps, n, out, late_trigger(rows));
   else if (vec)
     rms_norm_vec_kernel<kAdd, false, Bf16Rows>
         <<<rows, kThreads, 0, stream>>>(residual, Bf16Rows{x, n}, w, eps, n, out, false);
@@ -194,7 +202,7 @@ cudaError_t launch_add_rms_norm_partials_bf16(__nv_bfloat16* residual, const Ski
   if (!add_rms_norm_partials_supported(residual, x, w, rows, out)) return cudaErrorInvalidValue;
   return pdl::launch_dependent(rms_norm_vec_kernel<true, true, skinny::PartialRows>, rows, kThreads,
                                0, stream, residual, skinny::PartialRows{x}, w, eps, x.n, out,
-                               late_trigger());
+                               late_trigger(rows));
 }
 
 void launch_rms_norm_bf16(const __nv_bfloat16* x, const float* w, float eps, int rows, int n,
