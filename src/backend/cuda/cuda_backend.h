@@ -171,9 +171,13 @@ class CudaBackend final : public Backend {
   // no better at B = 64 (5.759 / 5.769 against 5.758 / 5.738; h200_2026-12-05b.md).
   // DS_NORM_SUMS_PARTIALS_ROWS=N sets it (0: only where linear_route picks the streaming GEMM).
   int64_t partials_rows_ = 32;
-  // ... and only from this many rows on (DS_NORM_SUMS_PARTIALS_MIN_ROWS=N, A/B: an H100 sweep had
-  // the form off entirely 0.8% faster at B = 1 and 2% slower at B = 16; h200_2026-12-05d.md).
-  int64_t partials_min_rows_ = 1;
+  // ... and only from this many rows on: below it the GEMM sums its split tiles (its summing
+  // blocks then end the chain sooner than the norm kernel's reads of every partial do). On an
+  // H100 (graphed ms, two rounds in each of two leases; from 9 rows / from 1): ctx 1k B = 1
+  // 3.572, 3.556 / 3.609, 3.612; B = 2 3.668, 3.670 / 3.699, 3.698; B = 8 3.996, 4.008 / 4.039,
+  // 4.043; ctx 8k B = 1 3.655, 3.656 / 3.699, 3.686; B = 4 4.075, 4.078 / 4.119, 4.092
+  // (h200_2026-12-05e.md). DS_NORM_SUMS_PARTIALS_MIN_ROWS=N sets it (A/B).
+  int64_t partials_min_rows_ = 9;
   // linear_add_rms_norm in that form: false, launching nothing, where it does not apply.
   bool add_norm_of_partials(const Tensor& x, const Tensor& w, const Tensor& residual,
                             const Tensor& norm_w, float eps, const Tensor& out,

@@ -17,8 +17,9 @@ using cuda_detail::bf;
 using cuda_detail::check;
 using cuda_detail::f32;
 
-// On the weight-streaming GEMM (and up to partials_rows_ rows, 32 by default, on any
-// route) the split tiles' partials are summed by the add + norm kernel where its form applies
+// From partials_min_rows_ rows (9 by default) on the weight-streaming GEMM (and up to
+// partials_rows_ rows, 32 by default, on any route) the split tiles' partials are summed by the
+// add + norm kernel where its form applies
 // (add_norm_of_partials); on cuBLASLt the projection is added to the residual by the GEMM (beta =
 // 1: summed in f32, rounded once), then the norm alone; else as the default.
 void CudaBackend::linear_add_rms_norm(const Tensor& x, const Tensor& w, const Tensor& residual,

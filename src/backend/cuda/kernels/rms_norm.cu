@@ -1,5 +1,3 @@
-#include <cstdlib>
-
 #include "backend/cuda/kernels/bf16x8.cuh"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
@@ -30,14 +28,13 @@ constexpr int kMaxVecs = 4;  // 16-byte vectors per thread: rows of up to 8192 v
 // plain launch) after the sum, so that the kernel keeps four blocks an SM (79 registers with the
 // early weights, 51 without).
 // x's rows are Rows: bf16 rows (Bf16Rows), or a partials-only GEMM's result (skinny::PartialRows,
-// decode-sized steps), whose tile table is formed before the wait. `late`: the programmatic
-// dependent is let start only once the block's row is loaded, not at the start (late_trigger).
+// decode-sized steps), whose tile table is formed before the wait.
 template <bool kAdd, bool kEarly, class Rows>
 __global__ void __launch_bounds__(kThreads)
     rms_norm_vec_kernel(__nv_bfloat16* __restrict__ residual, const Rows x,
                         const float* __restrict__ w, float eps, int n,
-                        __nv_bfloat16* __restrict__ out, bool late) {
-  if (!late) pdl::allow_successor();  // a programmatic dependent may start streaming its weights
+                        __nv_bfloat16* __restrict__ out) {
+  pdl::allow_successor();  // a programmatic dependent may start streaming its weights
   const int vecs = n / 8;
   F32x8 wv[kMaxVecs];
   if constexpr (kEarly) {
@@ -68,7 +65,6 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int e = 0; e < 8; ++e) ss += v[j].v[e] * v[j].v[e];
   }
-  if (late) pdl::allow_successor();
   const float inv = rsqrtf(block_sum<kThreads>(ss) / static_cast<float>(n) + eps);
 #pragma unroll
   for (int j = 0; j < kMaxVecs; ++j) {
@@ -123,20 +119,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Whether a decode-sized vector kernel of `rows` rows triggers its dependent late: up to
-// DS_PDL_LATE_NORM_ROWS=N rows (A/B; unset: never, the trigger at the start). Late, the next GEMM's
-// weight stream does not compete with the rows' loads, as at the split-KV attention's few rows
-// (attention.cu). On an H100 (graphed ms, two rounds, late for every decode-sized step / at the
-// start): ctx 1k B = 1 3.582, 3.567 / 3.598, 3.606; B = 4 3.746, 3.740 / 3.771, 3.782; B = 16
-// 4.606, 4.584 / 4.549, 4.548; B = 64 7.545, 7.549 / 7.429, 7.414.
-bool late_trigger(int rows) {
-  static const int late_rows = [] {
-    const char* v = std::getenv("DS_PDL_LATE_NORM_ROWS");
-    return v ? std::atoi(v) : 0;
-  }();
-  return rows <= late_rows;
-}
-
 // Any n and alignment: one block per row, one value per thread at a time.
 template <bool kAdd>
 __global__ void rms_norm_kernel(__nv_bfloat16* __restrict__ residual,
@@ -178,10 +160,10 @@ void launch(__nv_bfloat16* residual, const __nv_bfloat16* x, const float* w, flo
     kernel<<<blocks, kThreads, 0, stream>>>(x, w, eps, rows, n, out);
   } else if (vec && rows <= pdl::kDecodeSizedRows)
     pdl::launch_dependent(rms_norm_vec_kernel<kAdd, true, Bf16Rows>, rows, kThreads, 0, stream,
-                          residual, Bf16Rows{x, n}, w, eps, n, out, late_trigger(rows));
+                          residual, Bf16Rows{x, n}, w, eps, n, out);
   else if (vec)
     rms_norm_vec_kernel<kAdd, false, Bf16Rows>
-        <<<rows, kThreads, 0, stream>>>(residual, Bf16Rows{x, n}, w, eps, n, out, false);
+        <<<rows, kThreads, 0, stream>>>(residual, Bf16Rows{x, n}, w, eps, n, out);
   else
     pdl::launch_dependent(rms_norm_kernel<kAdd>, rows, kThreads, 0, stream, residual, x, w, eps, n,
                           out);
@@ -201,8 +183,7 @@ cudaError_t launch_add_rms_norm_partials_bf16(__nv_bfloat16* residual, const Ski
                                               __nv_bfloat16* out, cudaStream_t stream) {
   if (!add_rms_norm_partials_supported(residual, x, w, rows, out)) return cudaErrorInvalidValue;
   return pdl::launch_dependent(rms_norm_vec_kernel<true, true, skinny::PartialRows>, rows, kThreads,
-                               0, stream, residual, skinny::PartialRows{x}, w, eps, x.n, out,
-                               late_trigger(rows));
+                               0, stream, residual, skinny::PartialRows{x}, w, eps, x.n, out);
 }
 
 void launch_rms_norm_bf16(const __nv_bfloat16* x, const float* w, float eps, int rows, int n,
