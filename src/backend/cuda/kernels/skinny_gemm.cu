@@ -1,4 +1,6 @@
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "backend/cuda/ab_switch.h"
 #include "backend/cuda/kernels/bf16x8.cuh"
@@ -46,6 +48,10 @@ struct Params {
   // A shared tile's segments only stored as partials, for the next kernel to sum
   // (launch_skinny_gemm_partials_bf16): no counts, no summing block.
   bool partials_only;
+  // Stages whose weight tiles are copied before the wait for the previous kernel (the rest after
+  // it): all of them by default; DS_SKINNY_EARLY_STAGES=N fewer (A/B), so that a burst of 132 x
+  // the pipeline does not queue ahead of the previous kernel's own loads.
+  int early_stages;
   SkinnyWorkspace ws;
 };
 constexpr int kPairRows = kTileRows / 2;
@@ -64,6 +70,8 @@ struct BlockShared {
 
 // A pipeline stage: the weight tile, then the activation tile (both SW128, 1024-byte aligned).
 constexpr int kWBytes = kTileRows * wgmma::kRowBytes;
+// More than any pipeline's stages (at 16 tokens: 8).
+constexpr int kSkinnyMaxStages = 64;
 template <int kRows>
 struct Pipe {
   static constexpr int kStageBytes = kWBytes + kRows * wgmma::kRowBytes;
@@ -105,8 +113,9 @@ __device__ inline TileRef tile_ref(const Params& p, int tile) {
   return {g, (tile - p.first_tile[g]) * kTileRows};
 }
 
-// One thread issues every copy: the first stages' weight tiles before waiting for the previous
-// kernel (weights are never written by one), then activations and the rest as stages free up.
+// One thread issues every copy: the first (p.early_stages) stages' weight tiles before waiting for
+// the previous kernel (weights are never written by one), then activations and the rest as stages
+// free up.
 template <int kRows>
 __device__ void produce(const Params& p, int u0, int u1, unsigned char* stages, uint64_t* full,
                         uint64_t* empty) {
@@ -124,12 +133,14 @@ __device__ void produce(const Params& p, int u0, int u1, unsigned char* stages, 
     const int u = u0 + i, s = i % kStages;
     tma::load_2d(stages + s * kStageBytes + kWBytes, &p.x, (u % p.k_tiles) * kTileK, 0, &full[s]);
   };
-  const int first = min(u1 - u0, kStages);
-  for (int i = 0; i < first; ++i) {
+  const int first = min(u1 - u0, kStages), early = min(first, p.early_stages);
+  const auto load_first = [&](int i) {
     tma::arrive_expect_bytes(&full[i], kStageBytes);
     load_w(i);
-  }
+  };
+  for (int i = 0; i < early; ++i) load_first(i);
   pdl::wait_for_predecessor();
+  for (int i = early; i < first; ++i) load_first(i);
   for (int i = 0; i < first; ++i) load_x(i);
   for (int i = first; u0 + i < u1; ++i) {
     tma::wait(&empty[i % kStages], (i / kStages - 1) & 1);
@@ -479,6 +490,11 @@ cudaError_t launch_tiles(Params& p, const bf16* x, int tiles, int T, int K,
   p.defer_mid = defer_mid && !p.partials_only;
   static const bool first_sums = ab_switch_on("DS_SKINNY_FIRST_SUMS");
   p.first_sums = p.defer_mid && first_sums;
+  static const int early_stages = [] {
+    const char* v = std::getenv("DS_SKINNY_EARLY_STAGES");
+    return v ? std::max(0, std::atoi(v)) : kSkinnyMaxStages;
+  }();
+  p.early_stages = early_stages;
   return rows == 16   ? launch<16>(p, stream)
          : rows == 32 ? launch<32>(p, stream)
                       : launch<64>(p, stream);
