@@ -49,8 +49,7 @@ struct Params {
   // (launch_skinny_gemm_partials_bf16): no counts, no summing block.
   bool partials_only;
   // Stages whose weight tiles are copied before the wait for the previous kernel (the rest after
-  // it): all of them by default; DS_SKINNY_EARLY_STAGES=N fewer (A/B), so that a burst of 132 x
-  // the pipeline does not queue ahead of the previous kernel's own loads.
+  // it): early_stages_for below.
   int early_stages;
   SkinnyWorkspace ws;
 };
@@ -475,6 +474,22 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
   return pdl::launch_with(true, kernel, p.blocks, kThreads, smem, stream, p);
 }
 
+// How many stages' weights a launch of T tokens copies before its wait: every stage up to
+// kEarlyAllRows tokens — the ramp bounds those steps —, kLaterEarlyStages above, where a burst of
+// 132 x the pipeline would queue ahead of the previous kernel's own loads. On an H100 (graphed ms,
+// ctx 1k, two rounds, 4 early stages / all): B = 1 3.604, 3.602 / 3.569, 3.573; B = 4 3.783,
+// 3.786 / 3.757, 3.761; B = 16 4.525, 4.518 / 4.566, 4.568; B = 64 7.411, 7.418 / 7.473, 7.466
+// (1 or 2 stages slower at every B up to 16). DS_SKINNY_EARLY_STAGES=N: N at every T (A/B).
+constexpr int kEarlyAllRows = 8, kLaterEarlyStages = 4;
+int early_stages_for(int T) {
+  static const int forced = [] {
+    const char* v = std::getenv("DS_SKINNY_EARLY_STAGES");
+    return v ? std::max(0, std::atoi(v)) : -1;
+  }();
+  if (forced >= 0) return forced;
+  return T <= kEarlyAllRows ? kSkinnyMaxStages : kLaterEarlyStages;
+}
+
 // x [T, K] and the split of p's `tiles` tiles of K between blocks, then the launch.
 cudaError_t launch_tiles(Params& p, const bf16* x, int tiles, int T, int K,
                          const SkinnyWorkspace& ws, int sm_count, cudaStream_t stream) {
@@ -490,11 +505,7 @@ cudaError_t launch_tiles(Params& p, const bf16* x, int tiles, int T, int K,
   p.defer_mid = defer_mid && !p.partials_only;
   static const bool first_sums = ab_switch_on("DS_SKINNY_FIRST_SUMS");
   p.first_sums = p.defer_mid && first_sums;
-  static const int early_stages = [] {
-    const char* v = std::getenv("DS_SKINNY_EARLY_STAGES");
-    return v ? std::max(0, std::atoi(v)) : kSkinnyMaxStages;
-  }();
-  p.early_stages = early_stages;
+  p.early_stages = early_stages_for(T);
   return rows == 16   ? launch<16>(p, stream)
          : rows == 32 ? launch<32>(p, stream)
                       : launch<64>(p, stream);
