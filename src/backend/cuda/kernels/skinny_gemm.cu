@@ -474,20 +474,22 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
   return pdl::launch_with(true, kernel, p.blocks, kThreads, smem, stream, p);
 }
 
-// How many stages' weights a launch of T tokens copies before its wait: every stage up to
-// kEarlyAllRows tokens — the ramp bounds those steps —, kLaterEarlyStages above, where a burst of
-// 132 x the pipeline would queue ahead of the previous kernel's own loads. On an H100 (graphed ms,
-// ctx 1k, two rounds, 4 early stages / all): B = 1 3.604, 3.602 / 3.569, 3.573; B = 4 3.783,
-// 3.786 / 3.757, 3.761; B = 16 4.525, 4.518 / 4.566, 4.568; B = 64 7.411, 7.418 / 7.473, 7.466
-// (1 or 2 stages slower at every B up to 16). DS_SKINNY_EARLY_STAGES=N: N at every T (A/B).
-constexpr int kEarlyAllRows = 8, kLaterEarlyStages = 4;
+// How many stages' weights a launch of T tokens copies before its wait: kLaterEarlyStages from
+// 9 to 32 tokens, where a burst of 132 x the pipeline would queue ahead of the previous kernel's
+// own loads; every stage else (up to 8 tokens the ramp bounds the step; at 64 no steady gain).
+// On an H100 (graphed ms, ctx 1k, two rounds in each of two leases, 4 early stages / all): B = 16
+// 4.525, 4.518 / 4.566, 4.568 and 4.516, 4.515 / 4.564, 4.564; B = 12 4.382, 4.380 / 4.409, 4.392;
+// B = 32 5.601, 5.605 / 5.605, 5.609; B = 64 7.411, 7.418 / 7.473, 7.466 then 7.459, 7.446 /
+// 7.412, 7.404; B = 1 3.604, 3.602 / 3.569, 3.573, B = 4 3.783, 3.786 / 3.757, 3.761 (1 or 2
+// stages slower still). DS_SKINNY_EARLY_STAGES=N: N at every T (A/B).
+constexpr int kLaterEarlyStages = 4, kLaterEarlyMinRows = 9, kLaterEarlyMaxRows = 32;
 int early_stages_for(int T) {
   static const int forced = [] {
     const char* v = std::getenv("DS_SKINNY_EARLY_STAGES");
     return v ? std::max(0, std::atoi(v)) : -1;
   }();
   if (forced >= 0) return forced;
-  return T <= kEarlyAllRows ? kSkinnyMaxStages : kLaterEarlyStages;
+  return T >= kLaterEarlyMinRows && T <= kLaterEarlyMaxRows ? kLaterEarlyStages : kSkinnyMaxStages;
 }
 
 // x [T, K] and the split of p's `tiles` tiles of K between blocks, then the launch.
