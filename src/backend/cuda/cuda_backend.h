@@ -176,7 +176,7 @@ class CudaBackend final : public Backend {
   // H100 (graphed ms, two rounds in each of two leases; from 9 rows / from 1): ctx 1k B = 1
   // 3.572, 3.556 / 3.609, 3.612; B = 2 3.668, 3.670 / 3.699, 3.698; B = 8 3.996, 4.008 / 4.039,
   // 4.043; ctx 8k B = 1 3.655, 3.656 / 3.699, 3.686; B = 4 4.075, 4.078 / 4.119, 4.092
-  // (h200_2026-12-05e.md). DS_NORM_SUMS_PARTIALS_MIN_ROWS=N sets it (A/B).
+  // (decode_h100_2026-12-05.md). DS_NORM_SUMS_PARTIALS_MIN_ROWS=N sets it (A/B).
   int64_t partials_min_rows_ = 9;
   // linear_add_rms_norm in that form: false, launching nothing, where it does not apply.
   bool add_norm_of_partials(const Tensor& x, const Tensor& w, const Tensor& residual,

@@ -481,7 +481,7 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
 // 4.525, 4.518 / 4.566, 4.568 and 4.516, 4.515 / 4.564, 4.564; B = 12 4.382, 4.380 / 4.409, 4.392;
 // B = 32 5.601, 5.605 / 5.605, 5.609; B = 64 7.411, 7.418 / 7.473, 7.466 then 7.459, 7.446 /
 // 7.412, 7.404; B = 1 3.604, 3.602 / 3.569, 3.573, B = 4 3.783, 3.786 / 3.757, 3.761 (1 or 2
-// stages slower still). DS_SKINNY_EARLY_STAGES=N: N at every T (A/B).
+// stages slower still; decode_h100_2026-12-05.md). DS_SKINNY_EARLY_STAGES=N: N at every T (A/B).
 constexpr int kLaterEarlyStages = 4, kLaterEarlyMinRows = 9, kLaterEarlyMaxRows = 32;
 int early_stages_for(int T) {
   static const int forced = [] {
