@@ -81,10 +81,11 @@ TEST_F(CudaOps, LinearGemvAndCublasLt) {
 }
 
 // A row-parallel projection added into the residual stream and normalised, against the CPU's
-// linear + add_rms_norm in f32: up to 8 tokens the weight-streaming GEMM into the scratch then the
-// fused add + norm; from 9 tokens on (20 tiles of 128 rows: cuBLASLt; run at 16, 64, 300) the GEMM
-// adding into the residual itself (beta = 1), then the norm alone. The scratch holds nothing the
-// result needs.
+// linear + add_rms_norm in f32: up to 8 tokens (run at 1, 8) the weight-streaming GEMM summing its
+// split tiles into the scratch, then the fused add + norm; from 9 to 32 tokens (16) the GEMM's
+// partials summed by the add + norm kernel; above (20 tiles of 128 rows: cuBLASLt; 64, 300) the
+// GEMM adding into the residual itself (beta = 1), then the norm alone. The scratch holds nothing
+// the result needs.
 TEST_F(CudaOps, LinearAddRmsNorm) {
   const int in = 4096, H = 2560;
   for (int T : {1, 8, 16, 64, 300}) {
