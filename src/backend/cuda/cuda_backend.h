@@ -171,8 +171,9 @@ class CudaBackend final : public Backend {
   // no better at B = 64 (5.759 / 5.769 against 5.758 / 5.738; h200_2026-12-05b.md).
   // DS_NORM_SUMS_PARTIALS_ROWS=N sets it (0: only where linear_route picks the streaming GEMM).
   int64_t partials_rows_ = 32;
-  // ... and only from this many rows on: below it the GEMM sums its split tiles (its summing
-  // blocks then end the chain sooner than the norm kernel's reads of every partial do). On an
+  // ... and only from this many rows on: below it the GEMM sums its split tiles and the add +
+  // norm reads one bf16 row (why that is faster there is inferred from a kernel trace, not
+  // measured: the norm's partial loads seemed to wait behind the next GEMM's weight copies). On an
   // H100 (graphed ms, two rounds in each of two leases; from 9 rows / from 1): ctx 1k B = 1
   // 3.572, 3.556 / 3.609, 3.612; B = 2 3.668, 3.670 / 3.699, 3.698; B = 8 3.996, 4.008 / 4.039,
   // 4.043; ctx 8k B = 1 3.655, 3.656 / 3.699, 3.686; B = 4 4.075, 4.078 / 4.119, 4.092

@@ -475,8 +475,9 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
 }
 
 // How many stages' weights a launch of T tokens copies before its wait: kLaterEarlyStages from
-// 9 to 32 tokens, where a burst of 132 x the pipeline would queue ahead of the previous kernel's
-// own loads; every stage else (up to 8 tokens the ramp bounds the step; at 64 no steady gain).
+// 9 to 32 tokens, every stage else. The idea (not measured directly): a burst of 132 x the
+// pipeline queues ahead of the previous kernel's own loads; up to 8 tokens the GEMM's ramp weighs
+// more, at 64 no steady gain.
 // On an H100 (graphed ms, ctx 1k, two rounds in each of two leases, 4 early stages / all): B = 16
 // 4.525, 4.518 / 4.566, 4.568 and 4.516, 4.515 / 4.564, 4.564; B = 12 4.382, 4.380 / 4.409, 4.392;
 // B = 32 5.601, 5.605 / 5.605, 5.609; B = 64 7.411, 7.418 / 7.473, 7.466 then 7.459, 7.446 /
