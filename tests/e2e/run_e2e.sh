@@ -6,9 +6,14 @@
 set -euo pipefail
 bin=$1
 here=$(cd "$(dirname "$0")" && pwd)
-if [ ! -d "$here/node_modules/openai" ]; then
-  npm ci --prefix "$here" --no-audit --no-fund --silent
-fi
+# ctest runs the three e2e tests at once: one `npm ci` at a time (it empties node_modules first, so
+# a second one racing it, or a test reading it meanwhile, fails), the check under the same lock.
+(
+  flock 9
+  if [ ! -f "$here/node_modules/openai/package.json" ]; then
+    npm ci --prefix "$here" --no-audit --no-fund --silent
+  fi
+) 9>"$here/.npm-ci.lock"
 logs=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$logs"; }
