@@ -167,6 +167,7 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest req) {
                 std::to_string(req.params.max_tokens) + ") exceeds max_model_len " +
                 std::to_string(cfg_.max_model_len));
   if (!req.params.stop.empty() && !tok_) throw Error("stop strings need a tokenizer");
+  if (req.params.json && !tok_) throw Error("a JSON response_format needs a tokenizer");
 
   auto r = std::make_unique<Request>();
   r->id = next_id_++;
@@ -181,6 +182,8 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest req) {
   if (tok_)
     r->detok =
         std::make_unique<tokenizer::IncrementalDetokenizer>(*tok_, r->params.skip_special_tokens);
+  if (r->params.json)
+    r->json = std::make_unique<JsonOutput>(r->params.json, r->params.constrain_after);
   r->arrival = clock::now();
   auto stream = r->stream;
   {
@@ -284,7 +287,7 @@ double Engine::run_step(const ScheduledStep& step) {
     const StepSeq& s = step.batch.seq(i);
     if (s.num_samples == 0) continue;
     tokens.clear();
-    const Request& r = *step.requests[i];
+    Request& r = *step.requests[i];
     for (int32_t k = 0; k < s.num_samples; ++k) {
       const backend::Sampled& o = out[static_cast<size_t>(s.sample_begin + k)];
       const int32_t token = constrained(r, tokens, scripted(r, k, o.token));
@@ -303,12 +306,34 @@ int32_t Engine::scripted(const Request& r, int32_t k, int32_t sampled) const {
   return at < script.size() ? script[at] : cfg_.eos_token_ids.at(0);
 }
 
-int32_t Engine::constrained(const Request& r, std::span<const SampledToken> earlier,
-                            int32_t token) const {
+int32_t Engine::constrained(Request& r, std::span<const SampledToken> earlier, int32_t token) {
+  if (r.json) {
+    const std::vector<int32_t> ends = end_tokens(r);
+    token = r.json->choose(vocab_trie(), ends, token);
+    if (std::find(ends.begin(), ends.end(), token) == ends.end())
+      r.json->take(token, tok_->token_bytes(token));
+    return token;
+  }
   if (r.params.forced_prefixes.empty()) return token;
   std::vector<int32_t> outputs(r.tokens.begin() + r.num_prompt, r.tokens.end());
   for (const SampledToken& t : earlier) outputs.push_back(t.token);
   return constrain_token(r.params, outputs, token);
+}
+
+std::vector<int32_t> Engine::end_tokens(const Request& r) const {
+  std::vector<int32_t> e = cfg_.eos_token_ids;
+  e.insert(e.end(), r.params.stop_token_ids.begin(), r.params.stop_token_ids.end());
+  return e;
+}
+
+const structured::VocabTrie& Engine::vocab_trie() const {
+  if (!vocab_trie_) {
+    std::vector<std::string> bytes(static_cast<size_t>(tok_->vocab_size()));
+    for (int32_t t = 0; t < tok_->vocab_size(); ++t)
+      if (!tok_->is_special(t)) bytes[static_cast<size_t>(t)] = tok_->token_bytes(t);
+    vocab_trie_ = std::make_unique<structured::VocabTrie>(bytes);
+  }
+  return *vocab_trie_;
 }
 
 backend::SampleSpec Engine::sample_spec(const Request& r) const {
@@ -332,6 +357,7 @@ backend::SampleSpec Engine::sample_spec(const Request& r) const {
   s.bias = p.logit_bias;
   for (const int32_t t : allowed_next_tokens(p, std::span(r.tokens).subspan(r.num_prompt)))
     s.bias.emplace_back(t, kForcedBias);
+  if (r.json) r.json->restrict(vocab_trie(), end_tokens(r), s);
   return s;
 }
 

@@ -125,8 +125,13 @@ class Engine {
   void deliver(Request& r, ProcessedOutput out);
   // The token a request gets for its k-th sampled row of the step: the debug script's, if any.
   int32_t scripted(const Request& r, int32_t k, int32_t sampled) const;
-  // `token` (after `earlier` tokens of this step) under the request's forced prefixes.
-  int32_t constrained(const Request& r, std::span<const SampledToken> earlier, int32_t token) const;
+  // `token` (after `earlier` tokens of this step) under the request's forced prefixes and JSON
+  // grammar; the JSON state takes the token.
+  int32_t constrained(Request& r, std::span<const SampledToken> earlier, int32_t token);
+  // The tokens that end a request (EOS and its stop_token_ids).
+  std::vector<int32_t> end_tokens(const Request& r) const;
+  // The vocabulary's byte trie for JSON masks (built at the first JSON request).
+  const structured::VocabTrie& vocab_trie() const;
   // What the backend needs to sample the request's next token.
   backend::SampleSpec sample_spec(const Request& r) const;
   void finish(Request& r, FinishReason why, OutputDelta d);
@@ -143,7 +148,8 @@ class Engine {
   Scheduler scheduler_;
   OutputProcessor output_;
   Metrics metrics_;
-  std::map<uint64_t, std::unique_ptr<Request>> requests_;  // engine thread only
+  std::map<uint64_t, std::unique_ptr<Request>> requests_;      // engine thread only
+  mutable std::unique_ptr<structured::VocabTrie> vocab_trie_;  // engine thread only
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -24,6 +24,9 @@ std::string SamplingParams::validate() const {
     if (!(b >= -100 && b <= 100)) return "logit_bias values must be in [-100, 100]";
   for (const std::vector<int32_t>& f : forced_prefixes)
     if (f.empty()) return "forced prefixes must not be empty";
+  if (json && !forced_prefixes.empty())
+    return "a JSON response_format cannot be combined with a forced tool call";
+  if (json && ignore_eos) return "a JSON response_format cannot be combined with ignore_eos";
   return "";
 }
 

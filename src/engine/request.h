@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/json_output.h"
+#include "structured/token_mask.h"
 #include "tokenizer/detokenizer.h"
 
 namespace deltaserve::engine {
@@ -39,6 +41,9 @@ struct SamplingParams {
   // output token, or right after the first `constrain_after` token when that is >= 0.
   std::vector<std::vector<int32_t>> forced_prefixes;
   int32_t constrain_after = -1;
+  // The output must be a JSON document of this grammar (response_format; json_output.h), from the
+  // first output token or right after the first `constrain_after` token.
+  std::shared_ptr<const structured::JsonConstraint> json;
 
   // Empty when valid, else what is wrong (the server answers 400 with it).
   std::string validate() const;
@@ -123,8 +128,9 @@ struct Request {
   uint64_t seed = 0;  // of its draws: backend::sample_uniform(seed, output index)
   std::shared_ptr<RequestStream> stream;
   std::unique_ptr<tokenizer::IncrementalDetokenizer> detok;
-  std::string text;         // decoded output text so far
-  size_t text_emitted = 0;  // bytes of `text` already sent
+  std::unique_ptr<JsonOutput> json;  // with params.json
+  std::string text;                  // decoded output text so far
+  size_t text_emitted = 0;           // bytes of `text` already sent
   std::chrono::steady_clock::time_point arrival, last_token;
   bool has_first_token = false;
   // Prefix caching (engine thread): hashes of the full blocks of `tokens` seen so far, how many

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "server/reasoning_parser.h"
 #include "server/request_fields.h"
+#include "server/response_format.h"
 #include "server/tool_choice.h"
 
 namespace deltaserve::server {
@@ -138,14 +139,6 @@ int32_t max_tokens_of(const json& b, bool chat, int64_t prompt_len, int64_t max_
 
 // Fields deltaserve does not implement yet are refused with a 400 naming them, never ignored.
 void refuse_unsupported(const json& b, bool chat) {
-  if (present(b, "response_format")) {
-    const json& f = b["response_format"];
-    if (!f.is_object() || !f.contains("type") || f["type"] != "text")
-      bad_request(
-          "response_format other than {\"type\": \"text\"} (JSON mode, JSON schema) is "
-          "not supported yet",
-          "response_format");
-  }
   if (!chat && present(b, "suffix")) bad_request("suffix is not supported", "suffix");
   if (present(b, "stream_options") && !get_bool(b, "stream").value_or(false))
     bad_request("stream_options can only be given when stream is true", "stream_options");
@@ -211,6 +204,7 @@ engine::SamplingParams parse_sampling_params(const json& b, bool chat, int64_t v
     p.stop_token_ids = get_token_ids(b["stop_token_ids"], vocab, "stop_token_ids");
   parse_logprobs(b, chat, p);
   parse_logit_bias(b, vocab, p);
+  p.json = parse_json_output(b);
   if (const std::string e = p.validate(); !e.empty()) bad_request(e);
   return p;
 }
@@ -238,6 +232,14 @@ CompletionRequest parse_completion_request(const json& b, bool chat, const Reque
     r.named_tool_choice = choice.kind == ToolChoiceKind::kNamed;
     if (r.tool_calls) r.tools = b["tools"];
     force_tool_call(choice, r.tools, ctx.tok, r.prompt_opens_think, r.generate.params);
+    if (r.generate.params.json) {
+      if (choice.forces_call())
+        bad_request("a JSON response_format cannot be combined with a forced tool call",
+                    "response_format");
+      // As a forced tool call: the document starts after the reasoning the prompt opened.
+      r.generate.params.constrain_after =
+          r.prompt_opens_think ? ctx.tok.token_to_id("</think>") : -1;
+    }
     r.generate.prompt_ids = ctx.tok.encode(prompt);
   } else {
     r.generate.prompt_ids = text_prompt(b, ctx);

@@ -61,4 +61,13 @@ class MaskCache {
   std::unordered_map<std::string, std::shared_ptr<const TokenMask>> masks_;
 };
 
+// What a structured-output request carries: its grammar and the masks of the grammar's states,
+// shared by every request of that grammar (the n choices of one request, or requests with the same
+// schema).
+struct JsonConstraint {
+  explicit JsonConstraint(std::shared_ptr<const JsonGrammar> g) : grammar(std::move(g)) {}
+  std::shared_ptr<const JsonGrammar> grammar;
+  mutable MaskCache masks;
+};
+
 }  // namespace deltaserve::structured

@@ -261,7 +261,7 @@ test('vLLM surface: /version, /ping and vllm: metric names', async () => {
   assert.ok((await metric('vllm:generation_tokens_total', URL_SCRIPT)) > 0);
 });
 
-test('vLLM surface: 404 routes, keep-alive, Retry-After, max_completion_tokens, JSON mode refused', async () => {
+test('vLLM surface: 404 routes, keep-alive, Retry-After, max_completion_tokens, unsupported schemas refused', async () => {
   assert.equal((await fetch(`${URL_SCRIPT}/v1/no-such-route`)).status, 404);
   const models = await fetch(`${URL_SCRIPT}/v1/models`);
   assert.equal(models.status, 200);
@@ -269,8 +269,11 @@ test('vLLM surface: 404 routes, keep-alive, Retry-After, max_completion_tokens, 
   const short = await scripted.chat.completions.create({ model: MODEL, messages: ask, max_completion_tokens: 3 });
   assert.equal(short.usage.completion_tokens, 3);
   assert.equal(short.choices[0].finish_reason, 'length');
-  await assert.rejects(scripted.chat.completions.create({ model: MODEL, messages: ask, response_format: { type: 'json_object' } }),
-    (e) => e.status === 400 && /response_format/.test(e.message));
+  await assert.rejects(scripted.chat.completions.create({ model: MODEL, messages: ask,
+    response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', pattern: 'a+' } } } }),
+  (e) => e.status === 400 && /pattern/.test(e.message));
+  await assert.rejects(scripted.completions.create({ model: MODEL, prompt: 'x', structured_outputs: { regex: 'a+' } }),
+    (e) => e.status === 400 && /structured_outputs/.test(e.message));
   // The small server admits one request at a time: a refused one says when to come back.
   const body = JSON.stringify({ model: MODEL, prompt: 'busy', max_tokens: 24, ignore_eos: true });
   const replies = await Promise.all(Array.from({ length: 6 }, () => fetch(`${URL_SMALL}/v1/completions`,
@@ -279,6 +282,50 @@ test('vLLM surface: 404 routes, keep-alive, Retry-After, max_completion_tokens, 
   assert.ok(refused.length >= 1, 'at least one 503');
   for (const r of refused) assert.ok(Number(r.headers.get('retry-after')) >= 1, 'Retry-After on a 503');
   await Promise.all(replies.map((r) => r.text()));
+});
+
+// Structured outputs on the random-weight model: only the constraint makes its text a document.
+// The schema bounds the document's length, so within max_tokens every reply is whole.
+const answerSchema = { type: 'object', properties: { ok: { type: 'boolean' }, n: { type: 'integer' },
+  color: { enum: ['red', 'green', 'dark blue'] } }, required: ['ok', 'n', 'color'], additionalProperties: false };
+function checkAnswer(text) {
+  const doc = JSON.parse(text);
+  assert.deepEqual(Object.keys(doc).sort(), ['color', 'n', 'ok'], text);
+  assert.equal(typeof doc.ok, 'boolean', text);
+  assert.ok(Number.isInteger(doc.n), text);
+  assert.ok(['red', 'green', 'dark blue'].includes(doc.color), text);
+}
+
+test('response_format json_schema: replies match the schema, streamed and not', async () => {
+  const response_format = { type: 'json_schema', json_schema: { name: 'answer', strict: true, schema: answerSchema } };
+  const r = await client.chat.completions.create({ model: MODEL, messages: ask, max_tokens: 400, seed: 3, response_format });
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  checkAnswer(r.choices[0].message.content);
+  const stream = await client.chat.completions.create({ model: MODEL, messages: ask, max_tokens: 400, seed: 4,
+    response_format, stream: true });
+  let text = '';
+  let finish = null;
+  for await (const chunk of stream) {
+    text += chunk.choices[0]?.delta?.content ?? '';
+    finish = chunk.choices[0]?.finish_reason ?? finish;
+  }
+  assert.equal(finish, 'stop');
+  checkAnswer(text);
+  // vLLM's structured_outputs.json on completions.
+  const c = await client.completions.create({ model: MODEL, prompt: 'JSON:', max_tokens: 400, seed: 5,
+    structured_outputs: { json: answerSchema } });
+  assert.equal(c.choices[0].finish_reason, 'stop');
+  checkAnswer(c.choices[0].text);
+});
+
+test('response_format json_object: the reply opens an object, and parses when it ends', async () => {
+  for (const seed of [1, 2]) {
+    const r = await client.chat.completions.create({ model: MODEL, messages: ask, max_tokens: 64, seed,
+      response_format: { type: 'json_object' } });
+    const text = r.choices[0].message.content;
+    assert.match(text, /^\s*\{/);
+    if (r.choices[0].finish_reason === 'stop') assert.equal(typeof JSON.parse(text), 'object');
+  }
 });
 
 // --enable-auto-tool-choice --tool-call-parser qwen3_coder on a server whose every reply is

@@ -35,8 +35,24 @@ class CompletionRequestTest : public ::testing::Test {
 
 TEST_F(CompletionRequestTest, UnsupportedFieldsAreRefusedByName) {
   const std::string msgs = R"("messages":[{"role":"user","content":"hi"}])";
-  EXPECT_EQ(refused("{" + msgs + R"(,"response_format":{"type":"json_object"}})", true),
+  EXPECT_EQ(refused("{" + msgs + R"(,"response_format":{"type":"yaml"}})", true),
             "response_format");
+  EXPECT_EQ(refused("{" + msgs + R"(,"response_format":{"type":"json_schema"}})", true),
+            "response_format");  // no schema
+  EXPECT_EQ(refused("{" + msgs + R"(,"response_format":{"type":"json_schema","json_schema":
+    {"schema":{"type":"string","minLength":3}}}})",
+                    true),
+            "response_format");  // outside the subset
+  EXPECT_EQ(refused("{" + msgs + R"(,"structured_outputs":{"regex":"a+"}})", true),
+            "structured_outputs");
+  EXPECT_EQ(refused("{" + msgs + R"(,"guided_choice":["a","b"]})", true), "guided_choice");
+  EXPECT_EQ(refused("{" + msgs + R"(,"guided_json":"{not json"})", true), "guided_json");
+  EXPECT_EQ(
+      refused("{" + msgs + R"(,"guided_json":{},"response_format":{"type":"json_object"}})", true),
+      "response_format");  // two at once
+  EXPECT_EQ(
+      refused("{" + msgs + R"(,"response_format":{"type":"json_object"},"ignore_eos":true})", true),
+      "");
   EXPECT_EQ(refused("{" + msgs + R"(,"logit_bias":{"x":10}})", true), "logit_bias");
   EXPECT_EQ(refused("{" + msgs + R"(,"logit_bias":{"999999999":1}})", true), "logit_bias");
   EXPECT_EQ(refused("{" + msgs + R"(,"logit_bias":{"5":1000}})", true), "");  // out of [-100, 100]
@@ -61,6 +77,29 @@ const std::string kTools = R"("tools":[{"type":"function","function":{"name":"ge
   {"type":"function","function":{"name":"get_time"}}])";
 const std::string kMsgs = R"("messages":[{"role":"user","content":"hi"}])";
 using Prefixes = std::vector<std::vector<int32_t>>;
+
+TEST_F(CompletionRequestTest, JsonOutputsBecomeAGrammar) {
+  const RequestContext ctx{*tok_, chat_.get(), "m", 1024, false};
+  const auto parse = [&](const std::string& fields) {
+    return parse_completion_request(json::parse("{" + kMsgs + "," + fields + "}"), true, ctx)
+        .generate.params;
+  };
+  EXPECT_EQ(parse(R"("response_format":{"type":"text"})").json, nullptr);
+  const auto object = parse(R"("response_format":{"type":"json_object"})");
+  ASSERT_NE(object.json, nullptr);
+  EXPECT_EQ(object.json->grammar, structured::JsonGrammar::any_object());
+  const std::string schema = R"({"type":"object","properties":{"a":{"type":"integer"}}})";
+  const auto a = parse(R"("response_format":{"type":"json_schema","json_schema":{"name":"x",
+    "schema":)" + schema +
+                       "}}");
+  const auto b = parse(R"("structured_outputs":{"json":)" + schema + "}");
+  const auto c = parse(R"("guided_json":")" + json(schema).dump().substr(1));
+  ASSERT_NE(a.json, nullptr);
+  EXPECT_EQ(a.json, b.json);  // one compiled grammar (and mask cache) for one schema
+  EXPECT_EQ(a.json, c.json);
+  EXPECT_EQ(a.json->grammar->node(a.json->grammar->root()).kind, structured::NodeKind::kObject);
+  EXPECT_EQ(a.constrain_after, -1);
+}
 
 TEST_F(CompletionRequestTest, ToolChoiceRequiredOrNamedNeedsItsTools) {
   EXPECT_EQ(refused("{" + kMsgs + R"(,"tool_choice":"required"})", true), "tool_choice");
