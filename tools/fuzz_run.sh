@@ -12,7 +12,7 @@ shift 2
 TARGETS=("$@")
 if [ ${#TARGETS[@]} -eq 0 ]; then
   TARGETS=(fuzz_http fuzz_openai_json fuzz_tokenizer fuzz_chat_template fuzz_checkpoint
-           fuzz_output_parsers)
+           fuzz_output_parsers fuzz_json_grammar)
 fi
 OUT_DIR=${FUZZ_OUT:-$BUILD/fuzz-out}
 # One OpenMP thread: a target runs one input at a time, and the API harnesses' start-up (the

@@ -31,7 +31,6 @@ using Tops = std::vector<FramePtr>;
 bool is_ws(uint8_t b) { return b == ' ' || b == '\n' || b == '\t' || b == '\r'; }
 bool is_digit(uint8_t b) { return b >= '0' && b <= '9'; }
 bool is_hex(uint8_t b) { return is_digit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F'); }
-bool plain(uint8_t b) { return b >= 0x20 && b != '"' && b != '\\'; }
 
 template <class F>
 FramePtr edited(const Frame& f, F edit) {
@@ -389,7 +388,7 @@ bool JsonMatcher::complete() const {
 }
 
 bool JsonMatcher::absorbs(uint8_t byte) const {
-  if (!plain(byte) || tops_.empty()) return false;
+  if (!string_plain(byte) || tops_.empty()) return false;
   return std::all_of(tops_.begin(), tops_.end(), [&](const FramePtr& f) {
     if (f->phase != 0) return false;
     if (f->kind == FrameKind::kString) return true;

@@ -5,7 +5,9 @@
 //
 // Bounds that keep a sampled document finite: at most kMaxWhitespace whitespace bytes in a row,
 // numbers of at most kMaxNumberBytes bytes, object / array nesting at most kMaxNesting deep, keys
-// of at most kMaxKeyBytes bytes. Nothing may follow the document (only the end: EOS).
+// of at most kMaxKeyBytes bytes. Nothing may follow the document (only the end: EOS). Strings are
+// matched as bytes (a token may split a UTF-8 character, as BPE tokens do): the text a client gets
+// is decoded lossily, so a sequence left broken shows as U+FFFD inside a string, never as bad JSON.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +21,9 @@
 namespace deltaserve::structured {
 
 constexpr int kMaxWhitespace = 32, kMaxNumberBytes = 32, kMaxNesting = 32, kMaxKeyBytes = 256;
+
+// A byte that a string (or a free key) takes as it is, leaving the matcher's state unchanged.
+inline bool string_plain(uint8_t b) { return b >= 0x20 && b != '"' && b != '\\'; }
 
 struct Frame;
 using FramePtr = std::shared_ptr<const Frame>;

@@ -2,7 +2,7 @@
 // state (a subtree is left as soon as its first byte kills the state; inside a string the state
 // does not change, so the walk there costs the trie's nodes, not new states), and a cache of the
 // masks by state key, per grammar, since documents revisit the same states (a new string value,
-// the comma after a value, ...).
+// the comma after a value, ...). Inside a string a subtree of plain bytes only is taken whole.
 #pragma once
 
 #include <algorithm>
@@ -40,8 +40,11 @@ class VocabTrie {
  private:
   struct Node {
     uint8_t byte = 0;
-    int32_t first_token = 0, num_tokens = 0;  // order_[first_token ..]: tokens ending here
+    // order_[first_token, + num_tokens): the tokens ending here; [first_token, subtree_end): all
+    // the tokens through this node.
+    int32_t first_token = 0, num_tokens = 0, subtree_end = 0;
     int32_t first_child = 0, num_children = 0;
+    bool plain = false;  // this node's byte and every byte below it are plain string bytes
   };
   void walk(const Node& n, const JsonMatcher& m, std::vector<int32_t>& out) const;
   std::vector<Node> nodes_;     // nodes_[0] the root; a node's children contiguous
