@@ -370,6 +370,7 @@ JsonMatcher JsonMatcher::advance(uint8_t byte) const {
       if (i == 0 || keyed[i].first != keyed[i - 1].first)
         next.push_back(std::move(keyed[i].second));
   }
+  if (next.size() > kMaxReadings) next.resize(kMaxReadings);
   return JsonMatcher(grammar_, std::move(next));
 }
 

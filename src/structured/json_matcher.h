@@ -21,6 +21,10 @@
 namespace deltaserve::structured {
 
 constexpr int kMaxWhitespace = 32, kMaxNumberBytes = 32, kMaxNesting = 32, kMaxKeyBytes = 256;
+// Readings kept side by side (anyOf alternatives that accept the same bytes multiply with nesting):
+// past this many the first ones are kept, so a pathological schema costs bounded work a byte (and
+// may narrow what it allows; never widen it).
+constexpr size_t kMaxReadings = 64;
 
 // A byte that a string (or a free key) takes as it is, leaving the matcher's state unchanged.
 inline bool string_plain(uint8_t b) { return b >= 0x20 && b != '"' && b != '\\'; }

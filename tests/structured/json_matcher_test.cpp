@@ -95,6 +95,16 @@ TEST(JsonMatcher, SchemaAnyOfRefsAndConst) {
   EXPECT_FALSE(viable(open, R"({"b": 1)"));
 }
 
+// anyOf alternatives that read the same bytes multiply with nesting: bounded work a byte.
+TEST(JsonMatcher, ReadingsThatMultiplyAreBounded) {
+  const auto g = schema(R"({"$ref": "#/$defs/A", "$defs": {"A": {"anyOf": [
+      {"type": "array", "items": {"$ref": "#/$defs/A"}}, {"type": "array", "items": {"$ref": "#/$defs/A"}},
+      {"type": "array", "items": {"$ref": "#/$defs/A"}}, {"type": "null"}]}}})");
+  std::string doc(20, '[');
+  EXPECT_TRUE(viable(g, doc));  // 3^20 readings without the bound
+  EXPECT_TRUE(accepts(g, doc + "null" + std::string(20, ']')));
+}
+
 TEST(JsonMatcher, SchemasOutsideTheSubsetAreRefused) {
   for (const char* bad :
        {R"({"type": "string", "pattern": "a+"})", R"({"type": "wat"})",
