@@ -460,6 +460,51 @@ TEST_F(CudaOps, SamplingMatchesHostReference) {
   EXPECT_GT(fs.token, V * 0.99);
 }
 
+// Structured outputs' masks (engine/json_output.h) as the sampler gets them: +100 bias on a few
+// thousand allowed tokens, or bans of tens of thousands that include each row's favourites. Every
+// token drawn must be one the mask allows; greedy rows equal the host reference.
+TEST_F(CudaOps, SamplingUnderJsonSizedMasksKeepsToTheMask) {
+  const int V = 151936, R = 8;
+  std::vector<float> l = deltaserve::testing::random_vec(static_cast<size_t>(R) * V, 51, 4.0f);
+  for (float& x : l) x = bf16_to_f32(f32_to_bf16(x));
+  auto dl = dev(l, DType::kBF16, {R, V});
+  std::vector<SampleSpec> specs(R);
+  std::vector<std::vector<uint8_t>> allowed(R, std::vector<uint8_t>(V, 1));
+  for (int r = 0; r < R; ++r) {
+    SampleSpec& s = specs[static_cast<size_t>(r)];
+    s.temperature = r % 2 ? 1.0f : 0.0f;
+    s.seed = 77 + static_cast<uint64_t>(r);
+    auto& ok = allowed[static_cast<size_t>(r)];
+    if (r < 4) {  // the bias form: 5,000 allowed tokens
+      std::fill(ok.begin(), ok.end(), 0);
+      for (int k = 0; k < 5000; ++k) ok[static_cast<size_t>((k * 30 + r) % V)] = 1;
+      for (int t = 0; t < V; ++t)
+        if (ok[static_cast<size_t>(t)]) s.bias.emplace_back(t, 100.0f);
+    } else {  // the ban form: 40,000 banned, the row's 100 largest logits among them
+      std::vector<int> order(V);
+      for (int t = 0; t < V; ++t) order[static_cast<size_t>(t)] = t;
+      const float* row = l.data() + static_cast<size_t>(r) * V;
+      std::partial_sort(order.begin(), order.begin() + 100, order.end(),
+                        [&](int a, int b) { return row[a] > row[b]; });
+      for (int k = 0; k < 100; ++k) ok[static_cast<size_t>(order[static_cast<size_t>(k)])] = 0;
+      for (int k = 0; k < 39900; ++k) ok[static_cast<size_t>((k * 3 + r) % V)] = 0;
+      for (int t = 0; t < V; ++t)
+        if (!ok[static_cast<size_t>(t)]) s.banned.push_back(t);
+    }
+  }
+  const std::vector<Sampled> got = gpu_->sample(dl.tensor(), V, specs);
+  for (int r = 0; r < R; ++r) {
+    const int32_t t = got[static_cast<size_t>(r)].token;
+    ASSERT_TRUE(t >= 0 && t < V);
+    EXPECT_TRUE(allowed[static_cast<size_t>(r)][static_cast<size_t>(t)]) << "row " << r;
+    if (specs[static_cast<size_t>(r)].greedy())
+      EXPECT_EQ(t, sample_row(std::span<const float>(l.data() + static_cast<size_t>(r) * V, V), V,
+                              specs[static_cast<size_t>(r)])
+                       .token)
+          << "row " << r;
+  }
+}
+
 // The slice statistics' edges: a vocabulary that is not a multiple of eight (a slice ending in a
 // partial group of eight) and rows that do not start 16-byte aligned (read a token at a time), the
 // favourite in the last group, in the partial tail or banned: greedy picks equal the host
