@@ -1,5 +1,6 @@
 #include "server/response_format.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -61,14 +62,30 @@ Constraint from_response_format(const json& f) {
   return constraint_for(schema_of(f["json_schema"]["schema"], field));
 }
 
+// vLLM's choice: a list of strings, one of which is the whole output.
+Constraint choice_of(const json& v, const char* field) {
+  std::vector<std::string> texts;
+  if (v.is_array())
+    for (const json& t : v) {
+      if (!t.is_string()) break;
+      texts.push_back(t.get<std::string>());
+    }
+  if (!v.is_array() || texts.size() != v.size() || texts.empty() ||
+      std::any_of(texts.begin(), texts.end(), [](const std::string& t) { return t.empty(); }))
+    bad_request(std::string("'") + field + "' must be a non-empty list of non-empty strings",
+                field);
+  return std::make_shared<const structured::JsonConstraint>(structured::JsonGrammar::choice(texts));
+}
+
 Constraint from_structured_outputs(const json& s) {
   const char* field = "structured_outputs";
   if (!s.is_object()) bad_request("'structured_outputs' must be an object", field);
-  for (const char* kind : {"regex", "choice", "grammar", "structural_tag"})
+  for (const char* kind : {"regex", "grammar", "structural_tag"})
     if (present(s, kind))
       bad_request(std::string("structured_outputs.") + kind +
-                      " is not supported (json and json_object are)",
+                      " is not supported (json, json_object and choice are)",
                   field);
+  if (present(s, "choice")) return choice_of(s["choice"], field);
   if (present(s, "json")) return constraint_for(schema_of(s["json"], field));
   if (get_bool(s, "json_object").value_or(false)) return json_object();
   return nullptr;
@@ -77,12 +94,13 @@ Constraint from_structured_outputs(const json& s) {
 }  // namespace
 
 Constraint parse_json_output(const json& b) {
-  for (const char* field : {"guided_regex", "guided_choice", "guided_grammar"})
+  for (const char* field : {"guided_regex", "guided_grammar"})
     if (present(b, field)) bad_request(std::string(field) + " is not supported", field);
   std::vector<Constraint> asked;
   if (present(b, "response_format")) asked.push_back(from_response_format(b["response_format"]));
   if (present(b, "structured_outputs"))
     asked.push_back(from_structured_outputs(b["structured_outputs"]));
+  if (present(b, "guided_choice")) asked.push_back(choice_of(b["guided_choice"], "guided_choice"));
   if (present(b, "guided_json"))
     asked.push_back(constraint_for(schema_of(b["guided_json"], "guided_json")));
   Constraint out;

@@ -1,10 +1,10 @@
 // The structured-output fields of a request body, as a JSON grammar for the engine:
 // OpenAI's response_format — {"type": "text"}, {"type": "json_object"} (any JSON object), or
 // {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": ...}} — and
-// vLLM's structured_outputs {"json": schema} / {"json_object": true} and guided_json (a schema, or
-// its text). Structured-output kinds deltaserve does not implement (regex, choice, grammar,
-// structural tags) are refused with a 400 naming the field, never ignored; so are schemas outside
-// structured/json_grammar.h's subset.
+// vLLM's structured_outputs {"json": schema} / {"json_object": true} / {"choice": [texts]},
+// guided_json (a schema, or its text) and guided_choice. Structured-output kinds deltaserve does
+// not implement (regex, grammar, structural tags) are refused with a 400 naming the field, never
+// ignored; so are schemas outside structured/json_grammar.h's subset.
 #pragma once
 
 #include <memory>

@@ -75,6 +75,16 @@ std::shared_ptr<const JsonGrammar> JsonGrammar::any_object() {
   return g;
 }
 
+std::shared_ptr<const JsonGrammar> JsonGrammar::choice(const std::vector<std::string>& texts) {
+  if (texts.empty()) throw Error("choice must be a non-empty list of strings", "choice");
+  for (const std::string& t : texts)
+    if (t.empty()) throw Error("choice must not hold an empty string", "choice");
+  auto g = std::shared_ptr<JsonGrammar>(new JsonGrammar());
+  g->root_ = g->add({.kind = NodeKind::kLiterals, .literals = texts});
+  g->exact_text_ = true;
+  return g;
+}
+
 // Compiles a schema's nodes into a grammar; $refs resolve to a node allocated before the target
 // compiles, so recursive schemas work.
 class SchemaCompiler {

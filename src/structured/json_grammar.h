@@ -1,5 +1,6 @@
 // A JSON value constraint for structured outputs (response_format): a JSON Schema compiled into a
-// table of nodes, or "any JSON object" for JSON mode. Matched byte by byte by JsonMatcher.
+// table of nodes, "any JSON object" for JSON mode, or a choice of exact texts. Matched byte by byte
+// by JsonMatcher.
 //
 // The schema subset (what OpenAI's strict structured outputs and pydantic emit): type (a name or a
 // list of names), properties / required / additionalProperties, items / minItems / maxItems, enum,
@@ -38,11 +39,16 @@ class JsonGrammar {
  public:
   // JSON mode: any JSON object.
   static std::shared_ptr<const JsonGrammar> any_object();
+  // vLLM's choice: the output is exactly one of these texts (no JSON quoting, no whitespace
+  // around). Throws deltaserve::Error for an empty list or an empty text.
+  static std::shared_ptr<const JsonGrammar> choice(const std::vector<std::string>& texts);
   // Throws deltaserve::Error (param "response_format") for a schema outside the subset.
   static std::shared_ptr<const JsonGrammar> from_schema(const nlohmann::ordered_json& schema);
 
   const SchemaNode& node(int i) const { return nodes_[static_cast<size_t>(i)]; }
   int root() const { return root_; }
+  // True for a choice grammar: the root's literals are the whole output.
+  bool exact_text() const { return exact_text_; }
   // Built-in nodes: any value, and the object / array / literals an any-value opens.
   int any() const { return 0; }
   int any_object_node() const { return 1; }
@@ -57,6 +63,7 @@ class JsonGrammar {
   int add(SchemaNode n);
   std::vector<SchemaNode> nodes_;
   int root_ = 0;
+  bool exact_text_ = false;
 };
 
 }  // namespace deltaserve::structured

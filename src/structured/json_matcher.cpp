@@ -348,6 +348,13 @@ void append_key(const Frame* f, std::string& k) {
 JsonMatcher::JsonMatcher(std::shared_ptr<const JsonGrammar> grammar)
     : grammar_(std::move(grammar)) {
   auto end = std::make_shared<Frame>(Frame{.kind = FrameKind::kEnd});
+  if (grammar_->exact_text()) {  // the root's literals, as they are: no whitespace before
+    Frame l{.kind = FrameKind::kLiteral, .node = grammar_->root(), .parent = std::move(end)};
+    for (size_t i = 0; i < grammar_->node(l.node).literals.size(); ++i)
+      l.cands.push_back(static_cast<int>(i));
+    tops_.push_back(std::make_shared<Frame>(std::move(l)));
+    return;
+  }
   tops_.push_back(std::make_shared<Frame>(
       Frame{.kind = FrameKind::kValue, .node = grammar_->root(), .parent = std::move(end)}));
 }

@@ -318,6 +318,16 @@ test('response_format json_schema: replies match the schema, streamed and not', 
   checkAnswer(c.choices[0].text);
 });
 
+test('structured_outputs.choice: the reply is one of the choices', async () => {
+  const choices = ['positive', 'negative', 'neutral (mixed)'];
+  for (const seed of [1, 2, 3]) {
+    const r = await client.completions.create({ model: MODEL, prompt: 'Sentiment:', max_tokens: 32, seed,
+      structured_outputs: { choice: choices } });
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    assert.ok(choices.includes(r.choices[0].text), r.choices[0].text);
+  }
+});
+
 test('response_format json_object: the reply opens an object, and parses when it ends', async () => {
   for (const seed of [1, 2]) {
     const r = await client.chat.completions.create({ model: MODEL, messages: ask, max_tokens: 64, seed,

@@ -45,7 +45,10 @@ TEST_F(CompletionRequestTest, UnsupportedFieldsAreRefusedByName) {
             "response_format");  // outside the subset
   EXPECT_EQ(refused("{" + msgs + R"(,"structured_outputs":{"regex":"a+"}})", true),
             "structured_outputs");
-  EXPECT_EQ(refused("{" + msgs + R"(,"guided_choice":["a","b"]})", true), "guided_choice");
+  EXPECT_EQ(refused("{" + msgs + R"(,"guided_choice":["a",""]})", true), "guided_choice");
+  EXPECT_EQ(refused("{" + msgs + R"(,"structured_outputs":{"choice":"a"}})", true),
+            "structured_outputs");
+  EXPECT_EQ(refused("{" + msgs + R"(,"guided_grammar":"root ::= x"})", true), "guided_grammar");
   EXPECT_EQ(refused("{" + msgs + R"(,"guided_json":"{not json"})", true), "guided_json");
   EXPECT_EQ(
       refused("{" + msgs + R"(,"guided_json":{},"response_format":{"type":"json_object"}})", true),
@@ -99,6 +102,13 @@ TEST_F(CompletionRequestTest, JsonOutputsBecomeAGrammar) {
   EXPECT_EQ(a.json, c.json);
   EXPECT_EQ(a.json->grammar->node(a.json->grammar->root()).kind, structured::NodeKind::kObject);
   EXPECT_EQ(a.constrain_after, -1);
+  for (const auto& p : {parse(R"("structured_outputs":{"choice":["yes","no"]})"),
+                        parse(R"("guided_choice":["yes","no"])")}) {
+    ASSERT_NE(p.json, nullptr);
+    EXPECT_TRUE(p.json->grammar->exact_text());
+    EXPECT_EQ(p.json->grammar->node(p.json->grammar->root()).literals,
+              (std::vector<std::string>{"yes", "no"}));
+  }
 }
 
 TEST_F(CompletionRequestTest, ToolChoiceRequiredOrNamedNeedsItsTools) {

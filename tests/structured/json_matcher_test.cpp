@@ -95,6 +95,20 @@ TEST(JsonMatcher, SchemaAnyOfRefsAndConst) {
   EXPECT_FALSE(viable(open, R"({"b": 1)"));
 }
 
+TEST(JsonMatcher, ChoiceIsExactlyOneOfTheTexts) {
+  const auto g = JsonGrammar::choice({"yes", "no", "yes, but", "\"q\""});
+  EXPECT_TRUE(accepts(g, "yes"));
+  EXPECT_TRUE(accepts(g, "yes, but"));
+  EXPECT_TRUE(accepts(g, "\"q\""));
+  EXPECT_TRUE(viable(g, "yes, b"));
+  EXPECT_FALSE(accepts(g, "yes, b"));
+  EXPECT_FALSE(viable(g, " yes"));  // nothing around the text
+  EXPECT_FALSE(viable(g, "yes "));
+  EXPECT_FALSE(viable(g, "maybe"));
+  EXPECT_THROW(JsonGrammar::choice({}), Error);
+  EXPECT_THROW(JsonGrammar::choice({"a", ""}), Error);
+}
+
 // anyOf alternatives that read the same bytes multiply with nesting: bounded work a byte.
 TEST(JsonMatcher, ReadingsThatMultiplyAreBounded) {
   const auto g = schema(R"({"$ref": "#/$defs/A", "$defs": {"A": {"anyOf": [
