@@ -76,22 +76,32 @@ TEST(JsonOutput, AWideMaskBecomesBansOfTheRest) {
   EXPECT_EQ(s.banned, (std::vector<int32_t>{0, end}));  // '{"k":"' inside a string; the end
 }
 
+// The embedded default model (random weights) with the real Qwen3 tokenizer.
+class JsonOutputEngine : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = model::load_model("", model::LoadFormat::kDummy, be_, false);
+    tok_ =
+        tokenizer::Tokenizer::from_file(deltaserve::testing::qwen3_tokenizer() / "tokenizer.json");
+    EngineConfig cfg;
+    cfg.max_model_len = 512;
+    engine_ = std::make_unique<Engine>(*model_, cfg, tok_.get());
+  }
+  backend::CpuBackend be_;
+  std::unique_ptr<model::Qwen35Model> model_;
+  std::unique_ptr<tokenizer::Tokenizer> tok_;
+  std::unique_ptr<Engine> engine_;
+};
+
 // The embedded model: every JSON request ends its document (the schema bounds its length) and
 // the document matches the schema; an unconstrained request beside them is untouched.
-TEST(JsonOutputEngine, RandomWeightsStillAnswerTheSchema) {
-  backend::CpuBackend be;
-  auto m = model::load_model("", model::LoadFormat::kDummy, be, false);
-  const auto tok =
-      tokenizer::Tokenizer::from_file(deltaserve::testing::qwen3_tokenizer() / "tokenizer.json");
-  EngineConfig cfg;
-  cfg.max_model_len = 512;
-  Engine e(*m, cfg, tok.get());
+TEST_F(JsonOutputEngine, RandomWeightsStillAnswerTheSchema) {
   const auto c = constraint(R"({"type": "object", "properties": {"ok": {"type": "boolean"},
       "n": {"type": "integer"}, "color": {"enum": ["red", "green", "dark blue"]}},
       "required": ["ok", "n", "color"], "additionalProperties": false})");
-  const std::vector<int32_t> prompt = tok->encode("Answer in JSON.");
+  const std::vector<int32_t> prompt = tok_->encode("Answer in JSON.");
   SamplingParams free_params = greedy(20);
-  const Result free_alone = collect(*e.submit({prompt, free_params}));
+  const Result free_alone = collect(*engine_->submit({prompt, free_params}));
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (uint64_t seed = 0; seed < 3; ++seed) {
     SamplingParams p;
@@ -99,13 +109,13 @@ TEST(JsonOutputEngine, RandomWeightsStillAnswerTheSchema) {
     p.seed = seed;
     p.max_tokens = 400;
     p.json = c;
-    streams.push_back(e.submit({prompt, p}));
+    streams.push_back(engine_->submit({prompt, p}));
   }
   SamplingParams greedy_json = greedy(400);
   greedy_json.ignore_eos = false;
   greedy_json.json = c;
-  streams.push_back(e.submit({prompt, greedy_json}));
-  const auto free_stream = e.submit({prompt, free_params});
+  streams.push_back(engine_->submit({prompt, greedy_json}));
+  const auto free_stream = engine_->submit({prompt, free_params});
   for (auto& s : streams) {
     const Result r = collect(*s);
     ASSERT_EQ(r.reason, FinishReason::kStop) << r.text;
@@ -122,14 +132,7 @@ TEST(JsonOutputEngine, RandomWeightsStillAnswerTheSchema) {
 
 // JSON mode: whatever the model writes is the start of a JSON object (a long string may run
 // into max_tokens), and a finished one parses.
-TEST(JsonOutputEngine, JsonModeOutputIsAlwaysAnObjectSoFar) {
-  backend::CpuBackend be;
-  auto m = model::load_model("", model::LoadFormat::kDummy, be, false);
-  const auto tok =
-      tokenizer::Tokenizer::from_file(deltaserve::testing::qwen3_tokenizer() / "tokenizer.json");
-  EngineConfig cfg;
-  cfg.max_model_len = 512;
-  Engine e(*m, cfg, tok.get());
+TEST_F(JsonOutputEngine, JsonModeOutputIsAlwaysAnObjectSoFar) {
   const auto c =
       std::make_shared<const structured::JsonConstraint>(structured::JsonGrammar::any_object());
   for (uint64_t seed = 10; seed < 13; ++seed) {
@@ -137,8 +140,8 @@ TEST(JsonOutputEngine, JsonModeOutputIsAlwaysAnObjectSoFar) {
     p.seed = seed;
     p.max_tokens = 60;
     p.json = c;
-    const Result r = collect(*e.submit({tok->encode("Reply as JSON."), p}));
-    const std::string bytes = tok->decode(r.tokens);
+    const Result r = collect(*engine_->submit({tok_->encode("Reply as JSON."), p}));
+    const std::string bytes = tok_->decode(r.tokens);
     EXPECT_FALSE(structured::JsonMatcher(c->grammar).advance(bytes).dead()) << bytes;
     if (r.reason == FinishReason::kStop) EXPECT_TRUE(json::accept(r.text)) << r.text;
   }
