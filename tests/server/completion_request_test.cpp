@@ -102,6 +102,18 @@ TEST_F(CompletionRequestTest, JsonOutputsBecomeAGrammar) {
   EXPECT_EQ(a.json, c.json);
   EXPECT_EQ(a.json->grammar->node(a.json->grammar->root()).kind, structured::NodeKind::kObject);
   EXPECT_EQ(a.constrain_after, -1);
+  // A prompt that leaves <think> open (Qwen3.5's template, thinking on): after the model's
+  // </think>.
+  const tokenizer::ChatTemplate opens(
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+      "<|im_start|>assistant\n<think>\n",
+      tokenizer::jinja::Json::object());
+  const RequestContext thinking{*tok_, &opens, "m", 1024, false};
+  const auto after = parse_completion_request(
+      json::parse("{" + kMsgs + R"(,"response_format":{"type":"json_object"}})"), true, thinking);
+  EXPECT_TRUE(after.prompt_opens_think);
+  EXPECT_EQ(after.generate.params.constrain_after, tok_->token_to_id("</think>"));
+  EXPECT_GE(after.generate.params.constrain_after, 0);
   for (const auto& p : {parse(R"("structured_outputs":{"choice":["yes","no"]})"),
                         parse(R"("guided_choice":["yes","no"])")}) {
     ASSERT_NE(p.json, nullptr);
