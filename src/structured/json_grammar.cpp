@@ -12,8 +12,12 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
+// Bounds on a schema, so that one request's grammar costs the engine thread bounded work a byte:
+// nodes, nesting, and the lists a matcher state scans (enum values, an object's properties, anyOf
+// alternatives).
 constexpr int kMaxNodes = 10000;
 constexpr int kMaxDepth = 64;
+constexpr size_t kMaxListed = 1024, kMaxAlternatives = 64;
 
 [[noreturn]] void refuse(const std::string& what) {
   throw Error("response_format: " + what, "response_format");
@@ -76,7 +80,9 @@ std::shared_ptr<const JsonGrammar> JsonGrammar::any_object() {
 }
 
 std::shared_ptr<const JsonGrammar> JsonGrammar::choice(const std::vector<std::string>& texts) {
-  if (texts.empty()) throw Error("choice must be a non-empty list of strings", "choice");
+  if (texts.empty() || texts.size() > kMaxListed)
+    throw Error("choice must be a list of 1 to " + std::to_string(kMaxListed) + " strings",
+                "choice");
   for (const std::string& t : texts)
     if (t.empty()) throw Error("choice must not hold an empty string", "choice");
   auto g = std::shared_ptr<JsonGrammar>(new JsonGrammar());
@@ -143,6 +149,8 @@ class SchemaCompiler {
   int any_of(const json& s, int depth) {
     const json& alts = s.contains("anyOf") ? s["anyOf"] : s["oneOf"];
     if (!alts.is_array() || alts.empty()) refuse("anyOf / oneOf must be a non-empty list");
+    if (alts.size() > kMaxAlternatives)
+      refuse("anyOf / oneOf of more than " + std::to_string(kMaxAlternatives) + " alternatives");
     SchemaNode n{.kind = NodeKind::kAnyOf};
     json rest = s;
     rest.erase("anyOf");
@@ -157,6 +165,8 @@ class SchemaCompiler {
 
   int literals(const json& values) {
     if (!values.is_array() || values.empty()) refuse("enum must be a non-empty list");
+    if (values.size() > kMaxListed)
+      refuse("enum of more than " + std::to_string(kMaxListed) + " values");
     SchemaNode n{.kind = NodeKind::kLiterals};
     for (const json& v : values) n.literals.push_back(v.dump());
     return g_.add(std::move(n));
@@ -190,6 +200,8 @@ class SchemaCompiler {
     SchemaNode n{.kind = NodeKind::kObject};
     if (s.contains("properties")) {
       if (!s["properties"].is_object()) refuse("properties must be an object");
+      if (s["properties"].size() > kMaxListed)
+        refuse("more than " + std::to_string(kMaxListed) + " properties in an object");
       for (auto it = s["properties"].begin(); it != s["properties"].end(); ++it)
         n.properties.push_back({escaped_key(it.key()), compile(it.value(), depth + 1), false});
     }

@@ -128,6 +128,18 @@ TEST(JsonMatcher, SchemasOutsideTheSubsetAreRefused) {
     SCOPED_TRACE(bad);
     EXPECT_THROW(JsonGrammar::from_schema(json::parse(bad)), Error);
   }
+  json many_values = json::array(), many_properties = json::object(), many_alternatives;
+  for (int i = 0; i < 1025; ++i) {
+    many_values.push_back(i);
+    many_properties["p" + std::to_string(i)] = json::object();
+  }
+  for (int i = 0; i < 65; ++i) many_alternatives["anyOf"].push_back({{"const", i}});
+  EXPECT_THROW(JsonGrammar::from_schema({{"enum", many_values}}), Error);
+  EXPECT_THROW(JsonGrammar::from_schema({{"properties", many_properties}}), Error);
+  EXPECT_THROW(JsonGrammar::from_schema(many_alternatives), Error);
+  EXPECT_THROW(JsonGrammar::choice(std::vector<std::string>(1025, "x")), Error);
+  many_values.erase(0);
+  EXPECT_NO_THROW(JsonGrammar::from_schema({{"enum", many_values}}));  // 1,024: the limit
   EXPECT_NO_THROW(JsonGrammar::from_schema(json::parse(
       R"({"title": "T", "description": "d", "type": "string", "format": "date-time"})")));
 }
