@@ -30,7 +30,7 @@ const std::set<std::string>& known_keywords() {
       "const",   "anyOf",       "oneOf",    "$ref",
       "$defs",   "definitions", "title",    "description",
       "default", "examples",    "format",   "$schema",
-      "$id",     "$comment"};
+      "$id",     "$comment",    "allOf"};
   return k;
 }
 
@@ -107,6 +107,7 @@ class SchemaCompiler {
     for (auto it = s.begin(); it != s.end(); ++it)
       if (!known_keywords().count(it.key()))
         refuse("the JSON Schema keyword '" + it.key() + "' is not supported");
+    if (s.contains("allOf")) return all_of(s, depth);
     if (s.contains("$ref")) return reference(s, depth);
     if (s.contains("anyOf") || s.contains("oneOf")) return any_of(s, depth);
     if (s.contains("const")) return literals(json::array({s["const"]}));
@@ -144,6 +145,17 @@ class SchemaCompiler {
     const int compiled = compile(*target, depth + 1);
     g_.nodes_[static_cast<size_t>(placeholder)].alternatives = {compiled};
     return placeholder;
+  }
+
+  // allOf of one schema (pydantic v1 wraps a described $ref so) is that schema.
+  int all_of(const json& s, int depth) {
+    const json& parts = s["allOf"];
+    if (!parts.is_array() || parts.size() != 1)
+      refuse("allOf is supported with exactly one schema");
+    for (auto it = s.begin(); it != s.end(); ++it)
+      if (it.key() != "allOf" && !annotation(it.key()))
+        refuse("allOf beside '" + it.key() + "' is not supported");
+    return compile(parts[0], depth + 1);
   }
 
   int any_of(const json& s, int depth) {

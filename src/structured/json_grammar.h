@@ -4,7 +4,7 @@
 //
 // The schema subset (what OpenAI's strict structured outputs and pydantic emit): type (a name or a
 // list of names), properties / required / additionalProperties, items / minItems / maxItems, enum,
-// const, anyOf (oneOf is taken as anyOf), $ref to "#", "#/$defs/..." or "#/definitions/...", and
+// const, anyOf (oneOf is taken as anyOf), allOf of one schema, $ref to "#", "#/$defs/..." or "#/definitions/...", and
 // the annotations (title, description, default, examples, format, $schema, $id, $comment).
 // Any other keyword is refused with an Error naming it, never ignored. As xgrammar (vLLM's default
 // backend) in its strict mode, an object without additionalProperties takes no other keys.

@@ -142,6 +142,14 @@ TEST(JsonMatcher, SchemasOutsideTheSubsetAreRefused) {
   EXPECT_NO_THROW(JsonGrammar::from_schema({{"enum", many_values}}));  // 1,024: the limit
   EXPECT_NO_THROW(JsonGrammar::from_schema(json::parse(
       R"({"title": "T", "description": "d", "type": "string", "format": "date-time"})")));
+  // pydantic v1's described reference: allOf of one schema is that schema; of two, refused.
+  const auto wrapped = schema(R"({"properties": {"c": {"allOf": [{"$ref": "#/definitions/C"}],
+      "description": "a colour"}}, "required": ["c"], "definitions": {"C": {"enum": ["r", "g"]}}})");
+  EXPECT_TRUE(accepts(wrapped, R"({"c": "g"})"));
+  EXPECT_FALSE(viable(wrapped, R"({"c": "b)"));
+  EXPECT_THROW(JsonGrammar::from_schema(json::parse(R"({"allOf": [{}, {}]})")), Error);
+  EXPECT_THROW(JsonGrammar::from_schema(json::parse(R"({"allOf": [{}], "type": "string"})")),
+               Error);
 }
 
 // A small vocabulary with the bytes JSON turns on, alone and inside longer tokens.
