@@ -35,13 +35,13 @@ Constraint json_object() {
   return c;
 }
 
-// A schema given as an object, or as its JSON text.
+// A schema given as an object, or as its JSON text (parsed with the body's bounds: a schema's
+// nesting is recursed into later).
 json schema_of(const json& v, const char* field) {
   if (v.is_object() || v.is_boolean()) return v;
-  if (v.is_string()) {
-    json parsed = json::parse(v.get<std::string>(), nullptr, false);
-    if (!parsed.is_discarded()) return parsed;
-  }
+  json parsed;
+  std::string error;
+  if (v.is_string() && parse_json_body(v.get<std::string>(), parsed, error)) return parsed;
   bad_request(std::string("'") + field + "' must be a JSON Schema (an object, or its text)", field);
 }
 

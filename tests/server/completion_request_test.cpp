@@ -50,6 +50,11 @@ TEST_F(CompletionRequestTest, UnsupportedFieldsAreRefusedByName) {
             "structured_outputs");
   EXPECT_EQ(refused("{" + msgs + R"(,"guided_grammar":"root ::= x"})", true), "guided_grammar");
   EXPECT_EQ(refused("{" + msgs + R"(,"guided_json":"{not json"})", true), "guided_json");
+  // A schema's text nested past the body parser's bounds (its recursion would overflow the stack).
+  EXPECT_EQ(refused("{" + msgs + R"(,"guided_json":")" + std::string(200000, '[') +
+                        std::string(200000, ']') + "\"}",
+                    true),
+            "guided_json");
   EXPECT_EQ(
       refused("{" + msgs + R"(,"guided_json":{},"response_format":{"type":"json_object"}})", true),
       "response_format");  // two at once
