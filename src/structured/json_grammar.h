@@ -6,8 +6,9 @@
 // list of names), properties / required / additionalProperties, items / minItems / maxItems, enum,
 // const, anyOf (oneOf is taken as anyOf), allOf of one schema, $ref to "#", "#/$defs/..." or "#/definitions/...", and
 // the annotations (title, description, default, examples, format, $schema, $id, $comment).
-// Any other keyword is refused with an Error naming it, never ignored. As xgrammar (vLLM's default
-// backend) in its strict mode, an object without additionalProperties takes no other keys.
+// Any other keyword is refused with an Error naming it, never ignored. An object without
+// additionalProperties takes no other keys: the strict reading OpenAI's structured outputs ask for
+// (JSON Schema's default would allow any).
 #pragma once
 
 #include <memory>
