@@ -214,8 +214,12 @@ class SchemaCompiler {
       if (!s["properties"].is_object()) refuse("properties must be an object");
       if (s["properties"].size() > kMaxListed)
         refuse("more than " + std::to_string(kMaxListed) + " properties in an object");
-      for (auto it = s["properties"].begin(); it != s["properties"].end(); ++it)
-        n.properties.push_back({escaped_key(it.key()), compile(it.value(), depth + 1), false});
+      for (auto it = s["properties"].begin(); it != s["properties"].end(); ++it) {
+        std::string key = escaped_key(it.key());
+        if (key.size() > kMaxKeyBytes)
+          refuse("a property name longer than " + std::to_string(kMaxKeyBytes) + " bytes");
+        n.properties.push_back({std::move(key), compile(it.value(), depth + 1), false});
+      }
     }
     if (s.contains("required")) {
       if (!s["required"].is_array()) refuse("required must be a list of property names");

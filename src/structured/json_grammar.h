@@ -4,11 +4,11 @@
 //
 // The schema subset (what OpenAI's strict structured outputs and pydantic emit): type (a name or a
 // list of names), properties / required / additionalProperties, items / minItems / maxItems, enum,
-// const, anyOf (oneOf is taken as anyOf), allOf of one schema, $ref to "#", "#/$defs/..." or "#/definitions/...", and
-// the annotations (title, description, default, examples, format, $schema, $id, $comment).
-// Any other keyword is refused with an Error naming it, never ignored. An object without
-// additionalProperties takes no other keys: the strict reading OpenAI's structured outputs ask for
-// (JSON Schema's default would allow any).
+// const, anyOf (oneOf is taken as anyOf), allOf of one schema, $ref to "#", "#/$defs/..." or
+// "#/definitions/...", and the annotations (title, description, default, examples, format, $schema,
+// $id, $comment). Any other keyword is refused with an Error naming it, never ignored. An object
+// without additionalProperties takes no other keys: the strict reading OpenAI's structured outputs
+// ask for (JSON Schema's default would allow any).
 #pragma once
 
 #include <memory>
@@ -17,6 +17,9 @@
 #include <vector>
 
 namespace deltaserve::structured {
+
+// The longest key a document may type (a declared property's name, escaped, included).
+constexpr size_t kMaxKeyBytes = 256;
 
 enum class NodeKind { kAny, kObject, kArray, kString, kNumber, kInteger, kLiterals, kAnyOf };
 

@@ -20,7 +20,7 @@
 
 namespace deltaserve::structured {
 
-constexpr int kMaxWhitespace = 32, kMaxNumberBytes = 32, kMaxNesting = 32, kMaxKeyBytes = 256;
+constexpr int kMaxWhitespace = 32, kMaxNumberBytes = 32, kMaxNesting = 32;
 // Readings kept side by side (anyOf alternatives that accept the same bytes multiply with nesting):
 // past this many the first ones are kept, so a pathological schema costs bounded work a byte (and
 // may narrow what it allows; never widen it).

@@ -138,6 +138,13 @@ TEST(JsonMatcher, SchemasOutsideTheSubsetAreRefused) {
   EXPECT_THROW(JsonGrammar::from_schema({{"properties", many_properties}}), Error);
   EXPECT_THROW(JsonGrammar::from_schema(many_alternatives), Error);
   EXPECT_THROW(JsonGrammar::choice(std::vector<std::string>(1025, "x")), Error);
+  // A name no document could type (keys are bounded).
+  EXPECT_THROW(JsonGrammar::from_schema(
+                   {{"properties", {{std::string(kMaxKeyBytes + 1, 'k'), json::object()}}}}),
+               Error);
+  EXPECT_TRUE(accepts(JsonGrammar::from_schema(
+                          {{"properties", {{std::string(kMaxKeyBytes, 'k'), json::object()}}}}),
+                      "{\"" + std::string(kMaxKeyBytes, 'k') + "\": 1}"));
   many_values.erase(0);
   EXPECT_NO_THROW(JsonGrammar::from_schema({{"enum", many_values}}));  // 1,024: the limit
   EXPECT_NO_THROW(JsonGrammar::from_schema(json::parse(
