@@ -363,9 +363,7 @@ backend::SampleSpec Engine::sample_spec(const Request& r) const {
 
 std::vector<int32_t> Engine::banned_tokens(const Request& r) const {
   if (r.num_outputs() >= r.params.min_tokens) return {};
-  std::vector<int32_t> b = r.params.stop_token_ids;
-  if (!r.params.ignore_eos) b.insert(b.end(), cfg_.eos_token_ids.begin(), cfg_.eos_token_ids.end());
-  return b;
+  return r.params.ignore_eos ? r.params.stop_token_ids : end_tokens(r);
 }
 
 ProcessedOutput Engine::take_tokens(Request& r, std::span<const SampledToken> tokens) {

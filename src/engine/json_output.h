@@ -33,10 +33,12 @@ class JsonOutput {
   bool complete() const { return active_ && state_.complete(); }
 
  private:
-  std::shared_ptr<const structured::TokenMask> mask(const structured::VocabTrie& trie) const;
+  // The mask of state_, looked up once a state (restrict and choose of a step share it).
+  const structured::TokenMask& mask(const structured::VocabTrie& trie) const;
 
   std::shared_ptr<const structured::JsonConstraint> c_;
   structured::JsonMatcher state_;
+  mutable std::shared_ptr<const structured::TokenMask> mask_;  // of state_; null until looked up
   int32_t constrain_after_;
   bool active_;
 };

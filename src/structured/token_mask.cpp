@@ -80,20 +80,6 @@ void VocabTrie::walk(const Node& n, const JsonMatcher& m, std::vector<int32_t>& 
   }
 }
 
-std::vector<int32_t> VocabTrie::allowed(const JsonMatcher& m) const {
-  const TokenMask k = mask(m);
-  if (!k.complement) return k.ids;
-  std::vector<int32_t> out;
-  for (int32_t t = 0, j = 0; t < vocab_; ++t) {
-    if (j < static_cast<int32_t>(k.ids.size()) && k.ids[static_cast<size_t>(j)] == t) {
-      ++j;
-      continue;
-    }
-    out.push_back(t);
-  }
-  return out;
-}
-
 TokenMask VocabTrie::mask(const JsonMatcher& m) const {
   std::vector<int32_t> found;  // in the trie's order
   if (!m.dead()) walk(nodes_[0], m, found);

@@ -31,9 +31,7 @@ class VocabTrie {
   // token_bytes[id]: the bytes token id decodes to; empty ones (special tokens) are left out.
   explicit VocabTrie(const std::vector<std::string>& token_bytes);
 
-  // The ids whose bytes `m` takes without dying, ascending.
-  std::vector<int32_t> allowed(const JsonMatcher& m) const;
-  // The same set as a TokenMask.
+  // The ids whose bytes `m` takes without dying.
   TokenMask mask(const JsonMatcher& m) const;
   int32_t vocab_size() const { return vocab_; }
 
